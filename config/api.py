@@ -1,0 +1,87 @@
+"""The project's one NinjaAPI: each app adds its routers; every exception becomes an answer here."""
+
+import logging
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import HttpError, ValidationError
+from pymongo.errors import ConnectionFailure
+
+from config.errors import NOT_FOUND, ServiceError, error_response
+from config.version import app_version
+
+log = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="imagegen + todos",
+    version=app_version(),
+    description="A self-hosted text-to-image service and a todo record API.",
+    openapi_url="/api/openapi.json",
+    docs_url="/api/docs",
+)
+
+# Ninja puts the request part and the parameter's name before the field path.
+_LOCATION_PREFIXES = {"body", "form", "query", "path", "header", "cookie", "file"}
+
+
+def _field_name(loc: tuple[Any, ...] | list[Any], param_names: set[str]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _LOCATION_PREFIXES:
+        parts = parts[1:]
+    if parts and parts[0] in param_names:
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def validation_details(errors: list[dict[str, Any]], param_names: set[str]) -> list[dict[str, str]]:
+    """Turns pydantic's errors into `{field, message}` pairs a client can show as they are."""
+    details = []
+    for err in errors:
+        message = str(err.get("msg", "is invalid"))
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        details.append({"field": _field_name(err.get("loc", ()), param_names), "message": message})
+    return details
+
+
+def _describe(details: list[dict[str, str]]) -> str:
+    return "Invalid request: " + "; ".join(f"{d['field']}: {d['message']}" for d in details)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    details = validation_details(exc.errors, {"payload", "form"})
+    return error_response(request, 400, _describe(details), details=details)
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if exc.status_code == 400:  # Ninja raises this only for a body that is not JSON
+        details = [{"field": "body", "message": "must be a JSON document"}]
+        return error_response(request, 400, _describe(details), details=details)
+    return error_response(request, exc.status_code, exc.message)
+
+
+@api.exception_handler(ServiceError)
+def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
+    return error_response(request, exc.status, exc.message, retry_after=exc.retry_after)
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, 404, NOT_FOUND)
+
+
+@api.exception_handler(ConnectionFailure)
+def on_database_unreachable(request: HttpRequest, exc: ConnectionFailure) -> HttpResponse:
+    log.warning("database unreachable: %s", exc)
+    return error_response(
+        request, 503, "The database is unreachable; try again shortly", retry_after=5
+    )
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.exception("unhandled error on %s %s", request.method, request.path)
+    return error_response(request, 500, "Internal server error")

@@ -1,0 +1,21 @@
+"""Gunicorn settings for every way the service runs (scripts/serve.py, the container image).
+
+One worker process: the model's state is per process and its 14 GB must not be loaded twice.
+Threads serve /health and status requests while a download, a load or a generation runs.
+"""
+
+import os
+
+bind = os.environ.get("BIND", "127.0.0.1:8000")
+workers = 1
+threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+worker_class = "gthread"
+# A synchronous generation on a CPU can take minutes; the worker must not be killed for it.
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "900"))
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
+keepalive = 5
+accesslog = "-" if os.environ.get("ACCESS_LOG", "1") != "0" else None
+errorlog = "-"
+wsgi_app = "config.wsgi:application"
+# The control socket lives in $HOME and collides between instances; nothing here uses it.
+control_socket_disable = True

@@ -1,0 +1,12 @@
+"""URL configuration: everything is served by the project's one NinjaAPI."""
+
+from django.urls import path
+
+from config.api import api
+from imagegen.api import router as imagegen_router
+from todos.api import router as todos_router
+
+api.add_router("", todos_router)
+api.add_router("", imagegen_router)
+
+urlpatterns = [path("", api.urls)]

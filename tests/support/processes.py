@@ -1,0 +1,87 @@
+"""Real processes for the tests: the app under gunicorn, on a free loopback port."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.RequestException:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not answer within {timeout}s") from None
+            time.sleep(0.1)
+
+
+class AppServer:
+    """The service under gunicorn with the project's own gunicorn config."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            "SECRET_KEY": "test-secret",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "ACCESS_LOG": "0",
+            **env,
+            "BIND": f"127.0.0.1:{self.port}",
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> "AppServer":
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            wait_for_http(self.url("/health"), timeout, self.process)
+        except Exception as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}; log:\n{self.log_tail()}") from None
+        return self
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> "AppServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

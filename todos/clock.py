@@ -1,0 +1,18 @@
+"""Timestamps at the precision MongoDB stores, so what is returned equals what is read back."""
+
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def iso_ms(moment: datetime | None) -> str | None:
+    """2026-11-22T07:46:15.728Z"""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
