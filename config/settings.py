@@ -1,11 +1,12 @@
 """Django settings: every value comes from the environment, with defaults safe in production."""
 
+import os
 import secrets
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -63,6 +64,41 @@ TIME_ZONE = "UTC"
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
 # How long a request waits for an unreachable database before answering 503.
 MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
+
+# --- imagegen ---------------------------------------------------------------------------
+MODEL_ID = env_str("MODEL_ID", "stabilityai/stable-diffusion-xl-base-1.0")
+MODEL_REVISION = env_str("MODEL_REVISION", "main")
+# Which weight files to fetch ("fp16": half the download); they are upcast to fp32 on load.
+# Empty means the repo's default (fp32) files.
+MODEL_VARIANT = env_str("MODEL_VARIANT", "fp16")
+# The mounted share (SMB on Azure). Nothing here ever takes a file lock on it.
+MODEL_DIR = Path(env_str("MODEL_DIR", str(DATA_DIR / "models")))
+# The hub client's own cache, on local disk, where its lock files are harmless.
+DOWNLOAD_CACHE_DIR = Path(env_str("DOWNLOAD_CACHE_DIR", str(DATA_DIR / "download-cache")))
+if DOWNLOAD_CACHE_DIR.resolve().is_relative_to(MODEL_DIR.resolve()):
+    raise ImproperlyConfigured("DOWNLOAD_CACHE_DIR must be outside MODEL_DIR (locks)")
+DOWNLOAD_WORKERS = env_int("DOWNLOAD_WORKERS", 8, minimum=1)
+HF_ENDPOINT = env_str("HF_ENDPOINT", "") or None
+HF_TOKEN = env_str("HF_TOKEN", "") or None
+# hf_xet is huggingface_hub's fast transport (hf_transfer is gone since 1.0).
+os.environ.setdefault("HF_XET_HIGH_PERFORMANCE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+DEVICE = env_str("DEVICE", "auto")
+if DEVICE not in ("auto", "cpu", "cuda"):
+    raise ImproperlyConfigured(f"DEVICE must be auto, cpu or cuda, got {DEVICE!r}")
+
+GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", 20, minimum=1)
+GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
+GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", 7.0)
+GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0)
+GEN_MIN_SIDE = env_int("GEN_MIN_SIDE", 64, minimum=8)
+GEN_MAX_SIDE = env_int("GEN_MAX_SIDE", 2048, minimum=8)
+# Generations run one at a time; this many more may wait, the rest get 503 + Retry-After.
+GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 2, minimum=0)
+# How long a /generate waits for its turn, and for a model load already under way.
+GEN_QUEUE_TIMEOUT = env_int("GEN_QUEUE_TIMEOUT", 600, minimum=1)
+GEN_LOAD_TIMEOUT = env_int("GEN_LOAD_TIMEOUT", 300, minimum=1)
 
 LOGGING = {
     "version": 1,

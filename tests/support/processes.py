@@ -1,5 +1,6 @@
 """Real processes for the tests: the app under gunicorn, on a free loopback port."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -55,6 +56,7 @@ class AppServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so kill() takes the worker too
             )  # fmt: skip
         try:
             wait_for_http(self.url("/health"), timeout, self.process)
@@ -77,7 +79,13 @@ class AppServer:
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.kill()
+
+    def kill(self) -> None:
+        """Kills gunicorn and its worker at once, as a crash or an OOM kill would."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
     def __enter__(self) -> "AppServer":

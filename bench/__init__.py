@@ -1,0 +1,1 @@
+"""Benchmarks that measure the service beside baselines taken in the same run."""

@@ -1,0 +1,27 @@
+"""What the image service can refuse; config/api.py turns each into `{"error": {"message"}}`."""
+
+from config.errors import ServiceError
+
+
+class ModelNotPulled(ServiceError):
+    status = 409
+    message = "The model is not on the share yet: POST /model/pull first"
+
+
+class ModelLoading(ServiceError):
+    status = 503
+    message = "The model is still loading; try again shortly"
+    retry_after = 30
+
+
+class ModelFailed(ServiceError):
+    status = 503
+
+    def __init__(self, error: str | None) -> None:
+        super().__init__(f"The model failed to load: {error}. POST /model/pull to retry")
+
+
+class QueueFull(ServiceError):
+    status = 503
+    message = "Too many generations are waiting; try again later"
+    retry_after = 60

@@ -1,0 +1,163 @@
+"""The process's one pipeline and the state machine that gets it there.
+
+State is per process: every start is `not_started`, even with the weights on the share.
+A pull runs in one background job at a time (download if the share lacks a complete copy,
+then load); concurrent and repeated pulls share that job.
+
+    not_started -> downloading -> loading -> ready      (cold: weights not on the share)
+    not_started -> loading -> ready                      (warm: weights on the share)
+    downloading | loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
+"""
+
+import logging
+import threading
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+
+from imagegen import hub
+from imagegen.device import compute_device
+from imagegen.errors import ModelFailed, ModelLoading, ModelNotPulled
+from imagegen.pipeline import load_pipeline
+
+log = logging.getLogger(__name__)
+
+
+class State(StrEnum):
+    NOT_STARTED = "not_started"
+    DOWNLOADING = "downloading"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+def describe(exc: BaseException) -> str:
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+
+class ModelLoader:
+    def __init__(self, source: hub.ModelSource, device: str) -> None:
+        self.source = source
+        self.device = device
+        self._lock = threading.Lock()
+        self._state = State.NOT_STARTED
+        self._error: str | None = None
+        self._pipeline: Any = None
+        self._job_done: threading.Event | None = None
+        self._progress = hub.DownloadProgress()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def status(self) -> dict[str, Any]:
+        manifest = self.source.complete_manifest()
+        with self._lock:
+            state, error, progress = self._state, self._error, self._progress
+        return {
+            "state": state.value,
+            "device": self.device,
+            "model_path": str(self.source.path),
+            "model_id": self.source.model_id,
+            "revision": self.source.revision,
+            "variant": self.source.variant,
+            "commit": manifest.commit if manifest else None,
+            "weights_on_share": manifest is not None,
+            "error": error,
+            "download": {"bytes_done": progress.bytes_done, "bytes_total": progress.bytes_total},
+        }
+
+    def pull(self) -> bool:
+        """Starts the pull job unless one runs; False when the model is already ready."""
+        with self._lock:
+            if self._state is State.READY:
+                return False
+            if not self._job_running():
+                self._start_job()
+            return True
+
+    def pipeline(self, timeout: float) -> Any:
+        """The loaded pipeline, loading it from the share first if this process has not."""
+        on_share = self.source.complete_manifest() is not None
+        with self._lock:
+            if self._state is State.READY:
+                return self._pipeline
+            if self._state is State.FAILED:
+                raise ModelFailed(self._error)
+            if not self._job_running():
+                if not on_share:
+                    raise ModelNotPulled()
+                self._start_job()
+            job_done = self._job_done
+        if not job_done.wait(timeout):
+            raise ModelLoading()
+        with self._lock:
+            if self._state is State.READY:
+                return self._pipeline
+            raise ModelFailed(self._error)
+
+    def wait(self, timeout: float | None = None) -> State:
+        """Waits for the running job, if any; for operators' commands and tests."""
+        job_done = self._job_done
+        if job_done is not None:
+            job_done.wait(timeout)
+        return self._state
+
+    def _job_running(self) -> bool:
+        return self._job_done is not None and not self._job_done.is_set()
+
+    def _start_job(self) -> None:
+        self._error = None
+        self._progress = hub.DownloadProgress()
+        self._job_done = threading.Event()
+        threading.Thread(
+            target=self._run_job, args=(self._job_done, self._progress), name="model-pull"
+        ).start()
+
+    def _set_state(self, state: State) -> None:
+        with self._lock:
+            self._state = state
+        log.info("model %s: %s", self.source.model_id, state.value)
+
+    def _run_job(self, done: threading.Event, progress: hub.DownloadProgress) -> None:
+        try:
+            manifest = self.source.complete_manifest()
+            if manifest is None:
+                self._set_state(State.DOWNLOADING)
+                manifest = hub.download_to_share(self.source, progress)
+            self._set_state(State.LOADING)
+            pipe = load_pipeline(
+                self.source.path, variant=manifest.load_variant, device=self.device
+            )
+            with self._lock:
+                self._pipeline = pipe
+                self._state = State.READY
+            log.info("model %s: ready", self.source.model_id)
+        except Exception as exc:
+            log.exception("model pull failed")
+            with self._lock:
+                self._state = State.FAILED
+                self._error = describe(exc)
+        finally:
+            done.set()
+
+
+def source_from_settings() -> hub.ModelSource:
+    return hub.ModelSource(
+        model_id=settings.MODEL_ID,
+        revision=settings.MODEL_REVISION,
+        variant=settings.MODEL_VARIANT or None,
+        model_dir=settings.MODEL_DIR,
+        cache_dir=settings.DOWNLOAD_CACHE_DIR,
+        endpoint=settings.HF_ENDPOINT,
+        token=settings.HF_TOKEN,
+        workers=settings.DOWNLOAD_WORKERS,
+    )
+
+
+@cache
+def get_loader() -> ModelLoader:
+    return ModelLoader(source_from_settings(), compute_device())

@@ -1,0 +1,126 @@
+"""Request and response bodies of the image service; pydantic enforces the bounds.
+
+Bounds come from settings (GEN_MAX_STEPS, GEN_MAX_GUIDANCE, GEN_MIN_SIDE, GEN_MAX_SIDE).
+An empty form field counts as absent, as HTML forms send them; unknown fields are refused
+so that a misspelt `step=50` is an error rather than a silent default.
+"""
+
+import math
+import re
+from typing import Annotated, Any
+
+from django.conf import settings
+from ninja import Schema
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator
+
+from imagegen.generation import SEED_MAX, GenerationRequest
+
+PROMPT_MAX = 1000
+_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+
+
+def _blank_is_absent(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+Optional = BeforeValidator(_blank_is_absent)
+
+
+class GenerateForm(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=PROMPT_MAX)
+    negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, Optional] = None
+    steps: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS)] | None, Optional] = None
+    guidance: Annotated[
+        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE)] | None, Optional
+    ] = None
+    size: Annotated[str | None, Optional] = Field(
+        default=None, description="WIDTHxHEIGHT, multiples of 8; default the model's native size"
+    )
+    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX)] | None, Optional] = None
+    force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must contain a non-space character")
+        return value
+
+    @field_validator("guidance")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        match = _SIZE.match(value.strip().lower())
+        if not match:
+            raise ValueError("must be WIDTHxHEIGHT, e.g. 1024x1024")
+        low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+        for side in map(int, match.groups()):
+            if side % 8:
+                raise ValueError(f"width and height must be multiples of 8, got {side}")
+            if not low <= side <= high:
+                raise ValueError(f"width and height must be between {low} and {high}, got {side}")
+        return f"{match.group(1)}x{match.group(2)}"
+
+    @classmethod
+    def unknown_fields(cls, names: list[str]) -> list[dict[str, str]]:
+        """Pydantic errors for form fields this schema does not have (Ninja drops them)."""
+        return [
+            {"loc": ("form", name), "msg": "is not a field of this form", "type": "extra"}
+            for name in names
+            if name not in cls.model_fields
+        ]
+
+    def to_request(self) -> GenerationRequest:
+        size = tuple(int(s) for s in self.size.split("x")) if self.size else None
+        return GenerationRequest(
+            prompt=self.prompt,
+            negative_prompt=self.negative_prompt,
+            steps=self.steps,
+            guidance=self.guidance,
+            size=size,
+            seed=self.seed,
+            force_cpu=self.force_cpu,
+        )
+
+
+class Health(Schema):
+    status: str
+    device: str
+    version: str
+
+
+class DownloadProgressOut(Schema):
+    bytes_done: int
+    bytes_total: int
+
+
+class ModelStatus(Schema):
+    state: str = Field(description="not_started, downloading, loading, ready or failed")
+    device: str
+    model_path: str
+    model_id: str
+    revision: str
+    variant: str | None
+    commit: str | None = Field(description="the commit on the share, when complete")
+    weights_on_share: bool
+    error: str | None
+    download: DownloadProgressOut
+
+
+class ImageError(Schema):
+    message: str
+    details: list[dict[str, str]] | None = None
+
+
+class ImageErrorBody(Schema):
+    error: ImageError

@@ -1,0 +1,136 @@
+"""The model's directory on the mounted share, and when it counts as complete.
+
+The share is SMB: it has no POSIX locks, so nothing here locks. Every file arrives under a
+temporary name and is renamed into place, and the manifest (revision, files, sizes) is
+written last, the same way. A download is complete when, and only when, the manifest is
+there and every file it lists has its size: a crash at any point leaves no manifest, and
+the next pull repairs the directory.
+"""
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+MANIFEST_NAME = ".manifest.json"
+PARTIAL_SUFFIX = ".partial"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    path: str  # relative, posix
+    size: int
+    sha256: str | None = None  # the hub's LFS hash, where it gives one
+
+
+@dataclass(frozen=True)
+class Manifest:
+    model_id: str
+    requested_revision: str
+    commit: str
+    variant: str | None
+    files: tuple[ModelFile, ...]
+    completed_at: str
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def load_variant(self) -> str | None:
+        """The variant to ask diffusers for: only if some weights on the share have it."""
+        marker = f".{self.variant}."
+        has_variant = any(marker in f.path or f".{self.variant}-" in f.path for f in self.files)
+        return self.variant if self.variant and has_variant else None
+
+
+def model_path(model_dir: Path, model_id: str) -> Path:
+    return Path(model_dir) / model_id.replace("/", "--")
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    try:
+        raw = json.loads((path / MANIFEST_NAME).read_text())
+        files = tuple(ModelFile(**f) for f in raw.pop("files"))
+        return Manifest(files=files, **raw)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def complete_manifest(
+    path: Path, *, model_id: str, revision: str, variant: str | None
+) -> Manifest | None:
+    """The manifest, if the directory holds a complete download of what is configured."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        return None
+    if manifest.model_id != model_id or manifest.variant != variant:
+        return None
+    if revision not in (manifest.requested_revision, manifest.commit):
+        return None
+    for f in manifest.files:
+        try:
+            if (path / f.path).stat().st_size != f.size:
+                return None
+        except OSError:
+            return None
+    return manifest
+
+
+def forget_manifest(path: Path) -> None:
+    """Marks the directory incomplete before its files change."""
+    (path / MANIFEST_NAME).unlink(missing_ok=True)
+
+
+def place_file(source: Path, path: Path, relative: str) -> None:
+    """Copies a downloaded file onto the share under a temporary name, then renames it."""
+    target = path / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+    try:
+        with source.open("rb") as src, temporary.open("wb") as dst:
+            shutil.copyfileobj(src, dst, length=16 * 1024 * 1024)
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_manifest(
+    path: Path,
+    *,
+    model_id: str,
+    requested_revision: str,
+    commit: str,
+    variant: str | None,
+    files: list[ModelFile],
+) -> Manifest:
+    manifest = Manifest(
+        model_id=model_id,
+        requested_revision=requested_revision,
+        commit=commit,
+        variant=variant,
+        files=tuple(sorted(files, key=lambda f: f.path)),
+        completed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    body = asdict(manifest)
+    temporary = path / f"{MANIFEST_NAME}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}"
+    temporary.write_text(json.dumps(body, indent=2))
+    os.replace(temporary, path / MANIFEST_NAME)
+    return manifest
+
+
+def remove_leftovers(path: Path, keep: set[str], *, partial_age: float = 3600.0) -> None:
+    """Removes files no longer in the model, and temporary files of interrupted copies once
+    they are old enough that no other process (an operator's pull) can still be writing them."""
+    now = time.time()
+    for file in path.rglob("*"):
+        relative = file.relative_to(path).as_posix()
+        if not file.is_file() or relative == MANIFEST_NAME or relative in keep:
+            continue
+        if file.name.endswith(PARTIAL_SUFFIX) and now - file.stat().st_mtime < partial_age:
+            continue
+        file.unlink(missing_ok=True)

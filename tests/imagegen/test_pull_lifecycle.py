@@ -1,0 +1,163 @@
+"""The model's lifecycle through the real app: cold pull, warm restart, lazy load, failures."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from tests.imagegen.conftest import SD_REPO, pull_until_ready, wait_for_state
+
+WANTED = {
+    "model_index.json",
+    "scheduler/scheduler_config.json",
+    "text_encoder/config.json",
+    "text_encoder/model.fp16.safetensors",
+    "tokenizer/merges.txt",
+    "tokenizer/special_tokens_map.json",
+    "tokenizer/tokenizer_config.json",
+    "tokenizer/vocab.json",
+    "unet/config.json",
+    "unet/diffusion_pytorch_model.fp16.safetensors",
+    "vae/config.json",
+    "vae/diffusion_pytorch_model.fp16.safetensors",
+}
+
+
+def fetched(hub) -> list[str]:
+    prefix = f"/{SD_REPO}/resolve/"
+    return sorted(path[len(prefix) :].split("/", 1)[1] for path in hub.file_gets())
+
+
+def files_on(share: Path) -> set[str]:
+    return {p.relative_to(share).as_posix() for p in share.rglob("*") if p.is_file()}
+
+
+def test_cold_pull_downloads_only_the_variant_files_then_is_ready(start_app, hub, share):
+    app = start_app()
+    before = requests.get(app.url("/model/status")).json()
+    assert before["state"] == "not_started" and before["weights_on_share"] is False
+    assert before["device"] == "cpu"
+    assert before["model_path"] == str(share / "testorg--tiny-sd")
+
+    response = requests.post(app.url("/model/pull"))
+    assert response.status_code == 202
+    assert response.json()["state"] in ("not_started", "downloading", "loading")
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "ready", status
+    assert status["weights_on_share"] is True
+    assert status["commit"] == hub.commit(SD_REPO)
+    assert status["download"]["bytes_done"] == status["download"]["bytes_total"] > 0
+
+    assert fetched(hub) == sorted(WANTED)  # each once; no .bin, msgpack, onnx, fp32 copies
+    model = share / "testorg--tiny-sd"
+    assert files_on(model) == WANTED | {".manifest.json"}
+    manifest = json.loads((model / ".manifest.json").read_text())
+    assert {f["path"] for f in manifest["files"]} == WANTED
+    assert requests.post(app.url("/model/pull")).status_code == 200  # already ready
+
+
+def test_a_new_process_on_a_warm_share_starts_not_started_and_skips_the_download(start_app, hub):
+    pull_until_ready(start_app())
+    hub.reset_log()
+
+    second = start_app()
+    status = requests.get(second.url("/model/status")).json()
+    assert status["state"] == "not_started"
+    assert status["weights_on_share"] is True
+    pull_until_ready(second)
+    assert hub.requests == []  # no metadata call, no file GET: loaded from the share alone
+
+
+def test_generate_loads_the_model_from_a_warm_share_first(start_app, hub):
+    pull_until_ready(start_app())
+    hub.reset_log()
+    app = start_app()
+    response = requests.post(app.url("/generate"), data={"prompt": "a red fox", "size": "64x64"})
+    assert response.status_code == 200, response.text
+    assert response.content.startswith(b"\x89PNG")
+    assert requests.get(app.url("/model/status")).json()["state"] == "ready"
+    assert hub.requests == []
+
+
+def test_generate_without_weights_on_the_share_asks_for_a_pull(start_app):
+    app = start_app()
+    response = requests.post(app.url("/generate"), data={"prompt": "anything"})
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": {"message": "The model is not on the share yet: POST /model/pull first"}
+    }
+    assert requests.get(app.url("/model/status")).json()["state"] == "not_started"
+
+
+def test_concurrent_pulls_share_one_download(start_app, hub):
+    app = start_app()
+    barrier = threading.Barrier(8)
+    codes: list[int] = []
+
+    def pull() -> None:
+        barrier.wait()
+        codes.append(requests.post(app.url("/model/pull"), timeout=10).status_code)
+
+    threads = [threading.Thread(target=pull) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(codes) <= {200, 202}
+    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
+    assert fetched(hub) == sorted(WANTED)
+
+
+def test_a_download_killed_midway_is_never_complete_and_the_next_pull_repairs_it(
+    start_app, hub, share
+):
+    hub.throttle_bytes_per_sec = 200_000
+    app = start_app()
+    requests.post(app.url("/model/pull"))
+    deadline = time.monotonic() + 60
+    while requests.get(app.url("/model/status")).json()["download"]["bytes_done"] < 300_000:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    app.kill()  # SIGKILL to gunicorn and its worker: no cleanup code runs
+
+    model = share / "testorg--tiny-sd"
+    assert not (model / ".manifest.json").exists()
+    hub.throttle_bytes_per_sec = None
+    hub.reset_log()
+
+    second = start_app()
+    status = requests.get(second.url("/model/status")).json()
+    assert status["state"] == "not_started" and status["weights_on_share"] is False
+    pull_until_ready(second)
+    assert files_on(model) == WANTED | {".manifest.json"}
+
+
+def test_failed_on_hub_error_then_a_new_pull_recovers(start_app, hub):
+    hub.fail_status = 500
+    app = start_app()
+    requests.post(app.url("/model/pull"))
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "failed"
+    assert status["error"] and "500" in status["error"]
+    assert status["weights_on_share"] is False
+
+    generate = requests.post(app.url("/generate"), data={"prompt": "x"})
+    assert generate.status_code == 503
+    assert status["error"] in generate.json()["error"]["message"]
+
+    hub.fail_status = None
+    pull_until_ready(app)
+    assert requests.get(app.url("/model/status")).json()["error"] is None
+
+
+def test_pull_works_when_every_lock_on_the_share_fails_and_leaves_no_lock_file(
+    start_app, share, tmp_path
+):
+    lock_log = tmp_path / "locks.log"
+    support = Path(__file__).parents[1] / "support" / "share_without_locks"
+    app = start_app(PYTHONPATH=str(support), NO_LOCKS_UNDER=str(share), NO_LOCKS_LOG=str(lock_log))
+    pull_until_ready(app)
+    assert lock_log.read_text().splitlines() == ["active"]  # the trap was set, never sprung
+    assert not [p for p in share.rglob("*") if "lock" in p.name.lower()]
