@@ -113,8 +113,13 @@ class ModelLoader:
         self._error = None
         self._progress = hub.DownloadProgress()
         self._job_done = threading.Event()
+        # A daemon: stopping the process must not wait for a download; an interrupted one
+        # leaves no manifest, so the next pull repairs it.
         threading.Thread(
-            target=self._run_job, args=(self._job_done, self._progress), name="model-pull"
+            target=self._run_job,
+            args=(self._job_done, self._progress),
+            name="model-pull",
+            daemon=True,
         ).start()
 
     def _set_state(self, state: State) -> None:
