@@ -2,11 +2,15 @@
 """Django's command-line utility: runs the operator commands (pull_model, model_status, gate)."""
 
 import os
+import secrets
 import sys
 
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # The operator commands sign nothing, so they run without a configured key; the service
+    # (config/wsgi.py under gunicorn) still refuses to start without one.
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -60,6 +60,12 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400:  # Ninja raises this only for a body that is not JSON
         details = [{"field": "body", "message": "must be a JSON document"}]
         return error_response(request, 400, _describe(details), details=details)
+    if exc.status_code == 401:
+        response = error_response(
+            request, 401, "A valid 'Authorization: Bearer <token>' is required"
+        )
+        response["WWW-Authenticate"] = "Bearer"
+        return response
     return error_response(request, exc.status_code, exc.message)
 
 

@@ -60,6 +60,9 @@ WHITENOISE_AUTOREFRESH = DEBUG
 USE_TZ = True
 TIME_ZONE = "UTC"
 
+# Bearer token required by requests that change state or cost compute; unset = open.
+API_TOKEN = env_str("API_TOKEN", "")
+
 # --- todos -----------------------------------------------------------------------------
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
 # How long a request waits for an unreachable database before answering 503.

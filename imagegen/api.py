@@ -4,6 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Form, Router
 from ninja.errors import ValidationError
 
+from config.auth import token_required
 from config.version import app_version
 from imagegen.device import compute_device
 from imagegen.generation import get_generator
@@ -46,6 +47,7 @@ def model_status(request: HttpRequest):
 
 @router.post(
     "/model/pull",
+    auth=token_required(),
     response={200: ModelStatus, 202: ModelStatus},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
@@ -57,6 +59,7 @@ def model_pull(request: HttpRequest):
 
 @router.post(
     "/generate",
+    auth=token_required(),
     response={200: None, 400: ImageErrorBody, 409: ImageErrorBody, 503: ImageErrorBody},
     summary="Generate a PNG from a prompt",
 )

@@ -146,7 +146,7 @@ def select_files(
 
 def _model_file(entry: RepoFile) -> ModelFile:
     sha256 = entry.lfs.sha256 if entry.lfs else None
-    return ModelFile(path=entry.path, size=entry.size, sha256=sha256)
+    return ModelFile(path=entry.path, size=entry.size, sha256=sha256, blob_id=entry.blob_id)
 
 
 def download_to_share(

@@ -7,6 +7,7 @@ there and every file it lists has its size: a crash at any point leaves no manif
 the next pull repairs the directory.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -24,7 +25,8 @@ PARTIAL_SUFFIX = ".partial"
 class ModelFile:
     path: str  # relative, posix
     size: int
-    sha256: str | None = None  # the hub's LFS hash, where it gives one
+    sha256: str | None = None  # the hub's LFS hash, for large files
+    blob_id: str | None = None  # the git blob id, for the others
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,40 @@ def complete_manifest(
         except OSError:
             return None
     return manifest
+
+
+def git_blob_id(path: Path) -> str:
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as f:
+        while chunk := f.read(16 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(16 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def broken_files(path: Path, manifest: Manifest) -> list[str]:
+    """Files of the manifest that are missing, of the wrong size, or whose content does not
+    hash to what the hub listed (sha256 for large files, the git blob id for the others)."""
+    broken = []
+    for f in manifest.files:
+        file = path / f.path
+        try:
+            if file.stat().st_size != f.size:
+                broken.append(f"{f.path}: size {file.stat().st_size}, expected {f.size}")
+            elif f.sha256 and sha256_of(file) != f.sha256:
+                broken.append(f"{f.path}: sha256 differs from the hub's")
+            elif not f.sha256 and f.blob_id and git_blob_id(file) != f.blob_id:
+                broken.append(f"{f.path}: content differs from the hub's")
+        except FileNotFoundError:
+            broken.append(f"{f.path}: missing")
+    return broken
 
 
 def forget_manifest(path: Path) -> None:

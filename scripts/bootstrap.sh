@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/serve and scripts/test: makes .venv and installs one pinned
 # requirements file into it, skipping the install when nothing changed since the last one.
 # usage: source scripts/bootstrap.sh requirements/dev.txt

@@ -1,6 +1,6 @@
 """Serves a tiny random-weight pipeline as a local hub, to try the image API offline.
 
-    .venv/bin/python scripts/demo_hub.py            # prints the variables to start the service with
+.venv/bin/python scripts/demo_hub.py            # prints the variables to start the service with
 """
 
 import argparse

@@ -1,13 +1,17 @@
-"""Session-wide real parts: a SecantusDB server and the app under gunicorn talking to it."""
+"""Real parts for the tests: a SecantusDB server, the app under gunicorn, a tiny diffusers
+model served by a local hub."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import SD_REPO, SDXL_REPO
 from tests.support.processes import AppServer, free_port
+from tests.support.tiny_model import build_tiny_pipeline
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +36,59 @@ def app(mongo: EmbeddedMongo, work_dir: Path) -> Iterator[AppServer]:
 def http() -> Iterator[requests.Session]:
     with requests.Session() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def hub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hub")
+    build_tiny_pipeline(root / SD_REPO, layout="sd")
+    build_tiny_pipeline(root / SDXL_REPO, layout="sdxl")
+    return root
+
+
+@pytest.fixture
+def hub(hub_root: Path) -> Iterator[LocalHub]:
+    with LocalHub(hub_root) as server:
+        yield server
+
+
+@pytest.fixture
+def share(tmp_path: Path) -> Path:
+    """The mounted share of one test (MODEL_DIR)."""
+    path = tmp_path / "share"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def model_env(tmp_path: Path, hub: LocalHub, share: Path) -> dict[str, str]:
+    """The image service's settings for this test's hub and share."""
+    return {
+        "MODEL_ID": SD_REPO,
+        "MODEL_REVISION": "main",
+        "MODEL_VARIANT": "fp16",
+        "MODEL_DIR": str(share),
+        "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache"),
+        "HF_ENDPOINT": hub.url,
+        "DEVICE": "cpu",
+        "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
+        "GEN_DEFAULT_STEPS": "2",
+    }
+
+
+@pytest.fixture
+def start_app(tmp_path: Path, model_env: dict[str, str]) -> Iterator[Callable[..., AppServer]]:
+    """Starts app processes on this test's share; each gets a fresh local download cache,
+    as a new container revision would."""
+    started: list[AppServer] = []
+
+    def start(**env: str) -> AppServer:
+        n = len(started)
+        cache = {"DOWNLOAD_CACHE_DIR": str(tmp_path / f"cache-{n}")}
+        app = AppServer({**model_env, **cache, **env}, tmp_path / f"app-{n}.log").start()
+        started.append(app)
+        return app
+
+    yield start
+    for app in started:
+        app.stop()

@@ -3,6 +3,7 @@
 from django.http import HttpRequest
 from ninja import Router
 
+from config.auth import token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
@@ -30,7 +31,9 @@ def version(request: HttpRequest):
     return ok({"version": app_version()})
 
 
-@router.post("/todo", response={201: TodoEnvelope, **ERRORS}, summary="Create a todo")
+@router.post(
+    "/todo", auth=token_required(), response={201: TodoEnvelope, **ERRORS}, summary="Create a todo"
+)
 def todo_create(request: HttpRequest, payload: TodoBody):
     todo = services.todo_create(title=payload.todo.title, description=payload.todo.description)
     return 201, ok(todo.to_output())
@@ -51,7 +54,12 @@ def todo_get(request: HttpRequest, todo_id: str):
     return ok(selectors.todo_get(todo_id=todo_id).to_output())
 
 
-@router.put("/todo/{todo_id}", response={202: TodoEnvelope, **ERRORS}, summary="Update a todo")
+@router.put(
+    "/todo/{todo_id}",
+    auth=token_required(),
+    response={202: TodoEnvelope, **ERRORS},
+    summary="Update a todo",
+)
 def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
     todo = services.todo_update(
         todo_id=todo_id, title=payload.todo.title, description=payload.todo.description
@@ -59,7 +67,12 @@ def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
     return 202, ok(todo.to_output())
 
 
-@router.delete("/todo/{todo_id}", response={202: TodoEnvelope, **ERRORS}, summary="Delete a todo")
+@router.delete(
+    "/todo/{todo_id}",
+    auth=token_required(),
+    response={202: TodoEnvelope, **ERRORS},
+    summary="Delete a todo",
+)
 def todo_delete(request: HttpRequest, todo_id: str):
     return 202, ok(services.todo_delete(todo_id=todo_id).to_output())
 
@@ -69,12 +82,22 @@ def todo_list(request: HttpRequest):
     return ok([todo.to_output() for todo in selectors.todo_list()])
 
 
-@router.patch("/todos", response={201: TodoListEnvelope, **ERRORS}, summary="Insert todos")
+@router.patch(
+    "/todos",
+    auth=token_required(),
+    response={201: TodoListEnvelope, **ERRORS},
+    summary="Insert todos",
+)
 def todos_insert(request: HttpRequest, payload: TodoBatchBody):
     todos = services.todos_insert_batch(items=[(t.title, t.description) for t in payload.todos])
     return 201, ok([todo.to_output() for todo in todos])
 
 
-@router.delete("/todos", response={202: DeletedCountEnvelope, **ERRORS}, summary="Delete all")
+@router.delete(
+    "/todos",
+    auth=token_required(),
+    response={202: DeletedCountEnvelope, **ERRORS},
+    summary="Delete all",
+)
 def todos_delete_all(request: HttpRequest):
     return 202, ok({"deletedCount": services.todos_delete_all()})

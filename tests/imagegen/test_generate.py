@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.imagegen.conftest import SD_REPO, pull_until_ready
 from tests.support.local_hub import LocalHub
+from tests.support.model_service import SD_REPO, pull_until_ready
 from tests.support.processes import AppServer
 
 

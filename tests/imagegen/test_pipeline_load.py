@@ -5,7 +5,7 @@ import torch
 from diffusers import DiffusionPipeline
 
 from imagegen.pipeline import load_pipeline
-from tests.imagegen.conftest import SD_REPO
+from tests.support.model_service import SD_REPO
 
 
 def test_loads_fp32_on_cpu_with_slicing_and_tiling_and_never_offloads(hub_root, monkeypatch):

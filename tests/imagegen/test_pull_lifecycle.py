@@ -7,7 +7,7 @@ from pathlib import Path
 
 import requests
 
-from tests.imagegen.conftest import SD_REPO, pull_until_ready, wait_for_state
+from tests.support.model_service import SD_REPO, pull_until_ready, wait_for_state
 
 WANTED = {
     "model_index.json",

@@ -2,7 +2,7 @@
 
 import requests
 
-from tests.imagegen.conftest import SDXL_REPO, pull_until_ready
+from tests.support.model_service import SDXL_REPO, pull_until_ready
 
 
 def test_tiny_sdxl_cold_pull_then_generate(start_app, share):

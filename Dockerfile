@@ -1,0 +1,37 @@
+# The service image: CPU-only, non-root, the application started by default.
+#   docker build --build-arg TORCH_INDEX_URL=<the PyTorch CPU wheel index> -t imagegen .
+# (the CPU index keeps the CUDA libraries out of the image; see README, "Container image")
+FROM python:3.11-slim-bookworm
+
+ARG TORCH_INDEX_URL
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    BIND=0.0.0.0:8000 \
+    GUNICORN_THREADS=8 \
+    MODEL_DIR=/models \
+    DOWNLOAD_CACHE_DIR=/tmp/download-cache \
+    HF_HOME=/tmp/hf-home \
+    DATA_DIR=/tmp/data
+
+WORKDIR /app
+COPY requirements/base.txt requirements/base.txt
+RUN test -n "$TORCH_INDEX_URL" \
+    && pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0 \
+    && pip install -r requirements/base.txt
+
+COPY pyproject.toml manage.py ./
+COPY config/ config/
+COPY todos/ todos/
+COPY imagegen/ imagegen/
+
+RUN useradd --create-home --uid 10001 app \
+    && mkdir -p /models \
+    && chown app:app /models
+USER 10001:10001
+
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+CMD ["gunicorn", "--config", "python:config.gunicorn"]

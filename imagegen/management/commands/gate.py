@@ -1,0 +1,70 @@
+"""manage.py gate: the post-deployment gate (see imagegen.gate for the steps)."""
+
+import os
+import sys
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from imagegen.gate import ExitCode, GateFailure, GateTimings, run_gate
+from imagegen.service_client import ServiceClient
+
+EPILOG = """exit codes: 0 ready; 10 a placeholder answers instead of the application (command
+overridden); 11 /health did not succeed in time; 12 POST /model/pull was refused; 13 the model
+failed (or /model/status answered an error); 14 not ready within --timeout; 15 the az step
+failed"""
+
+
+class Command(BaseCommand):
+    help = (
+        "Post-deployment gate: checks that the application (not a placeholder) answers, waits "
+        "for /health, POSTs /model/pull and polls /model/status until the model is ready."
+    )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.epilog = EPILOG
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--base-url", required=True, help="the service, e.g. https://app.example"
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=1800,
+            help="seconds for the model to become ready after the pull (default 1800)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--interval", type=float, default=10, help="seconds between status polls (default 10)"
+        )
+        parser.add_argument(
+            "--health-timeout", type=float, default=300,
+            help="seconds for /health to succeed (default 300)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--token", default=os.environ.get("API_TOKEN"),
+            help="bearer token for the pull (default: $API_TOKEN)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--container-app", help="Azure Container App name: remove a command override first"
+        )
+        parser.add_argument("--resource-group", help="its resource group (with --container-app)")
+
+    def handle(self, *args, **options) -> None:
+        def say(line: str) -> None:
+            self.stdout.write(f"gate: {line}")
+            self.stdout.flush()
+
+        client = ServiceClient(options["base_url"], token=options["token"])
+        timings = GateTimings(options["timeout"], options["interval"], options["health_timeout"])
+        try:
+            if options["container_app"]:
+                if not options["resource_group"]:
+                    raise GateFailure(ExitCode.PLATFORM, "--container-app needs --resource-group")
+                from imagegen.container_platform import ensure_image_command
+
+                ensure_image_command(options["container_app"], options["resource_group"], say)
+            run_gate(client, timings, say)
+        except GateFailure as failure:
+            self.stderr.write(f"gate: FAILED: {failure}")
+            sys.exit(failure.code)
+        say("passed")

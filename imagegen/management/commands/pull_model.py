@@ -1,0 +1,99 @@
+"""manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull,
+without loading the model; --check verifies a download already on the share."""
+
+import sys
+import threading
+import time
+
+from django.core.management.base import BaseCommand, CommandParser
+from tqdm import tqdm
+
+from imagegen import hub, share
+from imagegen.loader import describe, source_from_settings
+
+LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
+
+
+class Command(BaseCommand):
+    help = (
+        "Download the configured model (MODEL_ID, MODEL_REVISION, MODEL_VARIANT) to MODEL_DIR "
+        "without loading it. Skips the download when a complete copy is already there."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="verify the download on the share instead (sizes, and the hub's hashes); "
+            "exits 1 naming every broken file",
+        )
+        parser.add_argument(
+            "--force", action="store_true", help="download again even when the share is complete"
+        )
+
+    def handle(self, *args, **options) -> None:
+        source = source_from_settings()
+        if options["check"]:
+            self.verify(source)
+            return
+        manifest = source.complete_manifest()
+        if manifest is not None and not options["force"]:
+            self.stdout.write(
+                f"{source.model_id}@{manifest.commit[:12]} is complete on the share "
+                f"({manifest.total_bytes} bytes in {source.path}); nothing to download"
+            )
+            return
+        progress = hub.DownloadProgress()
+        outcome: dict = {}
+
+        def download() -> None:
+            try:
+                outcome["manifest"] = hub.download_to_share(source, progress)
+            except Exception as exc:
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=download, daemon=True)
+        worker.start()
+        self.follow(worker, progress)
+        if "error" in outcome:
+            self.stderr.write(f"pull_model: FAILED: {describe(outcome['error'])}")
+            sys.exit(1)
+        manifest = outcome["manifest"]
+        self.stdout.write(
+            f"{source.model_id}@{manifest.commit[:12]}: {len(manifest.files)} files, "
+            f"{manifest.total_bytes} bytes in {source.path}"
+        )
+
+    def follow(self, worker: threading.Thread, progress: hub.DownloadProgress) -> None:
+        """A progress bar on a terminal; a plain line every LOG_EVERY seconds otherwise."""
+        if self.stdout.isatty():
+            with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc="download") as bar:
+                while worker.is_alive():
+                    worker.join(0.5)
+                    bar.total = progress.bytes_total or None
+                    bar.update(progress.bytes_done - bar.n)
+            return
+        started = time.monotonic()
+        while worker.is_alive():
+            worker.join(LOG_EVERY)
+            if worker.is_alive():
+                rate = progress.bytes_done / max(time.monotonic() - started, 1e-6)
+                self.stdout.write(
+                    f"download: {progress.bytes_done}/{progress.bytes_total} bytes, "
+                    f"{rate / 1e6:.1f} MB/s"
+                )
+
+    def verify(self, source: hub.ModelSource) -> None:
+        manifest = share.read_manifest(source.path)
+        if manifest is None:
+            self.stderr.write(f"check: no complete download in {source.path} (no manifest)")
+            sys.exit(1)
+        broken = share.broken_files(source.path, manifest)
+        if broken:
+            for line in broken:
+                self.stderr.write(f"check: broken: {line}")
+            sys.exit(1)
+        self.stdout.write(
+            f"check: {len(manifest.files)} files of {source.model_id}@{manifest.commit[:12]} "
+            "match the hub's sizes and hashes"
+        )

@@ -1,0 +1,65 @@
+"""API_TOKEN: writes and compute need the bearer token; probes and reads stay open."""
+
+import pytest
+import requests
+
+from scripts.embedded_mongo import EmbeddedMongo
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def app(start_app, mongo: EmbeddedMongo):
+    return start_app(API_TOKEN=TOKEN, MONGODB_URI=mongo.uri())
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize("headers", [{}, bearer("wrong"), {"Authorization": TOKEN}])
+def test_pull_and_generate_need_the_token(app, headers):
+    for path, data in [("/model/pull", None), ("/generate", {"prompt": "x"})]:
+        response = requests.post(app.url(path), data=data, headers=headers)
+        assert response.status_code == 401
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+        assert "Bearer" in response.json()["error"]["message"]
+    assert requests.get(app.url("/model/status")).json()["state"] == "not_started"
+
+
+def test_probes_and_status_stay_open(app):
+    assert requests.get(app.url("/health")).status_code == 200
+    assert requests.get(app.url("/model/status")).status_code == 200
+
+
+def test_the_right_token_is_accepted(app):
+    response = requests.post(app.url("/model/pull"), headers=bearer(TOKEN))
+    assert response.status_code == 202
+
+
+def test_todo_writes_need_the_token_and_answer_in_the_envelope(app):
+    todo = {"todo": {"title": "guarded"}}
+    refused = requests.post(app.url("/todo"), json=todo)
+    assert refused.status_code == 401
+    assert refused.json()["data"] is None and "Bearer" in refused.json()["error"]["message"]
+    for method, path in [
+        ("PATCH", "/todos"),
+        ("DELETE", "/todos"),
+        ("DELETE", "/todo/" + "0" * 24),
+    ]:
+        assert (
+            requests.request(method, app.url(path), json={"todos": [todo["todo"]]}).status_code
+            == 401
+        )
+    assert requests.get(app.url("/todos")).status_code == 200
+
+    created = requests.post(app.url("/todo"), json=todo, headers=bearer(TOKEN))
+    assert created.status_code == 201
+    todo_id = created.json()["data"]["id"]
+    assert requests.get(app.url(f"/todo/{todo_id}")).status_code == 200
+    assert requests.delete(app.url(f"/todo/{todo_id}"), headers=bearer(TOKEN)).status_code == 202
+
+
+def test_an_open_service_warns_in_its_log(start_app):
+    app = start_app()
+    assert "API_TOKEN is not set" in app.log_path.read_text()

@@ -1,0 +1,86 @@
+"""The container image and the deployment spec: the application starts by default, with the
+same command outside Docker (no Docker engine runs here), and the platform settings hold."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import requests
+import yaml
+
+from tests.support.processes import ROOT, free_port, wait_for_http
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def dockerfile_cmd() -> list[str]:
+    return json.loads(re.search(r"^CMD (\[.*\])$", DOCKERFILE, re.M).group(1))
+
+
+def dockerfile_env() -> dict[str, str]:
+    block = re.search(r"^ENV ((?:.*\\\n)*.*)$", DOCKERFILE, re.M).group(1)
+    pairs = re.findall(r"(\w+)=(\S+)", block.replace("\\\n", " "))
+    return dict(pairs)
+
+
+def test_the_default_command_is_the_application_under_gunicorn():
+    assert dockerfile_cmd() == ["gunicorn", "--config", "python:config.gunicorn"]
+    assert "ENTRYPOINT" not in DOCKERFILE
+    assert re.search(r"^USER \d+:\d+$", DOCKERFILE, re.M)  # not root
+    assert "HEALTHCHECK" in DOCKERFILE and "/health" in DOCKERFILE
+
+
+def test_the_image_command_serves_health_outside_docker(tmp_path: Path):
+    port = free_port()
+    env = {
+        **os.environ,
+        **dockerfile_env(),
+        "BIND": f"127.0.0.1:{port}",
+        "MODEL_DIR": str(tmp_path / "models"),
+        "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache"),
+        "DATA_DIR": str(tmp_path / "data"),
+        "HF_HOME": str(tmp_path / "hf"),
+        "SECRET_KEY": "image-test",
+        "DEVICE": "cpu",
+    }
+    command = dockerfile_cmd()
+    bin_dir = Path(os.sys.executable).parent
+    server = subprocess.Popen([str(bin_dir / command[0]), *command[1:]], cwd=ROOT, env=env)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", 60, server)
+        health = requests.get(f"http://127.0.0.1:{port}/health").json()
+        assert health["status"] == "healthy" and health["device"] == "cpu"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_the_dockerignore_keeps_data_venvs_and_tests_out():
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".data", ".venv", "tests"} <= ignored
+
+
+def test_the_container_app_spec_matches_the_seeds_limits_and_rules():
+    spec = yaml.safe_load((ROOT / "deploy" / "containerapp.yaml").read_text())
+    properties = spec["properties"]
+    container = properties["template"]["containers"][0]
+    assert "command" not in container and "args" not in container  # the image's own command
+    assert container["resources"] == {"cpu": 4, "memory": "16Gi"}
+    assert properties["workloadProfileName"] == "d4"
+
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    (mount,) = container["volumeMounts"]
+    assert env["MODEL_DIR"] == mount["mountPath"]
+    (volume,) = properties["template"]["volumes"]
+    assert volume["storageType"] == "AzureFile" and volume["name"] == mount["volumeName"]
+    assert "nobrl" in volume["mountOptions"].split(",")
+
+    probes = {p["type"]: p for p in container["probes"]}
+    assert set(probes) == {"Startup", "Liveness", "Readiness"}
+    for probe in probes.values():
+        assert probe["httpGet"] == {"path": "/health", "port": 8000}
+    startup = probes["Startup"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # boot, not the load
+    assert properties["template"]["scale"]["maxReplicas"] == 1  # state is per process

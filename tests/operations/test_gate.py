@@ -1,0 +1,152 @@
+"""manage.py gate against real processes: the app under gunicorn, a placeholder http.server,
+a closed port, a failing hub and a slow download; each ends with its own exit code."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.commands import manage
+from tests.support.processes import free_port, wait_for_http
+
+FAST = ["--interval", "0.2", "--health-timeout", "20", "--timeout", "60"]
+
+
+def gate(base_url: str, *extra: str, env: dict[str, str] | None = None):
+    return manage("gate", "--base-url", base_url, *FAST, *extra, env=env)
+
+
+def test_cold_then_warm_deployment_passes(start_app, hub):
+    cold = gate(start_app().base_url)
+    assert cold.returncode == 0, cold.stderr
+    lines = cold.stdout.splitlines()
+    assert lines[0].startswith("gate: health: ok")
+    assert lines[1].startswith("gate: pull: accepted (202)")
+    assert any("downloading" in line or "loading" in line for line in lines)
+    assert "gate: status: ready on cpu" in cold.stdout
+    assert lines[-1] == "gate: passed"
+
+    hub.reset_log()  # a new revision: a new process on the warm share
+    warm = gate(start_app().base_url)
+    assert warm.returncode == 0, warm.stderr
+    assert "downloading" not in warm.stdout
+    assert hub.file_gets() == []
+
+
+@pytest.fixture
+def placeholder(tmp_path):
+    """The seed's placeholder: a static file server where the application should be."""
+    port = free_port()
+    (tmp_path / "index.html").write_text("<h1>placeholder</h1>")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_for_http(url + "/", 10, server)
+    yield url
+    server.terminate()
+    server.wait()
+
+
+def test_a_placeholder_file_server_fails_at_step_a(placeholder):
+    started = time.monotonic()
+    result = gate(placeholder)
+    assert result.returncode == 10
+    assert "container command was overridden" in result.stderr
+    assert "image's own command" in result.stderr
+    assert time.monotonic() - started < 10
+
+
+def test_nothing_listening_is_a_health_timeout():
+    result = manage(
+        "gate", "--base-url", f"http://127.0.0.1:{free_port()}", "--health-timeout", "2"
+    )
+    assert result.returncode == 11
+    assert "/health did not succeed within 2s" in result.stderr
+
+
+def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
+    hub.fail_status = 500
+    app = start_app()
+    started = time.monotonic()
+    result = gate(app.base_url, "--timeout", "600")
+    assert result.returncode == 13
+    assert "the model failed" in result.stderr and "500" in result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_a_load_slower_than_the_timeout_is_a_ready_timeout(start_app, hub):
+    hub.throttle_bytes_per_sec = 100_000
+    result = gate(start_app().base_url, "--timeout", "2")
+    assert result.returncode == 14
+    assert "not ready within 2s (last state: downloading)" in result.stderr
+
+
+def test_a_refused_pull_is_its_own_failure(start_app):
+    app = start_app(API_TOKEN="right-token")
+    result = gate(app.base_url, "--token", "wrong-token")
+    assert result.returncode == 12
+    assert "POST /model/pull answered 401" in result.stderr
+    assert gate(app.base_url, "--token", "right-token").returncode == 0
+
+
+FAKE_AZ = """#!{python}
+# A stand-in for the Azure CLI (the Azure control plane cannot exist here): answers
+# `containerapp show` from a file and records every call.
+import json, pathlib, sys
+state = pathlib.Path({state!r})
+with open(state / "calls.log", "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1:3] == ["containerapp", "show"]:
+    print((state / "app.json").read_text())
+elif sys.argv[1:3] == ["containerapp", "update"]:
+    spec = sys.argv[sys.argv.index("--yaml") + 1]
+    (state / "applied.json").write_text(pathlib.Path(spec).read_text())
+"""
+
+
+def fake_az(tmp_path, command):
+    bin_dir, state = tmp_path / "bin", tmp_path / "az-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    container = {"name": "imagegen", "image": "registry.example/imagegen:1"}
+    if command:
+        container["command"] = command
+    spec = {"name": "imagegen", "properties": {"template": {"containers": [container]}}}
+    (state / "app.json").write_text(__import__("json").dumps(spec))
+    az = bin_dir / "az"
+    az.write_text(FAKE_AZ.format(python=sys.executable, state=str(state)))
+    az.chmod(0o755)
+    return bin_dir, state
+
+
+def test_fake_az_control_plane_command_override_is_removed(start_app, tmp_path):
+    import json
+    import os
+
+    bin_dir, state = fake_az(tmp_path, ["python", "-m", "http.server", "8000"])
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    platform = ["--container-app", "imagegen", "--resource-group", "rg"]
+    result = gate(start_app().base_url, *platform, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "overrides the command" in result.stdout
+    applied = json.loads((state / "applied.json").read_text())
+    container = applied["properties"]["template"]["containers"][0]
+    assert "command" not in container and container["image"] == "registry.example/imagegen:1"
+    calls = (state / "calls.log").read_text().splitlines()
+    assert calls[0] == "containerapp show --name imagegen --resource-group rg --output json"
+    assert calls[1].startswith("containerapp update --name imagegen --resource-group rg --yaml")
+
+
+def test_fake_az_control_plane_without_override_changes_nothing(start_app, tmp_path):
+    import os
+
+    bin_dir, state = fake_az(tmp_path, None)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    platform = ["--container-app", "imagegen", "--resource-group", "rg"]
+    result = gate(start_app().base_url, *platform, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "runs the image's own command" in result.stdout
+    assert not (state / "applied.json").exists()
