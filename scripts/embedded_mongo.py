@@ -18,8 +18,13 @@ class EmbeddedMongoError(RuntimeError):
 
 
 class EmbeddedMongo:
-    def __init__(self, data_dir: Path, *, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, data_dir: Path, *, port: int, host: str = "127.0.0.1", standalone: bool = False
+    ) -> None:
+        """standalone: advertise a standalone server (no transactions), as a plain mongod
+        does, instead of SecantusDB's default single-node replica set."""
         self.data_dir = Path(data_dir)
+        self.standalone = standalone
         self.host = host
         self.port = port
         self.process: subprocess.Popen | None = None
@@ -34,7 +39,8 @@ class EmbeddedMongo:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "secantus", "--host", self.host, "--port", str(self.port),
-             "--storage-path", str(self.data_dir), "--log-level", "WARNING"],
+             "--storage-path", str(self.data_dir), "--log-level", "WARNING",
+             *(["--standalone"] if self.standalone else [])],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

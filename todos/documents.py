@@ -1,10 +1,10 @@
 """How a todo is stored.
 
-A todo inserted by a batch stays *pending* (it carries `pendingBatch`) until the whole batch
-is in; readers see only committed todos, so a batch is all-or-nothing to every client. The
-unique index on `title` covers pending todos too, so a batch reserves its titles while it
-runs. If the process dies mid-batch, the TTL index removes the leftovers at
-`pendingExpiresAt`.
+On a server without transactions (a standalone mongod), a todo inserted by a batch stays
+*pending* (it carries `pendingBatch`) until the whole batch is in; readers see only committed
+todos. The unique index on `title` covers pending todos too, so a batch reserves its titles
+while it runs. If the process dies mid-batch, the TTL index removes the leftovers at
+`pendingExpiresAt`. (Replica sets use a transaction instead: see todos.services.)
 """
 
 from mongoengine import DateTimeField, Document, QuerySet, StringField

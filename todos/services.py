@@ -6,12 +6,15 @@ from collections import Counter
 from datetime import timedelta
 
 from mongoengine.errors import BulkWriteError, NotUniqueError
+from pymongo.errors import BulkWriteError as PyMongoBulkWriteError
+from pymongo.errors import DuplicateKeyError
 
 from todos.clock import utc_now
 from todos.documents import Todo
 from todos.errors import TitleTaken, TodoNotFound
 from todos.indexes import ensure_todo_indexes
 from todos.selectors import object_id
+from todos.transactions import transactions_supported
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +69,52 @@ def todos_insert_batch(*, items: list[tuple[str, str | None]]) -> list[Todo]:
     if repeated:
         raise TitleTaken(repeated[0])
     ensure_todo_indexes()
-
-    batch = uuid.uuid4().hex
     now = utc_now()
     todos = [
-        Todo(
-            title=title,
-            description=description,
-            created_at=now,
-            updated_at=None,
-            pending_batch=batch,
-            pending_expires_at=now + PENDING_BATCH_TTL,
-        )
+        Todo(title=title, description=description, created_at=now, updated_at=None)
         for title, description in items
     ]
+    titles = [title for title, _ in items]
+    if transactions_supported():
+        _insert_in_transaction(todos, titles)
+    else:
+        _insert_pending_then_commit(todos, titles, now)
+    return todos
+
+
+def _insert_in_transaction(todos: list[Todo], titles: list[str]) -> None:
+    """Replica sets: one transaction, invisible to readers until it commits."""
+    documents = [todo.to_mongo().to_dict() for todo in todos]
+    collection = Todo._get_collection()
+    try:
+        with collection.database.client.start_session() as session:
+            session.with_transaction(
+                lambda s: collection.insert_many(documents, ordered=True, session=s)
+            )
+    except PyMongoBulkWriteError as error:
+        if not _is_duplicate(error):
+            raise
+        raise TitleTaken(_taken_title(titles)) from None
+    except DuplicateKeyError:
+        raise TitleTaken(_taken_title(titles)) from None
+    for todo, document in zip(todos, documents, strict=True):
+        todo.id = document["_id"]
+
+
+def _insert_pending_then_commit(todos: list[Todo], titles: list[str], now) -> None:
+    """Standalone servers have no transactions: the todos go in pending (invisible, see
+    todos.documents) and are then committed together; on a conflict they are removed."""
+    batch = uuid.uuid4().hex
+    for todo in todos:
+        todo.pending_batch = batch
+        todo.pending_expires_at = now + PENDING_BATCH_TTL
     try:
         Todo.objects.insert(todos, load_bulk=False)
-    except (NotUniqueError, BulkWriteError):
+    except (NotUniqueError, BulkWriteError) as error:
         _discard_batch(batch)
-        raise TitleTaken(_taken_title([t for t, _ in items], batch)) from None
+        if isinstance(error, BulkWriteError) and "E11000" not in str(error):
+            raise
+        raise TitleTaken(_taken_title(titles)) from None
     except BaseException:
         _discard_batch(batch)
         raise
@@ -93,7 +123,10 @@ def todos_insert_batch(*, items: list[tuple[str, str | None]]) -> list[Todo]:
     )
     for todo in todos:
         todo.pending_batch = todo.pending_expires_at = None
-    return todos
+
+
+def _is_duplicate(error: PyMongoBulkWriteError) -> bool:
+    return any(e.get("code") == 11000 for e in error.details.get("writeErrors", []))
 
 
 def _discard_batch(batch: str) -> None:
@@ -103,7 +136,7 @@ def _discard_batch(batch: str) -> None:
         log.exception("could not discard pending batch %s", batch)
 
 
-def _taken_title(titles: list[str], batch: str) -> str | None:
+def _taken_title(titles: list[str]) -> str | None:
     """Names a title that blocked the batch, for the error message."""
-    taken = Todo.objects.filter(title__in=titles, pending_batch__ne=batch).only("title").first()
+    taken = Todo.objects.committed().filter(title__in=titles).only("title").first()
     return taken.title if taken else None

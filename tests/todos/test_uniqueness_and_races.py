@@ -3,7 +3,24 @@
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
+
+from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.processes import AppServer, free_port
+
+
+@pytest.fixture(scope="module", params=["replica set", "standalone"])
+def app(request, tmp_path_factory):
+    """Both ways a batch stays whole: a transaction on a replica set, pending-then-commit on a
+    standalone server (which has no transactions)."""
+    work = tmp_path_factory.mktemp("races")
+    standalone = request.param == "standalone"
+    with (
+        EmbeddedMongo(work / "mongo", port=free_port(), standalone=standalone) as mongo,
+        AppServer({"MONGODB_URI": mongo.uri()}, work / "app.log") as server,
+    ):
+        yield server
 
 
 def conflict(response) -> None:
