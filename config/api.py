@@ -3,6 +3,7 @@
 import logging
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -85,6 +86,11 @@ def on_database_unreachable(request: HttpRequest, exc: ConnectionFailure) -> Htt
     return error_response(
         request, 503, "The database is unreachable; try again shortly", retry_after=5
     )
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(request, 413, "The request body is too large")
 
 
 @api.exception_handler(Exception)

@@ -1,6 +1,7 @@
 """Cross-cutting response concerns: the version header and error shapes for unmatched routes."""
 
 from collections.abc import Callable
+from http import HTTPStatus
 
 from django.http import HttpRequest, HttpResponse
 
@@ -22,23 +23,25 @@ class AppVersionHeaderMiddleware:
 
 
 class ErrorShapeMiddleware:
-    """Gives 404/405 answers that no view wrote (Django's resolver, Ninja's method check)
-    the error shape of the service that owns the path."""
+    """Gives error answers that no view of ours wrote (Django's resolver and host check,
+    Ninja's method check, Django's own 500 page) the error shape of the service that owns
+    the path, so a client never has to parse HTML."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if response.status_code not in (404, 405):
+        status = response.status_code
+        if status < 400 or response.get("Content-Type", "").startswith("application/json"):
             return response
-        if response.get("Content-Type", "").startswith("application/json"):
-            return response
-        if response.status_code == 404:
+        if status == 404:
             return error_response(request, 404, NOT_FOUND)
-        allowed = ", ".join(sorted(m.strip() for m in response.get("Allow", "").split(",")))
-        shaped = error_response(
-            request, 405, f"Method {request.method} is not allowed here; allowed: {allowed}"
-        )
-        shaped["Allow"] = allowed
-        return shaped
+        if status == 405:
+            allowed = ", ".join(sorted(m.strip() for m in response.get("Allow", "").split(",")))
+            shaped = error_response(
+                request, 405, f"Method {request.method} is not allowed here; allowed: {allowed}"
+            )
+            shaped["Allow"] = allowed
+            return shaped
+        return error_response(request, status, HTTPStatus(status).phrase)

@@ -50,6 +50,9 @@ TEMPLATES = [
     }
 ]
 
+# A full todo batch (1000 items of 40 + 1000 characters) JSON-escaped is about 13 MB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
+
 # Todos live in MongoDB (see todos/); nothing here needs Django's SQL database.
 DATABASES: dict = {}
 
@@ -102,6 +105,13 @@ GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 2, minimum=0)
 # How long a /generate waits for its turn, and for a model load already under way.
 GEN_QUEUE_TIMEOUT = env_int("GEN_QUEUE_TIMEOUT", 600, minimum=1)
 GEN_LOAD_TIMEOUT = env_int("GEN_LOAD_TIMEOUT", 300, minimum=1)
+
+if not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
+    raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")
+if not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:
+    raise ImproperlyConfigured("GEN_DEFAULT_GUIDANCE must be between 0 and GEN_MAX_GUIDANCE")
+if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
+    raise ImproperlyConfigured("GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8, min <= max")
 
 LOGGING = {
     "version": 1,

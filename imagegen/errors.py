@@ -14,6 +14,12 @@ class ModelLoading(ServiceError):
     retry_after = 30
 
 
+class ModelDownloading(ServiceError):
+    status = 503
+    message = "The model is still downloading; try again when /model/status says ready"
+    retry_after = 60
+
+
 class ModelFailed(ServiceError):
     status = 503
 

@@ -71,7 +71,7 @@ class ImageGenerator:
         try:
             pipe = self.loader.pipeline(self.load_timeout)
             if not self._turn.acquire(timeout=self.queue_timeout):
-                raise QueueFull()
+                raise QueueFull("No turn came within GEN_QUEUE_TIMEOUT; try again later")
             try:
                 return self._run(pipe, request)
             finally:
@@ -88,10 +88,10 @@ class ImageGenerator:
         guidance = request.guidance if request.guidance is not None else self.default_guidance
         # force_cpu on an accelerator host: this one generation runs on the CPU.
         device = "cpu" if request.force_cpu else self.loader.device
-        if device != self.loader.device:
-            pipe.to(device)
         started = time.perf_counter()
         try:
+            if device != self.loader.device:
+                pipe.to(device)
             with torch.inference_mode():
                 image = pipe(
                     prompt=request.prompt,

@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -149,11 +148,7 @@ def _model_file(entry: RepoFile) -> ModelFile:
     return ModelFile(path=entry.path, size=entry.size, sha256=sha256, blob_id=entry.blob_id)
 
 
-def download_to_share(
-    source: ModelSource,
-    progress: DownloadProgress,
-    on_file: Callable[[str], None] | None = None,
-) -> Manifest:
+def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manifest:
     api = HfApi(endpoint=source.endpoint, token=source.token)
     commit = api.model_info(source.model_id, revision=source.revision).sha
     entries = api.list_repo_tree(source.model_id, revision=commit, recursive=True)
@@ -184,12 +179,14 @@ def download_to_share(
     def fetch_and_place(f: ModelFile) -> None:
         share.place_file(fetch(f.path), path, f.path)
         progress.file_done(f.size)
-        if on_file is not None:
-            on_file(f.path)
 
-    with ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download") as pool:
+    pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
+    try:
         for future in [pool.submit(fetch_and_place, f) for f in files]:
             future.result()
+    finally:
+        # On a failure, files not started yet are not fetched in vain.
+        pool.shutdown(wait=True, cancel_futures=True)
 
     manifest = share.write_manifest(
         path,

@@ -17,9 +17,9 @@ from typing import Any
 
 from django.conf import settings
 
-from imagegen import hub
+from imagegen import hub, share
 from imagegen.device import compute_device
-from imagegen.errors import ModelFailed, ModelLoading, ModelNotPulled
+from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.pipeline import load_pipeline
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,6 @@ class ModelLoader:
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
 
-    @property
-    def state(self) -> State:
-        return self._state
-
     def status(self) -> dict[str, Any]:
         manifest = self.source.complete_manifest()
         with self._lock:
@@ -72,25 +68,36 @@ class ModelLoader:
 
     def pull(self) -> bool:
         """Starts the pull job unless one runs; False when the model is already ready."""
+        if self._state is State.READY:
+            return False
+        on_share = self.source.complete_manifest() is not None
         with self._lock:
             if self._state is State.READY:
                 return False
             if not self._job_running():
-                self._start_job()
+                self._start_job(on_share)
             return True
 
     def pipeline(self, timeout: float) -> Any:
-        """The loaded pipeline, loading it from the share first if this process has not."""
+        """The loaded pipeline, loading it from the share first if this process has not.
+
+        Waits for a load under way (bounded); a download under way is refused at once, as
+        it takes minutes."""
+        if self._state is State.READY:
+            return self._pipeline
         on_share = self.source.complete_manifest() is not None
         with self._lock:
             if self._state is State.READY:
                 return self._pipeline
-            if self._state is State.FAILED:
+            if self._job_running():
+                if self._state is State.DOWNLOADING:
+                    raise ModelDownloading()
+            elif self._state is State.FAILED:
                 raise ModelFailed(self._error)
-            if not self._job_running():
-                if not on_share:
-                    raise ModelNotPulled()
-                self._start_job()
+            elif not on_share:
+                raise ModelNotPulled()
+            else:
+                self._start_job(on_share)
             job_done = self._job_done
         if not job_done.wait(timeout):
             raise ModelLoading()
@@ -99,17 +106,13 @@ class ModelLoader:
                 return self._pipeline
             raise ModelFailed(self._error)
 
-    def wait(self, timeout: float | None = None) -> State:
-        """Waits for the running job, if any; for operators' commands and tests."""
-        job_done = self._job_done
-        if job_done is not None:
-            job_done.wait(timeout)
-        return self._state
-
     def _job_running(self) -> bool:
         return self._job_done is not None and not self._job_done.is_set()
 
-    def _start_job(self) -> None:
+    def _start_job(self, on_share: bool) -> None:
+        """Called with the lock held; the state moves at once, so no answer after this one
+        reports the previous job's outcome."""
+        self._state = State.LOADING if on_share else State.DOWNLOADING
         self._error = None
         self._progress = hub.DownloadProgress()
         self._job_done = threading.Event()
@@ -133,6 +136,8 @@ class ModelLoader:
             if manifest is None:
                 self._set_state(State.DOWNLOADING)
                 manifest = hub.download_to_share(self.source, progress)
+            else:
+                share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)
             pipe = load_pipeline(
                 self.source.path, variant=manifest.load_variant, device=self.device
@@ -165,4 +170,5 @@ def source_from_settings() -> hub.ModelSource:
 
 @cache
 def get_loader() -> ModelLoader:
+    """The process's loader; first made in ImagegenConfig.ready(), before any request thread."""
     return ModelLoader(source_from_settings(), compute_device())

@@ -42,6 +42,9 @@ class EmbeddedMongo:
              "--storage-path", str(self.data_dir), "--log-level", "WARNING",
              *(["--standalone"] if self.standalone else [])],
             stdout=log, stderr=subprocess.STDOUT,
+            # Its own session: a Ctrl-C in the terminal reaches the launcher, which stops the
+            # database after the service, not the database first.
+            start_new_session=True,
         )  # fmt: skip
         log.close()
         self._wait_until_answering(timeout)

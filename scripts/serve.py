@@ -33,28 +33,35 @@ def main() -> int:
     env.setdefault("SECRET_KEY", secret_key(data_dir))
 
     database = None
-    if not env.get("MONGODB_URI"):
-        port = int(env.get("EMBEDDED_DB_PORT", "27117"))
-        database = EmbeddedMongo(data_dir / "mongo", port=port)
-        try:
-            database.start()
-        except EmbeddedMongoError as exc:
-            print(f"serve: {exc}", file=sys.stderr)
-            return 1
-        env["MONGODB_URI"] = database.uri()
-        print(f"serve: embedded database on port {port}, data in {database.data_dir}", flush=True)
+    server: subprocess.Popen | None = None
+    stopping = False
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if server is not None:
+            server.send_signal(signum)
 
-    def forward(signum: int, _frame: object) -> None:
-        server.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # Installed before anything starts, so a stop during start-up still cleans up.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
+        if not env.get("MONGODB_URI"):
+            port = int(env.get("EMBEDDED_DB_PORT", "27117"))
+            database = EmbeddedMongo(data_dir / "mongo", port=port)
+            try:
+                database.start()
+            except EmbeddedMongoError as exc:
+                print(f"serve: {exc}", file=sys.stderr)
+                return 1
+            env["MONGODB_URI"] = database.uri()
+            print(f"serve: embedded database on port {port}, data in {database.data_dir}")
+        if stopping:
+            return 0
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
         return server.wait()
     finally:
         if database is not None:

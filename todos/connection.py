@@ -25,5 +25,7 @@ def connect_database() -> None:
         tz_aware=True,
         serverSelectionTimeoutMS=timeout,
         connectTimeoutMS=timeout,
+        # A hung server (a failover, a half-open connection) must not hold a thread forever.
+        socketTimeoutMS=timeout * 5,
         uuidRepresentation="standard",
     )

@@ -108,6 +108,10 @@ def test_concurrent_pulls_share_one_download(start_app, hub):
     assert set(codes) <= {200, 202}
     assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
     assert fetched(hub) == sorted(WANTED)
+    # One job: the revision was resolved once (a second job would ask again, even if the
+    # hub client's cache spared it the file bodies).
+    resolved = [p for m, p in hub.requests if p == f"/api/models/{SD_REPO}/revision/main"]
+    assert len(resolved) == 1
 
 
 def test_a_download_killed_midway_is_never_complete_and_the_next_pull_repairs_it(
@@ -148,7 +152,10 @@ def test_failed_on_hub_error_then_a_new_pull_recovers(start_app, hub):
     assert status["error"] in generate.json()["error"]["message"]
 
     hub.fail_status = None
-    pull_until_ready(app)
+    retry = requests.post(app.url("/model/pull"))
+    assert retry.status_code == 202
+    assert retry.json()["state"] == "downloading" and retry.json()["error"] is None
+    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
     assert requests.get(app.url("/model/status")).json()["error"] is None
 
 
@@ -161,3 +168,16 @@ def test_pull_works_when_every_lock_on_the_share_fails_and_leaves_no_lock_file(
     pull_until_ready(app)
     assert lock_log.read_text().splitlines() == ["active"]  # the trap was set, never sprung
     assert not [p for p in share.rglob("*") if "lock" in p.name.lower()]
+
+
+def test_generate_during_a_download_is_refused_at_once_with_retry_after(start_app, hub):
+    hub.throttle_bytes_per_sec = 200_000
+    app = start_app()
+    requests.post(app.url("/model/pull"))
+    assert wait_for_state(app, {"downloading"})["state"] == "downloading"
+    started = time.monotonic()
+    response = requests.post(app.url("/generate"), data={"prompt": "too early"})
+    assert response.status_code == 503
+    assert "downloading" in response.json()["error"]["message"]
+    assert int(response.headers["Retry-After"]) > 0
+    assert time.monotonic() - started < 2

@@ -96,3 +96,26 @@ def test_batch_of_exactly_1000_is_accepted(app, http):
     response = http.patch(app.url("/todos"), json={"todos": todos})
     assert response.status_code == 201
     assert [t["title"] for t in response.json()["data"]] == [t["title"] for t in todos]
+
+
+def test_the_largest_valid_batch_fits_the_body_limit(app, http):
+    todos = [{"title": f"{i:04d}" + "é" * 36, "description": "ü" * 1000} for i in range(1000)]
+    response = http.patch(app.url("/todos"), json={"todos": todos})  # ~12 MB, JSON-escaped
+    assert response.status_code == 201, response.text[:300]
+    assert len(response.json()["data"]) == 1000
+
+
+def test_a_body_over_the_limit_is_413_in_the_envelope(app, http):
+    response = http.post(
+        app.url("/todo"),
+        data=b'{"todo": {"title": "' + b"x" * (17 * 1024 * 1024) + b'"}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 413
+    assert response.json() == {"data": None, "error": {"message": "The request body is too large"}}
+
+
+def test_a_disallowed_host_is_answered_in_the_envelope(app, http):
+    response = http.get(app.url("/todos"), headers={"Host": "evil.example"})
+    assert response.status_code == 400
+    assert response.json() == {"data": None, "error": {"message": "Bad Request"}}
