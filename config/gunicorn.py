@@ -8,7 +8,9 @@ import os
 
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 workers = 1
-threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+# Enough that synchronous generations waiting in the queue (GEN_QUEUE_MAX) leave threads
+# for /health and the other routes.
+threads = int(os.environ.get("GUNICORN_THREADS", "16"))
 worker_class = "gthread"
 # A synchronous generation on a CPU can take minutes; the worker must not be killed for it.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "900"))

@@ -101,10 +101,16 @@ GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0)
 GEN_MIN_SIDE = env_int("GEN_MIN_SIDE", 64, minimum=8)
 GEN_MAX_SIDE = env_int("GEN_MAX_SIDE", 2048, minimum=8)
 # Generations run one at a time; this many more may wait, the rest get 503 + Retry-After.
-GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 2, minimum=0)
-# How long a /generate waits for its turn, and for a model load already under way.
+GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 8, minimum=0)
+# How long a synchronous /generate waits for its image (its job is cancelled after that),
+# and how long a job waits for a model load already under way.
 GEN_QUEUE_TIMEOUT = env_int("GEN_QUEUE_TIMEOUT", 600, minimum=1)
 GEN_LOAD_TIMEOUT = env_int("GEN_LOAD_TIMEOUT", 300, minimum=1)
+
+# Generated images and their records (on Azure: a folder on the share).
+OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))
+# Finished jobs remembered by the process (GET /jobs); their images stay in OUTPUT_DIR.
+JOBS_KEEP = env_int("JOBS_KEEP", 200, minimum=1)
 
 if not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")

@@ -6,7 +6,7 @@ class ImagegenConfig(AppConfig):
 
     def ready(self) -> None:
         from imagegen.device import compute_device
-        from imagegen.generation import get_generator
+        from imagegen.jobs import get_jobs
 
         compute_device()  # resolved once at start, so /health never waits on it
-        get_generator()  # the process's loader and generator exist before any request thread
+        get_jobs()  # the process's loader and job queue exist before any request thread

@@ -31,3 +31,32 @@ class QueueFull(ServiceError):
     status = 503
     message = "Too many generations are waiting; try again later"
     retry_after = 60
+
+
+class JobNotFound(ServiceError):
+    status = 404
+    message = "No such job (jobs are kept while this process runs)"
+
+
+class JobFinished(ServiceError):
+    status = 409
+
+    def __init__(self, state: str) -> None:
+        super().__init__(f"The job has already {state}; there is nothing to cancel")
+
+
+class JobCancelled(ServiceError):
+    status = 409
+    message = "The job was cancelled"
+
+
+class JobFailed(ServiceError):
+    status = 500
+
+    def __init__(self, error: str | None) -> None:
+        super().__init__(f"The generation failed: {error}")
+
+
+class ImageNotFound(ServiceError):
+    status = 404
+    message = "No such image"

@@ -46,6 +46,7 @@ class ModelLoader:
         self._state = State.NOT_STARTED
         self._error: str | None = None
         self._pipeline: Any = None
+        self.loaded_commit: str | None = None
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
 
@@ -78,17 +79,15 @@ class ModelLoader:
                 self._start_job(on_share)
             return True
 
-    def pipeline(self, timeout: float) -> Any:
-        """The loaded pipeline, loading it from the share first if this process has not.
-
-        Waits for a load under way (bounded); a download under way is refused at once, as
-        it takes minutes."""
+    def require_loadable(self) -> threading.Event | None:
+        """Refuses at once what cannot become ready soon, and starts loading from the share
+        if this process has not; returns the event of the load under way, if any."""
         if self._state is State.READY:
-            return self._pipeline
+            return None
         on_share = self.source.complete_manifest() is not None
         with self._lock:
             if self._state is State.READY:
-                return self._pipeline
+                return None
             if self._job_running():
                 if self._state is State.DOWNLOADING:
                     raise ModelDownloading()
@@ -98,8 +97,13 @@ class ModelLoader:
                 raise ModelNotPulled()
             else:
                 self._start_job(on_share)
-            job_done = self._job_done
-        if not job_done.wait(timeout):
+            return self._job_done
+
+    def pipeline(self, timeout: float) -> Any:
+        """The loaded pipeline, waiting (bounded) for a load under way; a download under way
+        is refused at once, as it takes minutes."""
+        job_done = self.require_loadable()
+        if job_done is not None and not job_done.wait(timeout):
             raise ModelLoading()
         with self._lock:
             if self._state is State.READY:
@@ -144,6 +148,7 @@ class ModelLoader:
             )
             with self._lock:
                 self._pipeline = pipe
+                self.loaded_commit = manifest.commit
                 self._state = State.READY
             log.info("model %s: ready", self.source.model_id)
         except Exception as exc:

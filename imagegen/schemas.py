@@ -124,3 +124,62 @@ class ImageError(Schema):
 
 class ImageErrorBody(Schema):
     error: ImageError
+
+
+class GenerationParametersOut(Schema):
+    prompt: str
+    negative_prompt: str | None
+    steps: int
+    guidance: float
+    width: int
+    height: int
+    seed: int
+    scheduler: str
+    model_id: str
+    revision: str | None
+
+
+class ImageRecordOut(Schema):
+    id: str
+    created_at: str
+    parameters: GenerationParametersOut
+    device: str
+    timings: dict[str, float]
+
+
+class ImagePage(Schema):
+    items: list[ImageRecordOut]
+    next: str | None = Field(description="the next page, newest first; null on the last")
+
+
+class JobRequestOut(Schema):
+    prompt: str
+    negative_prompt: str | None
+    steps: int
+    guidance: float
+    size: tuple[int, int] | None = Field(description="null: the model's native size")
+    seed: int
+    force_cpu: bool
+
+
+class JobProgress(Schema):
+    step: int
+    steps: int = Field(description="0 until the job starts denoising")
+    fraction: float
+    elapsed_seconds: float | None
+    eta_seconds: float | None
+
+
+class JobOut(Schema):
+    id: str
+    state: str = Field(description="queued, running, succeeded, failed or cancelled")
+    position: int | None = Field(description="1 = runs next; null unless queued")
+    phase: str
+    progress: JobProgress
+    parameters: JobRequestOut
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    error: str | None
+    image: ImageRecordOut | None
+    image_url: str | None

@@ -6,15 +6,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
 
 from config.errors import ServiceError
-from imagegen.generation import get_generator
+from imagegen.jobs import JobState, get_jobs
 from imagegen.schemas import GenerateForm
 
 
 class Command(BaseCommand):
     help = (
         "Generate one PNG in this process with the model on the share (the same bounds and "
-        "defaults as POST /generate). Loads the model first: about 48 s for SDXL on the "
-        "reference host."
+        "defaults as POST /generate; the image is also stored in OUTPUT_DIR). Loads the model "
+        "first: about 48 s for SDXL on the reference host."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -36,13 +36,19 @@ class Command(BaseCommand):
             request = GenerateForm.model_validate(fields).to_request()
         except ValidationError as error:
             raise CommandError(str(error)) from None
+        jobs = get_jobs()
         try:
-            result = get_generator().generate(request)
+            job = jobs.submit(request)
         except ServiceError as error:
             raise CommandError(error.message) from None
-        options["out"].write_bytes(result.png)
+        job.done.wait()
+        if job.state is not JobState.SUCCEEDED:
+            raise CommandError(f"the generation {job.state.value}: {job.error}")
+        record = job.image
+        options["out"].write_bytes(jobs.store.png_path(record.id).read_bytes())
+        p = record.parameters
         self.stdout.write(
-            f"{options['out']}: {result.width}x{result.height}, seed {result.seed}, "
-            f"{result.steps} steps, guidance {result.guidance:g}, {result.device}, "
-            f"{result.seconds:.1f}s"
+            f"{options['out']}: {p.width}x{p.height}, seed {p.seed}, {p.steps} steps, "
+            f"guidance {p.guidance:g}, {record.device}, "
+            f"{record.timings['generation_seconds']:.1f}s (image {record.id})"
         )

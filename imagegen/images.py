@@ -1,0 +1,146 @@
+"""Stored generated images: a PNG and a JSON record per image, in OUTPUT_DIR.
+
+Both are written under temporary names and renamed, the PNG first and the record last: a
+record exists only beside its complete image, and a crash leaves at most an orphan PNG that
+is never listed. Ids sort by creation time, so the newest-first listing reads only the
+records of the page it returns.
+
+The PNG carries the generation parameters in its text chunks (`parameters`, in the form the
+popular UIs read, and `imagegen` as JSON); only parameters, never ids or timings, so the same
+request and seed give the same PNG bytes.
+"""
+
+import io
+import json
+import os
+import re
+import secrets
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, PngImagePlugin
+
+_ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
+
+
+@dataclass(frozen=True)
+class GenerationParameters:
+    """What produced an image: enough to produce it again."""
+
+    prompt: str
+    negative_prompt: str | None
+    steps: int
+    guidance: float
+    width: int
+    height: int
+    seed: int
+    scheduler: str
+    model_id: str
+    revision: str | None
+
+    def a1111_text(self) -> str:
+        lines = [self.prompt]
+        if self.negative_prompt:
+            lines.append(f"Negative prompt: {self.negative_prompt}")
+        lines.append(
+            f"Steps: {self.steps}, Sampler: {self.scheduler}, CFG scale: {self.guidance:g}, "
+            f"Seed: {self.seed}, Size: {self.width}x{self.height}, Model: {self.model_id}"
+            + (f", Model hash: {self.revision[:10]}" if self.revision else "")
+        )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    id: str
+    created_at: str
+    parameters: GenerationParameters
+    device: str
+    timings: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "ImageRecord":
+        return cls(**{**raw, "parameters": GenerationParameters(**raw["parameters"])})
+
+
+def new_image_id(now: datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%S%f") + "Z-" + secrets.token_hex(3)
+
+
+def is_image_id(value: str) -> bool:
+    return bool(_ID.match(value))
+
+
+def png_bytes(image: Image.Image, parameters: GenerationParameters) -> bytes:
+    info = PngImagePlugin.PngInfo()
+    info.add_text("parameters", parameters.a1111_text())
+    info.add_text("imagegen", json.dumps(asdict(parameters), sort_keys=True))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=info)
+    return buffer.getvalue()
+
+
+class ImageStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def save(
+        self, png: bytes, parameters: GenerationParameters, *, device: str, timings: dict
+    ) -> ImageRecord:
+        now = datetime.now(UTC)
+        record = ImageRecord(
+            id=new_image_id(now),
+            created_at=now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            parameters=parameters,
+            device=device,
+            timings={key: round(value, 3) for key, value in timings.items()},
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._write(self.png_path(record.id), png)
+        self._write(self._record_path(record.id), json.dumps(record.to_dict(), indent=2).encode())
+        return record
+
+    def get(self, image_id: str) -> ImageRecord | None:
+        if not is_image_id(image_id):
+            return None
+        try:
+            return ImageRecord.from_dict(json.loads(self._record_path(image_id).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def png_path(self, image_id: str) -> Path:
+        return self.root / f"{image_id}.png"
+
+    def page(self, *, limit: int, before: str | None = None) -> list[ImageRecord]:
+        """Newest first; `before` is the id the previous page ended with."""
+        if not self.root.is_dir():
+            return []
+        ids = sorted((p.name[: -len(".json")] for p in self.root.glob("*.json")), reverse=True)
+        if before is not None:
+            ids = [i for i in ids if i < before]
+        records = []
+        for image_id in ids:
+            record = self.get(image_id)
+            if record is not None:
+                records.append(record)
+            if len(records) == limit:
+                break
+        return records
+
+    def _record_path(self, image_id: str) -> Path:
+        return self.root / f"{image_id}.json"
+
+    @staticmethod
+    def _write(target: Path, data: bytes) -> None:
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)

@@ -1,0 +1,284 @@
+"""Generation jobs: every generation, synchronous or not, is a job in one bounded queue.
+
+One worker thread runs the jobs in order, one at a time (a second generation would only
+halve the speed of both and double the memory). A synchronous POST /generate submits a job
+and waits for it; an asynchronous one answers 202 at once and the client polls
+GET /jobs/<id>. Progress comes from the pipeline's step-end callback. Cancelling a queued job
+takes it out of the queue; cancelling the running one stops it at the end of the current
+denoising step.
+
+Jobs live as long as the process, like the model's state; the images they produce are
+stored (imagegen.images) and outlive it.
+"""
+
+import gc
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+from config.errors import ServiceError
+from imagegen.errors import JobFinished, QueueFull
+from imagegen.generation import Cancelled, GenerationRequest, render, resolve, with_defaults
+from imagegen.images import ImageRecord, ImageStore, png_bytes
+from imagegen.loader import ModelLoader, describe
+
+log = logging.getLogger(__name__)
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return (
+        None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+@dataclass
+class Job:
+    request: GenerationRequest
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    state: JobState = JobState.QUEUED
+    phase: str = "waiting for its turn"
+    created_at: datetime = field(default_factory=_now)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    step: int = 0
+    steps: int = 0
+    denoise_started: float | None = None
+    error: str | None = None
+    failure: ServiceError | None = None
+    image: ImageRecord | None = None
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def progress(self) -> dict[str, Any]:
+        elapsed = None
+        if self.started_at is not None:
+            end = self.finished_at or _now()
+            elapsed = round((end - self.started_at).total_seconds(), 3)
+        eta = None
+        if self.state is JobState.RUNNING and self.step and self.denoise_started is not None:
+            per_step = (time.monotonic() - self.denoise_started) / self.step
+            eta = round(per_step * (self.steps - self.step), 3)
+        fraction = self.step / self.steps if self.steps else 0.0
+        return {
+            "step": self.step,
+            "steps": self.steps,
+            "fraction": round(fraction, 4),
+            "elapsed_seconds": elapsed,
+            "eta_seconds": eta,
+        }
+
+    def to_dict(self, position: int | None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "position": position,
+            "phase": self.phase,
+            "progress": self.progress(),
+            "parameters": asdict(self.request),
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "error": self.error,
+            "image": self.image.to_dict() if self.image else None,
+            "image_url": f"/images/{self.image.id}.png" if self.image else None,
+        }
+
+
+class JobQueue:
+    def __init__(
+        self,
+        loader: ModelLoader,
+        store: ImageStore,
+        *,
+        queue_max: int,
+        load_timeout: float,
+        keep: int,
+        default_steps: int,
+        default_guidance: float,
+    ) -> None:
+        self.loader = loader
+        self.default_steps = default_steps
+        self.default_guidance = default_guidance
+        self.store = store
+        self.queue_max = queue_max
+        self.load_timeout = load_timeout
+        self.keep = keep
+        self._lock = threading.Condition()
+        self._queued: deque[Job] = deque()
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._running: Job | None = None
+        self._worker: threading.Thread | None = None
+
+    # -- what the routes call -----------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> Job:
+        """Queues a generation, or refuses it at once (model not pulled, queue full)."""
+        self.loader.require_loadable()  # 409/503 now rather than a failed job later
+        request = with_defaults(
+            request, default_steps=self.default_steps, default_guidance=self.default_guidance
+        )
+        job = Job(request=request)
+        with self._lock:
+            if len(self._queued) >= self.queue_max:
+                raise QueueFull()
+            self._queued.append(job)
+            self._jobs[job.id] = job
+            self._forget_old_jobs()
+            self._start_worker()
+            self._lock.notify()
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def recent(self, limit: int) -> list[Job]:
+        with self._lock:
+            return list(reversed(self._jobs.values()))[:limit]
+
+    def position(self, job: Job) -> int | None:
+        """1 for the next job to run; None unless queued."""
+        with self._lock:
+            try:
+                return self._queued.index(job) + 1
+            except ValueError:
+                return None
+
+    def cancel(self, job_id: str) -> Job | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            if job.state in FINISHED:
+                raise JobFinished(job.state.value)
+            if job.state is JobState.QUEUED:
+                self._queued.remove(job)
+                self._finish(job, JobState.CANCELLED, phase="cancelled before it ran")
+            else:
+                job.cancel_requested.set()
+        return job
+
+    # -- the worker -----------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name="generation", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queued:
+                    self._lock.wait()
+                job = self._queued.popleft()
+                job.state, job.started_at = JobState.RUNNING, _now()
+                self._running = job
+            try:
+                self._run(job)
+            except Exception:  # the worker must outlive any one job
+                log.exception("job %s crashed the worker loop", job.id)
+            finally:
+                gc.collect()  # a cancelled or failed run's tensors go now, not later
+
+    def _run(self, job: Job) -> None:
+        started = time.monotonic()
+        try:
+            job.phase = "loading the model"
+            pipe = self.loader.pipeline(self.load_timeout)
+            if job.cancel_requested.is_set():
+                raise Cancelled()
+            model_wait = time.monotonic() - started
+            parameters = resolve(
+                pipe,
+                job.request,
+                model_id=self.loader.source.model_id,
+                revision=self.loader.loaded_commit,
+            )
+            job.steps = parameters.steps
+            job.phase = "denoising"
+            job.denoise_started = time.monotonic()
+
+            def on_step(done_steps: int, total: int) -> None:
+                job.step, job.steps = done_steps, total
+                if done_steps == total:
+                    job.phase = "decoding"
+                if job.cancel_requested.is_set():
+                    raise Cancelled()
+
+            device = "cpu" if job.request.force_cpu else self.loader.device
+            image = render(
+                pipe, parameters, device=device, home=self.loader.device, on_step=on_step
+            )
+            generation = time.monotonic() - job.denoise_started
+            job.phase = "saving"
+            timings = {
+                "queued_seconds": (job.started_at - job.created_at).total_seconds(),
+                "model_wait_seconds": model_wait,
+                "generation_seconds": generation,
+            }
+            job.image = self.store.save(
+                png_bytes(image, parameters), parameters, device=device, timings=timings
+            )
+            self._finish(job, JobState.SUCCEEDED, phase="done")
+        except Cancelled:
+            self._finish(job, JobState.CANCELLED, phase="cancelled while running")
+        except ServiceError as error:
+            job.failure = error
+            self._finish(job, JobState.FAILED, phase="failed", error=error.message)
+        except Exception as error:
+            log.exception("job %s failed", job.id)
+            self._finish(job, JobState.FAILED, phase="failed", error=describe(error))
+
+    def _finish(self, job: Job, state: JobState, *, phase: str, error: str | None = None) -> None:
+        with self._lock:
+            job.state, job.phase, job.error = state, phase, error
+            job.finished_at = _now()
+            if self._running is job:
+                self._running = None
+        job.done.set()
+
+    def _forget_old_jobs(self) -> None:
+        """Keeps the `keep` newest finished jobs (unfinished ones are never forgotten)."""
+        finished = [j for j in self._jobs.values() if j.state in FINISHED]
+        for job in finished[: max(0, len(finished) - self.keep)]:
+            del self._jobs[job.id]
+
+
+@cache
+def get_jobs() -> JobQueue:
+    """The process's queue; first made in ImagegenConfig.ready(), before any request thread."""
+    from django.conf import settings
+
+    from imagegen.loader import get_loader
+
+    return JobQueue(
+        get_loader(),
+        ImageStore(settings.OUTPUT_DIR),
+        queue_max=settings.GEN_QUEUE_MAX,
+        load_timeout=settings.GEN_LOAD_TIMEOUT,
+        keep=settings.JOBS_KEEP,
+        default_steps=settings.GEN_DEFAULT_STEPS,
+        default_guidance=settings.GEN_DEFAULT_GUIDANCE,
+    )

@@ -1,0 +1,240 @@
+"""Asynchronous jobs end to end on the tiny pipeline: queue positions, real progress,
+cancelling the right job, overflow, and the stored image records."""
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from PIL import Image
+
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import SD_REPO, pull_until_ready
+from tests.support.processes import AppServer
+
+QUEUE_MAX = 3
+LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+
+
+@pytest.fixture(scope="module")
+def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    work = tmp_path_factory.mktemp("jobs")
+    with LocalHub(hub_root) as hub:
+        server = AppServer(
+            {
+                "MODEL_ID": SD_REPO,
+                "MODEL_DIR": str(work / "share"),
+                "DOWNLOAD_CACHE_DIR": str(work / "cache"),
+                "OUTPUT_DIR": str(work / "images"),
+                "HF_ENDPOINT": hub.url,
+                "DEVICE": "cpu",
+                "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
+                "GEN_DEFAULT_STEPS": "2",
+                "GEN_QUEUE_MAX": str(QUEUE_MAX),
+                "GEN_MAX_STEPS": "500",
+            },
+            work / "app.log",
+        ).start()
+        pull_until_ready(server)
+        yield server
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def idle_queue(app: AppServer) -> Iterator[None]:
+    """Each test starts and ends with no job queued or running."""
+    yield
+    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
+        if job["state"] in ("queued", "running"):
+            requests.delete(app.url(f"/jobs/{job['id']}"))
+    deadline = time.monotonic() + 30
+    while any(j["state"] == "running" for j in requests.get(app.url("/jobs")).json()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def submit(app: AppServer, **fields: str) -> dict:
+    started = time.monotonic()
+    response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
+    assert time.monotonic() - started < 2  # no request waits for a generation
+    assert response.status_code == 202, response.text
+    assert response.headers["Location"] == f"/jobs/{response.json()['id']}"
+    return response.json()
+
+
+def job(app: AppServer, job_id: str) -> dict:
+    response = requests.get(app.url(f"/jobs/{job_id}"))
+    assert response.status_code == 200
+    return response.json()
+
+
+def wait_until(app: AppServer, job_id: str, predicate, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while not predicate(current := job(app, job_id)):
+        assert time.monotonic() < deadline, current
+        time.sleep(0.02)
+    return current
+
+
+def finished(j: dict) -> bool:
+    return j["state"] in ("succeeded", "failed", "cancelled")
+
+
+def test_jobs_advance_through_positions_and_real_progress_to_succeeded(app):
+    jobs = [submit(app, prompt=f"job {i}", steps="25", size="64x64", seed=str(i)) for i in range(3)]
+    assert [j["parameters"]["seed"] for j in jobs] == [0, 1, 2]
+
+    history: dict[str, list[dict]] = {j["id"]: [] for j in jobs}
+    deadline = time.monotonic() + 120
+    while True:
+        for job_id, seen in history.items():
+            seen.append(job(app, job_id))
+        if all(finished(seen[-1]) for seen in history.values()):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    for seen in history.values():
+        states = [s["state"] for s in seen]
+        assert states[-1] == "succeeded"
+        order = ["queued", "running", "succeeded"]
+        assert [order.index(s) for s in states] == sorted(order.index(s) for s in states)
+        steps = [s["progress"]["step"] for s in seen]
+        assert steps == sorted(steps)
+        assert steps[-1] == seen[-1]["progress"]["steps"] >= 25  # PNDM adds warm-up steps
+        positions = [s["position"] for s in seen if s["state"] == "queued"]
+        assert positions == sorted(positions, reverse=True)
+        running = [s for s in seen if s["state"] == "running" and s["progress"]["step"] > 0]
+        assert all(s["progress"]["eta_seconds"] is not None for s in running)
+        assert all(0 < s["progress"]["fraction"] <= 1 for s in running)
+        final = seen[-1]
+        assert final["image_url"] == f"/images/{final['image']['id']}.png"
+        assert final["progress"]["fraction"] == 1.0
+    last = history[jobs[2]["id"]]
+    assert last[0]["position"] in (1, 2)  # behind the others when first seen
+
+
+def test_cancelling_a_queued_job_means_it_never_runs(app):
+    running = submit(app, **LONG)
+    queued = submit(app, prompt="never", seed="9")
+    assert job(app, queued["id"])["position"] == 1
+    cancelled = requests.delete(app.url(f"/jobs/{queued['id']}"))
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert job(app, running["id"])["state"] in ("queued", "running")  # only that job
+    requests.delete(app.url(f"/jobs/{running['id']}"))
+    final = wait_until(app, queued["id"], finished)
+    assert final["started_at"] is None and final["image"] is None
+
+
+def test_cancelling_the_running_job_stops_it_within_a_step_and_the_next_starts(app):
+    running = submit(app, **LONG)
+    after = submit(app, prompt="next", steps="3", size="64x64", seed="4")
+    wait_until(app, running["id"], lambda j: j["progress"]["step"] >= 2)
+    cancel = requests.post(app.url(f"/jobs/{running['id']}/cancel"))
+    assert cancel.status_code == 200
+    step_at_cancel = cancel.json()["progress"]["step"]
+    final = wait_until(app, running["id"], finished)
+    assert final["state"] == "cancelled"
+    assert final["progress"]["step"] <= step_at_cancel + 1
+    assert final["image"] is None
+    assert wait_until(app, after["id"], finished)["state"] == "succeeded"
+    again = requests.delete(app.url(f"/jobs/{running['id']}"))
+    assert again.status_code == 409 and "already cancelled" in again.json()["error"]["message"]
+
+
+def test_a_full_queue_refuses_with_retry_after(app):
+    jobs = [submit(app, **LONG)]
+    wait_until(app, jobs[0]["id"], lambda j: j["state"] == "running")
+    jobs += [submit(app, **LONG) for _ in range(QUEUE_MAX)]
+    refused = requests.post(app.url("/generate"), data={**LONG, "async": "true"})
+    assert refused.status_code == 503
+    assert int(refused.headers["Retry-After"]) > 0
+    assert "waiting" in refused.json()["error"]["message"]
+
+
+def test_async_by_header_and_query_and_same_png_as_synchronous(app):
+    fields = {"prompt": "a red kite", "seed": "77", "size": "64x64", "steps": "3"}
+    sync = requests.post(app.url("/generate"), data=fields)
+    assert sync.status_code == 200
+    by_header = requests.post(
+        app.url("/generate"), data=fields, headers={"Prefer": "respond-async"}
+    )
+    by_query = requests.post(app.url("/generate") + "?async=1", data=fields)
+    for response in (by_header, by_query):
+        assert response.status_code == 202
+        done = wait_until(app, response.json()["id"], finished)
+        png = requests.get(app.url(done["image_url"]))
+        assert png.headers["Content-Type"] == "image/png"
+        assert png.content == sync.content
+
+
+def test_records_match_their_request_and_pngs_carry_the_parameters(app):
+    fields = {
+        "prompt": "a quiet harbour",
+        "negative_prompt": "people",
+        "steps": "3",
+        "guidance": "4.5",
+        "size": "72x64",
+        "seed": "1234",
+    }
+    sync = requests.post(app.url("/generate"), data=fields)
+    image_id = sync.headers["X-Image-Id"]
+    record = requests.get(app.url(f"/images/{image_id}")).json()
+    assert record["id"] == image_id and record["device"] == "cpu"
+    assert record["parameters"] == {
+        "prompt": "a quiet harbour",
+        "negative_prompt": "people",
+        "steps": 3,
+        "guidance": 4.5,
+        "width": 72,
+        "height": 64,
+        "seed": 1234,
+        "scheduler": record["parameters"]["scheduler"],
+        "model_id": SD_REPO,
+        "revision": requests.get(app.url("/model/status")).json()["commit"],
+    }
+    assert record["parameters"]["scheduler"].endswith("Scheduler")
+    assert set(record["timings"]) == {"queued_seconds", "model_wait_seconds", "generation_seconds"}
+    assert record["created_at"].endswith("Z")
+
+    text = Image.open(io.BytesIO(sync.content)).text
+    assert text["parameters"].startswith("a quiet harbour\nNegative prompt: people\nSteps: 3,")
+    assert "CFG scale: 4.5, Seed: 1234, Size: 72x64" in text["parameters"]
+    assert json.loads(text["imagegen"]) == record["parameters"]
+
+
+def test_images_are_listed_newest_first_in_pages(app):
+    ids = [
+        requests.post(app.url("/generate"), data={"prompt": f"page {i}", "size": "64x64"}).headers[
+            "X-Image-Id"
+        ]
+        for i in range(3)
+    ]
+    first = requests.get(app.url("/images"), params={"limit": 2}).json()
+    assert [r["id"] for r in first["items"]] == ids[::-1][:2]
+    second = requests.get(app.url(first["next"])).json()
+    assert second["items"][0]["id"] == ids[0]
+    listed = requests.get(app.url("/jobs")).json()
+    assert listed[0]["image"]["id"] == ids[-1]  # newest job first
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/jobs/nope", "/jobs/0123456789abcdef", "/images/nope", "/images/nope.png",
+     "/images/20260101T000000000000Z-abcdef", "/images/..%2F..%2Fsecret.png"],
+)  # fmt: skip
+def test_unknown_ids_are_404_in_the_image_error_shape(app, path):
+    response = requests.get(app.url(path))
+    assert response.status_code == 404
+    assert set(response.json()) == {"error"} and response.json()["error"]["message"]
+
+
+def test_cancelling_an_unknown_job_is_404(app):
+    for response in (
+        requests.delete(app.url("/jobs/nope")),
+        requests.post(app.url("/jobs/nope/cancel")),
+    ):
+        assert response.status_code == 404
