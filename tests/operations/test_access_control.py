@@ -27,6 +27,12 @@ def test_pull_and_generate_need_the_token(app, headers):
     assert requests.get(app.url("/model/status")).json()["state"] == "not_started"
 
 
+@pytest.mark.parametrize("path", ["/jobs", "/jobs/abc", "/images", "/images/abc"])
+def test_jobs_and_images_need_the_token(app, path):
+    assert requests.get(app.url(path)).status_code == 401
+    assert requests.get(app.url(path), headers=bearer(TOKEN)).status_code in (200, 404)
+
+
 def test_probes_and_status_stay_open(app):
     assert requests.get(app.url("/health")).status_code == 200
     assert requests.get(app.url("/model/status")).status_code == 200
