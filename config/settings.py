@@ -94,6 +94,17 @@ DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
     raise ImproperlyConfigured(f"DEVICE must be auto, cpu or cuda, got {DEVICE!r}")
 
+# How the weights are loaded: "streaming" (tensor by tensor, peak memory near the fp32
+# size) or "diffusers" (its own loading: about 1.5x the fp32 size at the peak).
+MODEL_LOADER = env_str("MODEL_LOADER", "streaming")
+if MODEL_LOADER not in ("streaming", "diffusers"):
+    raise ImproperlyConfigured(f"MODEL_LOADER must be streaming or diffusers, got {MODEL_LOADER!r}")
+
+# torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.
+TORCH_THREADS = env_str("TORCH_THREADS", "auto")
+if TORCH_THREADS != "auto" and not TORCH_THREADS.isdigit():
+    raise ImproperlyConfigured(f"TORCH_THREADS must be auto or a number, got {TORCH_THREADS!r}")
+
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", 20, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
 GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", 7.0)

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from imagegen import hub, share
+from imagegen.cpu import torch_threads
 from imagegen.device import compute_device
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.pipeline import load_pipeline
@@ -39,9 +40,17 @@ def describe(exc: BaseException) -> str:
 
 
 class ModelLoader:
-    def __init__(self, source: hub.ModelSource, device: str) -> None:
+    def __init__(
+        self,
+        source: hub.ModelSource,
+        device: str,
+        threads: int | None = None,
+        streaming: bool = True,
+    ) -> None:
         self.source = source
         self.device = device
+        self.threads = threads
+        self.streaming = streaming
         self._lock = threading.Lock()
         self._state = State.NOT_STARTED
         self._error: str | None = None
@@ -144,7 +153,11 @@ class ModelLoader:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)
             pipe = load_pipeline(
-                self.source.path, variant=manifest.load_variant, device=self.device
+                self.source.path,
+                variant=manifest.load_variant,
+                device=self.device,
+                threads=self.threads,
+                streaming=self.streaming,
             )
             with self._lock:
                 self._pipeline = pipe
@@ -176,4 +189,9 @@ def source_from_settings() -> hub.ModelSource:
 @cache
 def get_loader() -> ModelLoader:
     """The process's loader; first made in ImagegenConfig.ready(), before any request thread."""
-    return ModelLoader(source_from_settings(), compute_device())
+    return ModelLoader(
+        source_from_settings(),
+        compute_device(),
+        threads=torch_threads(settings.TORCH_THREADS),
+        streaming=settings.MODEL_LOADER == "streaming",
+    )

@@ -11,12 +11,30 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def load_pipeline(path: Path, *, variant: str | None, device: str):
+def load_pipeline(
+    path: Path,
+    *,
+    variant: str | None,
+    device: str,
+    threads: int | None = None,
+    streaming: bool = True,
+):
+    """streaming: build the torch components with imagegen.weights (peak memory near the
+    fp32 size) instead of diffusers' own loading (1.5x); see LOADER in README."""
     import torch
     from diffusers import DiffusionPipeline
 
+    if threads is not None:
+        torch.set_num_threads(threads)  # see imagegen.cpu
+        log.info("torch uses %d CPU threads", threads)
+    components = {}
+    if streaming:
+        from imagegen.weights import streamed_components
+
+        components = streamed_components(path, variant=variant, dtype=torch.float32)
     pipe = DiffusionPipeline.from_pretrained(
         path,
+        **components,
         dtype=torch.float32,
         use_safetensors=True,
         local_files_only=True,

@@ -32,3 +32,20 @@ def test_the_offload_helper_really_fails_on_a_cpu_host(hub_root):
         pytest.skip("this host has an accelerator")
     with pytest.raises(RuntimeError, match="accelerator"):
         pipe.enable_model_cpu_offload()
+
+
+@pytest.mark.parametrize("repo", [SD_REPO, "testorg/tiny-sdxl"])
+def test_the_streaming_loader_builds_exactly_what_diffusers_builds(hub_root, repo):
+    streamed = load_pipeline(hub_root / repo, variant="fp16", device="cpu", streaming=True)
+    plain = load_pipeline(hub_root / repo, variant="fp16", device="cpu", streaming=False)
+    for name, component in plain.components.items():
+        if not isinstance(component, torch.nn.Module):
+            continue
+        ours, theirs = getattr(streamed, name).state_dict(), component.state_dict()
+        assert ours.keys() == theirs.keys(), name
+        for key, tensor in theirs.items():
+            assert ours[key].dtype == tensor.dtype and torch.equal(ours[key], tensor), key
+    image = {"prompt": "x", "num_inference_steps": 2, "output_type": "np"}
+    ours = streamed(**image, generator=torch.Generator().manual_seed(3)).images
+    theirs = plain(**image, generator=torch.Generator().manual_seed(3)).images
+    assert (ours == theirs).all()
