@@ -12,16 +12,19 @@ the same files (a full-size random-weight repo from bench/model_fixture.py, fp16
   root but is only advice; then warm), plus `safetensors.torch.load_file` + `.float()` of
   the same tensors (the fp16 -> fp32 cast that any fp32 load must do).
 
-Every load runs in a fresh child process that reports its own peak RSS (VmHWM), after the
-weight files were read once (page cache warm: what a warm revision sees on a local disk);
-rounds are interleaved (each round starts with the next variant) and the median is
-reported. Peak RSS is given as a ratio to the fp32 weight bytes (the issue's target:
-<= 1.15x). A first child touches 1.5x that memory once, because on a microVM the first
-touch of guest memory is far slower than reuse and would penalise whichever load ran first.
+Every load runs in a fresh child process that reports its own peak RSS (VmHWM, which also
+counts mmapped file pages) and peak anonymous memory (RssAnon, sampled every 5 ms), right
+after the weight files were read again (page cache warm whatever the previous load left:
+the service's streaming loader drops the pages it read). Rounds are interleaved (each
+round starts with the next variant) and the median is reported. Memory is given as a ratio
+to the fp32 weight bytes (the issue's target: peak RSS <= 1.15x). Before the loads, this
+process touches 1.5x that memory once, because on a microVM the first touch of guest
+memory is far slower than reuse and would penalise whichever load ran first
+(`--no-prime` skips it, to see that first-load cost).
 
     .venv/bin/python bench/load_bench.py                 # SD 1.5, 3 rounds, ~3 min on 2 cores
     .venv/bin/python bench/load_bench.py --quick         # 1 round
-    .venv/bin/python bench/load_bench.py --model sdxl    # SDXL (builds a ~7 GB cache first)
+    .venv/bin/python bench/load_bench.py --model sdxl    # SDXL: ~7 GB cache, ~21 GiB free RAM
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ from bench.model_fixture import (  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 LOADERS = ("cast", "plain", "service")  # child variants, in the order each round runs them
-READ_CHUNK = 16 * 1024 * 1024
 
 
 @dataclass
@@ -113,22 +115,7 @@ def child_cast(path: Path) -> dict[str, Any]:
     }
 
 
-def child_prime(path: Path) -> dict[str, Any]:
-    """Touches 1.5x the fp32 bytes once and exits, so the loads that follow do not pay for
-    memory the VM has never touched (first-touch faults are costly on a microVM)."""
-    import torch
-
-    started = time.perf_counter()
-    blocks = [torch.ones(256 * 2**20 // 4) for _ in range(int(1.5 * fp32_bytes(path)) >> 28)]
-    return {"seconds": time.perf_counter() - started, "touched_bytes": len(blocks) << 28}
-
-
-CHILDREN = {
-    "service": child_service,
-    "plain": child_plain,
-    "cast": child_cast,
-    "prime": child_prime,
-}
+CHILDREN = {"service": child_service, "plain": child_plain, "cast": child_cast}
 
 
 def import_libraries(model: str) -> None:
@@ -193,24 +180,11 @@ def resident_fraction(files: list[Path]) -> float | None:
     return resident / size if size else None
 
 
-def read_all(files: list[Path]) -> tuple[float, int]:
-    """(seconds, bytes) to read every byte of the files into one reused buffer."""
-    buffer = bytearray(READ_CHUNK)
-    view = memoryview(buffer)
-    total = 0
-    started = time.perf_counter()
-    for file in files:
-        with file.open("rb", buffering=0) as f:
-            while count := f.readinto(view):
-                total += count
-    return time.perf_counter() - started, total
-
-
 def measure_reads(files: list[Path]) -> tuple[Row, Row]:
     drop_from_page_cache(files)
     before = resident_fraction(files)
-    cold_seconds, total = read_all(files)
-    warm_seconds, _ = read_all(files)
+    cold_seconds, total = common.read_files(files)
+    warm_seconds, _ = common.read_files(files)
     cached = "unknown" if before is None else f"{before:.0%} cached before"
     cold = Row(
         "read cold-ish", f"first read after fadvise(DONTNEED), {cached}", cold_seconds,
@@ -239,17 +213,17 @@ def rotated(round_index: int) -> tuple[str, ...]:
     return LOADERS[shift:] + LOADERS[:shift]
 
 
-def measure_loaders(model: str, rounds: int, prime: bool, work: Path) -> dict[str, Row]:
+def measure_loaders(
+    model: str, rounds: int, prime: bool, files: list[Path], work: Path
+) -> dict[str, Row]:
     if prime:
-        primed = load_in_child("prime", model, work)
-        print(
-            f"  primed {primed['touched_bytes'] / GIB:.1f} GiB of memory in "
-            f"{primed['seconds']:.1f} s",
-            flush=True,
-        )
+        size = common.prime_size(int(1.5 * fp32_bytes(spec_for(model).path)))
+        seconds = common.prime_memory(size)
+        print(f"  primed {size / GIB:.1f} GiB of memory in {seconds:.1f} s", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in LOADERS}
     for round_index in range(rounds):
         for variant in rotated(round_index):
+            common.read_files(files)  # every load starts with the files in the page cache
             result = load_in_child(variant, model, work)
             runs[variant].append(result)
             print(
@@ -322,6 +296,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-prime", action="store_true", help="skip touching the memory before the loads"
     )
+    parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=1, metavar="VARIANT", help=argparse.SUPPRESS)
@@ -339,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
     files = weight_files(path)
     fp16 = sum(f.stat().st_size for f in files)
     fp32 = fp32_bytes(path)
+    common.check_memory(int(1.5 * fp32) + GIB, args.force)  # diffusers' load peaks ~1.45x
     print(
         f"model: {spec_for(args.model).repo_id} ({len(files)} weight files, "
         f"{fp16 / 1e9:.2f} GB fp16 on disk -> {fp32 / 1e9:.2f} GB = {fp32 / GIB:.2f} GiB "
@@ -357,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
             f"{cold.what}), warm {warm.seconds:.2f} s ({warm.detail['mb_s']:.0f} MB/s)",
             flush=True,
         )
-        loads = measure_loaders(args.model, args.rounds, not args.no_prime, work)
+        loads = measure_loaders(args.model, args.rounds, not args.no_prime, files, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cast = loads["cast"]

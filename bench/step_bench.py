@@ -13,11 +13,12 @@ size, steps, guidance, seed and torch thread count:
 Each variant runs in a fresh child process, called like the service calls it (under
 `torch.inference_mode()`, a seeded CPU generator). A `callback_on_step_end` stamps every
 step; the first step is a warm-up and excluded (it also pays for prompt encoding), the
-median of the others is reported, beside the whole call including the VAE decode.
+median of the others is reported, beside the whole call including the VAE decode. Memory
+is touched once before the children run (see bench.common.prime_memory).
 
     .venv/bin/python bench/step_bench.py                 # SD 1.5, 512x512, 3 steps (~5 min)
     .venv/bin/python bench/step_bench.py --quick         # SD 1.5, 256x256, 2 steps
-    .venv/bin/python bench/step_bench.py --model sdxl    # SDXL, 1024x1024, 3 steps (long)
+    .venv/bin/python bench/step_bench.py --model sdxl    # SDXL 1024x1024, 3 steps: long, ~23 GiB
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench import common  # noqa: E402
 from bench.common import GIB, fmt_ratio, median, ratio  # noqa: E402
-from bench.model_fixture import MODELS, ensure_model, scratch_dir, spec_for  # noqa: E402
+from bench.model_fixture import (  # noqa: E402
+    MODELS,
+    ensure_model,
+    fp32_bytes,
+    scratch_dir,
+    spec_for,
+    weight_files,
+)
 
 SCRIPT = Path(__file__).resolve()
 VARIANTS = ("service", "plain")
@@ -45,6 +53,7 @@ PROMPT = "a photo of an astronaut riding a horse on the sea at sunset, detailed"
 NEGATIVE = "blurry, low quality"
 SEED = 42
 DEFAULT_SIZE = {"sd15": 512, "sdxl": 1024}
+PRIME_FACTOR = 2.0  # memory touched before the children: weights plus room for activations
 # SD 1.5's PNDM (PLMS) runs steps + 1 UNet calls; SDXL's Euler runs one per step.
 DEFAULT_STEPS = {"sd15": 2, "sdxl": 3}
 
@@ -206,6 +215,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="torch threads (nproc)"
     )
+    parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=1, metavar="VARIANT", help=argparse.SUPPRESS)
@@ -229,9 +239,17 @@ def run(args: argparse.Namespace) -> int:
         f"{' | quick' if args.quick else ''}",
         flush=True,
     )
+    fp32 = fp32_bytes(spec_for(args.model).path)
+    common.check_memory(int(1.5 * fp32) + 2 * GIB, args.force)  # load peak + activations
+    primed = common.prime_size(int(PRIME_FACTOR * fp32))
+    seconds = common.prime_memory(primed)
+    print(f"  primed {primed / GIB:.1f} GiB of memory in {seconds:.1f} s", flush=True)
     work = scratch_dir("step-bench-")
     try:
-        rows = [measure(variant, args, work) for variant in VARIANTS]
+        rows = []
+        for variant in VARIANTS:
+            common.read_files(weight_files(spec_for(args.model).path))  # page cache warm
+            rows.append(measure(variant, args, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     service, plain = rows
