@@ -43,14 +43,25 @@ def read_safetensors(path: Path, dtype: torch.dtype):
         for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             begin, end = entry["data_offsets"]
             f.seek(base + begin)
-            raw = bytearray(end - begin)
-            f.readinto(raw)
             stored = DTYPES[entry["dtype"]]
-            tensor = torch.frombuffer(raw, dtype=stored) if raw else torch.empty(0, dtype=stored)
-            tensor = tensor.reshape(entry["shape"])
-            tensor = tensor.to(dtype) if stored in FLOATS else tensor.clone()
+            # torch.empty, not bytearray: no zero-filling under the GIL, and the pages are
+            # first touched by the read, which runs without it.
+            raw = torch.empty(end - begin, dtype=torch.uint8)
+            _read_exactly(f, memoryview(raw.numpy()))
+            tensor = raw.view(stored).reshape(entry["shape"])
+            tensor = tensor.to(dtype) if stored in FLOATS else tensor
             os.posix_fadvise(f.fileno(), base + begin, end - begin, os.POSIX_FADV_DONTNEED)
             yield name, tensor
+
+
+def _read_exactly(f, view: memoryview) -> None:
+    """A read may return less (network file systems, reads over 2 GiB): read until full."""
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            raise EOFError(f"{f.name}: the file ends before its header says")
+        done += got
 
 
 def weight_files(folder: Path, variant: str | None) -> list[Path]:
