@@ -21,7 +21,7 @@ from imagegen import hub, share
 from imagegen.cpu import torch_threads
 from imagegen.device import compute_device
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
-from imagegen.pipeline import load_pipeline
+from imagegen.pipeline import LoadOptions, load_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +41,11 @@ def describe(exc: BaseException) -> str:
 
 class ModelLoader:
     def __init__(
-        self,
-        source: hub.ModelSource,
-        device: str,
-        threads: int | None = None,
-        streaming: bool = True,
+        self, source: hub.ModelSource, device: str, options: LoadOptions | None = None
     ) -> None:
         self.source = source
         self.device = device
-        self.threads = threads
-        self.streaming = streaming
+        self.options = options or LoadOptions()
         self._lock = threading.Lock()
         self._state = State.NOT_STARTED
         self._error: str | None = None
@@ -156,8 +151,7 @@ class ModelLoader:
                 self.source.path,
                 variant=manifest.load_variant,
                 device=self.device,
-                threads=self.threads,
-                streaming=self.streaming,
+                options=self.options,
             )
             with self._lock:
                 self._pipeline = pipe
@@ -192,6 +186,9 @@ def get_loader() -> ModelLoader:
     return ModelLoader(
         source_from_settings(),
         compute_device(),
-        threads=torch_threads(settings.TORCH_THREADS),
-        streaming=settings.MODEL_LOADER == "streaming",
+        LoadOptions(
+            threads=torch_threads(settings.TORCH_THREADS),
+            streaming=settings.MODEL_LOADER == "streaming",
+            attention_slicing=settings.ATTENTION_SLICING,
+        ),
     )

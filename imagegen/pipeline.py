@@ -6,29 +6,32 @@ VAE slicing and tiling to fit memory. No accelerate offload helper: on a CPU-onl
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """The settings that change how (not what) the pipeline is built; see README."""
+
+    threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.cpu)
+    streaming: bool = True  # MODEL_LOADER=streaming: imagegen.weights, peak near fp32 size
+    attention_slicing: bool = True  # ATTENTION_SLICING: the seed's rule, on by default
+
+
 def load_pipeline(
-    path: Path,
-    *,
-    variant: str | None,
-    device: str,
-    threads: int | None = None,
-    streaming: bool = True,
+    path: Path, *, variant: str | None, device: str, options: LoadOptions = LoadOptions()
 ):
-    """streaming: build the torch components with imagegen.weights (peak memory near the
-    fp32 size) instead of diffusers' own loading (1.5x); see LOADER in README."""
     import torch
     from diffusers import DiffusionPipeline
 
-    if threads is not None:
-        torch.set_num_threads(threads)  # see imagegen.cpu
-        log.info("torch uses %d CPU threads", threads)
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+        log.info("torch uses %d CPU threads", options.threads)
     components = {}
-    if streaming:
+    if options.streaming:
         from imagegen.weights import streamed_components
 
         components = streamed_components(path, variant=variant, dtype=torch.float32)
@@ -41,7 +44,8 @@ def load_pipeline(
         variant=variant,
     )
     pipe.to(device)
-    pipe.enable_attention_slicing()
+    if options.attention_slicing:
+        pipe.enable_attention_slicing()
     pipe.vae.enable_slicing()
     pipe.vae.enable_tiling()
     pipe.set_progress_bar_config(disable=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline
 
-from imagegen.pipeline import load_pipeline
+from imagegen.pipeline import LoadOptions, load_pipeline
 from tests.support.model_service import SD_REPO
 
 
@@ -36,8 +36,12 @@ def test_the_offload_helper_really_fails_on_a_cpu_host(hub_root):
 
 @pytest.mark.parametrize("repo", [SD_REPO, "testorg/tiny-sdxl"])
 def test_the_streaming_loader_builds_exactly_what_diffusers_builds(hub_root, repo):
-    streamed = load_pipeline(hub_root / repo, variant="fp16", device="cpu", streaming=True)
-    plain = load_pipeline(hub_root / repo, variant="fp16", device="cpu", streaming=False)
+    streamed = load_pipeline(
+        hub_root / repo, variant="fp16", device="cpu", options=LoadOptions(streaming=True)
+    )
+    plain = load_pipeline(
+        hub_root / repo, variant="fp16", device="cpu", options=LoadOptions(streaming=False)
+    )
     for name, component in plain.components.items():
         if not isinstance(component, torch.nn.Module):
             continue
@@ -49,3 +53,15 @@ def test_the_streaming_loader_builds_exactly_what_diffusers_builds(hub_root, rep
     ours = streamed(**image, generator=torch.Generator().manual_seed(3)).images
     theirs = plain(**image, generator=torch.Generator().manual_seed(3)).images
     assert (ours == theirs).all()
+
+
+def test_attention_slicing_can_be_turned_off_and_vae_slicing_stays(hub_root):
+    pipe = load_pipeline(
+        hub_root / SD_REPO,
+        variant="fp16",
+        device="cpu",
+        options=LoadOptions(attention_slicing=False),
+    )
+    processors = {type(p).__name__ for p in pipe.unet.attn_processors.values()}
+    assert "SlicedAttnProcessor" not in processors
+    assert pipe.vae.use_slicing and pipe.vae.use_tiling
