@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Azure Container Apps: provision the infrastructure once, then deploy revisions and gate them.
-#   deploy/azure.sh provision     resource group, Files share, environment with a D4 profile
+#   deploy/azure.sh provision     resource group, registry, Files share, environment (D4 profile)
+#   deploy/azure.sh image TAG     build the image in the registry (no local Docker needed)
 #   deploy/azure.sh deploy        create or update the app from deploy/containerapp.yaml
 #   deploy/azure.sh gate          the post-deployment gate against the app's URL
 # Settings come from the environment; see README.md, "Deploying to Azure Container Apps".
@@ -12,10 +13,13 @@ APP_NAME="${APP_NAME:-imagegen}"
 ENVIRONMENT="${ENVIRONMENT:-imagegen-env}"
 STORAGE_ACCOUNT="${STORAGE_ACCOUNT:?set STORAGE_ACCOUNT (3-24 lowercase letters and digits)}"
 SHARE_NAME="${SHARE_NAME:-models}"
+REGISTRY="${REGISTRY:?set REGISTRY (the container registry name, 5-50 letters and digits)}"
 here="$(cd "$(dirname "$0")" && pwd)"
 
 provision() {
   az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
+  az acr create --name "$REGISTRY" --resource-group "$RESOURCE_GROUP" --location "$LOCATION" \
+    --sku Basic --admin-enabled true --output none
   # Premium FileStorage: SMB throughput for a 7 GB download and a 48 s warm load.
   az storage account create --name "$STORAGE_ACCOUNT" --resource-group "$RESOURCE_GROUP" \
     --location "$LOCATION" --sku Premium_LRS --kind FileStorage --output none
@@ -36,12 +40,23 @@ provision() {
     --access-mode ReadWrite --output none
 }
 
+image() {
+  local tag="${1:?usage: $0 image TAG}"
+  : "${TORCH_INDEX_URL:?set TORCH_INDEX_URL, the PyTorch CPU wheel index (README, Container image)}"
+  az acr build --registry "$REGISTRY" --image "imagegen:$tag" \
+    --build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL" "$here/.."
+}
+
 deploy() {
-  : "${IMAGE:?set IMAGE, the pushed image reference}"
+  : "${IMAGE:?set IMAGE, e.g. \$REGISTRY.azurecr.io/imagegen:TAG}"
   : "${SECRET_KEY:?set SECRET_KEY}"
   : "${API_TOKEN:?set API_TOKEN (the service is public)}"
   : "${MONGODB_URI:?set MONGODB_URI (the todo database)}"
   export LOCATION APP_NAME IMAGE SECRET_KEY API_TOKEN MONGODB_URI
+  REGISTRY_SERVER="$(az acr show --name "$REGISTRY" --query loginServer --output tsv)"
+  REGISTRY_USERNAME="$(az acr credential show --name "$REGISTRY" --query username --output tsv)"
+  REGISTRY_PASSWORD="$(az acr credential show --name "$REGISTRY" --query 'passwords[0].value' --output tsv)"
+  export REGISTRY_SERVER REGISTRY_USERNAME REGISTRY_PASSWORD
   export MODEL_ID="${MODEL_ID:-stabilityai/stable-diffusion-xl-base-1.0}"
   ENVIRONMENT_ID="$(az containerapp env show --name "$ENVIRONMENT" \
     --resource-group "$RESOURCE_GROUP" --query id --output tsv)"
@@ -68,7 +83,8 @@ gate() {
 
 case "${1:-}" in
   provision) provision ;;
+  image) shift; image "$@" ;;
   deploy) deploy ;;
   gate) shift; gate "$@" ;;
-  *) echo "usage: $0 provision|deploy|gate [gate options]" >&2; exit 2 ;;
+  *) echo "usage: $0 provision|image TAG|deploy|gate [gate options]" >&2; exit 2 ;;
 esac
