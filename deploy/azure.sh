@@ -64,8 +64,7 @@ deploy() {
   local spec
   spec="$(mktemp --suffix .yaml)"
   trap 'rm -f "$spec"' RETURN
-  python3 -c 'import os, string, sys; sys.stdout.write(string.Template(sys.stdin.read()).substitute(os.environ))' \
-    < "$here/containerapp.yaml" > "$spec"
+  "${PYTHON:-python3}" "$here/render.py" < "$here/containerapp.yaml" > "$spec"
   if az containerapp show --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" --output none 2>/dev/null; then
     az containerapp update --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" --yaml "$spec" --output none
   else

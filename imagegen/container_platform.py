@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 
 from imagegen.gate import ExitCode, GateFailure
@@ -24,12 +25,20 @@ def _az(*args: str) -> str:
     return done.stdout
 
 
-def ensure_image_command(app: str, resource_group: str, say: Callable[[str], None]) -> bool:
-    """Removes any command/args override from the app's containers; True if it removed one."""
+def _show(where: list[str]) -> dict:
+    return json.loads(_az("containerapp", "show", *where, "--output", "json"))
+
+
+def ensure_image_command(
+    app: str, resource_group: str, say: Callable[[str], None], *, timeout: float
+) -> bool:
+    """Removes any command/args override from the app's containers and waits (up to
+    `timeout`) for the new revision to be ready; True if it removed one."""
     if shutil.which("az") is None:
-        raise GateFailure(ExitCode.PLATFORM, "the az CLI is not installed")
+        say("platform: the az CLI is not installed; skipping the platform check")
+        return False
     where = ["--name", app, "--resource-group", resource_group]
-    spec = json.loads(_az("containerapp", "show", *where, "--output", "json"))
+    spec = _show(where)
     containers = spec["properties"]["template"]["containers"]
     overridden = [c for c in containers if c.get("command") or c.get("args")]
     if not overridden:
@@ -46,5 +55,24 @@ def ensure_image_command(app: str, resource_group: str, say: Callable[[str], Non
         json.dump(spec, patched)  # JSON is YAML
         patched.flush()
         _az("containerapp", "update", *where, "--yaml", patched.name, "--output", "none")
-    say("platform: override removed; a new revision starts with the image's command")
+    say("platform: override removed; waiting for the new revision to be ready")
+    wait_for_latest_revision(where, timeout)
     return True
+
+
+def wait_for_latest_revision(where: list[str], timeout: float) -> None:
+    """Until the latest revision is the ready one: before that, the old (placeholder)
+    revision still answers at the app's address."""
+    deadline = time.monotonic() + timeout
+    while True:
+        properties = _show(where)["properties"]
+        latest = properties.get("latestRevisionName")
+        if latest and latest == properties.get("latestReadyRevisionName"):
+            return
+        if time.monotonic() >= deadline:
+            raise GateFailure(
+                ExitCode.PLATFORM,
+                f"the new revision {latest} did not become ready within {timeout:g}s "
+                "(ActivationFailed? see `az containerapp revision list`)",
+            )
+        time.sleep(5)

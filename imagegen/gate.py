@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from imagegen.service_client import ServiceClient, Unreachable
 
 PLACEHOLDER_MARK = "Message: File not found."
+UNREACHABLE_POLLS = 3
 
 
 class ExitCode:

@@ -60,10 +60,48 @@ def test_the_image_command_serves_health_outside_docker(tmp_path: Path):
 def test_the_dockerignore_keeps_data_venvs_and_tests_out():
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".data", ".venv", "tests"} <= ignored
+    assert "Dockerfile" not in ignored  # az acr build uploads what .dockerignore keeps
+
+
+HOSTILE = {
+    "LOCATION": "westeurope",
+    "APP_NAME": "imagegen",
+    "ENVIRONMENT_ID": "/subscriptions/x/resourceGroups/rg/providers/Microsoft.App/envs/e",
+    "IMAGE": "imagegenacr.azurecr.io/imagegen:1",
+    "SECRET_KEY": "a #comment: &anchor *alias !tag %x @y 'q' \"dq\"",
+    "API_TOKEN": "&token",
+    "MONGODB_URI": "mongodb://u:p@h:27017/todos?retryWrites=true&w=majority",
+    "MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0",
+    "REGISTRY_SERVER": "imagegenacr.azurecr.io",
+    "REGISTRY_USERNAME": "imagegenacr",
+    "REGISTRY_PASSWORD": "p#ss: word",
+}
+
+
+def rendered_spec() -> dict:
+    """The spec as deploy/azure.sh renders it, with values YAML would otherwise mangle."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "deploy"))
+    from render import render
+
+    return yaml.safe_load(render((ROOT / "deploy" / "containerapp.yaml").read_text(), HOSTILE))
+
+
+def test_rendering_keeps_every_value_intact():
+    spec = rendered_spec()
+    secrets = {s["name"]: s["value"] for s in spec["properties"]["configuration"]["secrets"]}
+    assert secrets == {
+        "registry-password": HOSTILE["REGISTRY_PASSWORD"],
+        "secret-key": HOSTILE["SECRET_KEY"],
+        "api-token": HOSTILE["API_TOKEN"],
+        "mongodb-uri": HOSTILE["MONGODB_URI"],
+    }
+    assert spec["properties"]["template"]["containers"][0]["image"] == HOSTILE["IMAGE"]
 
 
 def test_the_container_app_spec_matches_the_seeds_limits_and_rules():
-    spec = yaml.safe_load((ROOT / "deploy" / "containerapp.yaml").read_text())
+    spec = rendered_spec()
     properties = spec["properties"]
     container = properties["template"]["containers"][0]
     assert "command" not in container and "args" not in container  # the image's own command
@@ -81,6 +119,9 @@ def test_the_container_app_spec_matches_the_seeds_limits_and_rules():
     assert set(probes) == {"Startup", "Liveness", "Readiness"}
     for probe in probes.values():
         assert probe["httpGet"] == {"path": "/health", "port": 8000}
+    for probe in probes.values():  # the platform's documented ranges
+        assert 1 <= probe["failureThreshold"] <= 10 and probe["periodSeconds"] <= 240
+        assert probe.get("initialDelaySeconds", 0) <= 60
     startup = probes["Startup"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # boot, not the load
     assert properties["template"]["scale"]["maxReplicas"] == 1  # state is per process

@@ -62,7 +62,12 @@ class Command(BaseCommand):
                     raise GateFailure(ExitCode.PLATFORM, "--container-app needs --resource-group")
                 from imagegen.container_platform import ensure_image_command
 
-                ensure_image_command(options["container_app"], options["resource_group"], say)
+                ensure_image_command(
+                    options["container_app"],
+                    options["resource_group"],
+                    say,
+                    timeout=options["health_timeout"],
+                )
             run_gate(client, timings, say)
         except GateFailure as failure:
             self.stderr.write(f"gate: FAILED: {failure}")
