@@ -106,8 +106,8 @@ ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
 
 # torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.
 TORCH_THREADS = env_str("TORCH_THREADS", "auto")
-if TORCH_THREADS != "auto" and not TORCH_THREADS.isdigit():
-    raise ImproperlyConfigured(f"TORCH_THREADS must be auto or a number, got {TORCH_THREADS!r}")
+if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREADS) >= 1):
+    raise ImproperlyConfigured(f"TORCH_THREADS must be auto or at least 1, got {TORCH_THREADS!r}")
 
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", 20, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
@@ -117,9 +117,9 @@ GEN_MIN_SIDE = env_int("GEN_MIN_SIDE", 64, minimum=8)
 GEN_MAX_SIDE = env_int("GEN_MAX_SIDE", 2048, minimum=8)
 # Generations run one at a time; this many more may wait, the rest get 503 + Retry-After.
 GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 8, minimum=0)
-# How long a synchronous /generate waits for its image (its job is cancelled after that),
-# and how long a job waits for a model load already under way.
-GEN_QUEUE_TIMEOUT = env_int("GEN_QUEUE_TIMEOUT", 600, minimum=1)
+# How long a synchronous /generate waits for its image (queue and run); then its job is
+# cancelled and the answer is 504. Below Azure's 240 s ingress cut-off by default.
+GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
 GEN_LOAD_TIMEOUT = env_int("GEN_LOAD_TIMEOUT", 300, minimum=1)
 
 # Generated images and their records (on Azure: a folder on the share).

@@ -1,5 +1,7 @@
 """The image service routes: parse the request, call the loader or the job queue, answer."""
 
+import contextlib
+
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse
 from ninja import Form, Query, Router
@@ -8,7 +10,14 @@ from ninja.errors import ValidationError
 from config.auth import token_required
 from config.version import app_version
 from imagegen.device import compute_device
-from imagegen.errors import ImageNotFound, JobCancelled, JobFailed, JobNotFound
+from imagegen.errors import (
+    ImageNotFound,
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobNotFound,
+    SyncTimeout,
+)
 from imagegen.images import is_image_id
 from imagegen.jobs import Job, JobState, get_jobs
 from imagegen.loader import get_loader
@@ -83,7 +92,7 @@ def wants_async(request: HttpRequest) -> bool:
 
 
 def job_answer(job: Job) -> dict:
-    return job.to_dict(get_jobs().position(job))
+    return get_jobs().snapshot(job)
 
 
 @router.post(
@@ -100,9 +109,11 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     if wants_async(request):
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, job_answer(job)
-    if not job.done.wait(settings.GEN_QUEUE_TIMEOUT):
-        jobs.cancel(job.id)
-        raise JobFailed("no result within GEN_QUEUE_TIMEOUT; the job was cancelled")
+    if not job.done.wait(settings.GEN_SYNC_TIMEOUT):
+        with contextlib.suppress(JobFinished):  # it may have finished just now
+            jobs.cancel(job.id)
+        if not job.done.is_set() or job.state is JobState.CANCELLED:
+            raise SyncTimeout(job.id)
     if job.state is JobState.CANCELLED:
         raise JobCancelled()
     if job.state is JobState.FAILED:

@@ -57,6 +57,16 @@ class JobFailed(ServiceError):
         super().__init__(f"The generation failed: {error}")
 
 
+class SyncTimeout(ServiceError):
+    status = 504
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"No image within GEN_SYNC_TIMEOUT; job {job_id} was cancelled. "
+            "Long generations: POST /generate with async=true and poll /jobs/<id>"
+        )
+
+
 class ImageNotFound(ServiceError):
     status = 404
     message = "No such image"

@@ -140,7 +140,10 @@ class ImageStore:
     def _write(target: Path, data: bytes) -> None:
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
         try:
-            temporary.write_bytes(data)
+            with temporary.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the data is on disk before the name says it is
             os.replace(temporary, target)
         finally:
             temporary.unlink(missing_ok=True)

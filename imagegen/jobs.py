@@ -158,13 +158,11 @@ class JobQueue:
         with self._lock:
             return list(reversed(self._jobs.values()))[:limit]
 
-    def position(self, job: Job) -> int | None:
-        """1 for the next job to run; None unless queued."""
+    def snapshot(self, job: Job) -> dict[str, Any]:
+        """The job as one consistent picture: state, position and progress read together."""
         with self._lock:
-            try:
-                return self._queued.index(job) + 1
-            except ValueError:
-                return None
+            position = self._queued.index(job) + 1 if job.state is JobState.QUEUED else None
+            return job.to_dict(position)
 
     def cancel(self, job_id: str) -> Job | None:
         with self._lock:
@@ -194,6 +192,7 @@ class JobQueue:
                     self._lock.wait()
                 job = self._queued.popleft()
                 job.state, job.started_at = JobState.RUNNING, _now()
+                job.phase = "loading the model"
                 self._running = job
             try:
                 self._run(job)
@@ -205,7 +204,6 @@ class JobQueue:
     def _run(self, job: Job) -> None:
         started = time.monotonic()
         try:
-            job.phase = "loading the model"
             pipe = self.loader.pipeline(self.load_timeout)
             if job.cancel_requested.is_set():
                 raise Cancelled()
@@ -216,14 +214,16 @@ class JobQueue:
                 model_id=self.loader.source.model_id,
                 revision=self.loader.loaded_commit,
             )
-            job.steps = parameters.steps
-            job.phase = "denoising"
-            job.denoise_started = time.monotonic()
+            with self._lock:
+                job.steps = parameters.steps
+                job.phase = "denoising"
+                job.denoise_started = time.monotonic()
 
             def on_step(done_steps: int, total: int) -> None:
-                job.step, job.steps = done_steps, total
-                if done_steps == total:
-                    job.phase = "decoding"
+                with self._lock:
+                    job.step, job.steps = done_steps, total
+                    if done_steps == total:
+                        job.phase = "decoding"
                 if job.cancel_requested.is_set():
                     raise Cancelled()
 
@@ -232,7 +232,8 @@ class JobQueue:
                 pipe, parameters, device=device, home=self.loader.device, on_step=on_step
             )
             generation = time.monotonic() - job.denoise_started
-            job.phase = "saving"
+            with self._lock:
+                job.phase = "saving"
             timings = {
                 "queued_seconds": (job.started_at - job.created_at).total_seconds(),
                 "model_wait_seconds": model_wait,

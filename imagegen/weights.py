@@ -14,6 +14,8 @@ header of {name: {dtype, shape, data_offsets}}, then the data.
 
 import importlib
 import json
+import logging
+import math
 import os
 import struct
 from pathlib import Path
@@ -25,6 +27,8 @@ from accelerate.utils import set_module_tensor_to_device
 
 from imagegen.hub import weight_variant
 
+log = logging.getLogger(__name__)
+
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
@@ -35,15 +39,23 @@ FLOATS = {torch.float64, torch.float32, torch.float16, torch.bfloat16}
 
 def read_safetensors(path: Path, dtype: torch.dtype):
     """Yields (name, tensor) one at a time, floating-point tensors cast to `dtype`."""
+    size = path.stat().st_size
     with open(path, "rb", buffering=0) as f:
-        (header_size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_size))
+        (header_size,) = struct.unpack("<Q", _read_bytes(f, 8))
+        if header_size > size - 8:
+            raise ValueError(f"{path}: not a safetensors file (header larger than the file)")
+        header = json.loads(_read_bytes(f, header_size))
         header.pop("__metadata__", None)
         base = 8 + header_size
         for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             begin, end = entry["data_offsets"]
-            f.seek(base + begin)
+            if entry["dtype"] not in DTYPES:
+                raise ValueError(f"{path}: {name} has the unsupported dtype {entry['dtype']}")
             stored = DTYPES[entry["dtype"]]
+            count = math.prod(entry["shape"])
+            if not 0 <= begin <= end <= size - base or end - begin != count * stored.itemsize:
+                raise ValueError(f"{path}: {name}'s offsets do not fit its shape or the file")
+            f.seek(base + begin)
             # torch.empty, not bytearray: no zero-filling under the GIL, and the pages are
             # first touched by the read, which runs without it.
             raw = torch.empty(end - begin, dtype=torch.uint8)
@@ -52,6 +64,12 @@ def read_safetensors(path: Path, dtype: torch.dtype):
             tensor = tensor.to(dtype) if stored in FLOATS else tensor
             os.posix_fadvise(f.fileno(), base + begin, end - begin, os.POSIX_FADV_DONTNEED)
             yield name, tensor
+
+
+def _read_bytes(f, count: int) -> bytes:
+    buffer = bytearray(count)
+    _read_exactly(f, memoryview(buffer))
+    return bytes(buffer)
 
 
 def _read_exactly(f, view: memoryview) -> None:
@@ -72,8 +90,9 @@ def weight_files(folder: Path, variant: str | None) -> list[Path]:
 
 
 def load_component(path: Path, name: str, library: str, class_name: str, *,
-                   variant: str | None, dtype: torch.dtype) -> Any:  # fmt: skip
-    """Builds one torch component of a pipeline from its folder, streaming its weights."""
+                   variant: str | None, dtype: torch.dtype) -> Any | None:  # fmt: skip
+    """Builds one torch component of a pipeline from its folder, streaming its weights;
+    None when the file's tensor names do not match the model's."""
     cls = getattr(importlib.import_module(library), class_name)
     folder = path / name
     if library == "diffusers":
@@ -85,14 +104,25 @@ def load_component(path: Path, name: str, library: str, class_name: str, *,
         with init_empty_weights():
             model = cls(config)
     expected = dict(model.state_dict())
+    unexpected = []
     for file in weight_files(folder, variant):
         for key, tensor in read_safetensors(file, dtype):
             if key in expected:
                 set_module_tensor_to_device(model, key, "cpu", value=tensor)
                 expected.pop(key)
-    missing = [key for key, value in expected.items() if value.device.type == "meta"]
-    if missing:
-        raise ValueError(f"{name}: no weights for {len(missing)} tensors, e.g. {missing[0]}")
+            else:
+                unexpected.append(key)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    missing = [key for key, value in model.state_dict().items() if value.device.type == "meta"]
+    if missing or unexpected:
+        # Names this loader does not map (old layouts diffusers renames on load): let
+        # diffusers load this component its own way.
+        log.warning(
+            "%s: %d tensors unmatched, %d missing; loading it with diffusers instead",
+            name, len(unexpected), len(missing),
+        )  # fmt: skip
+        return None
     return model.eval()
 
 
@@ -108,7 +138,9 @@ def streamed_components(path: Path, *, variant: str | None, dtype: torch.dtype) 
             continue
         cls = getattr(importlib.import_module(library), class_name)
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-            components[name] = load_component(
+            component = load_component(
                 path, name, library, class_name, variant=variant, dtype=dtype
             )
+            if component is not None:
+                components[name] = component
     return components

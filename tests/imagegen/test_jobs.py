@@ -119,6 +119,7 @@ def test_jobs_advance_through_positions_and_real_progress_to_succeeded(app):
 
 def test_cancelling_a_queued_job_means_it_never_runs(app):
     running = submit(app, **LONG)
+    wait_until(app, running["id"], lambda j: j["state"] == "running")
     queued = submit(app, prompt="never", seed="9")
     assert job(app, queued["id"])["position"] == 1
     cancelled = requests.delete(app.url(f"/jobs/{queued['id']}"))

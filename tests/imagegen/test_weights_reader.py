@@ -1,0 +1,51 @@
+"""The streaming loader's safetensors reader against files the safetensors library wrote."""
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from imagegen.weights import load_component, read_safetensors
+
+
+def test_reads_every_tensor_cast_like_diffusers(tmp_path):
+    tensors = {
+        "a.weight": torch.randn(3, 4).half(),
+        "b.bias": torch.randn(5).to(torch.bfloat16),
+        "c.ids": torch.arange(6, dtype=torch.int64),
+        "d.mask": torch.tensor([True, False]),
+        "e.empty": torch.zeros(0, 4).half(),
+    }
+    save_file(tensors, tmp_path / "w.safetensors")
+    read = dict(read_safetensors(tmp_path / "w.safetensors", torch.float32))
+    assert read.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        expected = tensor.float() if tensor.is_floating_point() else tensor
+        assert read[name].dtype == expected.dtype and torch.equal(read[name], expected), name
+
+
+@pytest.mark.parametrize("cut", [4, 20, -7])
+def test_a_truncated_file_is_a_clear_error(tmp_path, cut):
+    save_file({"a": torch.randn(64, 64)}, tmp_path / "w.safetensors")
+    data = (tmp_path / "w.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[:cut])
+    with pytest.raises((ValueError, EOFError)):
+        list(read_safetensors(tmp_path / "cut.safetensors", torch.float32))
+
+
+def test_a_component_whose_names_do_not_match_is_left_to_diffusers(tmp_path):
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=8, latent_channels=4)
+    folder = tmp_path / "vae"
+    vae.save_pretrained(folder, safe_serialization=True)
+    weights = folder / "diffusion_pytorch_model.safetensors"
+    from safetensors.torch import load_file
+
+    renamed = {f"old.{key}": value for key, value in load_file(weights).items()}
+    save_file(renamed, weights)
+    assert (
+        load_component(
+            tmp_path, "vae", "diffusers", "AutoencoderKL", variant=None, dtype=torch.float32
+        )
+        is None
+    )
