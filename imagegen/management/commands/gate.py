@@ -9,9 +9,10 @@ from imagegen.gate import ExitCode, GateFailure, GateTimings, run_gate
 from imagegen.service_client import ServiceClient
 
 EPILOG = """exit codes: 0 ready; 10 a placeholder answers instead of the application (command
-overridden); 11 /health did not succeed in time; 12 POST /model/pull was refused; 13 the model
-failed (or /model/status answered an error); 14 not ready within --timeout; 15 the az step
-failed"""
+overridden); 11 /health did not succeed in time; 12 POST /model/pull was refused or got no
+answer; 13 the model failed, /model/status answered an error, or the process restarted;
+14 not ready within --timeout; 15 the az step failed (not logged in, no such app, the new
+revision never became ready)"""
 
 
 class Command(BaseCommand):
