@@ -18,12 +18,9 @@ between machines and tells where the time of a request goes.
 
 import argparse
 import json
-import math
 import os
-import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +40,16 @@ from pymongo import ASCENDING, MongoClient
 from pymongo.collection import Collection
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import (  # noqa: E402
+    Interrupted,
+    install_signal_handlers,
+    machine_info,
+    percentile,
+)
+from tests.support.processes import free_port  # noqa: E402
+
 DEFAULT_JSON = ROOT / "bench" / "results" / "todos.json"
 BATCH_MAX = 1000  # PATCH /todos accepts 1 to 1000 todos
 SCRATCH_DB = "todos_bench_scratch"
@@ -77,39 +84,7 @@ class Config:
     quick: bool
 
 
-class Interrupted(Exception):
-    """Raised on SIGINT or SIGTERM so the service is still stopped and the temp dir removed."""
-
-
-# --- machine ---------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine_info() -> dict[str, str | int]:
-    return {
-        "nproc": os.cpu_count() or 0,
-        "cpu": cpu_model(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-
-
 # --- the service -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def service_env(data_dir: Path, http_port: int, db_port: int) -> dict[str, str]:
@@ -192,14 +167,6 @@ def running_service() -> Iterator[Service]:
 
 
 # --- the load runner -------------------------------------------------------------------------
-
-
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence."""
-    if not sorted_values:
-        return float("nan")
-    rank = min(max(1, math.ceil(fraction * len(sorted_values))), len(sorted_values))
-    return sorted_values[rank - 1]
 
 
 def run_load(
@@ -577,15 +544,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     )
 
 
-def raise_interrupted(_signum: int, _frame: object) -> None:
-    raise Interrupted()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    # Also when started in the background, where a shell makes SIGINT ignored by default.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, raise_interrupted)
+    install_signal_handlers()
     machine = machine_info()
     print_header(machine, config)
     started = time.monotonic()

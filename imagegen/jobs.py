@@ -128,7 +128,6 @@ class JobQueue:
         self._lock = threading.Condition()
         self._queued: deque[Job] = deque()
         self._jobs: OrderedDict[str, Job] = OrderedDict()
-        self._running: Job | None = None
         self._worker: threading.Thread | None = None
 
     # -- what the routes call -----------------------------------------------------------
@@ -193,7 +192,6 @@ class JobQueue:
                 job = self._queued.popleft()
                 job.state, job.started_at = JobState.RUNNING, _now()
                 job.phase = "loading the model"
-                self._running = job
             try:
                 self._run(job)
             except Exception:  # the worker must outlive any one job
@@ -256,8 +254,6 @@ class JobQueue:
         with self._lock:
             job.state, job.phase, job.error = state, phase, error
             job.finished_at = _now()
-            if self._running is job:
-                self._running = None
         job.done.set()
 
     def _forget_old_jobs(self) -> None:

@@ -69,6 +69,7 @@ def model_env(tmp_path: Path, hub: LocalHub, share: Path) -> dict[str, str]:
         "MODEL_VARIANT": "fp16",
         "MODEL_DIR": str(share),
         "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache"),
+        "OUTPUT_DIR": str(tmp_path / "images"),
         "HF_ENDPOINT": hub.url,
         "DEVICE": "cpu",
         "MONGODB_URI": "mongodb://127.0.0.1:9/unused",

@@ -8,37 +8,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.local_hub import LocalHub
-from tests.support.model_service import SD_REPO, pull_until_ready
+from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
-
-
-def start_ready_app(hub_root: Path, work: Path, **env: str) -> tuple[LocalHub, AppServer]:
-    hub = LocalHub(hub_root)
-    hub.start()
-    app = AppServer(
-        {
-            "MODEL_ID": SD_REPO,
-            "MODEL_DIR": str(work / "share"),
-            "DOWNLOAD_CACHE_DIR": str(work / "cache"),
-            "HF_ENDPOINT": hub.url,
-            "DEVICE": "cpu",
-            "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
-            "GEN_DEFAULT_STEPS": "2",
-            **env,
-        },
-        work / "app.log",
-    ).start()
-    pull_until_ready(app)
-    return hub, app
 
 
 @pytest.fixture(scope="module")
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    hub, server = start_ready_app(hub_root, tmp_path_factory.mktemp("generate"), GEN_QUEUE_MAX="1")
-    yield server
-    server.stop()
-    hub.stop()
+    with ready_app(hub_root, tmp_path_factory.mktemp("generate"), GEN_QUEUE_MAX="1") as server:
+        yield server
 
 
 def generate(app: AppServer, **fields: str) -> requests.Response:

@@ -11,8 +11,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.local_hub import LocalHub
-from tests.support.model_service import SD_REPO, pull_until_ready
+from tests.support.model_service import SD_REPO, ready_app
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
@@ -21,26 +20,9 @@ LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 @pytest.fixture(scope="module")
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    work = tmp_path_factory.mktemp("jobs")
-    with LocalHub(hub_root) as hub:
-        server = AppServer(
-            {
-                "MODEL_ID": SD_REPO,
-                "MODEL_DIR": str(work / "share"),
-                "DOWNLOAD_CACHE_DIR": str(work / "cache"),
-                "OUTPUT_DIR": str(work / "images"),
-                "HF_ENDPOINT": hub.url,
-                "DEVICE": "cpu",
-                "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
-                "GEN_DEFAULT_STEPS": "2",
-                "GEN_QUEUE_MAX": str(QUEUE_MAX),
-                "GEN_MAX_STEPS": "500",
-            },
-            work / "app.log",
-        ).start()
-        pull_until_ready(server)
+    env = {"GEN_QUEUE_MAX": str(QUEUE_MAX), "GEN_MAX_STEPS": "500"}
+    with ready_app(hub_root, tmp_path_factory.mktemp("jobs"), **env) as server:
         yield server
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,13 @@
 """Helpers for tests that drive the image service over HTTP."""
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import requests
 
+from tests.support.local_hub import LocalHub
 from tests.support.processes import AppServer
 
 SD_REPO = "testorg/tiny-sd"
@@ -26,3 +30,23 @@ def pull_until_ready(app: AppServer) -> dict:
     status = wait_for_state(app, {"ready", "failed"})
     assert status["state"] == "ready", status
     return status
+
+
+@contextmanager
+def ready_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
+    """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
+    test module that shares one ready app across its tests."""
+    with LocalHub(hub_root) as hub:
+        base = {
+            "MODEL_ID": SD_REPO,
+            "MODEL_DIR": str(work / "share"),
+            "DOWNLOAD_CACHE_DIR": str(work / "cache"),
+            "OUTPUT_DIR": str(work / "images"),
+            "HF_ENDPOINT": hub.url,
+            "DEVICE": "cpu",
+            "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
+            "GEN_DEFAULT_STEPS": "2",
+        }
+        with AppServer({**base, **env}, work / "app.log") as app:
+            pull_until_ready(app)
+            yield app
