@@ -19,6 +19,7 @@ class LoadOptions:
     threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.cpu)
     streaming: bool = True  # MODEL_LOADER=streaming: imagegen.weights, peak near fp32 size
     attention_slicing: bool = True  # ATTENTION_SLICING: the seed's rule, on by default
+    # (each slice computed by torch's fused kernel: imagegen.attention)
 
 
 def load_pipeline(
@@ -46,6 +47,11 @@ def load_pipeline(
     pipe.to(device)
     if options.attention_slicing:
         pipe.enable_attention_slicing()
+        from imagegen.attention import use_fused_kernel_in_slices
+
+        for component in pipe.components.values():
+            if isinstance(component, torch.nn.Module):
+                use_fused_kernel_in_slices(component)
     pipe.vae.enable_slicing()
     pipe.vae.enable_tiling()
     pipe.set_progress_bar_config(disable=True)

@@ -1,0 +1,94 @@
+"""Attention slicing with the fused kernel per slice: the same numbers as diffusers' own
+sliced and unsliced processors, in slices of the size diffusers chose."""
+
+import pytest
+import torch
+from diffusers.models.attention_processor import (
+    Attention,
+    AttnProcessor2_0,
+    SlicedAttnProcessor,
+)
+
+from imagegen.attention import SlicedSdpaProcessor, use_fused_kernel_in_slices
+from imagegen.pipeline import load_pipeline
+from tests.support.model_service import SD_REPO
+
+
+def _attention(**kwargs) -> Attention:
+    torch.manual_seed(0)
+    return Attention(**kwargs).eval()
+
+
+@pytest.mark.parametrize(
+    "kwargs, inputs",
+    [
+        # UNet self-attention on image tokens (batch 2: the guided pair).
+        ({"query_dim": 32, "heads": 4, "dim_head": 8}, {"hidden_states": (2, 64, 32)}),
+        # UNet cross-attention on 77 prompt tokens of another width.
+        (
+            {"query_dim": 32, "cross_attention_dim": 24, "heads": 4, "dim_head": 8},
+            {"hidden_states": (2, 64, 32), "encoder_hidden_states": (2, 77, 24)},
+        ),
+        # VAE mid-block attention: 4-d input, group norm, residual, one head.
+        (
+            {"query_dim": 32, "heads": 1, "dim_head": 32, "norm_num_groups": 8,
+             "residual_connection": True, "rescale_output_factor": 1.0, "bias": True},
+            {"hidden_states": (2, 32, 8, 8)},
+        ),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("slice_size", [1, 3, 4, 64])
+def test_slices_give_the_same_result_as_diffusers_processors(kwargs, inputs, slice_size):
+    attn = _attention(**kwargs)
+    generator = torch.Generator().manual_seed(1)
+    args = {k: torch.randn(shape, generator=generator) for k, shape in inputs.items()}
+    results = {}
+    for processor in (AttnProcessor2_0(), SlicedAttnProcessor(slice_size),
+                      SlicedSdpaProcessor(slice_size)):  # fmt: skip
+        attn.set_processor(processor)
+        with torch.inference_mode():
+            results[type(processor).__name__] = attn(**args)
+    ours = results.pop("SlicedSdpaProcessor")
+    for name, theirs in results.items():
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_an_attention_mask_is_sliced_with_its_rows():
+    attn = _attention(query_dim=16, cross_attention_dim=16, heads=2, dim_head=8)
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(3, 10, 16, generator=generator)
+    context = torch.randn(3, 6, 16, generator=generator)
+    keep = torch.ones(3, 6)
+    keep[0, 4:] = 0  # each batch row attends to a different number of tokens
+    keep[2, 1:] = 0
+    mask = ((1 - keep) * -10000.0).unsqueeze(1)  # as UNet2DConditionModel passes it
+    results = []
+    for processor in (SlicedAttnProcessor(1), SlicedSdpaProcessor(1), SlicedSdpaProcessor(4)):
+        attn.set_processor(processor)
+        with torch.inference_mode():
+            results.append(attn(hidden, encoder_hidden_states=context, attention_mask=mask))
+    for result in results[1:]:
+        torch.testing.assert_close(result, results[0], rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        unmasked = attn(hidden, encoder_hidden_states=context)
+    assert not torch.allclose(unmasked[0], results[0][0], atol=1e-3)  # the mask mattered
+    torch.testing.assert_close(unmasked[1], results[0][1])  # where it kept every token
+
+
+def test_the_slice_sizes_diffusers_chose_are_kept(hub_root):
+    pipe = load_pipeline(hub_root / SD_REPO, variant="fp16", device="cpu")
+    sizes = {name: p.slice_size for name, p in pipe.unet.attn_processors.items()}
+    assert sizes and all(isinstance(p, SlicedSdpaProcessor)
+                         for p in pipe.unet.attn_processors.values())  # fmt: skip
+    pipe.enable_attention_slicing()  # back to diffusers' processors, same rule
+    assert {name: p.slice_size for name, p in pipe.unet.attn_processors.items()} == sizes
+    assert use_fused_kernel_in_slices(pipe.unet) == len(sizes)
+
+
+def test_images_match_diffusers_sliced_attention(hub_root):
+    pipe = load_pipeline(hub_root / SD_REPO, variant="fp16", device="cpu")
+    call = {"prompt": "a red fox", "num_inference_steps": 2, "output_type": "np"}
+    ours = pipe(**call, generator=torch.Generator().manual_seed(5)).images
+    pipe.enable_attention_slicing()  # diffusers' SlicedAttnProcessor everywhere
+    theirs = pipe(**call, generator=torch.Generator().manual_seed(5)).images
+    assert abs(ours - theirs).max() < 1e-4
