@@ -247,6 +247,7 @@ def app_env(endpoint: str, repo_id: str, work: Path) -> dict[str, str]:
         "DOWNLOAD_CACHE_DIR": str(work / "cache"),
         "HF_ENDPOINT": endpoint,
         "DEVICE": "cpu",
+        "PRELOAD_MODEL_CODE": "1",  # the service's default (the test AppServer turns it off)
         "MONGODB_URI": "mongodb://127.0.0.1:9/unused",  # the image API never touches it
         "LOG_LEVEL": "WARNING",
         **common.QUIET_ENV,

@@ -100,9 +100,13 @@ MODEL_LOADER = env_str("MODEL_LOADER", "streaming")
 if MODEL_LOADER not in ("streaming", "diffusers"):
     raise ImproperlyConfigured(f"MODEL_LOADER must be streaming or diffusers, got {MODEL_LOADER!r}")
 
-# The seed's rule: attention slicing on. Off trades memory for speed (bench/step_bench.py:
-# about 1.6x faster per step at 512x512 on SD 1.5 on a 2-vCPU host).
+# The seed's rule: attention slicing on. Each slice runs torch's fused attention kernel
+# (imagegen/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
+
+# Import the model-loading code when the worker starts (about 3 s), not during the first
+# load, where its imports stall /health (imagegen/preload.py).
+PRELOAD_MODEL_CODE = env_bool("PRELOAD_MODEL_CODE", True)
 
 # torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.
 TORCH_THREADS = env_str("TORCH_THREADS", "auto")

@@ -10,3 +10,10 @@ application = get_wsgi_application()
 from config.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
 
 warn_if_open()
+
+from django.conf import settings  # noqa: E402
+
+if settings.PRELOAD_MODEL_CODE:
+    from imagegen.preload import import_loading_code
+
+    import_loading_code()  # before the first request: see imagegen/preload.py

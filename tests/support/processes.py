@@ -46,6 +46,9 @@ class AppServer:
             "SECRET_KEY": "test-secret",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "ACCESS_LOG": "0",
+            # The start-up import of the model code (about 3-7 s per start here) is tested on
+            # its own (tests/imagegen/test_preload.py); the other starts skip it.
+            "PRELOAD_MODEL_CODE": "0",
             **env,
             "BIND": f"127.0.0.1:{self.port}",
         }

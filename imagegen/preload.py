@@ -1,0 +1,52 @@
+"""Imports the model-loading code at worker start, before the first request.
+
+Loading a pipeline for the first time imports about 1,600 modules (diffusers' pipelines and
+models, transformers' CLIP, accelerate, and through them torch._dynamo and sympy). An import
+holds the GIL through each unmarshal and module body, for up to 200 ms at a time, so done
+during a load in the worker they stalled /health past the platform's probe budget
+(bench/overhead_bench.py). Done here, they cost a few seconds of start-up instead, while the
+worker is not yet answering.
+"""
+
+import importlib
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+# What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo, and the
+# service's own loading code.
+MODULES = (
+    "accelerate",
+    "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
+    "diffusers.pipelines.stable_diffusion_xl.pipeline_stable_diffusion_xl",
+    "diffusers.models.unets.unet_2d_condition",
+    "diffusers.models.autoencoders.autoencoder_kl",
+    "transformers.models.clip.modeling_clip",
+    "transformers.models.clip.tokenization_clip",
+    "diffusers.guiders",
+    "imagegen.pipeline",
+    "imagegen.weights",
+    "imagegen.attention",
+)
+
+
+def import_loading_code() -> float:
+    """Imports MODULES (and what they import); returns the seconds it took."""
+    started = time.perf_counter()
+    for name in MODULES:
+        importlib.import_module(name)
+    # Resolving the classes runs the lazy modules' own imports (diffusers, transformers).
+    diffusers = importlib.import_module("diffusers")
+    transformers = importlib.import_module("transformers")
+    for module, names in (
+        (diffusers, ("StableDiffusionPipeline", "StableDiffusionXLPipeline",
+                     "UNet2DConditionModel", "AutoencoderKL", "PNDMScheduler",
+                     "EulerDiscreteScheduler")),
+        (transformers, ("CLIPTextModel", "CLIPTextModelWithProjection", "CLIPTokenizer")),
+    ):  # fmt: skip
+        for name in names:
+            getattr(module, name)
+    seconds = time.perf_counter() - started
+    log.info("model-loading code imported in %.1f s", seconds)
+    return seconds
