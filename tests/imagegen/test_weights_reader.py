@@ -49,3 +49,28 @@ def test_a_component_whose_names_do_not_match_is_left_to_diffusers(tmp_path):
         )
         is None
     )
+
+
+@pytest.mark.parametrize("chunk_bytes", [6, 64, 1000, 64 * 2**20])
+def test_chunks_cut_anywhere_give_the_same_tensors_each_64_byte_aligned(
+    tmp_path, monkeypatch, chunk_bytes
+):
+    """The block cast in chunks of any size (runs across tensors, tensors across chunks)."""
+    monkeypatch.setattr("imagegen.weights.CHUNK_BYTES", chunk_bytes)
+    generator = torch.Generator().manual_seed(0)
+    tensors = {
+        f"t{i:02d}": torch.randn(shape, generator=generator).to(dtype)
+        for i, (shape, dtype) in enumerate([
+            ((7, 5), torch.float16), ((33,), torch.float16), ((3,), torch.float32),
+            ((2, 2), torch.float32), ((17, 3), torch.bfloat16), ((), torch.float16),
+            ((64, 9), torch.float16),
+        ])
+    }  # fmt: skip
+    tensors["ids"] = torch.arange(5, dtype=torch.int64)
+    save_file(tensors, tmp_path / "w.safetensors")
+    read = dict(read_safetensors(tmp_path / "w.safetensors", torch.float32))
+    assert read.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        expected = tensor.float() if tensor.is_floating_point() else tensor
+        assert torch.equal(read[name], expected), name
+        assert read[name].data_ptr() % 64 == 0, name  # as a tensor of its own would be
