@@ -94,8 +94,8 @@ DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
     raise ImproperlyConfigured(f"DEVICE must be auto, cpu or cuda, got {DEVICE!r}")
 
-# How the weights are loaded: "streaming" (tensor by tensor, peak memory near the fp32
-# size) or "diffusers" (its own loading: about 1.5x the fp32 size at the peak).
+# How the weights are loaded: "streaming" (cast in chunks into one block per file, peak
+# near the fp32 size) or "diffusers" (its own loading: about 1.5x the fp32 size at the peak).
 MODEL_LOADER = env_str("MODEL_LOADER", "streaming")
 if MODEL_LOADER not in ("streaming", "diffusers"):
     raise ImproperlyConfigured(f"MODEL_LOADER must be streaming or diffusers, got {MODEL_LOADER!r}")

@@ -44,7 +44,7 @@ FLOATS = {torch.float64, torch.float32, torch.float16, torch.bfloat16}
 
 
 CHUNK_BYTES = 64 * 2**20
-ALIGN_ELEMENTS = 16  # 64 bytes of fp32
+ALIGN_BYTES = 64  # what torch's CPU allocator gives a tensor of its own
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,15 @@ def read_header(f, path: Path) -> list[Entry]:
     return entries
 
 
-def _layout(entries: list[Entry]) -> tuple[dict[str, int], int]:
+def _layout(entries: list[Entry], dtype: torch.dtype) -> tuple[dict[str, int], int]:
     """Where each floating-point tensor starts in the block, and the block's length: each
     start aligned to 64 bytes, as a tensor of its own would be. (Unaligned weights made
     oneDNN take other code paths and images differ from diffusers' in the last bits.)"""
     starts, element = {}, 0
+    align = ALIGN_BYTES // dtype.itemsize
     for e in entries:
         if e.stored in FLOATS:
-            element = -(-element // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+            element = -(-element // align) * align
             starts[e.name] = element
             element += e.count
     return starts, element
@@ -126,7 +127,7 @@ def read_safetensors(path: Path, dtype: torch.dtype):
     into one block per file), the others as stored."""
     with open(path, "rb", buffering=0) as f:
         entries = read_header(f, path)
-        starts, total = _layout(entries)
+        starts, total = _layout(entries, dtype)
         block = torch.empty(total, dtype=dtype)
         chunks = _chunks(entries, starts)
         if chunks:
