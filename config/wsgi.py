@@ -1,5 +1,6 @@
 """WSGI entry point for gunicorn (see scripts/serve and the Dockerfile)."""
 
+import logging
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -16,4 +17,7 @@ from django.conf import settings  # noqa: E402
 if settings.PRELOAD_MODEL_CODE:
     from imagegen.preload import import_loading_code
 
-    import_loading_code()  # before the first request: see imagegen/preload.py
+    try:
+        import_loading_code()  # before the first request: see imagegen/preload.py
+    except Exception:  # the todo API still serves; a load reports the same error
+        logging.getLogger("imagegen.preload").exception("importing the model code failed")

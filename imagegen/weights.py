@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from transformers.initialization import no_init_weights
 from imagegen.hub import weight_variant
 
 log = logging.getLogger(__name__)
+_CONSTRUCTION = threading.Lock()
 
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -115,7 +117,7 @@ def _chunks(entries: list[Entry], starts: dict[str, int]) -> list[Chunk]:
         runs.append((e.offset, e.length, e.stored, starts[e.name]))
     chunks = []
     for offset, length, stored, first in runs:
-        step = CHUNK_BYTES - CHUNK_BYTES % stored.itemsize
+        step = max(CHUNK_BYTES - CHUNK_BYTES % stored.itemsize, stored.itemsize)
         for done in range(0, length, step):
             part = min(step, length - done)
             chunks.append((offset + done, part, stored, first + done // stored.itemsize))
@@ -134,6 +136,7 @@ def read_safetensors(path: Path, dtype: torch.dtype):
             _cast_chunks(f, chunks, block)
         for e in entries:
             if e.stored in FLOATS:
+                # A view: the block lives as long as any of the file's tensors does.
                 yield e.name, block[starts[e.name] : starts[e.name] + e.count].view(e.shape)
             else:
                 raw = torch.empty(e.length, dtype=torch.uint8)
@@ -204,15 +207,13 @@ def load_component(path: Path, name: str, library: str, class_name: str, *,
     cls = getattr(importlib.import_module(library), class_name)
     folder = path / name
     # Empty weights (on the meta device), and no random initialisation of them: on meta
-    # tensors each init call still costs about 1 ms of Python, a thousand times over.
-    if library == "diffusers":
-        config = cls.load_config(folder)
-        with init_empty_weights(), no_init_weights():
-            model = cls.from_config(config)
-    else:
-        config = cls.config_class.from_pretrained(folder)
-        with init_empty_weights(), no_init_weights():
-            model = cls(config)
+    # tensors each init call still costs about 1 ms of Python, a thousand times over. Both
+    # patch torch process-wide, so one construction at a time.
+    with _CONSTRUCTION, init_empty_weights(), no_init_weights():
+        if library == "diffusers":
+            model = cls.from_config(cls.load_config(folder))
+        else:
+            model = cls(cls.config_class.from_pretrained(folder))
     expected = dict(model.state_dict())
     unexpected = []
     for file in weight_files(folder, variant):

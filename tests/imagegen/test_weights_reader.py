@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from imagegen.weights import load_component, read_safetensors
+from imagegen.weights import _chunks, _layout, load_component, read_header, read_safetensors
 
 
 def test_reads_every_tensor_cast_like_diffusers(tmp_path):
@@ -51,7 +51,7 @@ def test_a_component_whose_names_do_not_match_is_left_to_diffusers(tmp_path):
     )
 
 
-@pytest.mark.parametrize("chunk_bytes", [6, 64, 1000, 64 * 2**20])
+@pytest.mark.parametrize("chunk_bytes", [1, 6, 64, 1000, 64 * 2**20])
 def test_chunks_cut_anywhere_give_the_same_tensors_each_64_byte_aligned(
     tmp_path, monkeypatch, chunk_bytes
 ):
@@ -66,8 +66,15 @@ def test_chunks_cut_anywhere_give_the_same_tensors_each_64_byte_aligned(
             ((64, 9), torch.float16),
         ])
     }  # fmt: skip
+    # Adjacent in the file and, 16 elements each, in the block: one run to cast.
+    tensors |= {f"u{i}": torch.randn(4, 4, generator=generator).half() for i in range(3)}
     tensors["ids"] = torch.arange(5, dtype=torch.int64)
     save_file(tensors, tmp_path / "w.safetensors")
+    with open(tmp_path / "w.safetensors", "rb") as f:
+        entries = read_header(f, tmp_path / "w.safetensors")
+    chunks = _chunks(entries, _layout(entries, torch.float32)[0])
+    if chunk_bytes >= 96:  # the three 32-byte u tensors fit one chunk
+        assert len(chunks) < len([e for e in entries if e.stored.is_floating_point])
     read = dict(read_safetensors(tmp_path / "w.safetensors", torch.float32))
     assert read.keys() == tensors.keys()
     for name, tensor in tensors.items():
