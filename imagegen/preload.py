@@ -14,37 +14,25 @@ import time
 
 log = logging.getLogger(__name__)
 
-# What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo, and the
-# service's own loading code.
-MODULES = (
-    "accelerate",
-    "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
-    "diffusers.pipelines.stable_diffusion_xl.pipeline_stable_diffusion_xl",
-    "diffusers.models.unets.unet_2d_condition",
-    "diffusers.models.autoencoders.autoencoder_kl",
-    "transformers.models.clip.modeling_clip",
-    "transformers.models.clip.tokenization_clip",
-    "diffusers.guiders",
-    "imagegen.pipeline",
-    "imagegen.weights",
-    "imagegen.attention",
-)
+# What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo: modules it
+# imports directly, and classes it resolves through diffusers' and transformers' lazy modules
+# (resolving one imports the module defining it).
+MODULES = ("accelerate", "diffusers.guiders", "imagegen.pipeline", "imagegen.weights",
+           "imagegen.attention")  # fmt: skip
+CLASSES = {
+    "diffusers": ("StableDiffusionPipeline", "StableDiffusionXLPipeline", "UNet2DConditionModel",
+                  "AutoencoderKL", "PNDMScheduler", "EulerDiscreteScheduler"),
+    "transformers": ("CLIPTextModel", "CLIPTextModelWithProjection", "CLIPTokenizer"),
+}  # fmt: skip
 
 
 def import_loading_code() -> float:
-    """Imports MODULES (and what they import); returns the seconds it took."""
+    """Imports MODULES and CLASSES (and what they import); returns the seconds it took."""
     started = time.perf_counter()
     for name in MODULES:
         importlib.import_module(name)
-    # Resolving the classes runs the lazy modules' own imports (diffusers, transformers).
-    diffusers = importlib.import_module("diffusers")
-    transformers = importlib.import_module("transformers")
-    for module, names in (
-        (diffusers, ("StableDiffusionPipeline", "StableDiffusionXLPipeline",
-                     "UNet2DConditionModel", "AutoencoderKL", "PNDMScheduler",
-                     "EulerDiscreteScheduler")),
-        (transformers, ("CLIPTextModel", "CLIPTextModelWithProjection", "CLIPTokenizer")),
-    ):  # fmt: skip
+    for package, names in CLASSES.items():
+        module = importlib.import_module(package)
         for name in names:
             getattr(module, name)
     seconds = time.perf_counter() - started

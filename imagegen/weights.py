@@ -65,10 +65,10 @@ class Entry:
 def read_header(f, path: Path) -> list[Entry]:
     """The file's tensors in file order, every offset checked against the file's size."""
     size = path.stat().st_size
-    (header_size,) = struct.unpack("<Q", _read_bytes(f, 8))
+    (header_size,) = struct.unpack("<Q", _read_bytes(f, 8, 0))
     if header_size > size - 8:
         raise ValueError(f"{path}: not a safetensors file (header larger than the file)")
-    header = json.loads(_read_bytes(f, header_size))
+    header = json.loads(_read_bytes(f, header_size, 8))
     header.pop("__metadata__", None)
     base = 8 + header_size
     entries = []
@@ -167,24 +167,15 @@ def _cast_chunks(f, chunks: list[Chunk], block: torch.Tensor) -> None:
             block[first : first + count].copy_(raw.view(stored))
 
 
-def _read_bytes(f, count: int) -> bytes:
+def _read_bytes(f, count: int, offset: int) -> bytes:
     buffer = bytearray(count)
-    _read_exactly(f, memoryview(buffer))
+    _pread_exactly(f, memoryview(buffer), offset)
     return bytes(buffer)
 
 
-def _read_exactly(f, view: memoryview) -> None:
-    """A read may return less (network file systems, reads over 2 GiB): read until full."""
-    done = 0
-    while done < len(view):
-        got = f.readinto(view[done:])
-        if not got:
-            raise EOFError(f"{f.name}: the file ends before its header says")
-        done += got
-
-
 def _pread_exactly(f, view: memoryview, offset: int) -> None:
-    """_read_exactly at an offset, without moving the file's position."""
+    """Reads at `offset` (the file's position is shared with no one) until `view` is full: a
+    read may return less (network file systems, reads over 2 GiB)."""
     done = 0
     while done < len(view):
         got = os.preadv(f.fileno(), [view[done:]], offset + done)
