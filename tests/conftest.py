@@ -9,7 +9,7 @@ import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import SD_REPO, SDXL_REPO
+from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env
 from tests.support.processes import AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
 
@@ -63,18 +63,7 @@ def share(tmp_path: Path) -> Path:
 @pytest.fixture
 def model_env(tmp_path: Path, hub: LocalHub, share: Path) -> dict[str, str]:
     """The image service's settings for this test's hub and share."""
-    return {
-        "MODEL_ID": SD_REPO,
-        "MODEL_REVISION": "main",
-        "MODEL_VARIANT": "fp16",
-        "MODEL_DIR": str(share),
-        "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache"),
-        "OUTPUT_DIR": str(tmp_path / "images"),
-        "HF_ENDPOINT": hub.url,
-        "DEVICE": "cpu",
-        "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
-        "GEN_DEFAULT_STEPS": "2",
-    }
+    return model_service_env(hub.url, share, tmp_path)
 
 
 @pytest.fixture

@@ -8,21 +8,9 @@ from pathlib import Path
 import requests
 
 from tests.support.model_service import SD_REPO, pull_until_ready, wait_for_state
+from tests.support.tiny_model import SD_FP16_FILES
 
-WANTED = {
-    "model_index.json",
-    "scheduler/scheduler_config.json",
-    "text_encoder/config.json",
-    "text_encoder/model.fp16.safetensors",
-    "tokenizer/merges.txt",
-    "tokenizer/special_tokens_map.json",
-    "tokenizer/tokenizer_config.json",
-    "tokenizer/vocab.json",
-    "unet/config.json",
-    "unet/diffusion_pytorch_model.fp16.safetensors",
-    "vae/config.json",
-    "vae/diffusion_pytorch_model.fp16.safetensors",
-}
+WANTED = set(SD_FP16_FILES)
 
 
 def fetched(hub) -> list[str]:

@@ -32,21 +32,28 @@ def pull_until_ready(app: AppServer) -> dict:
     return status
 
 
+def model_service_env(hub_url: str, share: Path, work: Path) -> dict[str, str]:
+    """The image service's settings for a test hub and share (cache and images in `work`)."""
+    return {
+        "MODEL_ID": SD_REPO,
+        "MODEL_REVISION": "main",
+        "MODEL_VARIANT": "fp16",
+        "MODEL_DIR": str(share),
+        "DOWNLOAD_CACHE_DIR": str(work / "cache"),
+        "OUTPUT_DIR": str(work / "images"),
+        "HF_ENDPOINT": hub_url,
+        "DEVICE": "cpu",
+        "MONGODB_URI": "mongodb://127.0.0.1:9/unused",  # the image API never touches it
+        "GEN_DEFAULT_STEPS": "2",
+    }
+
+
 @contextmanager
 def ready_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
     """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
     test module that shares one ready app across its tests."""
     with LocalHub(hub_root) as hub:
-        base = {
-            "MODEL_ID": SD_REPO,
-            "MODEL_DIR": str(work / "share"),
-            "DOWNLOAD_CACHE_DIR": str(work / "cache"),
-            "OUTPUT_DIR": str(work / "images"),
-            "HF_ENDPOINT": hub.url,
-            "DEVICE": "cpu",
-            "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
-            "GEN_DEFAULT_STEPS": "2",
-        }
+        base = model_service_env(hub.url, work / "share", work)
         with AppServer({**base, **env}, work / "app.log") as app:
             pull_until_ready(app)
             yield app

@@ -24,7 +24,7 @@ from huggingface_hub.errors import (
 )
 
 from tests.support.local_hub import LocalHub
-from tests.support.tiny_model import build_tiny_pipeline, tree_files
+from tests.support.tiny_model import SD_FP16_FILES, build_tiny_pipeline, tree_files
 
 REPO = "testorg/tiny-sd"
 # What an fp16-variant, safetensors-only download of a diffusers repo needs: configs,
@@ -98,24 +98,10 @@ def test_snapshot_download_fetches_only_fp16_files_and_loads(
         allow_patterns=FP16_ALLOW_PATTERNS,
     )
 
-    expected = {
-        "model_index.json",
-        "scheduler/scheduler_config.json",
-        "text_encoder/config.json",
-        "text_encoder/model.fp16.safetensors",
-        "tokenizer/merges.txt",
-        "tokenizer/special_tokens_map.json",
-        "tokenizer/tokenizer_config.json",
-        "tokenizer/vocab.json",
-        "unet/config.json",
-        "unet/diffusion_pytorch_model.fp16.safetensors",
-        "vae/config.json",
-        "vae/diffusion_pytorch_model.fp16.safetensors",
-    }
-    assert {name for name, _ in tree_files(Path(path))} == expected
+    assert {name for name, _ in tree_files(Path(path))} == SD_FP16_FILES
     assert Path(path).name == hub.commit(REPO)
     fetched = {p.split(f"/resolve/{hub.commit(REPO)}/", 1)[1] for p in hub.file_gets()}
-    assert fetched == expected
+    assert fetched == SD_FP16_FILES
 
     pipe = _load(path)
     pipe.vae.enable_slicing()

@@ -175,6 +175,22 @@ def _sdxl(work: Path) -> DiffusionPipeline:
     )
 
 
+# What a pipeline needs of the "sd" layout with the fp16 variant: no decoys (.bin, msgpack,
+# ONNX, fp32 copies).
+SD_FP16_FILES = frozenset({
+    "model_index.json",
+    "scheduler/scheduler_config.json",
+    "text_encoder/config.json",
+    "text_encoder/model.fp16.safetensors",
+    "tokenizer/merges.txt",
+    "tokenizer/special_tokens_map.json",
+    "tokenizer/tokenizer_config.json",
+    "tokenizer/vocab.json",
+    "unet/config.json",
+    "unet/diffusion_pytorch_model.fp16.safetensors",
+    "vae/config.json",
+    "vae/diffusion_pytorch_model.fp16.safetensors",
+})  # fmt: skip
 _LAYOUTS = {"sd": _sd, "sdxl": _sdxl}
 
 _GITATTRIBUTES = "".join(
