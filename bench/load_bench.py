@@ -4,7 +4,7 @@ Why it exists: a warm revision spends its start-up loading the pipeline from the
 its peak memory decides whether the model fits the 16 GiB host at all. One run measures, on
 the same files (a full-size random-weight repo from bench/model_fixture.py, fp16 variant):
 
-- the service: `imagegen.pipeline.load_pipeline(path, variant="fp16", device="cpu")`;
+- the service: `imagegen.model.pipeline.load_pipeline(path, variant="fp16", device="cpu")`;
 - the baseline: plain `DiffusionPipeline.from_pretrained(path, variant="fp16",
   dtype=torch.float32)`;
 - the floor: reading the weight files' bytes (first "cold-ish" after asking the kernel to
@@ -74,7 +74,7 @@ class Row:
 
 
 def child_service(path: Path) -> dict[str, Any]:
-    from imagegen.pipeline import load_pipeline
+    from imagegen.model.pipeline import load_pipeline
 
     started = time.perf_counter()
     pipe = load_pipeline(path, variant="fp16", device="cpu")
@@ -241,7 +241,7 @@ def measure_loaders(
 
 def summarise(variant: str, results: list[dict[str, Any]]) -> Row:
     what = {
-        "service": "imagegen.pipeline.load_pipeline(variant=fp16, device=cpu)",
+        "service": "imagegen.model.pipeline.load_pipeline(variant=fp16, device=cpu)",
         "plain": "DiffusionPipeline.from_pretrained(variant=fp16, dtype=float32)",
         "cast": "safetensors load_file + .float(), fp32 kept",
     }[variant]

@@ -6,7 +6,7 @@ a temporary name, manifest last) must not cost much more than the transfer itsel
 serves the cached full-size random-weight repo (bench/model_fixture.py) from a LocalHub in
 its own process on 127.0.0.1 and measures, for exactly the files the service selects:
 
-- the service: `imagegen.hub.download_to_share` with a ModelSource whose endpoint is that
+- the service: `imagegen.model.hub.download_to_share` with a ModelSource whose endpoint is that
   hub, into a fresh MODEL_DIR and download cache (DOWNLOAD_WORKERS files in parallel);
 - raw HTTP (the fair transfer baseline): one plain urllib GET per file from the same hub,
   one stream at a time, written to a file;
@@ -46,8 +46,8 @@ from bench.model_fixture import (  # noqa: E402
     hub_process,
     scratch_dir,
 )
-from imagegen import hub, share  # noqa: E402
-from imagegen.share import ModelFile  # noqa: E402
+from imagegen.model import hub, share  # noqa: E402
+from imagegen.model.share import ModelFile  # noqa: E402
 
 CHUNK = 16 * 1024 * 1024
 
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     what = {
-        "service": f"imagegen.hub.download_to_share ({args.workers} workers, cache + share)",
+        "service": f"imagegen.model.hub.download_to_share ({args.workers} workers, cache + share)",
         "http": "urllib GET per file, one stream, to a file",
         "copy": "shutil.copyfile per file, no network",
     }

@@ -6,7 +6,7 @@ service's knobs (attention slicing, VAE slicing and tiling, threads) move. One r
 measures, on the same full-size random-weight repo (bench/model_fixture.py) at the same
 size, steps, guidance, seed and torch thread count:
 
-- the service: `imagegen.pipeline.load_pipeline` (attention slicing, VAE slicing + tiling);
+- the service: `imagegen.model.pipeline.load_pipeline` (attention slicing, VAE slicing + tiling);
 - the baseline: plain `DiffusionPipeline.from_pretrained(variant="fp16", dtype=float32)`
   with diffusers' defaults (no slicing, no tiling).
 
@@ -80,7 +80,7 @@ def load(variant: str, path: Path) -> Any:
     import torch
 
     if variant == "service":
-        from imagegen.pipeline import load_pipeline
+        from imagegen.model.pipeline import load_pipeline
 
         return load_pipeline(path, variant="fp16", device="cpu")
     from diffusers import DiffusionPipeline

@@ -101,11 +101,11 @@ if MODEL_LOADER not in ("streaming", "diffusers"):
     raise ImproperlyConfigured(f"MODEL_LOADER must be streaming or diffusers, got {MODEL_LOADER!r}")
 
 # The seed's rule: attention slicing on. Each slice runs torch's fused attention kernel
-# (imagegen/attention.py), so off only raises attention's memory, not its speed.
+# (imagegen/model/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
 
 # Import the model-loading code when the worker starts (about 3 s), not during the first
-# load, where its imports stall /health (imagegen/preload.py).
+# load, where its imports stall /health (imagegen/model/preload.py).
 PRELOAD_MODEL_CODE = env_bool("PRELOAD_MODEL_CODE", True)
 
 # torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.

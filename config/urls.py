@@ -3,7 +3,7 @@
 from django.urls import path
 
 from config.api import api
-from imagegen.api import router as imagegen_router
+from imagegen.api.native import router as imagegen_router
 from todos.api import router as todos_router
 
 api.add_router("", todos_router)

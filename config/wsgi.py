@@ -15,9 +15,9 @@ warn_if_open()
 from django.conf import settings  # noqa: E402
 
 if settings.PRELOAD_MODEL_CODE:
-    from imagegen.preload import import_loading_code
+    from imagegen.model.preload import import_loading_code
 
     try:
-        import_loading_code()  # before the first request: see imagegen/preload.py
+        import_loading_code()  # before the first request: see imagegen/model/preload.py
     except Exception:  # the todo API still serves; a load reports the same error
-        logging.getLogger("imagegen.preload").exception("importing the model code failed")
+        logging.getLogger("imagegen.model.preload").exception("importing the model code failed")

@@ -9,7 +9,7 @@ while it runs. If the process dies mid-batch, the TTL index removes the leftover
 
 from mongoengine import DateTimeField, Document, QuerySet, StringField
 
-from todos.clock import iso_ms
+from config.timestamps import iso_ms
 
 TITLE_MAX = 40
 DESCRIPTION_MAX = 1000

@@ -9,7 +9,7 @@ from mongoengine.errors import BulkWriteError, NotUniqueError
 from pymongo.errors import BulkWriteError as PyMongoBulkWriteError
 from pymongo.errors import DuplicateKeyError
 
-from todos.clock import utc_now
+from config.timestamps import utc_now
 from todos.documents import Todo
 from todos.errors import TitleTaken, TodoNotFound
 from todos.indexes import ensure_todo_indexes

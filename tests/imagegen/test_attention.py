@@ -9,8 +9,8 @@ from diffusers.models.attention_processor import (
     SlicedAttnProcessor,
 )
 
-from imagegen.attention import SlicedSdpaProcessor, use_fused_kernel_in_slices
-from imagegen.pipeline import load_pipeline
+from imagegen.model.attention import SlicedSdpaProcessor, use_fused_kernel_in_slices
+from imagegen.model.pipeline import load_pipeline
 from tests.support.model_service import SD_REPO
 
 

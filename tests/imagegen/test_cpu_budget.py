@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from imagegen.cpu import cgroup_quota, cpu_budget, torch_threads
+from imagegen.model.cpu import cgroup_quota, cpu_budget, torch_threads
 
 
 @pytest.fixture

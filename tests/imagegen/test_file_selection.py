@@ -1,7 +1,8 @@
 """Which files of a real-world repo layout the pull fetches (no network: the listing is data)."""
 
-from imagegen.hub import pipeline_components, select_files, weight_variant
-from imagegen.share import ModelFile
+from imagegen.model.components import pipeline_components
+from imagegen.model.hub import select_files, weight_variant
+from imagegen.model.share import ModelFile
 
 # The file list of the SDXL base repository, as the hub lists it.
 SDXL_BASE = [
@@ -87,9 +88,8 @@ def listing(names: list[str]) -> list[ModelFile]:
 
 
 def test_sdxl_base_fp16_selection_is_exactly_what_the_pipeline_loads():
-    chosen = {
-        f.path for f in select_files(listing(SDXL_BASE), pipeline_components(SDXL_INDEX), "fp16")
-    }
+    components = list(pipeline_components(SDXL_INDEX))
+    chosen = {f.path for f in select_files(listing(SDXL_BASE), components, "fp16")}
     assert chosen == {
         "model_index.json",
         "scheduler/scheduler_config.json",

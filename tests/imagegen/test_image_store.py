@@ -5,7 +5,7 @@ import os
 import pytest
 from PIL import Image
 
-from imagegen.images import GenerationParameters, ImageStore, png_bytes
+from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
 
 PARAMETERS = GenerationParameters(
     prompt="p", negative_prompt=None, steps=2, guidance=7.0, width=8, height=8, seed=1,

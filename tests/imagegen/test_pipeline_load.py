@@ -4,7 +4,7 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline
 
-from imagegen.pipeline import LoadOptions, load_pipeline
+from imagegen.model.pipeline import LoadOptions, load_pipeline
 from tests.support.model_service import SD_REPO
 
 

@@ -18,9 +18,9 @@ LOAD_AND_LIST_IMPORTS = """
 import json, sys
 from pathlib import Path
 if sys.argv[1] == "preload":
-    from imagegen.preload import import_loading_code
+    from imagegen.model.preload import import_loading_code
     import_loading_code()
-from imagegen.pipeline import load_pipeline
+from imagegen.model.pipeline import load_pipeline
 before = set(sys.modules)
 for repo in sys.argv[2:]:
     load_pipeline(Path(repo), variant="fp16", device="cpu")

@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from imagegen.weights import _chunks, _layout, load_component, read_header, read_safetensors
+from imagegen.model.weights import _chunks, _layout, load_component, read_header, read_safetensors
 
 
 def test_reads_every_tensor_cast_like_diffusers(tmp_path):
@@ -56,7 +56,7 @@ def test_chunks_cut_anywhere_give_the_same_tensors_each_64_byte_aligned(
     tmp_path, monkeypatch, chunk_bytes
 ):
     """The block cast in chunks of any size (runs across tensors, tensors across chunks)."""
-    monkeypatch.setattr("imagegen.weights.CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr("imagegen.model.weights.CHUNK_BYTES", chunk_bytes)
     generator = torch.Generator().manual_seed(0)
     tensors = {
         f"t{i:02d}": torch.randn(shape, generator=generator).to(dtype)

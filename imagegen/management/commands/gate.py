@@ -1,12 +1,12 @@
-"""manage.py gate: the post-deployment gate (see imagegen.gate for the steps)."""
+"""manage.py gate: the post-deployment gate (see imagegen.ops.gate for the steps)."""
 
 import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from imagegen.gate import ExitCode, GateFailure, GateTimings, run_gate
-from imagegen.service_client import ServiceClient
+from imagegen.ops.client import ServiceClient
+from imagegen.ops.gate import ExitCode, GateFailure, GateTimings, run_gate
 
 EPILOG = """exit codes: 0 ready; 10 a placeholder answers instead of the application (command
 overridden); 11 /health did not succeed in time; 12 POST /model/pull was refused or got no
@@ -61,7 +61,7 @@ class Command(BaseCommand):
             if options["container_app"]:
                 if not options["resource_group"]:
                     raise GateFailure(ExitCode.PLATFORM, "--container-app needs --resource-group")
-                from imagegen.container_platform import ensure_image_command
+                from imagegen.ops.platform import ensure_image_command
 
                 ensure_image_command(
                     options["container_app"],

@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
 
 from config.errors import ServiceError
-from imagegen.jobs import JobState, get_jobs
-from imagegen.schemas import GenerateForm
+from imagegen.api.schemas import GenerateForm
+from imagegen.generation.jobs import JobState, get_jobs
 
 
 class Command(BaseCommand):

@@ -5,9 +5,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from imagegen import share
-from imagegen.loader import source_from_settings
-from imagegen.service_client import ServiceClient, Unreachable
+from imagegen.model import share
+from imagegen.model.loader import source_from_settings
+from imagegen.ops.client import ServiceClient, Unreachable
 
 
 class Command(BaseCommand):

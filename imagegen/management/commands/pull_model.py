@@ -8,8 +8,8 @@ import time
 from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
 
-from imagegen import hub, share
-from imagegen.loader import describe, source_from_settings
+from imagegen.model import hub, share
+from imagegen.model.loader import describe, source_from_settings
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
 

@@ -8,7 +8,7 @@ takes it out of the queue; cancelling the running one stops it at the end of the
 denoising step.
 
 Jobs live as long as the process, like the model's state; the images they produce are
-stored (imagegen.images) and outlive it.
+stored (imagegen.generation.images) and outlive it.
 """
 
 import gc
@@ -25,9 +25,9 @@ from typing import Any
 
 from config.errors import ServiceError
 from imagegen.errors import JobFinished, QueueFull
-from imagegen.generation import Cancelled, GenerationRequest, render, resolve, with_defaults
-from imagegen.images import ImageRecord, ImageStore, png_bytes
-from imagegen.loader import ModelLoader, describe
+from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve, with_defaults
+from imagegen.model.loader import ModelLoader, describe
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def get_jobs() -> JobQueue:
     """The process's queue; first made in ImagegenConfig.ready(), before any request thread."""
     from django.conf import settings
 
-    from imagegen.loader import get_loader
+    from imagegen.model.loader import get_loader
 
     return JobQueue(
         get_loader(),

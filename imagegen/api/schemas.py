@@ -13,7 +13,7 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
-from imagegen.generation import SEED_MAX, GenerationRequest
+from imagegen.generation.render import SEED_MAX, GenerationRequest
 
 PROMPT_MAX = 1000
 _SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")

@@ -17,11 +17,11 @@ from typing import Any
 
 from django.conf import settings
 
-from imagegen import hub, share
-from imagegen.cpu import torch_threads
-from imagegen.device import compute_device
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
-from imagegen.pipeline import LoadOptions, load_pipeline
+from imagegen.model import hub, share
+from imagegen.model.cpu import torch_threads
+from imagegen.model.device import compute_device
+from imagegen.model.pipeline import LoadOptions, load_pipeline
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """One image generation: the request's defaults resolved, then the pipeline run with a
-step-end callback that reports progress and can stop it (imagegen.jobs runs these)."""
+step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these)."""
 
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from imagegen.images import GenerationParameters
-from imagegen.pipeline import native_size
+from imagegen.generation.images import GenerationParameters
+from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
 

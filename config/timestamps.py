@@ -1,4 +1,8 @@
-"""Timestamps at the precision MongoDB stores, so what is returned equals what is read back."""
+"""The project's one timestamp form: UTC at millisecond precision, written `...15.728Z`.
+
+Milliseconds because MongoDB stores no finer, so a todo returned equals the todo read back;
+the image service's jobs, records and manifests use the same form so clients parse one.
+"""
 
 from datetime import UTC, datetime
 

@@ -16,10 +16,10 @@ log = logging.getLogger(__name__)
 class LoadOptions:
     """The settings that change how (not what) the pipeline is built; see README."""
 
-    threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.cpu)
-    streaming: bool = True  # MODEL_LOADER=streaming: imagegen.weights, peak near fp32 size
+    threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.model.cpu)
+    streaming: bool = True  # MODEL_LOADER=streaming: imagegen.model.weights, peak near fp32 size
     attention_slicing: bool = True  # ATTENTION_SLICING: the seed's rule, on by default
-    # (each slice computed by torch's fused kernel: imagegen.attention)
+    # (each slice computed by torch's fused kernel: imagegen.model.attention)
 
 
 def load_pipeline(
@@ -33,7 +33,7 @@ def load_pipeline(
         log.info("torch uses %d CPU threads", options.threads)
     components = {}
     if options.streaming:
-        from imagegen.weights import streamed_components
+        from imagegen.model.weights import streamed_components
 
         components = streamed_components(path, variant=variant, dtype=torch.float32)
     pipe = DiffusionPipeline.from_pretrained(
@@ -47,7 +47,7 @@ def load_pipeline(
     pipe.to(device)
     if options.attention_slicing:
         pipe.enable_attention_slicing()
-        from imagegen.attention import use_fused_kernel_in_slices
+        from imagegen.model.attention import use_fused_kernel_in_slices
 
         for component in pipe.components.values():
             if isinstance(component, torch.nn.Module):

@@ -6,7 +6,7 @@ variant's `.safetensors` (never `.bin`, `.ckpt`, ONNX or Flax copies, nor single
 checkpoints at the repo root). huggingface_hub downloads into its own cache on local disk,
 where its lock files are harmless (it locks beside its files, which SMB cannot do); each file
 is then copied onto the share under a temporary name and renamed, and the manifest is
-written last (see imagegen.share).
+written last (see imagegen.model.share).
 """
 
 import contextlib
@@ -21,8 +21,9 @@ from pathlib import Path, PurePosixPath
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
 
-from imagegen import share
-from imagegen.share import Manifest, ModelFile
+from imagegen.model import share
+from imagegen.model.components import pipeline_components
+from imagegen.model.share import Manifest, ModelFile
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +96,6 @@ def weight_variant(filename: str) -> str | None:
     return stem.rsplit(".", 1)[1] if "." in stem else None
 
 
-def pipeline_components(model_index: dict) -> list[str]:
-    return sorted(
-        name
-        for name, value in model_index.items()
-        if not name.startswith("_") and isinstance(value, list) and None not in value
-    )
-
-
 def select_files(
     repo_files: list[ModelFile], components: list[str], variant: str | None
 ) -> list[ModelFile]:
@@ -166,7 +159,7 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
             )
         )
 
-    components = pipeline_components(json.loads(fetch(MODEL_INDEX).read_text()))
+    components = list(pipeline_components(json.loads(fetch(MODEL_INDEX).read_text())))
     files = select_files(repo_files, components, source.variant)
     repo_cache = source.cache_dir / f"models--{source.model_id.replace('/', '--')}"
     progress.start(sum(f.size for f in files), repo_cache / "blobs")

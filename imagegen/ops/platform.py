@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from imagegen.gate import ExitCode, GateFailure
+from imagegen.ops.gate import ExitCode, GateFailure
 
 
 def _az(*args: str) -> str:

@@ -32,7 +32,8 @@ from accelerate import init_empty_weights
 from accelerate.utils import set_module_tensor_to_device
 from transformers.initialization import no_init_weights
 
-from imagegen.hub import weight_variant
+from imagegen.model.components import pipeline_components
+from imagegen.model.hub import weight_variant
 
 log = logging.getLogger(__name__)
 _CONSTRUCTION = threading.Lock()
@@ -232,10 +233,7 @@ def streamed_components(path: Path, *, variant: str | None, dtype: torch.dtype) 
     """Every torch component named in model_index.json, loaded by load_component."""
     index = json.loads((path / "model_index.json").read_text())
     components = {}
-    for name, value in index.items():
-        if name.startswith("_") or not isinstance(value, list) or None in value:
-            continue
-        library, class_name = value
+    for name, (library, class_name) in pipeline_components(index).items():
         if library not in ("diffusers", "transformers"):
             continue
         cls = getattr(importlib.import_module(library), class_name)

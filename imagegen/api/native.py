@@ -9,19 +9,7 @@ from ninja.errors import ValidationError
 
 from config.auth import token_required
 from config.version import app_version
-from imagegen.device import compute_device
-from imagegen.errors import (
-    ImageNotFound,
-    JobCancelled,
-    JobFailed,
-    JobFinished,
-    JobNotFound,
-    SyncTimeout,
-)
-from imagegen.images import is_image_id
-from imagegen.jobs import Job, JobState, get_jobs
-from imagegen.loader import get_loader
-from imagegen.schemas import (
+from imagegen.api.schemas import (
     GenerateForm,
     Health,
     ImageErrorBody,
@@ -30,6 +18,18 @@ from imagegen.schemas import (
     JobOut,
     ModelStatus,
 )
+from imagegen.errors import (
+    ImageNotFound,
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobNotFound,
+    SyncTimeout,
+)
+from imagegen.generation.images import is_image_id
+from imagegen.generation.jobs import Job, JobState, get_jobs
+from imagegen.model.device import compute_device
+from imagegen.model.loader import get_loader
 
 router = Router(tags=["imagegen"])
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from imagegen.service_client import ServiceClient, Unreachable
+from imagegen.ops.client import ServiceClient, Unreachable
 
 PLACEHOLDER_MARK = "Message: File not found."
 UNREACHABLE_POLLS = 3

@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 # What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo: modules it
 # imports directly, and classes it resolves through diffusers' and transformers' lazy modules
 # (resolving one imports the module defining it).
-MODULES = ("accelerate", "diffusers.guiders", "imagegen.pipeline", "imagegen.weights",
-           "imagegen.attention")  # fmt: skip
+MODULES = ("accelerate", "diffusers.guiders", "imagegen.model.pipeline", "imagegen.model.weights",
+           "imagegen.model.attention")  # fmt: skip
 CLASSES = {
     "diffusers": ("StableDiffusionPipeline", "StableDiffusionXLPipeline", "UNet2DConditionModel",
                   "AutoencoderKL", "PNDMScheduler", "EulerDiscreteScheduler"),

@@ -1,0 +1,20 @@
+"""The components a pipeline's model_index.json names, read by one rule everywhere.
+
+diffusers' rule: every key not starting with `_` whose value is a `[library, class]` pair;
+a `[null, null]` pair is an optional component the repository does not ship (SDXL's
+`image_encoder`, for one), so it is not a component at all.
+"""
+
+from typing import Any
+
+
+def pipeline_components(model_index: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{name: (library, class)} in name order."""
+    return {
+        name: (value[0], value[1])
+        for name, value in sorted(model_index.items())
+        if not name.startswith("_")
+        and isinstance(value, list)
+        and len(value) == 2
+        and None not in value
+    }
