@@ -12,16 +12,25 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
+def parse_bool(raw: str) -> bool | None:
+    """The project's one reading of a yes/no string (settings, flags in requests): 1/true/
+    yes/on and 0/false/no/off/empty, any case; None for anything else."""
     value = raw.strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+    return None
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = parse_bool(raw)
+    if value is None:
+        raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+    return value
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:

@@ -1,6 +1,4 @@
-"""The image service routes: parse the request, call the loader or the job queue, answer."""
-
-import contextlib
+"""The image service's own routes: parse the request, call one service or selector, answer."""
 
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse
@@ -8,28 +6,13 @@ from ninja import Form, Query, Router
 from ninja.errors import ValidationError
 
 from config.auth import token_required
+from config.env import parse_bool
 from config.version import app_version
-from imagegen.api.schemas import (
-    GenerateForm,
-    Health,
-    ImageErrorBody,
-    ImagePage,
-    ImageRecordOut,
-    JobOut,
-    ModelStatus,
-)
-from imagegen.errors import (
-    ImageNotFound,
-    JobCancelled,
-    JobFailed,
-    JobFinished,
-    JobNotFound,
-    SyncTimeout,
-)
-from imagegen.generation.images import is_image_id
-from imagegen.generation.jobs import Job, JobState, get_jobs
+from imagegen import selectors, services
+from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
+from imagegen.generation.images import ImageRecord
 from imagegen.model.device import compute_device
-from imagegen.model.loader import get_loader
+from imagegen.model.loader import ModelStatus
 
 router = Router(tags=["imagegen"])
 
@@ -49,7 +32,6 @@ ROUTES = [
     ("GET", "/api/openapi.json", "OpenAPI schema"),
 ]
 ERRORS = {400: ImageErrorBody, 401: ImageErrorBody, 404: ImageErrorBody, 409: ImageErrorBody}
-TRUE = {"1", "true", "yes", "on"}
 
 
 @router.get("/health", response=Health, summary="Liveness; touches neither model nor database")
@@ -70,7 +52,7 @@ def index(request: HttpRequest):
 
 @router.get("/model/status", response=ModelStatus, summary="Model state of this process")
 def model_status(request: HttpRequest):
-    return get_loader().status()
+    return selectors.model_status()
 
 
 @router.post(
@@ -80,19 +62,32 @@ def model_status(request: HttpRequest):
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
 def model_pull(request: HttpRequest):
-    loader = get_loader()
-    started = loader.pull()
-    return (202 if started else 200), loader.status()
+    started = services.model_pull()
+    return (202 if started else 200), selectors.model_status()
 
 
 def wants_async(request: HttpRequest) -> bool:
     """`async=true` as a form field or query parameter, or `Prefer: respond-async`."""
     flag = request.POST.get("async") or request.GET.get("async") or ""
-    return flag.strip().lower() in TRUE or "respond-async" in request.headers.get("Prefer", "")
+    return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
 
 
-def job_answer(job: Job) -> dict:
-    return get_jobs().snapshot(job)
+def png_answer(record: ImageRecord, job_id: str) -> HttpResponse:
+    """The PNG with its parameters in headers, so a client of the synchronous form needs
+    no second request to learn the seed it got."""
+    png = HttpResponse(
+        selectors.image_png(image_id=record.id).read_bytes(), content_type="image/png"
+    )
+    parameters = record.parameters
+    png["X-Seed"] = str(parameters.seed)
+    png["X-Steps"] = str(parameters.steps)
+    png["X-Guidance"] = f"{parameters.guidance:g}"
+    png["X-Size"] = f"{parameters.width}x{parameters.height}"
+    png["X-Device"] = record.device
+    png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"
+    png["X-Image-Id"] = record.id
+    png["X-Job-Id"] = job_id
+    return png
 
 
 @router.post(
@@ -104,58 +99,34 @@ def job_answer(job: Job) -> dict:
 def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
     if unknown := GenerateForm.unknown_fields([k for k in request.POST if k != "async"]):
         raise ValidationError(unknown)
-    jobs = get_jobs()
-    job = jobs.submit(form.to_request())
     if wants_async(request):
+        job = services.generation_submit(request=form.to_request())
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
-        return 202, job_answer(job)
-    if not job.done.wait(settings.GEN_SYNC_TIMEOUT):
-        with contextlib.suppress(JobFinished):  # it may have finished just now
-            jobs.cancel(job.id)
-        if not job.done.is_set() or job.state is JobState.CANCELLED:
-            raise SyncTimeout(job.id)
-    if job.state is JobState.CANCELLED:
-        raise JobCancelled()
-    if job.state is JobState.FAILED:
-        raise job.failure or JobFailed(job.error)
-    record = job.image
-    png = HttpResponse(jobs.store.png_path(record.id).read_bytes(), content_type="image/png")
-    parameters = record.parameters
-    png["X-Seed"] = str(parameters.seed)
-    png["X-Steps"] = str(parameters.steps)
-    png["X-Guidance"] = f"{parameters.guidance:g}"
-    png["X-Size"] = f"{parameters.width}x{parameters.height}"
-    png["X-Device"] = record.device
-    png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"
-    png["X-Image-Id"] = record.id
-    png["X-Job-Id"] = job.id
-    return png
+        return 202, selectors.job_get(job_id=job.id)
+    job, record = services.generation_run(
+        request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT
+    )
+    return png_answer(record, job.id)
 
 
 @router.get("/jobs", auth=token_required(), response={200: list[JobOut], **ERRORS})
 def job_list(request: HttpRequest, limit: int = Query(20, ge=1, le=200)):
-    return [job_answer(job) for job in get_jobs().recent(limit)]
+    return selectors.job_list(limit=limit)
 
 
 @router.get("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **ERRORS})
 def job_get(request: HttpRequest, job_id: str):
-    job = get_jobs().get(job_id)
-    if job is None:
-        raise JobNotFound()
-    return job_answer(job)
+    return selectors.job_get(job_id=job_id)
 
 
 @router.delete("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **ERRORS})
 def job_cancel(request: HttpRequest, job_id: str):
-    job = get_jobs().cancel(job_id)
-    if job is None:
-        raise JobNotFound()
-    return job_answer(job)
+    return services.job_cancel(job_id=job_id)
 
 
 @router.post("/jobs/{job_id}/cancel", auth=token_required(), response={200: JobOut, **ERRORS})
 def job_cancel_post(request: HttpRequest, job_id: str):
-    return job_cancel(request, job_id)
+    return services.job_cancel(job_id=job_id)
 
 
 @router.get("/images", auth=token_required(), response={200: ImagePage, **ERRORS})
@@ -164,25 +135,14 @@ def image_list(
     limit: int = Query(20, ge=1, le=100),
     before: str | None = Query(None, description="the last id of the previous page"),
 ):
-    records = get_jobs().store.page(limit=limit, before=before)
-    more = len(records) == limit
-    return {
-        "items": [record.to_dict() for record in records],
-        "next": f"/images?limit={limit}&before={records[-1].id}" if more else None,
-    }
+    return selectors.image_page(limit=limit, before=before)
 
 
 @router.get("/images/{image_id}.png", auth=token_required(), response={200: None, **ERRORS})
 def image_png(request: HttpRequest, image_id: str):
-    path = get_jobs().store.png_path(image_id)
-    if not is_image_id(image_id) or not path.is_file():
-        raise ImageNotFound()
-    return FileResponse(path.open("rb"), content_type="image/png")
+    return FileResponse(selectors.image_png(image_id=image_id).open("rb"), content_type="image/png")
 
 
-@router.get("/images/{image_id}", auth=token_required(), response={200: ImageRecordOut, **ERRORS})
+@router.get("/images/{image_id}", auth=token_required(), response={200: ImageRecord, **ERRORS})
 def image_get(request: HttpRequest, image_id: str):
-    record = get_jobs().store.get(image_id)
-    if record is None:
-        raise ImageNotFound()
-    return record.to_dict()
+    return selectors.image_get(image_id=image_id)

@@ -5,7 +5,6 @@ An empty form field counts as absent, as HTML forms send them; unknown fields ar
 so that a misspelt `step=50` is an error rather than a silent default.
 """
 
-import math
 import re
 from typing import Annotated, Any
 
@@ -13,6 +12,9 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
+from config.timestamps import iso_ms
+from imagegen.generation.images import ImageRecord, image_url
+from imagegen.generation.jobs import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 
 PROMPT_MAX = 1000
@@ -33,7 +35,8 @@ class GenerateForm(Schema):
     negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, Optional] = None
     steps: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS)] | None, Optional] = None
     guidance: Annotated[
-        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE)] | None, Optional
+        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False)] | None,
+        Optional,
     ] = None
     size: Annotated[str | None, Optional] = Field(
         default=None, description="WIDTHxHEIGHT, multiples of 8; default the model's native size"
@@ -46,13 +49,6 @@ class GenerateForm(Schema):
     def _prompt_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must contain a non-space character")
-        return value
-
-    @field_validator("guidance")
-    @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number")
         return value
 
     @field_validator("size")
@@ -99,24 +95,6 @@ class Health(Schema):
     version: str
 
 
-class DownloadProgressOut(Schema):
-    bytes_done: int
-    bytes_total: int
-
-
-class ModelStatus(Schema):
-    state: str = Field(description="not_started, downloading, loading, ready or failed")
-    device: str
-    model_path: str
-    model_id: str
-    revision: str
-    variant: str | None
-    commit: str | None = Field(description="the commit on the share, when complete")
-    weights_on_share: bool
-    error: str | None
-    download: DownloadProgressOut
-
-
 class ImageError(Schema):
     message: str
     details: list[dict[str, str]] | None = None
@@ -126,60 +104,39 @@ class ImageErrorBody(Schema):
     error: ImageError
 
 
-class GenerationParametersOut(Schema):
-    prompt: str
-    negative_prompt: str | None
-    steps: int
-    guidance: float
-    width: int
-    height: int
-    seed: int
-    scheduler: str
-    model_id: str
-    revision: str | None
-
-
-class ImageRecordOut(Schema):
-    id: str
-    created_at: str
-    parameters: GenerationParametersOut
-    device: str
-    timings: dict[str, float]
-
-
 class ImagePage(Schema):
-    items: list[ImageRecordOut]
+    items: list[ImageRecord]
     next: str | None = Field(description="the next page, newest first; null on the last")
 
 
-class JobRequestOut(Schema):
-    prompt: str
-    negative_prompt: str | None
-    steps: int
-    guidance: float
-    size: tuple[int, int] | None = Field(description="null: the model's native size")
-    seed: int
-    force_cpu: bool
-
-
-class JobProgress(Schema):
-    step: int
-    steps: int = Field(description="0 until the job starts denoising")
-    fraction: float
-    elapsed_seconds: float | None
-    eta_seconds: float | None
-
-
 class JobOut(Schema):
+    """A JobView as answered: timestamps in the project's one form, and the image's URL."""
+
     id: str
     state: str = Field(description="queued, running, succeeded, failed or cancelled")
     position: int | None = Field(description="1 = runs next; null unless queued")
     phase: str
     progress: JobProgress
-    parameters: JobRequestOut
+    parameters: GenerationRequest
     created_at: str
     started_at: str | None
     finished_at: str | None
     error: str | None
-    image: ImageRecordOut | None
+    image: ImageRecord | None
     image_url: str | None
+
+    @staticmethod
+    def resolve_created_at(job: JobView) -> str:
+        return iso_ms(job.created_at)
+
+    @staticmethod
+    def resolve_started_at(job: JobView) -> str | None:
+        return iso_ms(job.started_at)
+
+    @staticmethod
+    def resolve_finished_at(job: JobView) -> str | None:
+        return iso_ms(job.finished_at)
+
+    @staticmethod
+    def resolve_image_url(job: JobView) -> str | None:
+        return image_url(job.image.id) if job.image else None

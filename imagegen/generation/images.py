@@ -12,23 +12,25 @@ request and seed give the same PNG bytes.
 
 import io
 import json
-import os
 import re
 import secrets
-import uuid
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from PIL import Image, PngImagePlugin
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from config.timestamps import iso_ms
+from imagegen.atomic_files import write_atomically
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
 
-@dataclass(frozen=True)
-class GenerationParameters:
-    """What produced an image: enough to produce it again."""
+class GenerationParameters(BaseModel):
+    """What produced an image: enough to produce it again. Stored in the record and the PNG,
+    and answered as they are."""
+
+    model_config = ConfigDict(frozen=True)
 
     prompt: str
     negative_prompt: str | None
@@ -53,20 +55,16 @@ class GenerationParameters:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class ImageRecord:
+class ImageRecord(BaseModel):
+    """One stored image's record: the JSON file beside its PNG, and the API's answer."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: str
     created_at: str
     parameters: GenerationParameters
     device: str
     timings: dict[str, float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "ImageRecord":
-        return cls(**{**raw, "parameters": GenerationParameters(**raw["parameters"])})
 
 
 def new_image_id(now: datetime) -> str:
@@ -77,10 +75,14 @@ def is_image_id(value: str) -> bool:
     return bool(_ID.match(value))
 
 
+def image_url(image_id: str) -> str:
+    return f"/images/{image_id}.png"
+
+
 def png_bytes(image: Image.Image, parameters: GenerationParameters) -> bytes:
     info = PngImagePlugin.PngInfo()
     info.add_text("parameters", parameters.a1111_text())
-    info.add_text("imagegen", json.dumps(asdict(parameters), sort_keys=True))
+    info.add_text("imagegen", json.dumps(parameters.model_dump(), sort_keys=True))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", pnginfo=info)
     return buffer.getvalue()
@@ -96,22 +98,23 @@ class ImageStore:
         now = datetime.now(UTC)
         record = ImageRecord(
             id=new_image_id(now),
-            created_at=now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            created_at=iso_ms(now),
             parameters=parameters,
             device=device,
             timings={key: round(value, 3) for key, value in timings.items()},
         )
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._write(self.png_path(record.id), png)
-        self._write(self._record_path(record.id), json.dumps(record.to_dict(), indent=2).encode())
+        write_atomically(self.png_path(record.id), png)
+        write_atomically(
+            self._record_path(record.id), json.dumps(record.model_dump(), indent=2).encode()
+        )
         return record
 
     def get(self, image_id: str) -> ImageRecord | None:
         if not is_image_id(image_id):
             return None
         try:
-            return ImageRecord.from_dict(json.loads(self._record_path(image_id).read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
+            return ImageRecord.model_validate_json(self._record_path(image_id).read_bytes())
+        except (OSError, ValidationError):
             return None
 
     def png_path(self, image_id: str) -> Path:
@@ -135,15 +138,3 @@ class ImageStore:
 
     def _record_path(self, image_id: str) -> Path:
         return self.root / f"{image_id}.json"
-
-    @staticmethod
-    def _write(target: Path, data: bytes) -> None:
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
-        try:
-            with temporary.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())  # the data is on disk before the name says it is
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)

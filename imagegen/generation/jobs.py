@@ -17,13 +17,15 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ServiceError
+from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
 from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve, with_defaults
@@ -43,23 +45,16 @@ class JobState(StrEnum):
 FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return (
-        None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
-
-
 @dataclass
 class Job:
+    """A generation's life in this process. Mutable, and changed only under the queue's lock;
+    answers are built from a JobView, never from a Job read piece by piece."""
+
     request: GenerationRequest
     id: str = field(default_factory=lambda: secrets.token_hex(8))
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
-    created_at: datetime = field(default_factory=_now)
+    created_at: datetime = field(default_factory=utc_now)
     started_at: datetime | None = None
     finished_at: datetime | None = None
     step: int = 0
@@ -71,39 +66,51 @@ class Job:
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> "JobProgress":
         elapsed = None
         if self.started_at is not None:
-            end = self.finished_at or _now()
+            end = self.finished_at or utc_now()
             elapsed = round((end - self.started_at).total_seconds(), 3)
         eta = None
         if self.state is JobState.RUNNING and self.step and self.denoise_started is not None:
             per_step = (time.monotonic() - self.denoise_started) / self.step
             eta = round(per_step * (self.steps - self.step), 3)
         fraction = self.step / self.steps if self.steps else 0.0
-        return {
-            "step": self.step,
-            "steps": self.steps,
-            "fraction": round(fraction, 4),
-            "elapsed_seconds": elapsed,
-            "eta_seconds": eta,
-        }
+        return JobProgress(
+            step=self.step,
+            steps=self.steps,
+            fraction=round(fraction, 4),
+            elapsed_seconds=elapsed,
+            eta_seconds=eta,
+        )
 
-    def to_dict(self, position: int | None) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "position": position,
-            "phase": self.phase,
-            "progress": self.progress(),
-            "parameters": asdict(self.request),
-            "created_at": _iso(self.created_at),
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "error": self.error,
-            "image": self.image.to_dict() if self.image else None,
-            "image_url": f"/images/{self.image.id}.png" if self.image else None,
-        }
+
+class JobProgress(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    steps: int = Field(description="0 until the job starts denoising")
+    fraction: float
+    elapsed_seconds: float | None
+    eta_seconds: float | None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as one consistent picture (state, position and progress read together under
+    the queue's lock): what every route answers about a job."""
+
+    id: str
+    state: JobState
+    position: int | None  # 1 = runs next; None unless queued
+    phase: str
+    progress: JobProgress
+    parameters: GenerationRequest
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    image: ImageRecord | None
 
 
 class JobQueue:
@@ -129,18 +136,20 @@ class JobQueue:
         self._queued: deque[Job] = deque()
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._worker: threading.Thread | None = None
+        self._running: Job | None = None
 
     # -- what the routes call -----------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> Job:
-        """Queues a generation, or refuses it at once (model not pulled, queue full)."""
-        self.loader.require_loadable()  # 409/503 now rather than a failed job later
+        """Queues a generation, or refuses it at once (model not pulled, queue full) with
+        nothing started: the model's load begins when the worker takes the job."""
+        self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(
             request, default_steps=self.default_steps, default_guidance=self.default_guidance
         )
         job = Job(request=request)
         with self._lock:
-            if len(self._queued) >= self.queue_max:
+            if self._waiting() >= self.queue_max:
                 raise QueueFull()
             self._queued.append(job)
             self._jobs[job.id] = job
@@ -157,11 +166,22 @@ class JobQueue:
         with self._lock:
             return list(reversed(self._jobs.values()))[:limit]
 
-    def snapshot(self, job: Job) -> dict[str, Any]:
-        """The job as one consistent picture: state, position and progress read together."""
+    def view(self, job: Job) -> JobView:
         with self._lock:
             position = self._queued.index(job) + 1 if job.state is JobState.QUEUED else None
-            return job.to_dict(position)
+            return JobView(
+                id=job.id,
+                state=job.state,
+                position=position,
+                phase=job.phase,
+                progress=job.progress(),
+                parameters=job.request,
+                created_at=job.created_at,
+                started_at=job.started_at,
+                finished_at=job.finished_at,
+                error=job.error,
+                image=job.image,
+            )
 
     def cancel(self, job_id: str) -> Job | None:
         with self._lock:
@@ -177,6 +197,11 @@ class JobQueue:
                 job.cancel_requested.set()
         return job
 
+    def _waiting(self) -> int:
+        """Jobs waiting behind the running one (a job queued while the worker is idle is
+        about to run, not waiting). Called with the lock held."""
+        return len(self._queued) - (self._running is None)
+
     # -- the worker -----------------------------------------------------------------------
 
     def _start_worker(self) -> None:
@@ -189,14 +214,16 @@ class JobQueue:
             with self._lock:
                 while not self._queued:
                     self._lock.wait()
-                job = self._queued.popleft()
-                job.state, job.started_at = JobState.RUNNING, _now()
+                job = self._running = self._queued.popleft()
+                job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
             try:
                 self._run(job)
             except Exception:  # the worker must outlive any one job
                 log.exception("job %s crashed the worker loop", job.id)
             finally:
+                with self._lock:
+                    self._running = None
                 gc.collect()  # a cancelled or failed run's tensors go now, not later
 
     def _run(self, job: Job) -> None:
@@ -253,7 +280,7 @@ class JobQueue:
     def _finish(self, job: Job, state: JobState, *, phase: str, error: str | None = None) -> None:
         with self._lock:
             job.state, job.phase, job.error = state, phase, error
-            job.finished_at = _now()
+            job.finished_at = utc_now()
         job.done.set()
 
     def _forget_old_jobs(self) -> None:

@@ -3,8 +3,9 @@ step-end callback that reports progress and can stop it (imagegen.generation.job
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from imagegen.generation.images import GenerationParameters
 from imagegen.model.pipeline import native_size
@@ -12,13 +13,17 @@ from imagegen.model.pipeline import native_size
 SEED_MAX = 2**32 - 1
 
 
-@dataclass(frozen=True)
-class GenerationRequest:
+class GenerationRequest(BaseModel):
+    """What a client asked for, in any protocol; a job reports it with the model-independent
+    defaults filled in (steps, guidance, seed), so a job shows its seed from the start."""
+
+    model_config = ConfigDict(frozen=True)
+
     prompt: str
     negative_prompt: str | None = None
     steps: int | None = None
     guidance: float | None = None
-    size: tuple[int, int] | None = None
+    size: tuple[int, int] | None = Field(default=None, description="null: the model's native size")
     seed: int | None = None
     force_cpu: bool = False
 
@@ -31,11 +36,12 @@ def with_defaults(
     request: GenerationRequest, *, default_steps: int, default_guidance: float
 ) -> GenerationRequest:
     """Fills what does not depend on the model, so a job reports its seed from the start."""
-    return replace(
-        request,
-        steps=request.steps or default_steps,
-        guidance=default_guidance if request.guidance is None else request.guidance,
-        seed=secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
+    return request.model_copy(
+        update={
+            "steps": request.steps or default_steps,
+            "guidance": default_guidance if request.guidance is None else request.guidance,
+            "seed": secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
+        }
     )
 
 

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
+from pydantic import BaseModel, Field
 
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, share
@@ -39,6 +40,27 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
 
 
+class DownloadBytes(BaseModel):
+    bytes_done: int
+    bytes_total: int
+
+
+class ModelStatus(BaseModel):
+    """The seed's model status object (state, device, model_path) and what an operator
+    needs beside it; answered by GET /model/status as it is."""
+
+    state: str = Field(description="not_started, downloading, loading, ready or failed")
+    device: str
+    model_path: str
+    model_id: str
+    revision: str
+    variant: str | None
+    commit: str | None = Field(description="the commit on the share, when complete")
+    weights_on_share: bool
+    error: str | None
+    download: DownloadBytes
+
+
 class ModelLoader:
     def __init__(
         self, source: hub.ModelSource, device: str, options: LoadOptions | None = None
@@ -54,22 +76,24 @@ class ModelLoader:
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> "ModelStatus":
         manifest = self.source.complete_manifest()
         with self._lock:
             state, error, progress = self._state, self._error, self._progress
-        return {
-            "state": state.value,
-            "device": self.device,
-            "model_path": str(self.source.path),
-            "model_id": self.source.model_id,
-            "revision": self.source.revision,
-            "variant": self.source.variant,
-            "commit": manifest.commit if manifest else None,
-            "weights_on_share": manifest is not None,
-            "error": error,
-            "download": {"bytes_done": progress.bytes_done, "bytes_total": progress.bytes_total},
-        }
+        return ModelStatus(
+            state=state.value,
+            device=self.device,
+            model_path=str(self.source.path),
+            model_id=self.source.model_id,
+            revision=self.source.revision,
+            variant=self.source.variant,
+            commit=manifest.commit if manifest else None,
+            weights_on_share=manifest is not None,
+            error=error,
+            download=DownloadBytes(
+                bytes_done=progress.bytes_done, bytes_total=progress.bytes_total
+            ),
+        )
 
     def pull(self) -> bool:
         """Starts the pull job unless one runs; False when the model is already ready."""
@@ -83,36 +107,45 @@ class ModelLoader:
                 self._start_job(on_share)
             return True
 
-    def require_loadable(self) -> threading.Event | None:
-        """Refuses at once what cannot become ready soon, and starts loading from the share
-        if this process has not; returns the event of the load under way, if any."""
+    def check_loadable(self) -> None:
+        """Refuses at once what cannot become ready soon (nothing on the share, a download
+        under way, a failed pull), and starts nothing: a refused request must not start a
+        14 GB load."""
         if self._state is State.READY:
-            return None
+            return
         on_share = self.source.complete_manifest() is not None
         with self._lock:
-            if self._state is State.READY:
-                return None
-            if self._job_running():
-                if self._state is State.DOWNLOADING:
-                    raise ModelDownloading()
-            elif self._state is State.FAILED:
-                raise ModelFailed(self._error)
-            elif not on_share:
-                raise ModelNotPulled()
-            else:
-                self._start_job(on_share)
-            return self._job_done
+            self._refuse_unloadable(on_share)
 
     def pipeline(self, timeout: float) -> Any:
-        """The loaded pipeline, waiting (bounded) for a load under way; a download under way
-        is refused at once, as it takes minutes."""
-        job_done = self.require_loadable()
+        """The loaded pipeline: loads it from the share if this process has not (waiting,
+        bounded, for a load under way); what cannot load soon is refused at once."""
+        if self._state is State.READY:
+            return self._pipeline
+        on_share = self.source.complete_manifest() is not None
+        with self._lock:
+            self._refuse_unloadable(on_share)
+            if self._state is not State.READY and not self._job_running():
+                self._start_job(on_share)
+            job_done = self._job_done
         if job_done is not None and not job_done.wait(timeout):
             raise ModelLoading()
         with self._lock:
             if self._state is State.READY:
                 return self._pipeline
             raise ModelFailed(self._error)
+
+    def _refuse_unloadable(self, on_share: bool) -> None:
+        """Called with the lock held."""
+        if self._state is State.READY:
+            return
+        if self._job_running():
+            if self._state is State.DOWNLOADING:
+                raise ModelDownloading()
+        elif self._state is State.FAILED:
+            raise ModelFailed(self._error)
+        elif not on_share:
+            raise ModelNotPulled()
 
     def _job_running(self) -> bool:
         return self._job_done is not None and not self._job_done.is_set()

@@ -9,16 +9,14 @@ the next pull repairs the directory.
 
 import hashlib
 import json
-import os
-import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
+from config.timestamps import iso_ms, utc_now
+from imagegen.atomic_files import copy_atomically, is_partial, write_atomically
+
 MANIFEST_NAME = ".manifest.json"
-PARTIAL_SUFFIX = ".partial"
 
 
 @dataclass(frozen=True)
@@ -84,19 +82,15 @@ def complete_manifest(
 
 
 def git_blob_id(path: Path) -> str:
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    """The id git gives the file's content: sha1 over a `blob <size>` header and the bytes."""
+    header = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with path.open("rb") as f:
-        while chunk := f.read(16 * 1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, lambda: header).hexdigest()
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        while chunk := f.read(16 * 1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def broken_files(path: Path, manifest: Manifest) -> list[str]:
@@ -123,17 +117,8 @@ def forget_manifest(path: Path) -> None:
 
 
 def place_file(source: Path, path: Path, relative: str) -> None:
-    """Copies a downloaded file onto the share under a temporary name, then renames it."""
-    target = path / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
-    try:
-        # copyfile: the kernel copies (sendfile), with no buffer in this process; a Python
-        # loop over 16 MiB chunks took twice as long (bench/pull_bench.py).
-        shutil.copyfile(source, temporary)
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Copies a downloaded file onto the share; it appears under its name only when whole."""
+    copy_atomically(source, path / relative)
 
 
 def write_manifest(
@@ -151,12 +136,9 @@ def write_manifest(
         commit=commit,
         variant=variant,
         files=tuple(sorted(files, key=lambda f: f.path)),
-        completed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        completed_at=iso_ms(utc_now()),
     )
-    body = asdict(manifest)
-    temporary = path / f"{MANIFEST_NAME}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}"
-    temporary.write_text(json.dumps(body, indent=2))
-    os.replace(temporary, path / MANIFEST_NAME)
+    write_atomically(path / MANIFEST_NAME, json.dumps(asdict(manifest), indent=2).encode())
     return manifest
 
 
@@ -168,6 +150,6 @@ def remove_leftovers(path: Path, keep: set[str], *, partial_age: float = 3600.0)
         relative = file.relative_to(path).as_posix()
         if not file.is_file() or relative == MANIFEST_NAME or relative in keep:
             continue
-        if file.name.endswith(PARTIAL_SUFFIX) and now - file.stat().st_mtime < partial_age:
+        if is_partial(file) and now - file.stat().st_mtime < partial_age:
             continue
         file.unlink(missing_ok=True)

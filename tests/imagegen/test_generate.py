@@ -78,7 +78,8 @@ def test_multipart_form_is_accepted_like_urlencoded(app):
         ({"steps": "2.5"}, "steps", "valid integer"),
         ({"guidance": "-0.1"}, "guidance", "greater than or equal to 0"),
         ({"guidance": "30.5"}, "guidance", "less than or equal to 30"),
-        ({"guidance": "nan"}, "guidance", ""),
+        ({"guidance": "nan"}, "guidance", "finite number"),
+        ({"guidance": "inf"}, "guidance", "finite number"),
         ({"guidance": "lots"}, "guidance", "valid number"),
         ({"size": "64"}, "size", "WIDTHxHEIGHT"),
         ({"size": "60x64"}, "size", "multiples of 8"),
@@ -99,26 +100,6 @@ def test_each_bad_field_is_a_400_naming_field_and_rule(app, fields, field, rule)
     assert rule in details[field]
     assert field in response.json()["error"]["message"]
     assert time.monotonic() - started < 2  # refused before any generation
-
-
-def test_queue_beyond_its_bound_is_refused_with_retry_after(app):
-    """GEN_QUEUE_MAX=1: one runs, one waits, the third is refused at once."""
-    results: list[requests.Response] = []
-
-    def slow() -> None:
-        results.append(generate(app, prompt="slow", steps="25", size="128x128"))
-
-    threads = [threading.Thread(target=slow) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.3)
-    refused = generate(app, prompt="third")
-    for thread in threads:
-        thread.join()
-    assert refused.status_code == 503
-    assert refused.headers["Retry-After"]
-    assert "waiting" in refused.json()["error"]["message"]
-    assert [r.status_code for r in results] == [200, 200]
 
 
 def test_health_answers_fast_during_a_generation(app):

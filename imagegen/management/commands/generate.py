@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
 
 from config.errors import ServiceError
+from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm
-from imagegen.generation.jobs import JobState, get_jobs
 
 
 class Command(BaseCommand):
@@ -36,16 +36,11 @@ class Command(BaseCommand):
             request = GenerateForm.model_validate(fields).to_request()
         except ValidationError as error:
             raise CommandError(str(error)) from None
-        jobs = get_jobs()
         try:
-            job = jobs.submit(request)
+            _job, record = services.generation_run(request=request, timeout=None)
         except ServiceError as error:
             raise CommandError(error.message) from None
-        job.done.wait()
-        if job.state is not JobState.SUCCEEDED:
-            raise CommandError(f"the generation {job.state.value}: {job.error}")
-        record = job.image
-        options["out"].write_bytes(jobs.store.png_path(record.id).read_bytes())
+        options["out"].write_bytes(selectors.image_png(image_id=record.id).read_bytes())
         p = record.parameters
         self.stdout.write(
             f"{options['out']}: {p.width}x{p.height}, seed {p.seed}, {p.steps} steps, "
