@@ -1,5 +1,6 @@
 """Typed readers for environment variables, so settings.py states each setting in one line."""
 
+import math
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -46,14 +47,19 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum:g}, got {value:g}")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -116,7 +116,7 @@ if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREAD
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", 20, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
 GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", 7.0)
-GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0)
+GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0, minimum=0)
 GEN_MIN_SIDE = env_int("GEN_MIN_SIDE", 64, minimum=8)
 GEN_MAX_SIDE = env_int("GEN_MAX_SIDE", 2048, minimum=8)
 # Generations run one at a time; this many more may wait, the rest get 503 + Retry-After.
@@ -124,7 +124,7 @@ GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 8, minimum=0)
 # How long a synchronous /generate waits for its image (queue and run); then its job is
 # cancelled and the answer is 504. Below Azure's 240 s ingress cut-off by default.
 GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
-GEN_LOAD_TIMEOUT = env_int("GEN_LOAD_TIMEOUT", 300, minimum=1)
+GEN_LOAD_TIMEOUT = env_float("GEN_LOAD_TIMEOUT", 300.0, minimum=0.001)
 
 # Generated images and their records (on Azure: a folder on the share).
 OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))

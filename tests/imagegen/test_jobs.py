@@ -15,12 +15,17 @@ from tests.support.model_service import SD_REPO, ready_app
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
+SYNC_TIMEOUT = 3  # seconds; the synchronous generations here take well under one
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 
 @pytest.fixture(scope="module")
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    env = {"GEN_QUEUE_MAX": str(QUEUE_MAX), "GEN_MAX_STEPS": "500"}
+    env = {
+        "GEN_QUEUE_MAX": str(QUEUE_MAX),
+        "GEN_MAX_STEPS": "500",
+        "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
+    }
     with ready_app(hub_root, tmp_path_factory.mktemp("jobs"), **env) as server:
         yield server
 
@@ -136,6 +141,20 @@ def test_a_full_queue_refuses_with_retry_after(app):
     assert refused.status_code == 503
     assert int(refused.headers["Retry-After"]) > 0
     assert "waiting" in refused.json()["error"]["message"]
+
+
+def test_a_synchronous_generation_past_gen_sync_timeout_is_504_and_its_job_cancelled(app):
+    started = time.monotonic()
+    response = requests.post(app.url("/generate"), data=LONG)
+    waited = time.monotonic() - started
+    assert response.status_code == 504, response.text
+    assert SYNC_TIMEOUT <= waited < SYNC_TIMEOUT + 3
+    message = response.json()["error"]["message"]
+    assert message.startswith("No image within GEN_SYNC_TIMEOUT; job ")
+    job_id = message.split("job ", 1)[1].split()[0]
+    assert "async=true" in message
+    final = wait_until(app, job_id, finished)
+    assert final["state"] == "cancelled" and final["image"] is None
 
 
 def test_async_by_header_and_query_and_same_png_as_synchronous(app):

@@ -169,3 +169,15 @@ def test_generate_during_a_download_is_refused_at_once_with_retry_after(start_ap
     assert "downloading" in response.json()["error"]["message"]
     assert int(response.headers["Retry-After"]) > 0
     assert time.monotonic() - started < 2
+
+
+def test_a_load_longer_than_gen_load_timeout_is_503_with_retry_after(start_app):
+    pull_until_ready(start_app())
+    app = start_app(GEN_LOAD_TIMEOUT="0.001")  # a new process: the load starts with the job
+    response = requests.post(app.url("/generate"), data={"prompt": "impatient", "size": "64x64"})
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["message"] == "The model is still loading; try again shortly"
+    assert int(response.headers["Retry-After"]) > 0
+    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"  # the load went on
+    again = requests.post(app.url("/generate"), data={"prompt": "patient", "size": "64x64"})
+    assert again.status_code == 200

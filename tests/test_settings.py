@@ -1,0 +1,64 @@
+"""Settings that cannot work stop the service at start, naming the variable and the rule
+(config/settings.py is executed again here with the bad environment)."""
+
+import importlib
+import os
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+import config.settings
+
+
+@pytest.fixture
+def environment() -> Iterator[dict[str, str]]:
+    """Variables the test sets for one execution of config/settings.py; afterwards the
+    environment and the module are as they were."""
+    saved = dict(os.environ)
+    changes: dict[str, str] = {}
+    yield changes
+    os.environ.clear()
+    os.environ.update(saved)
+    importlib.reload(config.settings)
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu or cuda, got 'gpu'"),
+        ({"MODEL_LOADER": "fast"}, "MODEL_LOADER must be streaming or diffusers"),
+        ({"TORCH_THREADS": "0"}, "TORCH_THREADS must be auto or at least 1, got '0'"),
+        ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),
+        ({"GEN_QUEUE_MAX": "many"}, "GEN_QUEUE_MAX must be an integer, got 'many'"),
+        ({"GEN_SYNC_TIMEOUT": "0"}, "GEN_SYNC_TIMEOUT must be at least 1, got 0"),
+        ({"GEN_LOAD_TIMEOUT": "0"}, "GEN_LOAD_TIMEOUT must be at least 0.001, got 0"),
+        ({"GEN_MAX_GUIDANCE": "nan"}, "GEN_MAX_GUIDANCE must be a finite number"),
+        ({"GEN_MAX_GUIDANCE": "lots"}, "GEN_MAX_GUIDANCE must be a number, got 'lots'"),
+        (
+            {"GEN_DEFAULT_STEPS": "30", "GEN_MAX_STEPS": "20"},
+            "GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS",
+        ),
+        ({"GEN_DEFAULT_GUIDANCE": "31"}, "GEN_DEFAULT_GUIDANCE must be between 0 and"),
+        ({"GEN_MIN_SIDE": "60"}, "GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8"),
+        ({"GEN_MIN_SIDE": "512", "GEN_MAX_SIDE": "256"}, "GEN_MIN_SIDE and GEN_MAX_SIDE"),
+        ({"ATTENTION_SLICING": "sometimes"}, "ATTENTION_SLICING must be a boolean"),
+        ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
+        (
+            {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
+            "DOWNLOAD_CACHE_DIR must be outside MODEL_DIR",
+        ),
+    ],
+)
+def test_a_bad_setting_refuses_to_start_naming_it(environment, variables, message):
+    os.environ.update(variables)
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        importlib.reload(config.settings)
+
+
+def test_the_defaults_start(environment):
+    for name in ("DEVICE", "MODEL_LOADER", "TORCH_THREADS", "GEN_QUEUE_MAX", "GEN_LOAD_TIMEOUT"):
+        os.environ.pop(name, None)
+    settings = importlib.reload(config.settings)
+    assert (settings.DEVICE, settings.GEN_QUEUE_MAX, settings.GEN_LOAD_TIMEOUT) == ("auto", 8, 300)
