@@ -3,13 +3,15 @@
 import logging
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from pymongo.errors import ConnectionFailure
 
 from config.errors import NOT_FOUND, ServiceError, error_response
+from config.logs import first_part
 from config.version import app_version
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(ConnectionFailure)
 def on_database_unreachable(request: HttpRequest, exc: ConnectionFailure) -> HttpResponse:
-    log.warning("database unreachable: %s", exc)
+    log.warning("database unreachable: %s", first_part(exc))
     return error_response(
         request, 503, "The database is unreachable; try again shortly", retry_after=5
     )
@@ -91,6 +93,20 @@ def on_database_unreachable(request: HttpRequest, exc: ConnectionFailure) -> Htt
 @api.exception_handler(RequestDataTooBig)
 def on_body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return error_response(request, 413, "The request body is too large")
+
+
+@api.exception_handler(TooManyFieldsSent)
+def on_too_many_fields(request: HttpRequest, exc: TooManyFieldsSent) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    details = [{"field": "request", "message": f"has more than {limit} fields"}]
+    return error_response(request, 400, _describe(details), details=details)
+
+
+@api.exception_handler(TooManyFilesSent)
+def on_too_many_files(request: HttpRequest, exc: TooManyFilesSent) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+    details = [{"field": "request", "message": f"has more than {limit} file parts"}]
+    return error_response(request, 400, _describe(details), details=details)
 
 
 @api.exception_handler(Exception)

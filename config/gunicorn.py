@@ -16,6 +16,9 @@ worker_class = "gthread"
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "900"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = 5
+# gunicorn's largest request line (its default is 4094): a long id or query reaches the
+# service, which answers it in its own error shape instead of gunicorn's HTML 414.
+limit_request_line = 8190
 accesslog = "-" if os.environ.get("ACCESS_LOG", "1") != "0" else None
 errorlog = "-"
 wsgi_app = "config.wsgi:application"

@@ -45,3 +45,20 @@ class ErrorShapeMiddleware:
             shaped["Allow"] = allowed
             return shaped
         return error_response(request, status, HTTPStatus(status).phrase)
+
+
+class HeadAsGetMiddleware:
+    """HEAD is GET without the body (RFC 9110), so every GET route answers HEAD too: the
+    request is routed as GET, and gunicorn sends the headers only."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "HEAD":
+            return self.get_response(request)
+        request.method = "GET"
+        try:
+            return self.get_response(request)
+        finally:
+            request.method = "HEAD"

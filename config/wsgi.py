@@ -8,11 +8,15 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
 
+from django.conf import settings  # noqa: E402
+
+from config.chunked import ChunkedBodies  # noqa: E402
+
+application = ChunkedBodies(application, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
 from config.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
 
 warn_if_open()
-
-from django.conf import settings  # noqa: E402
 
 if settings.PRELOAD_MODEL_CODE:
     from imagegen.model.preload import import_loading_code

@@ -62,7 +62,8 @@ class SyncTimeout(ServiceError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(
-            f"No image within GEN_SYNC_TIMEOUT; job {job_id} was cancelled. "
+            f"No image within GEN_SYNC_TIMEOUT; job {job_id} is cancelled (a running job stops "
+            f"at the end of its current step: GET /jobs/{job_id} shows when). "
             "Long generations: POST /generate with async=true and poll /jobs/<id>"
         )
 

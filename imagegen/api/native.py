@@ -97,7 +97,8 @@ def png_answer(record: ImageRecord, job_id: str) -> HttpResponse:
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
 )
 def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
-    if unknown := GenerateForm.unknown_fields([k for k in request.POST if k != "async"]):
+    fields = [name for name in request.POST if name != "async"]
+    if unknown := GenerateForm.unknown_fields(fields, list(request.FILES)):
         raise ValidationError(unknown)
     if wants_async(request):
         job = services.generation_submit(request=form.to_request())

@@ -11,44 +11,83 @@ from typing import Annotated, Any
 from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
+from config.text import NOT_BLANK, is_blank
 from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.jobs import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 
 PROMPT_MAX = 1000
-_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+SIZE_PATTERN = r"^[0-9]{1,5}x[0-9]{1,5}$"
+_SIZE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$", re.ASCII | re.IGNORECASE)
+# What a form number may look like: ASCII digits only. Python's int() and float() also take
+# other scripts' digits (full-width ones, say) and underscores ("2_0"), which no client
+# means as numbers.
+_INTEGER = re.compile(r"^[+-]?[0-9]+$", re.ASCII)
+_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
+_NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
+               "-infinity"}  # fmt: skip
 
 
 def _blank_is_absent(value: Any) -> Any:
-    return None if isinstance(value, str) and not value.strip() else value
+    return None if isinstance(value, str) and is_blank(value) else value
+
+
+def _ascii_integer(value: Any) -> Any:
+    if isinstance(value, str) and not _INTEGER.match(value.strip()):
+        raise PydanticCustomError(
+            "int_parsing", "Input should be a valid integer, unable to parse string as an integer"
+        )
+    return value
+
+
+def _ascii_number(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.match(text) and text.lower() not in _NOT_FINITE:
+            raise PydanticCustomError(
+                "float_parsing",
+                "Input should be a valid number, unable to parse string as a number",
+            )
+    return value
 
 
 Optional = BeforeValidator(_blank_is_absent)
+Integer = BeforeValidator(_ascii_integer)
+Number = BeforeValidator(_ascii_number)
 
 
 class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=PROMPT_MAX)
+    prompt: str = Field(min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}")
     negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, Optional] = None
-    steps: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS)] | None, Optional] = None
+    steps: Annotated[
+        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, Optional
+    ] = None
     guidance: Annotated[
-        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False)] | None,
+        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number]
+        | None,
         Optional,
     ] = None
     size: Annotated[str | None, Optional] = Field(
-        default=None, description="WIDTHxHEIGHT, multiples of 8; default the model's native size"
+        default=None,
+        json_schema_extra={"pattern": SIZE_PATTERN},
+        description=(
+            f"WIDTHxHEIGHT, each side a multiple of 8 from {settings.GEN_MIN_SIDE} to "
+            f"{settings.GEN_MAX_SIDE}; default the model's native size"
+        ),
     )
-    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX)] | None, Optional] = None
+    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, Optional] = None
     force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
 
     @field_validator("prompt")
     @classmethod
     def _prompt_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must contain a non-space character")
+        if is_blank(value):
+            raise ValueError(NOT_BLANK)
         return value
 
     @field_validator("size")
@@ -68,13 +107,18 @@ class GenerateForm(Schema):
         return f"{match.group(1)}x{match.group(2)}"
 
     @classmethod
-    def unknown_fields(cls, names: list[str]) -> list[dict[str, str]]:
-        """Pydantic errors for form fields this schema does not have (Ninja drops them)."""
+    def unknown_fields(cls, names: list[str], files: list[str]) -> list[dict[str, str]]:
+        """Pydantic errors for form fields this schema does not have (Ninja drops them), and
+        for file parts, which no field of this form takes."""
         return [
             {"loc": ("form", name), "msg": "is not a field of this form", "type": "extra"}
             for name in names
             if name not in cls.model_fields
-        ]
+        ] + [
+            {"loc": ("form", name), "msg": "is a file; this form takes text fields only",
+             "type": "extra"}
+            for name in files
+        ]  # fmt: skip
 
     def to_request(self) -> GenerationRequest:
         size = tuple(int(s) for s in self.size.split("x")) if self.size else None

@@ -43,6 +43,8 @@ class JobState(StrEnum):
 
 
 FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+# The phase of a running job asked to stop: it stays `running` until its current step ends.
+CANCELLING = "cancelling: stops at the end of the current step"
 
 
 @dataclass
@@ -169,11 +171,12 @@ class JobQueue:
     def view(self, job: Job) -> JobView:
         with self._lock:
             position = self._queued.index(job) + 1 if job.state is JobState.QUEUED else None
+            stopping = job.cancel_requested.is_set()
             return JobView(
                 id=job.id,
                 state=job.state,
                 position=position,
-                phase=job.phase,
+                phase=CANCELLING if job.state is JobState.RUNNING and stopping else job.phase,
                 progress=job.progress(),
                 parameters=job.request,
                 created_at=job.created_at,

@@ -3,8 +3,10 @@ the exception handlers): every refused field is a 400 naming the field and the r
 nothing is queued."""
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from imagegen.api.schemas import GenerateForm
 from imagegen.generation.jobs import get_jobs
 
 
@@ -13,18 +15,27 @@ from imagegen.generation.jobs import get_jobs
     [
         ({}, "prompt", "required"),
         ({"prompt": ""}, "prompt", "at least 1"),
-        ({"prompt": "   "}, "prompt", "non-space"),
+        ({"prompt": "   "}, "prompt", "visible character"),
+        ({"prompt": "\u00a0\u2003"}, "prompt", "visible character"),  # NBSP, em space
+        ({"prompt": "\u200b\u200d\ufeff"}, "prompt", "visible character"),  # zero-width
+        ({"prompt": "\u0301\u0308"}, "prompt", "visible character"),  # combining marks alone
         ({"prompt": "p" * 1001}, "prompt", "at most 1000"),
         ({"negative_prompt": "n" * 1001}, "negative_prompt", "at most 1000"),
         ({"steps": "0"}, "steps", "greater than or equal to 1"),
         ({"steps": "101"}, "steps", "less than or equal to 100"),
         ({"steps": "2.5"}, "steps", "valid integer"),
+        ({"steps": "\uff12\uff10"}, "steps", "valid integer"),  # full-width digits
+        ({"steps": "2_0"}, "steps", "valid integer"),
+        ({"seed": "\u0661\u0662"}, "seed", "valid integer"),  # Arabic-Indic digits
         ({"guidance": "-0.1"}, "guidance", "greater than or equal to 0"),
         ({"guidance": "30.5"}, "guidance", "less than or equal to 30"),
         ({"guidance": "nan"}, "guidance", "finite number"),
         ({"guidance": "inf"}, "guidance", "finite number"),
+        ({"guidance": "1_0"}, "guidance", "valid number"),
+        ({"guidance": "\uff15"}, "guidance", "valid number"),
         ({"guidance": "lots"}, "guidance", "valid number"),
         ({"size": "64"}, "size", "WIDTHxHEIGHT"),
+        ({"size": "\uff16\uff14x\uff16\uff14"}, "size", "WIDTHxHEIGHT"),
         ({"size": "60x64"}, "size", "multiples of 8"),
         ({"size": "56x64"}, "size", "between 64 and 2048"),
         ({"size": "64x4096"}, "size", "between 64 and 2048"),
@@ -49,3 +60,17 @@ def test_several_bad_fields_are_each_named():
     assert response.status_code == 400
     fields = [d["field"] for d in response.json()["error"]["details"]]
     assert fields == ["prompt", "steps", "size"]
+
+
+def test_a_file_part_is_refused_naming_it():
+    upload = SimpleUploadedFile("prompt.txt", b"a cat")
+    response = Client().post("/generate", {"prompt": "fine", "extra": upload})
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == [
+        {"field": "extra", "message": "is a file; this form takes text fields only"}
+    ]
+
+
+def test_a_prompt_with_a_visible_character_among_invisible_ones_is_fine():
+    form = GenerateForm.model_validate({"prompt": "\u200ba\u0301", "steps": " 3 "})
+    assert form.prompt == "\u200ba\u0301" and form.steps == 3
