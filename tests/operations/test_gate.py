@@ -1,6 +1,9 @@
 """manage.py gate against real processes: the app under gunicorn, a placeholder http.server,
-a closed port, a failing hub and a slow download; each ends with its own exit code."""
+a closed port, a failing hub, a slow download, and a scripted service for what the app does
+only by accident (a silent pull, flapping or restarting status); each ends with its own exit
+code."""
 
+import re
 import subprocess
 import sys
 import time
@@ -8,7 +11,8 @@ import time
 import pytest
 
 from tests.support.commands import manage
-from tests.support.processes import free_port, wait_for_http
+from tests.support.processes import ROOT, free_port, wait_for_http
+from tests.support.scripted_service import DROP, HANG, Reply, ScriptedService, model_state
 
 FAST = ["--interval", "0.2", "--health-timeout", "20", "--timeout", "60"]
 
@@ -22,7 +26,9 @@ def test_cold_then_warm_deployment_passes(start_app, hub):
     assert cold.returncode == 0, cold.stderr
     lines = cold.stdout.splitlines()
     assert lines[0].startswith("gate: health: ok")
-    assert lines[1].startswith("gate: pull: accepted (202)")
+    # The pull answers with the state already moved on: so a later `not_started` can only
+    # be a new process (the gate's restart rule; scripted below).
+    assert lines[1] == "gate: pull: accepted (202), state downloading"
     assert any("downloading" in line or "loading" in line for line in lines)
     assert "gate: status: ready on cpu" in cold.stdout
     assert lines[-1] == "gate: passed"
@@ -30,6 +36,7 @@ def test_cold_then_warm_deployment_passes(start_app, hub):
     hub.reset_log()  # a new revision: a new process on the warm share
     warm = gate(start_app().base_url)
     assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.splitlines()[1] == "gate: pull: accepted (202), state loading"
     assert "downloading" not in warm.stdout
     assert hub.file_gets() == []
 
@@ -179,3 +186,87 @@ def test_fake_az_control_plane_without_override_changes_nothing(start_app, tmp_p
     assert result.returncode == 0, result.stderr
     assert "runs the image's own command" in result.stdout
     assert not (state / "applied.json").exists()
+
+
+# -- against a scripted service: what the real app shows only by accident -------------------
+
+# A healthy service that accepts the pull, as the app does (202, the state already moved).
+ACCEPTING = {
+    "GET /health": [Reply(200, {"status": "healthy"})],
+    "POST /model/pull": [model_state("downloading", status=202)],
+}
+
+
+def scripted_gate(script: dict, *extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs the gate against a scripted service (1 s per request); returns the gate's result
+    and the requests the service received."""
+    with ScriptedService({**ACCEPTING, **script}) as service:
+        result = gate(service.base_url, "--request-timeout", "1", *extra)
+    return result, service.requests
+
+
+def assert_one_line_failure(result: subprocess.CompletedProcess, code: int, text: str) -> None:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert result.stderr.startswith("gate: FAILED: ") and text in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # no traceback
+
+
+@pytest.mark.parametrize("silence", [HANG, DROP], ids=["never-answers", "connection-dropped"])
+def test_a_pull_that_gets_no_answer_is_a_refused_pull(silence):
+    started = time.monotonic()
+    result, seen = scripted_gate({"POST /model/pull": [silence]})
+    assert_one_line_failure(result, 12, "POST /model/pull got no answer")
+    assert "GET /model/status" not in seen  # it stopped at the pull
+    assert time.monotonic() - started < 8  # --request-timeout 1, not the default 10 s
+
+
+def test_one_or_two_unanswered_polls_in_a_row_do_not_end_the_gate():
+    flapping = [model_state("loading"), DROP, HANG, model_state("loading"), DROP, DROP]
+    result, seen = scripted_gate({"GET /model/status": [*flapping, model_state("ready")]})
+    assert result.returncode == 0, result.stderr
+    assert seen.count("GET /model/status") == 7
+    assert "gate: status: no answer (2 of 3 in a row)" in result.stdout
+    assert result.stdout.splitlines()[-1] == "gate: passed"
+
+
+def test_three_unanswered_polls_in_a_row_end_the_gate_at_once():
+    unanswered = [model_state("loading"), DROP, HANG, DROP, model_state("ready")]
+    started = time.monotonic()
+    result, seen = scripted_gate({"GET /model/status": unanswered}, "--timeout", "30")
+    assert_one_line_failure(result, 13, "/model/status did not answer 3 polls in a row")
+    assert seen.count("GET /model/status") == 4  # not one poll more
+    assert time.monotonic() - started < 20  # long before --timeout
+
+
+def test_a_return_to_not_started_is_a_restart_not_a_timeout():
+    restarted = [model_state("downloading"), model_state("loading"), model_state("not_started")]
+    started = time.monotonic()
+    result, seen = scripted_gate({"GET /model/status": restarted}, "--timeout", "30")
+    assert_one_line_failure(result, 13, "the process restarted during the load")
+    assert seen.count("GET /model/status") == 3
+    assert time.monotonic() - started < 20  # long before --timeout
+
+
+def test_an_error_answer_from_status_ends_the_gate_at_once():
+    erroring = [model_state("loading"), Reply(502, {"error": "bad gateway"}), model_state("ready")]
+    result, seen = scripted_gate({"GET /model/status": erroring}, "--timeout", "30")
+    assert_one_line_failure(result, 13, "/model/status answered 502")
+    assert seen.count("GET /model/status") == 2
+
+
+def readme_exit_codes() -> dict[int, str]:
+    """The gate's exit-code table in README: code -> meaning, without Markdown backticks."""
+    section = (ROOT / "README.md").read_text().split("### The gate", 1)[1]
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", section, flags=re.MULTILINE)
+    return {int(code): meaning.replace("`", "") for code, meaning in rows}
+
+
+def test_help_lists_every_exit_code_readme_promises_with_its_meaning():
+    promised = readme_exit_codes()
+    assert sorted(promised) == [0, 10, 11, 12, 13, 14, 15]
+    result = manage("gate", "--help")
+    assert result.returncode == 0, result.stderr
+    listing = result.stdout.split("exit codes:", 1)[1]
+    listed = dict(re.findall(r"^  (\d+) +(.+?)(?=^  \d|\Z)", listing, flags=re.M | re.S))
+    listed = {int(code): " ".join(meaning.split()) for code, meaning in listed.items()}
+    assert listed == promised

@@ -1,9 +1,12 @@
-"""manage.py pull_model (cold, warm, --check), model_status and generate as operators run them."""
+"""manage.py pull_model (cold, warm, --force, --check), model_status (the share, or a service
+by --base-url) and generate as operators run them."""
 
 import json
 
 from tests.support.commands import manage
 from tests.support.model_service import SD_REPO
+from tests.support.processes import free_port
+from tests.support.scripted_service import Reply, ScriptedService
 
 
 def test_pull_model_cold_then_warm_then_check(model_env, hub, share):
@@ -25,6 +28,19 @@ def test_pull_model_cold_then_warm_then_check(model_env, hub, share):
     status = json.loads(manage("model_status", "--json", env=model_env).stdout)
     assert status["complete"] is True and status["files"] == 12
     assert status["commit"] == hub.commit(SD_REPO)
+    model = share / "testorg--tiny-sd"
+    placed = [f for f in model.rglob("*") if f.is_file() and f.name != ".manifest.json"]
+    assert len(placed) == 12 and status["bytes"] == sum(f.stat().st_size for f in placed)
+
+    plain = manage("model_status", env=model_env)  # the same state, one "key: value" a line
+    assert plain.returncode == 0, plain.stderr
+    lines = dict(line.strip().split(": ", 1) for line in plain.stdout.splitlines())
+    assert {key: lines[key] for key in ("complete", "commit", "files", "bytes")} == {
+        "complete": "True",
+        "commit": hub.commit(SD_REPO),
+        "files": "12",
+        "bytes": str(status["bytes"]),
+    }
 
     check = manage("pull_model", "--check", env=model_env)
     assert check.returncode == 0, check.stderr
@@ -61,6 +77,28 @@ def test_model_status_of_a_running_service(start_app):
     result = manage("model_status", "--base-url", app.base_url, "--json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["state"] == "not_started"
+    plain = manage("model_status", "--base-url", app.base_url)
+    assert plain.returncode == 0, plain.stderr
+    assert "state: not_started" in [line.strip() for line in plain.stdout.splitlines()]
+
+
+def assert_one_line_failure(result, text: str) -> None:
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.startswith("model_status: ") and text in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # no traceback
+
+
+def test_model_status_of_a_service_that_does_not_answer_is_one_line():
+    url = f"http://127.0.0.1:{free_port()}"
+    result = manage("model_status", "--base-url", url, "--json")
+    assert_one_line_failure(result, f"{url} unreachable")
+
+
+def test_model_status_of_a_service_answering_an_error_is_one_line():
+    with ScriptedService({"GET /model/status": [Reply(503, {"detail": "unavailable"})]}) as svc:
+        result = manage("model_status", "--base-url", svc.base_url, "--json")
+    assert_one_line_failure(result, "/model/status answered 503")
 
 
 def test_generate_command_writes_a_png(model_env, tmp_path):
@@ -72,3 +110,17 @@ def test_generate_command_writes_a_png(model_env, tmp_path):
     assert "seed 5" in result.stdout
     bad = manage("generate", "x", "--steps", "0", env=model_env)
     assert bad.returncode != 0 and "steps" in bad.stderr
+
+
+def test_pull_model_force_downloads_again_although_complete(model_env, hub, share):
+    assert manage("pull_model", env=model_env).returncode == 0
+    first = sorted(hub.file_gets())
+    hub.reset_log()
+
+    forced = manage("pull_model", "--force", env=model_env)
+    assert forced.returncode == 0, forced.stderr
+    assert "nothing to download" not in forced.stdout
+    assert sorted(hub.file_gets()) == first  # every file fetched from the hub again
+    status = json.loads(manage("model_status", "--json", env=model_env).stdout)
+    assert status["complete"] is True and status["files"] == 12
+    assert manage("pull_model", "--check", env=model_env).returncode == 0

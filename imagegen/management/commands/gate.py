@@ -2,17 +2,34 @@
 
 import os
 import sys
+import textwrap
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandParser, DjangoHelpFormatter
 
 from imagegen.ops.client import ServiceClient
 from imagegen.ops.gate import ExitCode, GateFailure, GateTimings, run_gate
 
-EPILOG = """exit codes: 0 ready; 10 a placeholder answers instead of the application (command
-overridden); 11 /health did not succeed in time; 12 POST /model/pull was refused or got no
-answer; 13 the model failed, /model/status answered an error, or the process restarted;
-14 not ready within --timeout; 15 the az step failed (not logged in, no such app, the new
-revision never became ready)"""
+
+def exit_codes_help(width: int = 79) -> str:
+    """The exit codes for --help, one a line, from ExitCode's own meanings."""
+    lines = ["exit codes:"]
+    for code in ExitCode:
+        lines += textwrap.wrap(
+            code.meaning, width, initial_indent=f"  {int(code):<4}", subsequent_indent=" " * 6
+        )
+    return "\n".join(lines)
+
+
+EPILOG = exit_codes_help()
+
+
+class ExitCodesHelpFormatter(DjangoHelpFormatter):
+    """Keeps the exit-code list one code a line; argparse would run it into one paragraph."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text != EPILOG:
+            return super()._fill_text(text, width, indent)
+        return "\n".join(indent + line for line in text.splitlines())
 
 
 class Command(BaseCommand):
@@ -22,6 +39,7 @@ class Command(BaseCommand):
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs):
+        kwargs.setdefault("formatter_class", ExitCodesHelpFormatter)
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.epilog = EPILOG
         return parser
@@ -42,6 +60,11 @@ class Command(BaseCommand):
             help="seconds for /health to succeed (default 300)",
         )  # fmt: skip
         parser.add_argument(
+            "--request-timeout", type=float, default=10,
+            help="seconds one request may wait for its answer before it counts as unanswered "
+            "(default 10; the service answers each at once, the pull included)",
+        )  # fmt: skip
+        parser.add_argument(
             "--token", default=os.environ.get("API_TOKEN"),
             help="bearer token for the pull (default: $API_TOKEN)",
         )  # fmt: skip
@@ -55,7 +78,9 @@ class Command(BaseCommand):
             self.stdout.write(f"gate: {line}")
             self.stdout.flush()
 
-        client = ServiceClient(options["base_url"], token=options["token"])
+        client = ServiceClient(
+            options["base_url"], token=options["token"], timeout=options["request_timeout"]
+        )
         timings = GateTimings(options["timeout"], options["interval"], options["health_timeout"])
         try:
             if options["container_app"]:

@@ -1,9 +1,14 @@
 """manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull,
 without loading the model; --check verifies a download already on the share."""
 
+import contextlib
+import dataclasses
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
@@ -12,6 +17,16 @@ from imagegen.model import hub, share
 from imagegen.model.loader import describe, source_from_settings
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
+
+
+@contextlib.contextmanager
+def fresh_cache(source: hub.ModelSource) -> Iterator[hub.ModelSource]:
+    """The source with an empty download cache of its own (removed afterwards): --force
+    fetches every file from the hub again, where the usual cache would hand back the bytes
+    it kept from the last download."""
+    source.cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="force-", dir=source.cache_dir) as cache:
+        yield dataclasses.replace(source, cache_dir=Path(cache))
 
 
 class Command(BaseCommand):
@@ -28,7 +43,9 @@ class Command(BaseCommand):
             "exits 1 naming every broken file",
         )
         parser.add_argument(
-            "--force", action="store_true", help="download again even when the share is complete"
+            "--force",
+            action="store_true",
+            help="download every file from the hub again, even when the share is complete",
         )
 
     def handle(self, *args, **options) -> None:
@@ -36,13 +53,20 @@ class Command(BaseCommand):
         if options["check"]:
             self.verify(source)
             return
+        if options["force"]:
+            with fresh_cache(source) as forced:
+                self.download(forced)
+            return
         manifest = source.complete_manifest()
-        if manifest is not None and not options["force"]:
+        if manifest is not None:
             self.stdout.write(
                 f"{source.model_id}@{manifest.commit[:12]} is complete on the share "
                 f"({manifest.total_bytes} bytes in {source.path}); nothing to download"
             )
             return
+        self.download(source)
+
+    def download(self, source: hub.ModelSource) -> None:
         progress = hub.DownloadProgress()
         outcome: dict = {}
 
