@@ -109,6 +109,10 @@ ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
 # load, where its imports stall /health (imagegen/model/preload.py).
 PRELOAD_MODEL_CODE = env_bool("PRELOAD_MODEL_CODE", True)
 
+# Load the model from the share when the service starts (if a complete copy is there), so the
+# first request after a restart does not wait for the load. Off: the seed's not_started.
+WARM_START = env_bool("WARM_START", False)
+
 # torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.
 TORCH_THREADS = env_str("TORCH_THREADS", "auto")
 if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREADS) >= 1):

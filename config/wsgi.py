@@ -25,3 +25,8 @@ if settings.PRELOAD_MODEL_CODE:
         import_loading_code()  # before the first request: see imagegen/model/preload.py
     except Exception:  # the todo API still serves; a load reports the same error
         logging.getLogger("imagegen.model.preload").exception("importing the model code failed")
+
+if settings.WARM_START:
+    from imagegen.model.loader import get_loader
+
+    get_loader().warm_start()  # in the background; /health answers meanwhile

@@ -7,6 +7,7 @@ from ninja.errors import ValidationError
 
 from config.auth import token_required
 from config.env import parse_bool
+from config.openapi import form_request_body
 from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
@@ -90,12 +91,22 @@ def png_answer(record: ImageRecord, job_id: str) -> HttpResponse:
     return png
 
 
+ASYNC_FIELD = {
+    "type": "boolean",
+    "description": "answer 202 with the job at once instead of waiting for the PNG",
+}
+
+
 @router.post(
     "/generate",
     auth=token_required(),
-    response={200: None, 202: JobOut, 503: ImageErrorBody, **ERRORS},
+    response={
+        200: None, 202: JobOut, 400: ImageErrorBody, 401: ImageErrorBody, 409: ImageErrorBody,
+        413: ImageErrorBody, 500: ImageErrorBody, 503: ImageErrorBody, 504: ImageErrorBody,
+    },
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
-)
+    openapi_extra={"requestBody": form_request_body(GenerateForm, **{"async": ASYNC_FIELD})},
+)  # fmt: skip
 def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
     fields = [name for name in request.POST if name != "async"]
     if unknown := GenerateForm.unknown_fields(fields, list(request.FILES)):

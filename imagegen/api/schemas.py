@@ -13,6 +13,7 @@ from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from config.openapi import plain_optional
 from config.text import NOT_BLANK, is_blank
 from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
@@ -20,7 +21,6 @@ from imagegen.generation.jobs import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 
 PROMPT_MAX = 1000
-SIZE_PATTERN = r"^[0-9]{1,5}x[0-9]{1,5}$"
 _SIZE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$", re.ASCII | re.IGNORECASE)
 # What a form number may look like: ASCII digits only. Python's int() and float() also take
 # other scripts' digits (full-width ones, say) and underscores ("2_0"), which no client
@@ -29,6 +29,18 @@ _INTEGER = re.compile(r"^[+-]?[0-9]+$", re.ASCII)
 _NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
 _NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
                "-infinity"}  # fmt: skip
+
+
+def size_pattern(low: int, high: int) -> str:
+    """The sizes the bounds allow, as a regular expression a client (or a fuzzer) can check:
+    each side one of the multiples of 8 from `low` to `high`."""
+    sides = "|".join(str(side) for side in range(high, low - 1, -8))
+    return f"^(?:{sides})x(?:{sides})$"
+
+
+def _size_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["pattern"] = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)
 
 
 def _blank_is_absent(value: Any) -> Any:
@@ -54,7 +66,8 @@ def _ascii_number(value: Any) -> Any:
     return value
 
 
-Optional = BeforeValidator(_blank_is_absent)
+# An optional form field: empty counts as absent, and it is documented without null.
+Optional = (BeforeValidator(_blank_is_absent), Field(json_schema_extra=plain_optional))
 Integer = BeforeValidator(_ascii_integer)
 Number = BeforeValidator(_ascii_number)
 
@@ -63,24 +76,26 @@ class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}")
-    negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, Optional] = None
+    negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional] = (
+        None
+    )
     steps: Annotated[
-        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, Optional
+        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
     ] = None
     guidance: Annotated[
         Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number]
         | None,
-        Optional,
+        *Optional,
     ] = None
-    size: Annotated[str | None, Optional] = Field(
+    size: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
         default=None,
-        json_schema_extra={"pattern": SIZE_PATTERN},
+        json_schema_extra=_size_schema,
         description=(
             f"WIDTHxHEIGHT, each side a multiple of 8 from {settings.GEN_MIN_SIDE} to "
             f"{settings.GEN_MAX_SIDE}; default the model's native size"
         ),
     )
-    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, Optional] = None
+    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, *Optional] = None
     force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
 
     @field_validator("prompt")

@@ -107,6 +107,17 @@ class ModelLoader:
                 self._start_job(on_share)
             return True
 
+    def warm_start(self) -> bool:
+        """WARM_START: loads the model from the share at process start, when a complete copy
+        is there, so the first request after a restart does not pay the load. Off by default:
+        then a new process stays `not_started` until a pull or a generation, as the seed says."""
+        if self.source.complete_manifest() is None:
+            return False
+        with self._lock:
+            if self._state is State.NOT_STARTED and not self._job_running():
+                self._start_job(on_share=True)
+        return True
+
     def check_loadable(self) -> None:
         """Refuses at once what cannot become ready soon (nothing on the share, a download
         under way, a failed pull), and starts nothing: a refused request must not start a

@@ -182,3 +182,18 @@ def test_a_load_longer_than_gen_load_timeout_is_503_with_retry_after(start_app):
     assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"  # the load went on
     again = requests.post(app.url("/generate"), data={"prompt": "patient", "size": "64x64"})
     assert again.status_code == 200
+
+
+def test_warm_start_loads_from_the_share_at_process_start(start_app, hub):
+    pull_until_ready(start_app())
+    hub.reset_log()
+    app = start_app(WARM_START="1")  # a restarted process, asked to load at once
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "ready"
+    assert hub.requests == []  # from the share alone, without any pull
+
+
+def test_warm_start_on_an_empty_share_changes_nothing(start_app):
+    app = start_app(WARM_START="1")
+    status = requests.get(app.url("/model/status")).json()
+    assert status["state"] == "not_started" and status["weights_on_share"] is False
