@@ -32,7 +32,12 @@ ROUTES = [
     ("GET", "/api/docs", "interactive API documentation"),
     ("GET", "/api/openapi.json", "OpenAPI schema"),
 ]
-ERRORS = {400: ImageErrorBody, 401: ImageErrorBody, 404: ImageErrorBody, 409: ImageErrorBody}
+
+
+def errors(*statuses: int) -> dict[int, type[ImageErrorBody]]:
+    """The error answers a route declares; every token-protected route answers 401 when
+    API_TOKEN is set, so it declares it whether or not the token is set now."""
+    return dict.fromkeys((401, *statuses), ImageErrorBody)
 
 
 @router.get("/health", response=Health, summary="Liveness; touches neither model nor database")
@@ -59,7 +64,7 @@ def model_status(request: HttpRequest):
 @router.post(
     "/model/pull",
     auth=token_required(),
-    response={200: ModelStatus, 202: ModelStatus},
+    response={200: ModelStatus, 202: ModelStatus, **errors()},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
 def model_pull(request: HttpRequest):
@@ -100,10 +105,7 @@ ASYNC_FIELD = {
 @router.post(
     "/generate",
     auth=token_required(),
-    response={
-        200: None, 202: JobOut, 400: ImageErrorBody, 401: ImageErrorBody, 409: ImageErrorBody,
-        413: ImageErrorBody, 500: ImageErrorBody, 503: ImageErrorBody, 504: ImageErrorBody,
-    },
+    response={200: None, 202: JobOut, **errors(400, 409, 413, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
     openapi_extra={"requestBody": form_request_body(GenerateForm, **{"async": ASYNC_FIELD})},
 )  # fmt: skip
@@ -121,27 +123,29 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     return png_answer(record, job.id)
 
 
-@router.get("/jobs", auth=token_required(), response={200: list[JobOut], **ERRORS})
+@router.get("/jobs", auth=token_required(), response={200: list[JobOut], **errors(400)})
 def job_list(request: HttpRequest, limit: int = Query(20, ge=1, le=200)):
     return selectors.job_list(limit=limit)
 
 
-@router.get("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **ERRORS})
+@router.get("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404)})
 def job_get(request: HttpRequest, job_id: str):
     return selectors.job_get(job_id=job_id)
 
 
-@router.delete("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **ERRORS})
+@router.delete("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404, 409)})
 def job_cancel(request: HttpRequest, job_id: str):
     return services.job_cancel(job_id=job_id)
 
 
-@router.post("/jobs/{job_id}/cancel", auth=token_required(), response={200: JobOut, **ERRORS})
+@router.post(
+    "/jobs/{job_id}/cancel", auth=token_required(), response={200: JobOut, **errors(404, 409)}
+)
 def job_cancel_post(request: HttpRequest, job_id: str):
     return services.job_cancel(job_id=job_id)
 
 
-@router.get("/images", auth=token_required(), response={200: ImagePage, **ERRORS})
+@router.get("/images", auth=token_required(), response={200: ImagePage, **errors(400)})
 def image_list(
     request: HttpRequest,
     limit: int = Query(20, ge=1, le=100),
@@ -150,11 +154,11 @@ def image_list(
     return selectors.image_page(limit=limit, before=before)
 
 
-@router.get("/images/{image_id}.png", auth=token_required(), response={200: None, **ERRORS})
+@router.get("/images/{image_id}.png", auth=token_required(), response={200: None, **errors(404)})
 def image_png(request: HttpRequest, image_id: str):
     return FileResponse(selectors.image_png(image_id=image_id).open("rb"), content_type="image/png")
 
 
-@router.get("/images/{image_id}", auth=token_required(), response={200: ImageRecord, **ERRORS})
+@router.get("/images/{image_id}", auth=token_required(), response={200: ImageRecord, **errors(404)})
 def image_get(request: HttpRequest, image_id: str):
     return selectors.image_get(image_id=image_id)

@@ -1,0 +1,45 @@
+"""The OpenAPI document is the contract: what README promises is declared there."""
+
+import json
+
+import pytest
+
+from config.urls import api
+
+SCHEMA = json.loads(json.dumps(api.get_openapi_schema()))  # as served: string keys
+
+PROTECTED = [  # README, "Access control"
+    ("post", "/model/pull"),
+    ("post", "/generate"),
+    ("get", "/jobs"),
+    ("get", "/jobs/{job_id}"),
+    ("delete", "/jobs/{job_id}"),
+    ("post", "/jobs/{job_id}/cancel"),
+    ("get", "/images"),
+    ("get", "/images/{image_id}"),
+    ("get", "/images/{image_id}.png"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+def test_every_token_protected_route_declares_401(method, path):
+    assert "401" in SCHEMA["paths"][path][method]["responses"]
+
+
+def test_generate_declares_every_answer_readme_lists():
+    responses = SCHEMA["paths"]["/generate"]["post"]["responses"]
+    assert {"200", "202", "400", "401", "409", "413", "503", "504"} <= set(responses)
+
+
+def test_the_generate_form_is_documented_as_sent():
+    body = SCHEMA["paths"]["/generate"]["post"]["requestBody"]["content"]
+    for media_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = body[media_type]["schema"]
+        assert form["additionalProperties"] is False
+        assert form["properties"]["async"]["type"] == "boolean"
+        assert form["properties"]["steps"] == {
+            "maximum": 100, "minimum": 1, "title": "Steps", "type": "integer"
+        }  # fmt: skip
+        assert "anyOf" not in str(form)  # a form has no null
+        size = form["properties"]["size"]["pattern"]
+        assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")
