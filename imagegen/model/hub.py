@@ -170,7 +170,7 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
     share.forget_manifest(path)
 
     def fetch_and_place(f: ModelFile) -> None:
-        share.place_file(fetch(f.path), path, f.path)
+        share.place_file(fetch(f.path), path, f.path, size=f.size)
         progress.file_done(f.size)
 
     pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")

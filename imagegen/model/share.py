@@ -122,8 +122,15 @@ def forget_manifest(path: Path) -> None:
     (path / MANIFEST_NAME).unlink(missing_ok=True)
 
 
-def place_file(source: Path, path: Path, relative: str) -> None:
-    """Copies a downloaded file onto the share under a temporary name, then renames it."""
+class PlacementError(OSError):
+    """A copy on the share does not have the size the hub lists for its file."""
+
+
+def place_file(source: Path, path: Path, relative: str, *, size: int) -> None:
+    """Copies a downloaded file onto the share under a temporary name, checks that the copy
+    has the `size` the hub lists, then renames it. The size, not a hash: huggingface_hub
+    checks only the byte count of a download too, and hashing would read every byte once
+    more; `pull_model --check` compares the hub's hashes on demand (broken_files)."""
     target = path / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
@@ -131,6 +138,9 @@ def place_file(source: Path, path: Path, relative: str) -> None:
         # copyfile: the kernel copies (sendfile), with no buffer in this process; a Python
         # loop over 16 MiB chunks took twice as long (bench/pull_bench.py).
         shutil.copyfile(source, temporary)
+        copied = temporary.stat().st_size
+        if copied != size:
+            raise PlacementError(f"{relative}: {copied} bytes copied, the hub lists {size}")
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)

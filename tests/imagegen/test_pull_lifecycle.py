@@ -5,8 +5,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
+from imagegen.model import share
 from tests.support.model_service import SD_REPO, pull_until_ready, wait_for_state
 from tests.support.tiny_model import SD_FP16_FILES
 
@@ -169,3 +171,14 @@ def test_generate_during_a_download_is_refused_at_once_with_retry_after(start_ap
     assert "downloading" in response.json()["error"]["message"]
     assert int(response.headers["Retry-After"]) > 0
     assert time.monotonic() - started < 2
+
+
+def test_a_copy_of_the_wrong_size_is_never_placed(tmp_path):
+    downloaded = tmp_path / "blob"
+    downloaded.write_bytes(b"x" * 100)
+    model = tmp_path / "share" / "model"
+    with pytest.raises(share.PlacementError, match="100 bytes copied, the hub lists 120"):
+        share.place_file(downloaded, model, "unet/config.json", size=120)
+    assert list(model.rglob("*")) == [model / "unet"]  # neither the file nor a partial copy
+    share.place_file(downloaded, model, "unet/config.json", size=100)
+    assert (model / "unet/config.json").read_bytes() == b"x" * 100
