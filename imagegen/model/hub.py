@@ -1,25 +1,34 @@
 """What to fetch from the model hub, and how it reaches the share.
 
-Only the files the pipeline needs are fetched: model_index.json names the components, and
-each component contributes its configs, tokenizer and scheduler files and the configured
-variant's `.safetensors` (never `.bin`, `.ckpt`, ONNX or Flax copies, nor single-file
-checkpoints at the repo root). huggingface_hub downloads into its own cache on local disk,
-where its lock files are harmless (it locks beside its files, which SMB cannot do); each file
-is then copied onto the share under a temporary name and renamed, and the manifest is
-written last (see imagegen.model.share).
+The libraries decide the files: diffusers' own download rules for a pipeline loaded with
+the configured `variant` and `use_safetensors=True` (the allow and ignore patterns that
+`DiffusionPipeline.download` builds from model_index.json and the repo's file list, with
+diffusers' helpers), applied with huggingface_hub's `filter_repo_objects` as
+`snapshot_download` applies them. Two rules of this service narrow that set: only
+model_index.json and the folders of the pipeline's components (what `from_pretrained`
+reads; never a single-file checkpoint at the repo root), and never a pickle, ONNX, Flax or
+OpenVINO file (NEVER).
+
+huggingface_hub downloads into its own cache on local disk, where its lock files are
+harmless (it locks beside its files, which SMB cannot do); each file is then copied onto the
+share under a temporary name and renamed, and the manifest is written last (see
+imagegen.model.share).
 """
 
 import contextlib
 import json
 import logging
+import posixpath
 import re
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import filter_repo_objects
 
 from imagegen.model import share
 from imagegen.model.components import pipeline_components
@@ -28,11 +37,12 @@ from imagegen.model.share import Manifest, ModelFile
 log = logging.getLogger(__name__)
 
 MODEL_INDEX = "model_index.json"
-SIDE_FILE_SUFFIXES = (".json", ".txt", ".model")
+# Formats the service never fetches, even where diffusers' rules would let one through (a
+# folder without safetensors weights is fetched whole: `scheduler/*`).
+NEVER = ["*.bin", "*.ckpt", "*.pt", "*.pth", "*.msgpack", "*.onnx", "*.onnx_data", "*.pb",
+         "*openvino_model.*"]  # fmt: skip
 WEIGHTS_SUFFIX = ".safetensors"
-OTHER_WEIGHTS = (".bin", ".ckpt", ".pt", ".pth", ".msgpack", ".onnx")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}$")
-_INDEX = re.compile(r"\.safetensors\.index(?:\.(?P<variant>[^.]+))?\.json$")
 
 
 @dataclass(frozen=True)
@@ -90,50 +100,90 @@ class DownloadProgress:
             return self._reported
 
 
+# --- which files --------------------------------------------------------------------------
+
+
+def download_patterns(
+    filenames: set[str], components: Iterable[str], variant: str | None
+) -> tuple[list[str], list[str]]:
+    """(allow, ignore): the glob patterns `DiffusionPipeline.download` (diffusers 0.42) hands
+    to `snapshot_download` for this listing, with use_safetensors=True, no ONNX and no custom
+    code, built by the same diffusers helpers. Raises OSError when a component has no
+    safetensors weights, and ValueError when no file of the repo has `variant`.
+
+    Imported here, not at the top: importing diffusers takes seconds, and this module is
+    imported when the service starts."""
+    from diffusers.pipelines.pipeline_loading_utils import (
+        _get_ignore_patterns,
+        filter_model_files,
+        variant_compatible_siblings,
+    )
+
+    components = set(components)
+    model_folders = {
+        folder
+        for folder in map(posixpath.dirname, filter_model_files(filenames))
+        if folder in components
+    }
+    ignore = _get_ignore_patterns(
+        passed_components=[],
+        model_folder_names=model_folders,
+        model_filenames=filenames,
+        use_safetensors=True,
+        allow_pickle=False,
+        use_onnx=False,
+        is_onnx=False,
+        use_flashpack=False,
+        variant=variant,
+    )
+    model_files, _ = variant_compatible_siblings(filenames, variant=variant, ignore_patterns=ignore)
+    allow = [
+        *model_files,
+        *(f"{c}/*" for c in sorted(components - model_folders)),  # tokenizers, schedulers
+        *(f"{c}/config.json" for c in sorted(model_folders)),
+        MODEL_INDEX,
+    ]
+    ignore += [f"{pattern}.index.*json" for pattern in ignore]  # their shard indexes too
+    return allow, ignore
+
+
+def wanted_files(
+    repo_files: list[ModelFile], model_index: dict, variant: str | None
+) -> list[ModelFile]:
+    """The files `from_pretrained(variant=..., use_safetensors=True)` reads from a copy of the
+    repo: diffusers' download rules (`download_patterns`), only model_index.json and the
+    components' folders, never NEVER. A component without `variant` weights gets its
+    default ones, as in diffusers; a repo with no `variant` file at all gets its default
+    files (where diffusers raises), so MODEL_VARIANT=fp16 works for any repo."""
+    components = set(pipeline_components(model_index))
+    names = {f.path for f in repo_files} - set(model_index.get("_ignore_files", []))
+    try:
+        allow, ignore = download_patterns(names, components, variant)
+    except ValueError:
+        if variant is None:
+            raise
+        log.info("no %s weights in the repo: fetching its default weights", variant)
+        allow, ignore = download_patterns(names, components, None)
+    chosen = set(filter_repo_objects(names, allow_patterns=allow, ignore_patterns=ignore + NEVER))
+    return sorted(
+        (f for f in repo_files if f.path in chosen and _in_pipeline(f.path, components)),
+        key=lambda f: f.path,
+    )
+
+
+def _in_pipeline(path: str, components: set[str]) -> bool:
+    """model_index.json, or a file in a component's folder: diffusers' rules would also fetch
+    variant weights of folders model_index does not name (SDXL base's `vae_1_0`) and
+    transformers-style files at the repo root, which the pipeline never reads."""
+    return path == MODEL_INDEX or path.split("/", 1)[0] in components
+
+
 def weight_variant(filename: str) -> str | None:
-    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None"""
+    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None.
+    Not used to choose what to fetch: the streaming loader (imagegen.model.weights) names the
+    files of a component on the share with it."""
     stem = _SHARD.sub("", filename[: -len(WEIGHTS_SUFFIX)])
     return stem.rsplit(".", 1)[1] if "." in stem else None
-
-
-def select_files(
-    repo_files: list[ModelFile], components: list[str], variant: str | None
-) -> list[ModelFile]:
-    """The files a pipeline with these components needs, for this variant (a component
-    without that variant's weights falls back to its default weights, as diffusers does)."""
-    by_folder: dict[str, list[ModelFile]] = {}
-    for f in repo_files:
-        parts = PurePosixPath(f.path).parts
-        if len(parts) == 2:
-            by_folder.setdefault(parts[0], []).append(f)
-
-    chosen = [f for f in repo_files if f.path == MODEL_INDEX]
-    for component in components:
-        files = by_folder.get(component, [])
-        variants = {
-            weight_variant(PurePosixPath(f.path).name)
-            for f in files
-            if f.path.endswith(WEIGHTS_SUFFIX)
-        }
-        wanted = variant if variant in variants else None
-        if not variants and any(f.path.endswith(OTHER_WEIGHTS) for f in files):
-            raise ValueError(f"component {component!r} has no safetensors weights")
-        if variants and wanted not in variants:
-            raise ValueError(
-                f"component {component!r} has neither {variant} nor default safetensors"
-            )
-        for f in files:
-            name = PurePosixPath(f.path).name
-            index = _INDEX.search(name)
-            if index:
-                keep = index.group("variant") == wanted
-            elif name.endswith(WEIGHTS_SUFFIX):
-                keep = weight_variant(name) == wanted
-            else:
-                keep = name.endswith(SIDE_FILE_SUFFIXES)
-            if keep:
-                chosen.append(f)
-    return sorted(chosen, key=lambda f: f.path)
 
 
 def _model_file(entry: RepoFile) -> ModelFile:
@@ -159,8 +209,8 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
             )
         )
 
-    components = list(pipeline_components(json.loads(fetch(MODEL_INDEX).read_text())))
-    files = select_files(repo_files, components, source.variant)
+    model_index = json.loads(fetch(MODEL_INDEX).read_text())
+    files = wanted_files(repo_files, model_index, source.variant)
     repo_cache = source.cache_dir / f"models--{source.model_id.replace('/', '--')}"
     progress.start(sum(f.size for f in files), repo_cache / "blobs")
     log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
