@@ -9,19 +9,20 @@ model_index.json and the folders of the pipeline's components (what `from_pretra
 reads; never a single-file checkpoint at the repo root), and never a pickle, ONNX, Flax or
 OpenVINO file (NEVER).
 
-huggingface_hub downloads into its own cache on local disk, where its lock files are
-harmless (it locks beside its files, which SMB cannot do); each file is then copied onto the
-share under a temporary name and renamed, and the manifest is written last (see
-imagegen.model.share).
+Each file is downloaded by huggingface_hub into its own cache on local disk (it locks
+beside its files, which SMB cannot do), copied onto the share under a temporary name,
+checked for the size the hub lists and renamed into place (imagegen.model.share), then its
+local copy is removed, so the local disk holds only the files in flight. The manifest is
+written last. Progress comes from huggingface_hub's progress-bar hook, per chunk written.
 """
 
-import contextlib
 import json
 import logging
+import os
 import posixpath
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils import tqdm as hf_tqdm
 
 from imagegen.model import share
 from imagegen.model.components import pipeline_components
@@ -68,36 +70,74 @@ class ModelSource:
         )
 
 
+# --- progress ------------------------------------------------------------------------------
+
+
 class DownloadProgress:
-    """Bytes fetched so far, derived from what is finished plus what huggingface_hub is
-    still writing (`*.incomplete` in its cache), so it moves during a large file too."""
+    """Bytes of the pull so far, for /model/status and pull_model's bar.
+
+    huggingface_hub reports every chunk it writes into its cache through its progress-bar
+    hook (`tqdm_class`, see `hook`), so the figure moves during a large file too. A file
+    that needed no transfer (already in the cache, or placed from another path's copy of
+    the same blob) counts whole once it is placed. The figure never moves backwards.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._blobs_dir: Path | None = None
         self.bytes_total = 0
-        self._finished = 0
+        self._per_file: dict[str, int] = {}
+        self._counted = 0
         self._reported = 0
 
-    def start(self, total: int, blobs_dir: Path) -> None:
+    def start(self, total: int) -> None:
         with self._lock:
-            self.bytes_total, self._blobs_dir = total, blobs_dir
+            self.bytes_total = total
 
-    def file_done(self, size: int) -> None:
+    def hook(self, path: str) -> type[hf_tqdm]:
+        """The `tqdm_class` to hand huggingface_hub for the download of `path`."""
+        return type("FileBytes", (_FileBytes,), {"progress": self, "path": path})
+
+    def add(self, path: str, n: int) -> None:
         with self._lock:
-            self._finished += size
+            self._per_file[path] = self._per_file.get(path, 0) + n
+            self._counted += n
+
+    def file_done(self, path: str, size: int) -> None:
+        """`path` is on the share: it counts exactly its size, whatever the hook reported."""
+        with self._lock:
+            self._counted += size - self._per_file.get(path, 0)
+            self._per_file[path] = size
 
     @property
     def bytes_done(self) -> int:
-        in_flight = 0
-        if self._blobs_dir is not None:
-            for partial in self._blobs_dir.glob("*.incomplete"):
-                with contextlib.suppress(OSError):  # renamed into a blob since the listing
-                    in_flight += partial.stat().st_size
         with self._lock:
-            done = min(self._finished + in_flight, self.bytes_total)
-            self._reported = max(self._reported, done)  # never moves backwards
+            done = min(max(self._counted, 0), self.bytes_total)
+            self._reported = max(self._reported, done)
             return self._reported
+
+
+class _FileBytes(hf_tqdm):
+    """huggingface_hub's progress bar for one file, counting into a DownloadProgress instead of
+    drawing. `http_get` and `xet_get` call `update(n)` for every chunk written to the cache
+    (n < 0 when a resumed transfer has to start over). `update_transfer` makes a Xet download
+    report through this one bar, as snapshot_download's own aggregating bar does, and is
+    ignored: the bytes written, not the bytes received, are what the pull has."""
+
+    progress: DownloadProgress
+    path: str
+    monitor_interval = 0  # no tqdm monitor thread per file
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "disable": True})
+
+    def update(self, n: float | None = 1) -> None:
+        self.progress.add(self.path, int(n or 0))
+
+    def update_transfer(self, n: float | None = 1) -> None:
+        """Network bytes (see the class docstring)."""
+
+    def set_transfer_postfix_str(self, *args, **kwargs) -> None:
+        """No bar to label."""
 
 
 # --- which files --------------------------------------------------------------------------
@@ -186,9 +226,58 @@ def weight_variant(filename: str) -> str | None:
     return stem.rsplit(".", 1)[1] if "." in stem else None
 
 
+# --- the transfer -------------------------------------------------------------------------
+
+
 def _model_file(entry: RepoFile) -> ModelFile:
     sha256 = entry.lfs.sha256 if entry.lfs else None
     return ModelFile(path=entry.path, size=entry.size, sha256=sha256, blob_id=entry.blob_id)
+
+
+def same_blob_groups(files: list[ModelFile]) -> list[list[ModelFile]]:
+    """Files grouped by content (the hub's hash, which names the blob in huggingface_hub's
+    cache): SDXL's two tokenizers ship identical files. Each group is fetched once and placed
+    at each of its paths, so no worker removes a blob another one is still placing."""
+    groups: dict[str, list[ModelFile]] = {}
+    for f in files:
+        groups.setdefault(f.sha256 or f.blob_id or f.path, []).append(f)
+    return list(groups.values())
+
+
+def remove_local_copy(local: Path, cache_dir: Path) -> None:
+    """Removes a file's copy from huggingface_hub's cache: the blob its snapshot entry points
+    to, then the entry. Nothing outside the cache is touched. The lock files
+    huggingface_hub keeps in the cache's `.locks` stay: small, and harmless on local disk."""
+    blob = Path(os.path.realpath(local))
+    if blob.is_relative_to(os.path.realpath(cache_dir)):
+        blob.unlink(missing_ok=True)
+    local.unlink(missing_ok=True)
+
+
+def fetch_and_place(
+    group: list[ModelFile],
+    fetch: Callable[[str], Path],
+    path: Path,
+    cache_dir: Path,
+    progress: DownloadProgress,
+) -> None:
+    """Fetches one blob, places it at each of its paths on the share (size-checked), then
+    removes the local copy, on failure too. A local copy that vanished before it was placed
+    (another process pulling through the same cache removed the shared blob) is fetched once
+    more."""
+    for attempt in (1, 2):
+        local = fetch(group[0].path)
+        try:
+            for f in group:
+                share.place_file(local, path, f.path, size=f.size)
+                progress.file_done(f.path, f.size)
+            return
+        except FileNotFoundError:
+            if attempt == 2 or local.exists():
+                raise
+            log.info("%s left the download cache before it was placed: fetching it again", local)
+        finally:
+            remove_local_copy(local, cache_dir)
 
 
 def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manifest:
@@ -206,30 +295,32 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
                 cache_dir=source.cache_dir,
                 endpoint=source.endpoint,
                 token=source.token,
+                tqdm_class=progress.hook(filename),
             )
         )
 
-    model_index = json.loads(fetch(MODEL_INDEX).read_text())
-    files = wanted_files(repo_files, model_index, source.variant)
-    repo_cache = source.cache_dir / f"models--{source.model_id.replace('/', '--')}"
-    progress.start(sum(f.size for f in files), repo_cache / "blobs")
-    log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
-
     path = source.path
-    path.mkdir(parents=True, exist_ok=True)
-    share.forget_manifest(path)
-
-    def fetch_and_place(f: ModelFile) -> None:
-        share.place_file(fetch(f.path), path, f.path, size=f.size)
-        progress.file_done(f.size)
-
-    pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
+    index_copy = fetch(MODEL_INDEX)
     try:
-        for future in [pool.submit(fetch_and_place, f) for f in files]:
-            future.result()
+        files = wanted_files(repo_files, json.loads(index_copy.read_text()), source.variant)
+        progress.start(sum(f.size for f in files))
+        log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
+        path.mkdir(parents=True, exist_ok=True)
+        share.forget_manifest(path)
+        pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
+        try:
+            futures = [
+                pool.submit(fetch_and_place, group, fetch, path, source.cache_dir, progress)
+                for group in same_blob_groups(files)
+            ]
+            for future in futures:
+                future.result()
+        finally:
+            # On a failure, files not started yet are not fetched in vain.
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        # On a failure, files not started yet are not fetched in vain.
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Placed and removed with the others, unless the pull failed before.
+        remove_local_copy(index_copy, source.cache_dir)
 
     manifest = share.write_manifest(
         path,
