@@ -2,15 +2,18 @@
 then the transfer itself, in this process."""
 
 import json
+import logging
 import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
 import requests
 from huggingface_hub import hf_hub_download
+from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
 
 from imagegen.model import share
 from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place
@@ -310,3 +313,21 @@ def test_a_pull_refused_by_the_file_selection_leaves_no_local_copy(tmp_path, no_
             download_to_share(source, DownloadProgress())
     assert model_files_in(source.cache_dir) == []
     assert not source.path.exists()  # the share is untouched
+
+
+def test_a_xet_download_counts_each_byte_written_once():
+    """huggingface_hub's Xet reporter, fed one progress report as hf_xet sends it (400 bytes
+    written, 900 received): the hook counts the bytes written, and the bytes received not
+    at all (without update_transfer the reporter would open a second bar and count both)."""
+    progress = DownloadProgress()
+    progress.start(1000)
+    report = SimpleNamespace(
+        total_bytes=1000, total_bytes_completed=400, total_bytes_completion_rate=None,
+        total_transfer_bytes_completed=900, total_transfer_bytes_completion_rate=None,
+    )  # fmt: skip
+    hook = progress.hook("unet/diffusion_pytorch_model.fp16.safetensors")
+    with XetDownloadProgressReporter(
+        reconstruction_desc="unet", total=1000, log_level=logging.WARNING, tqdm_class=hook
+    ) as reporter:
+        reporter.update_progress(report)
+    assert progress.bytes_done == 400
