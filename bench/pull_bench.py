@@ -13,7 +13,9 @@ its own process on 127.0.0.1 and measures, for exactly the files the service sel
 - raw copy: `shutil.copyfile` of each file from the hub's folder (no network at all).
 
 Rounds are interleaved and the best of each is reported (on loopback, noise only slows a
-transfer down). Every destination is removed after its round.
+transfer down). Every destination is removed after its round. The first, untimed service
+pull (it finds the files the service selects) also samples the local download cache's disk
+use: its peak, and what is left after the pull.
 
     .venv/bin/python bench/pull_bench.py             # SD 1.5 (~2.1 GB), 2 rounds, ~1-2 min
     .venv/bin/python bench/pull_bench.py --quick     # 1 round
@@ -22,9 +24,11 @@ transfer down). Every destination is removed after its round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -104,15 +108,48 @@ def raw_copy(repo_dir: Path, files: list[ModelFile], dest: Path) -> int:
     return total
 
 
-def selected_files(endpoint: str, repo_id: str, work: Path) -> list[ModelFile]:
-    """The files the service would fetch: one untimed pull, read back from its manifest."""
+def disk_use(path: Path) -> int:
+    """Bytes allocated under `path`, as du counts them: blobs, partial downloads, links."""
+    total = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):  # renamed or removed since the listing
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+class DiskPeak(threading.Thread):
+    """Samples disk_use(path) every 20 ms until stopped, for the peak during a pull."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path, self.peak, self._done = path, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, disk_use(self.path))
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join()
+        return self.peak
+
+
+def selected_files(endpoint: str, repo_id: str, work: Path) -> tuple[list[ModelFile], int, int]:
+    """The files the service would fetch (one untimed pull, read back from its manifest), and
+    its local download cache's peak disk use during that pull and its disk use after it."""
     dest = work / "select"
+    sampler = DiskPeak(dest / "cache")
     try:
-        service_pull(endpoint, repo_id, dest, workers=8)
+        sampler.start()
+        try:
+            service_pull(endpoint, repo_id, dest, workers=8)
+        finally:
+            peak = sampler.stop()
         source_path = dest / "share" / repo_id.replace("/", "--")
         manifest = share.read_manifest(source_path)
         assert manifest is not None
-        return list(manifest.files)
+        return list(manifest.files), max(peak, disk_use(dest / "cache")), disk_use(dest / "cache")
     finally:
         shutil.rmtree(dest, ignore_errors=True)
 
@@ -165,12 +202,14 @@ def run(args: argparse.Namespace) -> int:
     work = scratch_dir("pull-bench-")
     try:
         with hub_process(args.model) as (endpoint, repo_id):
-            files = selected_files(endpoint, repo_id, work)
+            files, cache_peak, cache_after = selected_files(endpoint, repo_id, work)
             size = sum(f.size for f in files)
             print(
                 f"model: {repo_id} served by LocalHub (own process) at {endpoint} | "
                 f"{len(files)} files, {size / 1e9:.2f} GB | {args.workers} download workers | "
-                f"rounds {args.rounds}{' | quick' if args.quick else ''}",
+                f"rounds {args.rounds}{' | quick' if args.quick else ''}\n"
+                f"local download cache during the service pull: peak {cache_peak / 1e9:.2f} GB, "
+                f"after {cache_after / 1e6:.1f} MB",
                 flush=True,
             )
             methods: dict[str, Callable[[Path], int]] = {
@@ -204,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         f"summary: {args.model} cold pull {size / 1e9:.2f} GB on loopback: service "
         f"{service.mb_s:.0f} MB/s = {fmt_ratio(ratio(service.mb_s, http.mb_s))} raw HTTP "
         f"({http.mb_s:.0f} MB/s), {fmt_ratio(ratio(service.mb_s, copy.mb_s))} raw copy "
-        f"({copy.mb_s:.0f} MB/s)"
+        f"({copy.mb_s:.0f} MB/s); local cache peak {cache_peak / 1e9:.2f} GB"
     )
     document: dict[str, Any] = {
         "machine": machine | {"load_average_at_end": common.load_average()},
@@ -213,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
             "quick": args.quick, "files": [asdict(f) for f in files], "bytes": size,
         },
         "results": [asdict(r) | {"mb_s": r.mb_s} for r in rows],
+        "local_cache": {"peak_bytes": cache_peak, "after_bytes": cache_after},
         "ratios": {
             "service_vs_http": ratio(service.mb_s, http.mb_s),
             "service_vs_copy": ratio(service.mb_s, copy.mb_s),

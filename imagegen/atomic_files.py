@@ -12,7 +12,7 @@ Nothing here takes a lock: SMB has none.
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,8 +43,14 @@ def write_atomically(target: Path, data: bytes) -> None:
         temporary.write_bytes(data)
 
 
-def copy_atomically(source: Path, target: Path) -> None:
+def copy_atomically(
+    source: Path, target: Path, *, verify: Callable[[Path], None] | None = None
+) -> None:
+    """`verify` sees the copy before it takes the target's name, and may refuse it by
+    raising: the target is then left as it was."""
     with _replacing(target) as temporary:
         # copyfile: the kernel copies (sendfile), with no buffer in this process; a Python
         # loop over 16 MiB chunks took twice as long (bench/pull_bench.py).
         shutil.copyfile(source, temporary)
+        if verify is not None:
+            verify(temporary)

@@ -1,11 +1,16 @@
 """Real parts for the tests: a SecantusDB server, the app under gunicorn, a tiny diffusers
 model served by a local hub."""
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import requests
+
+# Before huggingface_hub is imported (tiny_model imports it): in-process downloads must talk
+# to the local hub only, never to the public hub's telemetry.
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.local_hub import LocalHub

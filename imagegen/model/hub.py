@@ -1,25 +1,36 @@
 """What to fetch from the model hub, and how it reaches the share.
 
-Only the files the pipeline needs are fetched: model_index.json names the components, and
-each component contributes its configs, tokenizer and scheduler files and the configured
-variant's `.safetensors` (never `.bin`, `.ckpt`, ONNX or Flax copies, nor single-file
-checkpoints at the repo root). huggingface_hub downloads into its own cache on local disk,
-where its lock files are harmless (it locks beside its files, which SMB cannot do); each file
-is then copied onto the share under a temporary name and renamed, and the manifest is
-written last (see imagegen.model.share).
+The libraries decide the files: diffusers' own download rules for a pipeline loaded with
+the configured `variant` and `use_safetensors=True` (the allow and ignore patterns that
+`DiffusionPipeline.download` builds from model_index.json and the repo's file list, with
+diffusers' helpers), applied with huggingface_hub's `filter_repo_objects` as
+`snapshot_download` applies them. Two rules of this service narrow that set: only
+model_index.json and the folders of the pipeline's components (what `from_pretrained`
+reads; never a single-file checkpoint at the repo root), and never a pickle, ONNX, Flax or
+OpenVINO file (NEVER).
+
+Each file is downloaded by huggingface_hub into its own cache on local disk (it locks
+beside its files, which SMB cannot do), copied onto the share under a temporary name,
+checked for the size the hub lists and renamed into place (imagegen.model.share), then its
+local copy is removed, so the local disk holds only the files in flight. The manifest is
+written last. Progress comes from huggingface_hub's progress-bar hook, per chunk written.
 """
 
-import contextlib
 import json
 import logging
+import os
+import posixpath
 import re
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils import tqdm as hf_tqdm
 
 from imagegen.model import share
 from imagegen.model.components import pipeline_components
@@ -28,11 +39,12 @@ from imagegen.model.share import Manifest, ModelFile
 log = logging.getLogger(__name__)
 
 MODEL_INDEX = "model_index.json"
-SIDE_FILE_SUFFIXES = (".json", ".txt", ".model")
+# Formats the service never fetches, even where diffusers' rules would let one through (a
+# folder without safetensors weights is fetched whole: `scheduler/*`).
+NEVER = ["*.bin", "*.ckpt", "*.pt", "*.pth", "*.msgpack", "*.onnx", "*.onnx_data", "*.pb",
+         "*openvino_model.*"]  # fmt: skip
 WEIGHTS_SUFFIX = ".safetensors"
-OTHER_WEIGHTS = (".bin", ".ckpt", ".pt", ".pth", ".msgpack", ".onnx")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}$")
-_INDEX = re.compile(r"\.safetensors\.index(?:\.(?P<variant>[^.]+))?\.json$")
 
 
 @dataclass(frozen=True)
@@ -58,87 +70,214 @@ class ModelSource:
         )
 
 
+# --- progress ------------------------------------------------------------------------------
+
+
 class DownloadProgress:
-    """Bytes fetched so far, derived from what is finished plus what huggingface_hub is
-    still writing (`*.incomplete` in its cache), so it moves during a large file too."""
+    """Bytes of the pull so far, for /model/status and pull_model's bar.
+
+    huggingface_hub reports every chunk it writes into its cache through its progress-bar
+    hook (`tqdm_class`, see `hook`), so the figure moves during a large file too. A file
+    that needed no transfer (already in the cache, or placed from another path's copy of
+    the same blob) counts whole once it is placed. The figure never moves backwards.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._blobs_dir: Path | None = None
         self.bytes_total = 0
-        self._finished = 0
+        self._per_file: dict[str, int] = {}
+        self._counted = 0
         self._reported = 0
 
-    def start(self, total: int, blobs_dir: Path) -> None:
+    def start(self, total: int) -> None:
         with self._lock:
-            self.bytes_total, self._blobs_dir = total, blobs_dir
+            self.bytes_total = total
 
-    def file_done(self, size: int) -> None:
+    def hook(self, path: str) -> type[hf_tqdm]:
+        """The `tqdm_class` to hand huggingface_hub for the download of `path`."""
+        return type("FileBytes", (_FileBytes,), {"progress": self, "path": path})
+
+    def add(self, path: str, n: int) -> None:
         with self._lock:
-            self._finished += size
+            self._per_file[path] = self._per_file.get(path, 0) + n
+            self._counted += n
+
+    def file_done(self, path: str, size: int) -> None:
+        """`path` is on the share: it counts exactly its size, whatever the hook reported."""
+        with self._lock:
+            self._counted += size - self._per_file.get(path, 0)
+            self._per_file[path] = size
 
     @property
     def bytes_done(self) -> int:
-        in_flight = 0
-        if self._blobs_dir is not None:
-            for partial in self._blobs_dir.glob("*.incomplete"):
-                with contextlib.suppress(OSError):  # renamed into a blob since the listing
-                    in_flight += partial.stat().st_size
         with self._lock:
-            done = min(self._finished + in_flight, self.bytes_total)
-            self._reported = max(self._reported, done)  # never moves backwards
+            done = min(max(self._counted, 0), self.bytes_total)
+            self._reported = max(self._reported, done)
             return self._reported
 
 
+class _FileBytes(hf_tqdm):
+    """huggingface_hub's progress bar for one file, counting into a DownloadProgress instead of
+    drawing. `http_get` and `xet_get` call `update(n)` for every chunk written to the cache
+    (n < 0 when a resumed transfer has to start over). `update_transfer` makes a Xet download
+    report through this one bar, as snapshot_download's own aggregating bar does, and is
+    ignored: the bytes written, not the bytes received, are what the pull has."""
+
+    progress: DownloadProgress
+    path: str
+    monitor_interval = 0  # no tqdm monitor thread per file
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "disable": True})
+
+    def update(self, n: float | None = 1) -> None:
+        self.progress.add(self.path, int(n or 0))
+
+    def update_transfer(self, n: float | None = 1) -> None:
+        """Network bytes (see the class docstring)."""
+
+    def set_transfer_postfix_str(self, *args, **kwargs) -> None:
+        """No bar to label."""
+
+
+# --- which files --------------------------------------------------------------------------
+
+
+def download_patterns(
+    filenames: set[str], components: Iterable[str], variant: str | None
+) -> tuple[list[str], list[str]]:
+    """(allow, ignore): the glob patterns `DiffusionPipeline.download` (diffusers 0.42) hands
+    to `snapshot_download` for this listing, with use_safetensors=True, no ONNX and no custom
+    code, built by the same diffusers helpers. Raises OSError when a component has no
+    safetensors weights, and ValueError when no file of the repo has `variant`.
+
+    Imported here, not at the top: importing diffusers takes seconds, and this module is
+    imported when the service starts."""
+    from diffusers.pipelines.pipeline_loading_utils import (
+        _get_ignore_patterns,
+        filter_model_files,
+        variant_compatible_siblings,
+    )
+
+    components = set(components)
+    model_folders = {
+        folder
+        for folder in map(posixpath.dirname, filter_model_files(filenames))
+        if folder in components
+    }
+    ignore = _get_ignore_patterns(
+        passed_components=[],
+        model_folder_names=model_folders,
+        model_filenames=filenames,
+        use_safetensors=True,
+        allow_pickle=False,
+        use_onnx=False,
+        is_onnx=False,
+        use_flashpack=False,
+        variant=variant,
+    )
+    model_files, _ = variant_compatible_siblings(filenames, variant=variant, ignore_patterns=ignore)
+    allow = [
+        *model_files,
+        *(f"{c}/*" for c in sorted(components - model_folders)),  # tokenizers, schedulers
+        *(f"{c}/config.json" for c in sorted(model_folders)),
+        MODEL_INDEX,
+    ]
+    ignore += [f"{pattern}.index.*json" for pattern in ignore]  # their shard indexes too
+    return allow, ignore
+
+
+def wanted_files(
+    repo_files: list[ModelFile], model_index: dict, variant: str | None
+) -> list[ModelFile]:
+    """The files `from_pretrained(variant=..., use_safetensors=True)` reads from a copy of the
+    repo: diffusers' download rules (`download_patterns`), only model_index.json and the
+    components' folders, never NEVER. A component without `variant` weights gets its
+    default ones, as in diffusers; a repo with no `variant` file at all gets its default
+    files (where diffusers raises), so MODEL_VARIANT=fp16 works for any repo."""
+    components = set(pipeline_components(model_index))
+    names = {f.path for f in repo_files} - set(model_index.get("_ignore_files", []))
+    try:
+        allow, ignore = download_patterns(names, components, variant)
+    except ValueError:
+        if variant is None:
+            raise
+        log.info("no %s weights in the repo: fetching its default weights", variant)
+        allow, ignore = download_patterns(names, components, None)
+    chosen = set(filter_repo_objects(names, allow_patterns=allow, ignore_patterns=ignore + NEVER))
+    return sorted(
+        (f for f in repo_files if f.path in chosen and _in_pipeline(f.path, components)),
+        key=lambda f: f.path,
+    )
+
+
+def _in_pipeline(path: str, components: set[str]) -> bool:
+    """model_index.json, or a file in a component's folder: diffusers' rules would also fetch
+    variant weights of folders model_index does not name (SDXL base's `vae_1_0`) and
+    transformers-style files at the repo root, which the pipeline never reads."""
+    return path == MODEL_INDEX or path.split("/", 1)[0] in components
+
+
 def weight_variant(filename: str) -> str | None:
-    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None"""
+    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None.
+    Not used to choose what to fetch: the streaming loader (imagegen.model.weights) names the
+    files of a component on the share with it."""
     stem = _SHARD.sub("", filename[: -len(WEIGHTS_SUFFIX)])
     return stem.rsplit(".", 1)[1] if "." in stem else None
 
 
-def select_files(
-    repo_files: list[ModelFile], components: list[str], variant: str | None
-) -> list[ModelFile]:
-    """The files a pipeline with these components needs, for this variant (a component
-    without that variant's weights falls back to its default weights, as diffusers does)."""
-    by_folder: dict[str, list[ModelFile]] = {}
-    for f in repo_files:
-        parts = PurePosixPath(f.path).parts
-        if len(parts) == 2:
-            by_folder.setdefault(parts[0], []).append(f)
-
-    chosen = [f for f in repo_files if f.path == MODEL_INDEX]
-    for component in components:
-        files = by_folder.get(component, [])
-        variants = {
-            weight_variant(PurePosixPath(f.path).name)
-            for f in files
-            if f.path.endswith(WEIGHTS_SUFFIX)
-        }
-        wanted = variant if variant in variants else None
-        if not variants and any(f.path.endswith(OTHER_WEIGHTS) for f in files):
-            raise ValueError(f"component {component!r} has no safetensors weights")
-        if variants and wanted not in variants:
-            raise ValueError(
-                f"component {component!r} has neither {variant} nor default safetensors"
-            )
-        for f in files:
-            name = PurePosixPath(f.path).name
-            index = _INDEX.search(name)
-            if index:
-                keep = index.group("variant") == wanted
-            elif name.endswith(WEIGHTS_SUFFIX):
-                keep = weight_variant(name) == wanted
-            else:
-                keep = name.endswith(SIDE_FILE_SUFFIXES)
-            if keep:
-                chosen.append(f)
-    return sorted(chosen, key=lambda f: f.path)
+# --- the transfer -------------------------------------------------------------------------
 
 
 def _model_file(entry: RepoFile) -> ModelFile:
     sha256 = entry.lfs.sha256 if entry.lfs else None
     return ModelFile(path=entry.path, size=entry.size, sha256=sha256, blob_id=entry.blob_id)
+
+
+def same_blob_groups(files: list[ModelFile]) -> list[list[ModelFile]]:
+    """Files grouped by content (the hub's hash, which names the blob in huggingface_hub's
+    cache): SDXL's two tokenizers ship identical files. Each group is fetched once and placed
+    at each of its paths, so no worker removes a blob another one is still placing."""
+    groups: dict[str, list[ModelFile]] = {}
+    for f in files:
+        groups.setdefault(f.sha256 or f.blob_id or f.path, []).append(f)
+    return list(groups.values())
+
+
+def remove_local_copy(local: Path, cache_dir: Path) -> None:
+    """Removes a file's copy from huggingface_hub's cache: the blob its snapshot entry points
+    to, then the entry. Nothing outside the cache is touched. The lock files
+    huggingface_hub keeps in the cache's `.locks` stay: small, and harmless on local disk."""
+    blob = Path(os.path.realpath(local))
+    if blob.is_relative_to(os.path.realpath(cache_dir)):
+        blob.unlink(missing_ok=True)
+    local.unlink(missing_ok=True)
+
+
+def fetch_and_place(
+    group: list[ModelFile],
+    fetch: Callable[[str], Path],
+    path: Path,
+    cache_dir: Path,
+    progress: DownloadProgress,
+) -> None:
+    """Fetches one blob, places it at each of its paths on the share (size-checked), then
+    removes the local copy, on failure too. A local copy that vanished before it was placed
+    (another process pulling through the same cache removed the shared blob) is fetched once
+    more."""
+    for attempt in (1, 2):
+        local = fetch(group[0].path)
+        try:
+            for f in group:
+                share.place_file(local, path, f.path, size=f.size)
+                progress.file_done(f.path, f.size)
+            return
+        except FileNotFoundError:
+            if attempt == 2 or local.exists():
+                raise
+            log.info("%s left the download cache before it was placed: fetching it again", local)
+        finally:
+            remove_local_copy(local, cache_dir)
 
 
 def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manifest:
@@ -156,30 +295,32 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
                 cache_dir=source.cache_dir,
                 endpoint=source.endpoint,
                 token=source.token,
+                tqdm_class=progress.hook(filename),
             )
         )
 
-    components = list(pipeline_components(json.loads(fetch(MODEL_INDEX).read_text())))
-    files = select_files(repo_files, components, source.variant)
-    repo_cache = source.cache_dir / f"models--{source.model_id.replace('/', '--')}"
-    progress.start(sum(f.size for f in files), repo_cache / "blobs")
-    log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
-
     path = source.path
-    path.mkdir(parents=True, exist_ok=True)
-    share.forget_manifest(path)
-
-    def fetch_and_place(f: ModelFile) -> None:
-        share.place_file(fetch(f.path), path, f.path)
-        progress.file_done(f.size)
-
-    pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
+    index_copy = fetch(MODEL_INDEX)
     try:
-        for future in [pool.submit(fetch_and_place, f) for f in files]:
-            future.result()
+        files = wanted_files(repo_files, json.loads(index_copy.read_text()), source.variant)
+        progress.start(sum(f.size for f in files))
+        log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
+        path.mkdir(parents=True, exist_ok=True)
+        share.forget_manifest(path)
+        pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
+        try:
+            futures = [
+                pool.submit(fetch_and_place, group, fetch, path, source.cache_dir, progress)
+                for group in same_blob_groups(files)
+            ]
+            for future in futures:
+                future.result()
+        finally:
+            # On a failure, files not started yet are not fetched in vain.
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        # On a failure, files not started yet are not fetched in vain.
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Placed and removed with the others, unless the pull failed before.
+        remove_local_copy(index_copy, source.cache_dir)
 
     manifest = share.write_manifest(
         path,

@@ -116,9 +116,22 @@ def forget_manifest(path: Path) -> None:
     (path / MANIFEST_NAME).unlink(missing_ok=True)
 
 
-def place_file(source: Path, path: Path, relative: str) -> None:
-    """Copies a downloaded file onto the share; it appears under its name only when whole."""
-    copy_atomically(source, path / relative)
+class PlacementError(OSError):
+    """A copy on the share does not have the size the hub lists for its file."""
+
+
+def place_file(source: Path, path: Path, relative: str, *, size: int) -> None:
+    """Copies a downloaded file onto the share; it appears under its name only when whole
+    and of the `size` the hub lists. The size, not a hash: huggingface_hub checks only the
+    byte count of a download too, and hashing would read every byte once more;
+    `pull_model --check` compares the hub's hashes on demand (broken_files)."""
+
+    def has_listed_size(copy: Path) -> None:
+        copied = copy.stat().st_size
+        if copied != size:
+            raise PlacementError(f"{relative}: {copied} bytes copied, the hub lists {size}")
+
+    copy_atomically(source, path / relative, verify=has_listed_size)
 
 
 def write_manifest(

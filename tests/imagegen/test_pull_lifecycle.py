@@ -1,13 +1,25 @@
-"""The model's lifecycle through the real app: cold pull, warm restart, lazy load, failures."""
+"""The model's lifecycle through the real app: cold pull, warm restart, lazy load, failures;
+then the transfer itself, in this process."""
 
 import json
+import logging
+import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import huggingface_hub
+import pytest
 import requests
+from huggingface_hub import hf_hub_download
+from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
 
-from tests.support.model_service import SD_REPO, pull_until_ready, wait_for_state
+from imagegen.model import share
+from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place
+from imagegen.model.share import ModelFile
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready, wait_for_state
 from tests.support.tiny_model import SD_FP16_FILES
 
 WANTED = set(SD_FP16_FILES)
@@ -197,3 +209,153 @@ def test_warm_start_on_an_empty_share_changes_nothing(start_app):
     app = start_app(WARM_START="1")
     status = requests.get(app.url("/model/status")).json()
     assert status["state"] == "not_started" and status["weights_on_share"] is False
+
+
+# --- the transfer, in this process: local copies, shared blobs, progress, verification --------
+
+
+@pytest.fixture
+def no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub 2.4 otherwise asks HF_ENDPOINT's default (huggingface.co) for an agent
+    registry before its first request; these tests talk to 127.0.0.1 only."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+
+
+def source_for(endpoint: str, repo: str, tmp_path: Path, **extra) -> ModelSource:
+    return ModelSource(model_id=repo, revision="main", variant="fp16", model_dir=tmp_path / "share",
+                       cache_dir=tmp_path / "cache", endpoint=endpoint, **extra)  # fmt: skip
+
+
+def model_files_in(cache: Path) -> list[str]:
+    """Files and links in huggingface_hub's cache other than its lock files and its cache tag."""
+    return sorted(
+        p.relative_to(cache).as_posix()
+        for p in cache.rglob("*")
+        if (p.is_file() or p.is_symlink()) and ".locks" not in p.parts and p.name != "CACHEDIR.TAG"
+    )
+
+
+def test_after_a_cold_pull_the_download_cache_holds_no_model_file(hub, tmp_path, no_telemetry):
+    source = source_for(hub.url, SD_REPO, tmp_path)
+    manifest = download_to_share(source, DownloadProgress())
+    assert {f.path for f in manifest.files} == WANTED
+    assert model_files_in(source.cache_dir) == []
+    assert list((source.cache_dir / ".locks").rglob("*.lock"))  # the hub client did lock there
+
+
+def test_a_pull_failing_on_the_share_leaves_no_local_copy(hub, tmp_path, no_telemetry):
+    source = source_for(hub.url, SD_REPO, tmp_path)
+    (source.path / "unet/diffusion_pytorch_model.fp16.safetensors").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        download_to_share(source, DownloadProgress())
+    assert model_files_in(source.cache_dir) == []
+
+
+def test_files_sharing_one_blob_are_fetched_once_and_placed_at_each_path(
+    hub, tmp_path, no_telemetry
+):
+    source = source_for(hub.url, SDXL_REPO, tmp_path)
+    manifest = download_to_share(source, progress := DownloadProgress())
+    assert not [p for _, p in hub.requests if "/tokenizer_2/" in p]  # identical to tokenizer/
+    for name in ("vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json"):
+        twin = (source.path / "tokenizer_2" / name).read_bytes()
+        assert twin == (source.path / "tokenizer" / name).read_bytes()
+    assert progress.bytes_done == progress.bytes_total == manifest.total_bytes
+    assert model_files_in(source.cache_dir) == []
+
+
+def test_a_local_copy_removed_by_another_pull_before_placing_is_fetched_again(
+    hub, tmp_path, no_telemetry
+):
+    source = source_for(hub.url, SD_REPO, tmp_path)
+    name = "unet/config.json"
+    calls = []
+
+    def fetch_then_lose_the_blob_once(filename: str) -> Path:
+        local = hf_hub_download(SD_REPO, filename, revision=hub.commit(SD_REPO),
+                                cache_dir=source.cache_dir, endpoint=hub.url)  # fmt: skip
+        calls.append(filename)
+        if len(calls) == 1:  # what a concurrent pull's clean-up does to the shared cache
+            Path(os.path.realpath(local)).unlink()
+        return Path(local)
+
+    size = (hub.root / SD_REPO / name).stat().st_size
+    group = [ModelFile(path=name, size=size)]
+    progress = DownloadProgress()
+    fetch_and_place(group, fetch_then_lose_the_blob_once, source.path, source.cache_dir, progress)
+    assert calls == [name, name]
+    assert (source.path / name).read_bytes() == (hub.root / SD_REPO / name).read_bytes()
+    assert model_files_in(source.cache_dir) == []
+
+
+def test_progress_moves_byte_by_byte_within_one_large_file(tmp_path, no_telemetry):
+    """huggingface_hub writes a download in 10 MiB chunks and reports each through its
+    progress hook: a 32 MiB file, throttled, shows its in-between values."""
+    repo = tmp_path / "hub" / "testorg" / "large"
+    (repo / "unet").mkdir(parents=True)
+    (repo / "model_index.json").write_text(
+        json.dumps({"unet": ["diffusers", "UNet2DConditionModel"]})
+    )
+    (repo / "unet" / "config.json").write_text("{}")
+    large = 32 * 2**20
+    (repo / "unet" / "diffusion_pytorch_model.fp16.safetensors").write_bytes(bytes(large))
+    small = sum(f.stat().st_size for f in repo.rglob("*.json"))
+    seen: set[int] = set()
+    with LocalHub(tmp_path / "hub") as hub:
+        hub.throttle_bytes_per_sec = 16_000_000  # about 2 s for the large file
+        progress = DownloadProgress()
+        source = source_for(hub.url, "testorg/large", tmp_path)
+        pull = threading.Thread(target=download_to_share, args=(source, progress))
+        pull.start()
+        while pull.is_alive():
+            seen.add(progress.bytes_done)
+            time.sleep(0.01)
+        pull.join()
+    assert progress.bytes_done == progress.bytes_total == small + large
+    within = sorted(v for v in seen if small < v < large)  # a per-file count never lands here
+    assert len(within) >= 2, sorted(seen)
+
+
+def test_a_copy_of_the_wrong_size_is_never_placed(tmp_path):
+    downloaded = tmp_path / "blob"
+    downloaded.write_bytes(b"x" * 100)
+    model = tmp_path / "share" / "model"
+    with pytest.raises(share.PlacementError, match="100 bytes copied, the hub lists 120"):
+        share.place_file(downloaded, model, "unet/config.json", size=120)
+    assert list(model.rglob("*")) == [model / "unet"]  # neither the file nor a partial copy
+    share.place_file(downloaded, model, "unet/config.json", size=100)
+    assert (model / "unet/config.json").read_bytes() == b"x" * 100
+
+
+def test_a_pull_refused_by_the_file_selection_leaves_no_local_copy(tmp_path, no_telemetry):
+    repo = tmp_path / "hub" / "testorg" / "pickles"
+    (repo / "unet").mkdir(parents=True)
+    (repo / "model_index.json").write_text(
+        json.dumps({"unet": ["diffusers", "UNet2DConditionModel"]})
+    )
+    (repo / "unet" / "config.json").write_text("{}")
+    (repo / "unet" / "diffusion_pytorch_model.bin").write_bytes(bytes(64))
+    with LocalHub(tmp_path / "hub") as hub:
+        source = source_for(hub.url, "testorg/pickles", tmp_path)
+        with pytest.raises(OSError, match="safetensors"):
+            download_to_share(source, DownloadProgress())
+    assert model_files_in(source.cache_dir) == []
+    assert not source.path.exists()  # the share is untouched
+
+
+def test_a_xet_download_counts_each_byte_written_once():
+    """huggingface_hub's Xet reporter, fed one progress report as hf_xet sends it (400 bytes
+    written, 900 received): the hook counts the bytes written, and the bytes received not
+    at all (without update_transfer the reporter would open a second bar and count both)."""
+    progress = DownloadProgress()
+    progress.start(1000)
+    report = SimpleNamespace(
+        total_bytes=1000, total_bytes_completed=400, total_bytes_completion_rate=None,
+        total_transfer_bytes_completed=900, total_transfer_bytes_completion_rate=None,
+    )  # fmt: skip
+    hook = progress.hook("unet/diffusion_pytorch_model.fp16.safetensors")
+    with XetDownloadProgressReporter(
+        reconstruction_desc="unet", total=1000, log_level=logging.WARNING, tqdm_class=hook
+    ) as reporter:
+        reporter.update_progress(report)
+    assert progress.bytes_done == 400
