@@ -7,6 +7,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+from imagegen.model.adapters import parse_adapters
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -90,6 +91,9 @@ HF_TOKEN = env_str("HF_TOKEN", "") or None
 # hf_xet is huggingface_hub's fast transport (hf_transfer is gone since 1.0).
 os.environ.setdefault("HF_XET_HIGH_PERFORMANCE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+# LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
+MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", ""))
 
 DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):

@@ -44,6 +44,9 @@ def environment() -> Iterator[dict[str, str]]:
         ({"GEN_MIN_SIDE": "60"}, "GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8"),
         ({"GEN_MIN_SIDE": "512", "GEN_MAX_SIDE": "256"}, "GEN_MIN_SIDE and GEN_MAX_SIDE"),
         ({"ATTENTION_SLICING": "sometimes"}, "ATTENTION_SLICING must be a boolean"),
+        ({"MODEL_ADAPTERS": "lcm-lora"}, "MODEL_ADAPTERS: 'lcm-lora' is not repo:file[:scale]"),
+        ({"MODEL_ADAPTERS": "org/lora:w.bin"}, "must name a .safetensors file"),
+        ({"MODEL_ADAPTERS": "org/lora:w.safetensors:big"}, "scale in 'org/lora:w.safetensors:big'"),
         ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
         (
             {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
@@ -62,3 +65,12 @@ def test_the_defaults_start(environment):
         os.environ.pop(name, None)
     settings = importlib.reload(config.settings)
     assert (settings.DEVICE, settings.GEN_QUEUE_MAX, settings.GEN_LOAD_TIMEOUT) == ("auto", 8, 300)
+
+
+def test_adapters_are_parsed_with_their_scales(environment):
+    os.environ["MODEL_ADAPTERS"] = "org/lcm:lcm.safetensors, org/hyper:h.safetensors:0.125"
+    adapters = importlib.reload(config.settings).MODEL_ADAPTERS
+    assert [(a.repo, a.file, a.scale) for a in adapters] == [
+        ("org/lcm", "lcm.safetensors", 1.0),
+        ("org/hyper", "h.safetensors", 0.125),
+    ]
