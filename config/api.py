@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooMany
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeoutError
 
 from config.errors import NOT_FOUND, ServiceError, error_response
 from config.logs import first_part
@@ -82,12 +82,26 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(request, 404, NOT_FOUND)
 
 
-@api.exception_handler(ConnectionFailure)
-def on_database_unreachable(request: HttpRequest, exc: ConnectionFailure) -> HttpResponse:
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+UNREACHABLE = "The database is unreachable; try again shortly"
+UNCONFIRMED = (
+    "The database did not confirm this write in time: it may or may not have been saved. "
+    "Check before sending it again, or send it again with the same Idempotency-Key"
+)
+
+
+@api.exception_handler(PyMongoError)
+def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
+    """A database that does not answer in time is a 503. A write that never left this
+    process (no server to send it to) can simply be retried; one that was sent may have
+    been applied, and the answer must not tell the client to just try again (its retry
+    would then meet its own todo as a duplicate)."""
+    if not (exc.timeout or isinstance(exc, ConnectionFailure)):
+        return on_unexpected(request, exc)
     log.warning("database unreachable: %s", first_part(exc))
-    return error_response(
-        request, 503, "The database is unreachable; try again shortly", retry_after=5
-    )
+    sent = not isinstance(exc, ServerSelectionTimeoutError)
+    message = UNCONFIRMED if sent and request.method in WRITES else UNREACHABLE
+    return error_response(request, 503, message, retry_after=5)
 
 
 @api.exception_handler(RequestDataTooBig)

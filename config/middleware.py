@@ -1,11 +1,14 @@
 """Cross-cutting response concerns: the version header and error shapes for unmatched routes."""
 
+import threading
 from collections.abc import Callable
 from http import HTTPStatus
 
+import pymongo
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from config.errors import NOT_FOUND, error_response
+from config.errors import NOT_FOUND, error_response, is_todo_path
 from config.version import app_version
 
 
@@ -62,3 +65,30 @@ class HeadAsGetMiddleware:
             return self.get_response(request)
         finally:
             request.method = "HEAD"
+
+
+class DatabaseBudgetMiddleware:
+    """Bounds what a database outage can cost. Every todo request gets one deadline for all
+    of its database work (pymongo's client-side operation timeout: a transaction's retries
+    included, which otherwise go on for 120 s), and at most TODO_MAX_CONCURRENT of them wait on
+    the database at once; the next gets 503 at once. So neither a request nor all of the
+    worker's threads can be held by a dead database: /health and the image routes keep theirs."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.deadline = settings.MONGODB_TIMEOUT_MS * 5 / 1000
+        self.slots = threading.BoundedSemaphore(settings.TODO_MAX_CONCURRENT)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path == "/" or not is_todo_path(request.path):
+            return self.get_response(request)
+        if not self.slots.acquire(blocking=False):
+            return error_response(
+                request, 503, "Too many todo requests are waiting for the database; try again "
+                "shortly", retry_after=5,
+            )  # fmt: skip
+        try:
+            with pymongo.timeout(self.deadline):
+                return self.get_response(request)
+        finally:
+            self.slots.release()

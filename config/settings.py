@@ -32,6 +32,7 @@ MIDDLEWARE = [
     "config.middleware.AppVersionHeaderMiddleware",
     "config.middleware.ErrorShapeMiddleware",
     "config.middleware.HeadAsGetMiddleware",
+    "config.middleware.DatabaseBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -70,8 +71,14 @@ API_TOKEN = env_str("API_TOKEN", "")
 
 # --- todos -----------------------------------------------------------------------------
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
-# How long a request waits for an unreachable database before answering 503.
+# How long a request waits for an unreachable database before answering 503; all of a todo
+# request's database work must end within five times this (config.middleware).
 MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
+# Todo requests that may wait on the database at once; the rest get 503 at once, so an
+# outage never holds every worker thread (gunicorn's threads less four, by default).
+TODO_MAX_CONCURRENT = env_int(
+    "TODO_MAX_CONCURRENT", max(1, env_int("GUNICORN_THREADS", 16, minimum=1) - 4), minimum=1
+)
 
 # --- imagegen ---------------------------------------------------------------------------
 MODEL_ID = env_str("MODEL_ID", "stabilityai/stable-diffusion-xl-base-1.0")

@@ -1,0 +1,91 @@
+"""A frozen (SIGSTOP) or killed database process: every todo request gives up within its
+bound, the answer says what is known about a write, and /health and the image routes keep
+answering while todo requests pile up."""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from config.api import UNCONFIRMED, UNREACHABLE
+from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.processes import AppServer, free_port
+
+TIMEOUT_MS = 400
+BOUND = 5 * TIMEOUT_MS / 1000  # README: a hung database, five times MONGODB_TIMEOUT_MS
+SLACK = 1.5
+
+
+@pytest.fixture
+def stack(tmp_path) -> Iterator[tuple[EmbeddedMongo, AppServer]]:
+    mongo = EmbeddedMongo(tmp_path / "mongo", port=free_port()).start()
+    env = {"MONGODB_URI": mongo.uri(), "MONGODB_TIMEOUT_MS": str(TIMEOUT_MS)}
+    app = AppServer(env, tmp_path / "app.log").start()
+    assert requests.post(app.url("/todo"), json={"todo": {"title": "warm"}}).status_code == 201
+    yield mongo, app
+    with contextlib.suppress(ProcessLookupError):  # a test may have stopped it for good
+        os.kill(mongo.process.pid, signal.SIGCONT)
+    app.stop()
+    mongo.stop()
+
+
+def timed(method: str, url: str, **kwargs) -> tuple[requests.Response, float]:
+    started = time.monotonic()
+    response = requests.request(method, url, timeout=60, **kwargs)
+    return response, time.monotonic() - started
+
+
+def test_a_frozen_database_bounds_every_todo_request_and_spares_health(stack):
+    mongo, app = stack
+    os.kill(mongo.process.pid, signal.SIGSTOP)
+    answers: list[tuple[requests.Response, float]] = []
+
+    def batch(n: int) -> None:
+        body = {"todos": [{"title": f"batch {n} item {i}"} for i in range(3)]}
+        answers.append(timed("PATCH", app.url("/todos"), json=body))
+
+    writers = [threading.Thread(target=batch, args=(n,)) for n in range(16)]
+    for writer in writers:
+        writer.start()
+    time.sleep(0.3)  # the writers hold their threads now
+    health = [timed("GET", app.url("/health")) for _ in range(5)]
+    status = timed("GET", app.url("/model/status"))
+    for writer in writers:
+        writer.join()
+
+    assert all(r.status_code == 200 and seconds < 1.0 for r, seconds in health), health
+    assert status[0].status_code == 200 and status[1] < 1.0
+    assert len(answers) == 16
+    for response, seconds in answers:
+        assert response.status_code == 503, response.text
+        assert seconds < BOUND + SLACK
+        assert response.headers["Retry-After"]
+    messages = {r.json()["error"]["message"] for r, _ in answers}
+    assert UNCONFIRMED in messages  # the writes that reached the database
+    assert messages <= {UNCONFIRMED, UNREACHABLE} | {
+        "Too many todo requests are waiting for the database; try again shortly"
+    }
+
+
+def test_a_write_sent_to_a_frozen_database_is_answered_as_unconfirmed(stack):
+    mongo, app = stack
+    os.kill(mongo.process.pid, signal.SIGSTOP)
+    response, seconds = timed("POST", app.url("/todo"), json={"todo": {"title": "in doubt"}})
+    assert response.status_code == 503 and seconds < BOUND + SLACK
+    assert response.json()["error"]["message"] == UNCONFIRMED  # not "try again shortly"
+    read, seconds = timed("GET", app.url("/todos"))
+    assert read.status_code == 503 and seconds < BOUND + SLACK
+    assert read.json()["error"]["message"] == UNREACHABLE  # a read can simply be retried
+
+
+def test_a_killed_database_is_unreachable_and_a_write_was_never_sent(stack):
+    mongo, app = stack
+    mongo.stop()
+    response, seconds = timed("POST", app.url("/todo"), json={"todo": {"title": "never sent"}})
+    assert response.status_code == 503 and seconds < BOUND + SLACK
+    assert response.json()["error"]["message"] == UNREACHABLE
