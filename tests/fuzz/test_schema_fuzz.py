@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -21,6 +22,7 @@ from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance, status_code_conformance
 
 from config.text import NOT_BLANK
+from imagegen.api.a1111 import batch_limit
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
@@ -34,6 +36,10 @@ ALLOWED_REFUSALS = {
         "the not-blank rule counts format characters and combining marks as invisible; JSON "
         "Schema's regular expressions have no Unicode-category classes to say so, so the "
         "document states the rule in words (the description)"
+    ),
+    ("n_iter", batch_limit(django_settings.GEN_MAX_N)): (
+        "A1111's txt2img makes batch_size x n_iter images, at most GEN_MAX_N in all; JSON Schema "
+        "bounds each field but cannot bound their product, so n_iter's description states it"
     ),
 }
 
