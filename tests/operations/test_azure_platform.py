@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 
 from imagegen.ops.platform import DEFAULT_TIMEOUT
 from tests.support.commands import manage
-from tests.support.fake_az import FakeAz
+from tests.support.fake_az import PROFILE_SIZES, FakeAz, replicas_per_node
 from tests.support.processes import ROOT
 from tests.support.scripted_service import Reply, ScriptedService, model_state
 
@@ -28,6 +29,7 @@ def deploy_module(name: str):
 
 
 render = deploy_module("render")
+readback = deploy_module("readback")
 TEMPLATE = (ROOT / "deploy" / "containerapp.yaml").read_text()
 SETTINGS = {
     "LOCATION": "westeurope",
@@ -232,6 +234,209 @@ def test_the_platform_timeout_outlasts_the_startup_probe_and_is_in_help():
     result = manage("gate", "--help")
     assert "--platform-timeout" in result.stdout
     assert "(default 1200; polled every --interval)" in " ".join(result.stdout.split())
+
+
+# -- deploy/azure.sh --------------------------------------------------------------------------
+
+DEPLOY_SETTINGS = {
+    "RESOURCE_GROUP": "rg",
+    "LOCATION": "westeurope",
+    "STORAGE_ACCOUNT": "imagegenmodels",
+    "REGISTRY": "imagegenacr",
+    "PYTHON": sys.executable,
+    "TORCH_INDEX_URL": "https://wheels.example/cpu",
+    "SECRET_KEY": "secret-key-value",
+    "API_TOKEN": "token-value",
+    "MONGODB_URI": "mongodb://db.example/todos",
+    "ROLLOUT_TIMEOUT": "10",
+    "ROLLOUT_INTERVAL": "0.1",
+}
+OPTIONAL = {
+    "APP_NAME", "ENVIRONMENT", "SHARE_NAME", "WORKLOAD_PROFILE_TYPE", "WORKLOAD_PROFILE_NAME",
+    "MIN_NODES", "MAX_NODES", "CPU", "MEMORY", "IMAGE", "REVISION_SUFFIX", "MODEL_ID",
+}  # fmt: skip
+
+
+def azure_sh(fake: FakeAz, *args: str, **settings: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in OPTIONAL}
+    env.update({**fake.env, **DEPLOY_SETTINGS, **settings})
+    return subprocess.run(
+        ["bash", str(ROOT / "deploy" / "azure.sh"), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def provision(fake: FakeAz, **settings: str) -> str:
+    """Provisions, builds the image; the image reference `image` printed."""
+    provisioned = azure_sh(fake, "provision", **settings)
+    assert provisioned.returncode == 0, provisioned.stderr
+    built = azure_sh(fake, "image")
+    assert built.returncode == 0, built.stderr
+    return built.stdout.strip()
+
+
+def profile_added(fake: FakeAz) -> dict:
+    (call,) = [c for c in fake.calls() if c.startswith("containerapp env workload-profile add")]
+    options = dict(re.findall(r"--([\w-]+) (\S+)", call))
+    return {
+        "type": options["workload-profile-type"],
+        "name": options["workload-profile-name"],
+        "max": int(options["max-nodes"]),
+    }
+
+
+def test_fake_az_control_plane_provision_makes_room_for_every_rollout(fake):
+    image = provision(fake)
+    first = azure_sh(fake, "deploy", IMAGE=image)
+    assert first.returncode == 0, first.stderr
+    second = azure_sh(fake, "deploy", IMAGE=image)  # an update: the old revision keeps its node
+    assert second.returncode == 0, second.stderr
+    revisions = fake.state()["revisions"]
+    assert len(revisions) == 2
+    latest = fake.latest_revision()
+    assert latest["ready"] and latest["active"]
+    assert [r["active"] for r in revisions.values()].count(True) == 1
+    assert "is ready and runs the image's own command" in second.stdout
+
+
+def test_fake_az_control_plane_provision_refuses_a_single_node_profile(fake):
+    result = azure_sh(fake, "provision", MAX_NODES="1")
+    assert result.returncode == 1
+    assert "MAX_NODES=1" in result.stderr and "side by side" in result.stderr
+    assert not any("workload-profile add" in call for call in fake.calls())
+
+
+# The seed's reference (the whole D4 node) and the memory-optimised fallback for a runtime
+# reservation (README): 0.5 vCPU and 8 GiB of each E4 node left to the runtime.
+REFERENCE = {}
+FALLBACK = {
+    "WORKLOAD_PROFILE_TYPE": "E4",
+    "WORKLOAD_PROFILE_NAME": "e4",
+    "CPU": "3.5",
+    "MEMORY": "24Gi",
+}
+
+
+@pytest.mark.parametrize("settings", [REFERENCE, FALLBACK], ids=["reference", "fallback"])
+def test_rollout_arithmetic_nodes_times_profile_hold_two_revisions(fake, settings):
+    assert azure_sh(fake, "provision", **settings).returncode == 0
+    profile = profile_added(fake)
+    spec = deployed_spec(**{k: v for k, v in settings.items() if k != "WORKLOAD_PROFILE_TYPE"})
+    assert spec["properties"]["workloadProfileName"] == profile["name"]
+    (container,) = spec["properties"]["template"]["containers"]
+    cpu, memory = float(container["resources"]["cpu"]), float(container["resources"]["memory"][:-2])
+    replicas = spec["properties"]["template"]["scale"]["maxReplicas"]
+    no_reserve = {"cpu": 0.0, "memory_gib": 0.0}
+    per_node = replicas_per_node({"type": profile["type"]}, cpu, memory, no_reserve)
+    # A rollout runs the old and the new revision at once: two revisions' replicas.
+    assert profile["max"] * per_node >= 2 * replicas
+    node_cpu, node_memory = PROFILE_SIZES[profile["type"]]
+    if settings is REFERENCE:  # the whole node: any runtime reservation and it fits nowhere
+        assert (cpu, memory) == (node_cpu, node_memory)
+        assert replicas_per_node({"type": "D4"}, cpu, memory, {"cpu": 0.1, "memory_gib": 0}) == 0
+    else:
+        reserve = {"cpu": 0.5, "memory_gib": 8.0}
+        assert replicas_per_node({"type": "E4"}, cpu, memory, reserve) >= 1
+        assert memory >= 16  # still room for the 14 GB fp32 model
+
+
+def test_fake_az_control_plane_fallback_profile_deploys_by_settings_alone(fake):
+    image = provision(fake, **FALLBACK)
+    result = azure_sh(fake, "deploy", IMAGE=image, **FALLBACK)
+    assert result.returncode == 0, result.stderr
+    spec = fake.applied()[-1]["spec"]
+    assert spec["properties"]["workloadProfileName"] == "e4"
+    assert spec["properties"]["template"]["containers"][0]["resources"] == {
+        "cpu": 3.5,
+        "memory": "24Gi",
+    }
+
+
+@pytest.mark.parametrize(
+    ("versions", "refusal"),
+    [
+        ({"azure-cli": "2.52.0", "extensions": {}}, "az 2.52.0 is older than 2.53.0"),
+        (
+            {"azure-cli": "2.61.0", "extensions": {"containerapp": "0.3.42"}},
+            "the containerapp extension 0.3.42 is older than 0.3.43",
+        ),
+    ],
+    ids=["old-cli", "old-extension"],
+)
+def test_fake_az_control_plane_old_az_is_refused_before_anything_runs(fake, versions, refusal):
+    fake.set(az_version=versions)
+    for command in ("provision", "deploy"):
+        result = azure_sh(fake, command, IMAGE="imagegenacr.azurecr.io/imagegen:x")
+        assert result.returncode == 1 and refusal in result.stderr, result.stderr
+    assert all(call.startswith("version") for call in fake.calls())
+
+
+def test_fake_az_control_plane_new_enough_extension_is_accepted(fake):
+    fake.set(az_version={"azure-cli": "2.53.0", "extensions": {"containerapp": "0.3.52"}})
+    assert azure_sh(fake, "provision").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("dropped", "stop"),
+    [
+        ("mountOptions", "volume models has mountOptions None, not 'nobrl,"),
+        ("workloadProfileName", "workloadProfileName is 'Consumption', not 'd4'"),
+    ],
+)
+def test_fake_az_control_plane_fields_the_cli_drops_stop_the_deploy(fake, dropped, stop):
+    image = provision(fake)
+    fake.set(cli={"unknown_fields": [dropped], "drops_empty_lists": False, "refills_secrets": True})
+    result = azure_sh(fake, "deploy", IMAGE=image)
+    assert result.returncode == 1, result.stderr
+    assert "deploy: STOPPED: the platform did not store the spec" in result.stderr
+    assert stop in result.stderr
+    assert "is ready" not in result.stdout  # stopped before waiting for the revision
+
+
+def test_readback_reads_the_spec_as_a_yaml_parser_does():
+    text = render.render(TEMPLATE, SETTINGS)
+    spec = yaml.safe_load(text)
+    assert readback.expected(text) == {
+        "workloadProfileName": spec["properties"]["workloadProfileName"],
+        "mountOptions": {
+            v["name"]: v["mountOptions"] for v in spec["properties"]["template"]["volumes"]
+        },
+    }
+    assert readback.expected(text)["mountOptions"]  # the share's options are there to check
+
+
+def test_fake_az_control_plane_image_tags_name_one_build(fake):
+    image = provision(fake)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    (tag,) = fake.state()["images"]
+    assert tag.startswith(f"imagegen:{commit}")
+    assert image == f"imagegenacr.azurecr.io/imagegen@{fake.state()['images'][tag]}"
+    again = azure_sh(fake, "image", tag.split(":", 1)[1])
+    assert again.returncode == 1 and "tags are never reused" in again.stderr
+    assert sum(call.startswith("acr build") for call in fake.calls()) == 1
+
+
+def test_fake_az_control_plane_deploy_pins_a_tag_to_its_digest(fake):
+    provision(fake)
+    (tag,) = fake.state()["images"]
+    result = azure_sh(fake, "deploy", IMAGE=f"imagegenacr.azurecr.io/{tag}")
+    assert result.returncode == 0, result.stderr
+    image = fake.applied()[-1]["spec"]["properties"]["template"]["containers"][0]["image"]
+    assert image == f"imagegenacr.azurecr.io/imagegen@{fake.state()['images'][tag]}"
+
+
+def test_fake_az_control_plane_secret_change_reaches_a_new_revision(fake):
+    # Secrets are not in the template: without a new revision the running container would
+    # keep the old value. Each deploy's own revision suffix makes one.
+    image = provision(fake)
+    assert azure_sh(fake, "deploy", IMAGE=image).returncode == 0
+    result = azure_sh(fake, "deploy", IMAGE=image, API_TOKEN="rotated-token")
+    assert result.returncode == 0, result.stderr
+    latest = fake.latest_revision()
+    assert latest["ready"] and latest["secrets"]["api-token"] == "rotated-token"
+    assert len(fake.state()["revisions"]) == 2
 
 
 def test_new_revision_suffixes_follow_the_platforms_rules():
