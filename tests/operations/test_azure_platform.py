@@ -445,3 +445,22 @@ def test_new_revision_suffixes_follow_the_platforms_rules():
     for suffix in suffixes:
         assert re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", suffix) and "--" not in suffix
         assert len("imagegen--" + suffix) <= 54
+
+
+def test_readme_states_the_az_versions_azure_sh_requires():
+    script = (ROOT / "deploy" / "azure.sh").read_text()
+    cli = re.search(r"^MIN_AZ_CLI=(\S+)$", script, re.M).group(1)
+    extension = re.search(r"^MIN_CONTAINERAPP_EXTENSION=(\S+)$", script, re.M).group(1)
+    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    assert f"azure-cli {cli}" in section and f"containerapp extension {extension}" in section
+
+
+def test_readme_settings_table_holds_the_scripts_defaults():
+    script = (ROOT / "deploy" / "azure.sh").read_text()
+    defaults = dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"$', script, re.M))
+    assert defaults["WORKLOAD_PROFILE_NAME"] == render.DEFAULTS["WORKLOAD_PROFILE_NAME"]
+    defaults.update(render.DEFAULTS)  # CPU and MEMORY are the template's
+    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", section, re.M))
+    assert {"MAX_NODES", "CPU", "MEMORY", "ROLLOUT_TIMEOUT"} <= set(rows)
+    assert rows == {name: defaults[name] for name in rows}
