@@ -17,8 +17,6 @@ from bson import ObjectId
 from django.test import Client
 
 from scripts.embedded_mongo import EmbeddedMongo
-from todos import indexes, transactions
-from todos.connection import connect_database
 
 DATABASE = "todos_exact_bytes"
 CLOCK = datetime(2026, 11, 22, 7, 46, 15, 728000, tzinfo=UTC)
@@ -67,20 +65,15 @@ X = (
 
 
 @pytest.fixture
-def client(mongo: EmbeddedMongo, settings, monkeypatch) -> Iterator[Client]:
+def client(mongo: EmbeddedMongo, connect_here, monkeypatch) -> Iterator[Client]:
     """This process's MongoEngine on a database of its own, holding exactly the fixed todos."""
-    settings.MONGODB_URI = mongo.uri(DATABASE)
-    monkeypatch.setattr(indexes, "_ensured", False)
-    monkeypatch.setattr(transactions, "_supported", None)
     monkeypatch.setattr("todos.services.utc_now", lambda: CLOCK)
-    mongoengine.disconnect()
-    connect_database()
+    connect_here(mongo.uri(DATABASE))
     collection = mongoengine.get_db()["todos"]
     collection.delete_many({})
     collection.insert_many([dict(todo) for todo in FIXED])
     yield Client()
     mongoengine.get_connection().drop_database(DATABASE)
-    mongoengine.disconnect()
 
 
 def body(response) -> str:
