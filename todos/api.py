@@ -1,7 +1,14 @@
-"""The todo routes: parse the request, call one service or selector, wrap the answer."""
+"""The todo routes: parse the request, call one service or selector, wrap the answer.
 
-from django.http import HttpRequest
-from ninja import Router
+Routes return what the services and selectors return (raw stored documents); the response
+schemas (todos.schemas.TodoOut) shape each into the five keys of a todo.
+"""
+
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Status
+from ninja.errors import ValidationError
 
 from config.auth import token_required
 from config.version import app_version
@@ -14,6 +21,7 @@ from todos.schemas import (
     TodoBody,
     TodoEnvelope,
     TodoListEnvelope,
+    TodoListQuery,
     VersionEnvelope,
 )
 
@@ -36,7 +44,7 @@ def version(request: HttpRequest):
 )
 def todo_create(request: HttpRequest, payload: TodoBody):
     todo = services.todo_create(title=payload.todo.title, description=payload.todo.description)
-    return 201, ok(todo.to_output())
+    return Status(201, ok(todo))
 
 
 @router.api_operation(
@@ -51,7 +59,7 @@ def todo_without_id(request: HttpRequest):
 
 @router.get("/todo/{todo_id}", response={200: TodoEnvelope, **ERRORS}, summary="Get a todo")
 def todo_get(request: HttpRequest, todo_id: str):
-    return ok(selectors.todo_get(todo_id=todo_id).to_output())
+    return ok(selectors.todo_get(todo_id=todo_id))
 
 
 @router.put(
@@ -64,7 +72,7 @@ def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
     todo = services.todo_update(
         todo_id=todo_id, title=payload.todo.title, description=payload.todo.description
     )
-    return 202, ok(todo.to_output())
+    return Status(202, ok(todo))
 
 
 @router.delete(
@@ -74,12 +82,26 @@ def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
     summary="Delete a todo",
 )
 def todo_delete(request: HttpRequest, todo_id: str):
-    return 202, ok(services.todo_delete(todo_id=todo_id).to_output())
+    return Status(202, ok(services.todo_delete(todo_id=todo_id)))
 
 
-@router.get("/todos", response={200: TodoListEnvelope, **ERRORS}, summary="List todos")
-def todo_list(request: HttpRequest):
-    return ok([todo.to_output() for todo in selectors.todo_list()])
+@router.get(
+    "/todos",
+    response={200: TodoListEnvelope, **ERRORS},
+    summary="List todos",
+    description="All todos, or with `limit` one page of them and the next page's address in "
+    'a `Link: <...>; rel="next"` header (none on the last page).',
+)
+def todo_list(request: HttpRequest, response: HttpResponse, query: Query[TodoListQuery]):
+    if query.limit is None:
+        if query.after is not None:
+            raise ValidationError([{"loc": ("query", "limit"), "msg": "is required with after"}])
+        return ok(selectors.todo_list())
+    todos, following = selectors.todo_page(limit=query.limit, after=query.after)
+    if following is not None:
+        next_page = urlencode({"limit": query.limit, "after": following.encode()})
+        response["Link"] = f'</todos?{next_page}>; rel="next"'
+    return ok(todos)
 
 
 @router.patch(
@@ -90,7 +112,7 @@ def todo_list(request: HttpRequest):
 )
 def todos_insert(request: HttpRequest, payload: TodoBatchBody):
     todos = services.todos_insert_batch(items=[(t.title, t.description) for t in payload.todos])
-    return 201, ok([todo.to_output() for todo in todos])
+    return Status(201, ok(todos))
 
 
 @router.delete(
@@ -100,4 +122,4 @@ def todos_insert(request: HttpRequest, payload: TodoBatchBody):
     summary="Delete all",
 )
 def todos_delete_all(request: HttpRequest):
-    return 202, ok({"deletedCount": services.todos_delete_all()})
+    return Status(202, ok({"deletedCount": services.todos_delete_all()}))
