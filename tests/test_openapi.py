@@ -18,7 +18,25 @@ PROTECTED = [  # README, "Access control"
     ("get", "/images"),
     ("get", "/images/{image_id}"),
     ("get", "/images/{image_id}.png"),
+    ("post", "/todo"),
+    ("put", "/todo/{todo_id}"),
+    ("delete", "/todo/{todo_id}"),
+    ("patch", "/todos"),
+    ("delete", "/todos"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("post", "/generate"), ("post", "/todo"), ("put", "/todo/{todo_id}"), ("patch", "/todos")],
+)
+def test_every_route_with_a_body_declares_413(method, path):
+    assert "413" in SCHEMA["paths"][path][method]["responses"]
+
+
+def test_the_not_blank_rules_are_stated():
+    todo = SCHEMA["components"]["schemas"]["TodoIn"]["properties"]["title"]
+    assert "visible character" in todo["description"]
 
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED)

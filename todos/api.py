@@ -14,6 +14,7 @@ from config.auth import token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
+from todos.idempotency import idempotency_key
 from todos.schemas import (
     DeletedCountEnvelope,
     ErrorEnvelope,
@@ -28,10 +29,18 @@ from todos.schemas import (
 router = Router(tags=["todos"])
 
 ERRORS = {400: ErrorEnvelope, 404: ErrorEnvelope, 409: ErrorEnvelope, 503: ErrorEnvelope}
+# Writes answer 401 when API_TOKEN is set, and 413 for a body over MAX_BODY_BYTES.
+WRITE_ERRORS = {**ERRORS, 401: ErrorEnvelope, 413: ErrorEnvelope}
 
 
 def ok(data: object) -> dict:
     return {"data": data, "error": None}
+
+
+def mark_replay(response: HttpResponse, replayed: bool) -> None:
+    """Says that this answer is an earlier request's outcome, sent again for its key."""
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
 
 
 @router.get("/", response={200: VersionEnvelope}, summary="Application version")
@@ -40,10 +49,18 @@ def version(request: HttpRequest):
 
 
 @router.post(
-    "/todo", auth=token_required(), response={201: TodoEnvelope, **ERRORS}, summary="Create a todo"
+    "/todo",
+    auth=token_required(),
+    response={201: TodoEnvelope, **WRITE_ERRORS},
+    summary="Create a todo",
 )
-def todo_create(request: HttpRequest, payload: TodoBody):
-    todo = services.todo_create(title=payload.todo.title, description=payload.todo.description)
+def todo_create(request: HttpRequest, response: HttpResponse, payload: TodoBody):
+    todo, replayed = services.todo_create(
+        title=payload.todo.title,
+        description=payload.todo.description,
+        idempotency_key=idempotency_key(request),
+    )
+    mark_replay(response, replayed)
     return Status(201, ok(todo))
 
 
@@ -65,7 +82,7 @@ def todo_get(request: HttpRequest, todo_id: str):
 @router.put(
     "/todo/{todo_id}",
     auth=token_required(),
-    response={202: TodoEnvelope, **ERRORS},
+    response={202: TodoEnvelope, **WRITE_ERRORS},
     summary="Update a todo",
 )
 def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
@@ -78,7 +95,7 @@ def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
 @router.delete(
     "/todo/{todo_id}",
     auth=token_required(),
-    response={202: TodoEnvelope, **ERRORS},
+    response={202: TodoEnvelope, **WRITE_ERRORS},
     summary="Delete a todo",
 )
 def todo_delete(request: HttpRequest, todo_id: str):
@@ -107,18 +124,22 @@ def todo_list(request: HttpRequest, response: HttpResponse, query: Query[TodoLis
 @router.patch(
     "/todos",
     auth=token_required(),
-    response={201: TodoListEnvelope, **ERRORS},
+    response={201: TodoListEnvelope, **WRITE_ERRORS},
     summary="Insert todos",
 )
-def todos_insert(request: HttpRequest, payload: TodoBatchBody):
-    todos = services.todos_insert_batch(items=[(t.title, t.description) for t in payload.todos])
+def todos_insert(request: HttpRequest, response: HttpResponse, payload: TodoBatchBody):
+    todos, replayed = services.todos_insert_batch(
+        items=[(t.title, t.description) for t in payload.todos],
+        idempotency_key=idempotency_key(request),
+    )
+    mark_replay(response, replayed)
     return Status(201, ok(todos))
 
 
 @router.delete(
     "/todos",
     auth=token_required(),
-    response={202: DeletedCountEnvelope, **ERRORS},
+    response={202: DeletedCountEnvelope, **WRITE_ERRORS},
     summary="Delete all",
 )
 def todos_delete_all(request: HttpRequest):

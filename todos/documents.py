@@ -10,7 +10,7 @@ while it runs. If the process dies mid-batch, the TTL index removes the leftover
 handle the same documents raw, through `todos_collection()`.
 """
 
-from mongoengine import DateTimeField, Document, StringField
+from mongoengine import DateTimeField, Document, IntField, StringField
 from pymongo.collection import Collection
 
 TITLE_MAX = 40
@@ -24,6 +24,10 @@ class Todo(Document):
     updated_at = DateTimeField(db_field="updatedAt", null=True)
     pending_batch = StringField(db_field="pendingBatch")
     pending_expires_at = DateTimeField(db_field="pendingExpiresAt")
+    # The Idempotency-Key that created it (hashed with the credential; todos.idempotency).
+    idempotency_key = StringField(db_field="idempotencyKey")
+    idempotency_index = IntField(db_field="idempotencyIndex")
+    idempotency_expires_at = DateTimeField(db_field="idempotencyExpiresAt")
 
     meta = {
         "collection": "todos",
@@ -33,6 +37,7 @@ class Todo(Document):
         "indexes": [
             {"fields": ["created_at", "id"]},
             {"fields": ["pending_expires_at"], "expireAfterSeconds": 0},
+            {"fields": ["idempotency_key"], "sparse": True},
         ],
     }
 

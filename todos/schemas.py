@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
+from config.text import NOT_BLANK, is_blank
 from config.timestamps import iso_ms
 from todos.cursors import Cursor
 from todos.documents import DESCRIPTION_MAX, TITLE_MAX
@@ -24,12 +25,16 @@ PAGE_MAX = 1000
 
 
 def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must contain a non-space character")
+    if is_blank(value):
+        raise ValueError(NOT_BLANK)
     return value
 
 
-Title = Annotated[str, Field(min_length=1, max_length=TITLE_MAX), AfterValidator(_not_blank)]
+Title = Annotated[
+    str,
+    Field(min_length=1, max_length=TITLE_MAX, description=f"unique; {NOT_BLANK}"),
+    AfterValidator(_not_blank),
+]
 Description = Annotated[str, Field(max_length=DESCRIPTION_MAX)]
 
 

@@ -8,6 +8,7 @@ todos.schemas.TodoOut shapes.
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pymongo import ReturnDocument
@@ -15,8 +16,9 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from config.timestamps import utc_now
+from todos import idempotency
 from todos.documents import todos_collection
-from todos.errors import TitleTaken, TodoNotFound
+from todos.errors import IdempotencyKeyReused, TitleTaken, TodoNotFound
 from todos.indexes import ensure_todo_indexes
 from todos.selectors import COMMITTED, Document, object_id
 from todos.transactions import transactions_supported
@@ -32,14 +34,19 @@ def new_document(title: str, description: str | None, now: datetime) -> Document
     return {"title": title, "description": description, "createdAt": now, "updatedAt": None}
 
 
-def todo_create(*, title: str, description: str | None) -> Document:
-    ensure_todo_indexes()
-    document = new_document(title, description, utc_now())
-    try:
-        todos_collection().insert_one(document)
-    except DuplicateKeyError:
-        raise TitleTaken(title) from None
-    return document
+def todo_create(
+    *, title: str, description: str | None, idempotency_key: str | None = None
+) -> tuple[Document, bool]:
+    """The created todo, and whether it is the earlier outcome of the same Idempotency-Key."""
+
+    def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
+        try:
+            collection.insert_one(documents[0])  # one command: no transaction needed
+        except DuplicateKeyError:
+            raise TitleTaken(title) from None
+
+    documents, replayed = _insert_once([(title, description)], idempotency_key, insert)
+    return documents[0], replayed
 
 
 def todo_update(*, todo_id: str, title: str, description: str | None) -> Document:
@@ -68,21 +75,62 @@ def todos_delete_all() -> int:
     return todos_collection().delete_many(COMMITTED).deleted_count
 
 
-def todos_insert_batch(*, items: list[tuple[str, str | None]]) -> list[Document]:
-    """Inserts all the todos or none of them, in request order."""
+def todos_insert_batch(
+    *, items: list[tuple[str, str | None]], idempotency_key: str | None = None
+) -> tuple[list[Document], bool]:
+    """Inserts all the todos or none of them, in request order; the bool says they are the
+    earlier outcome of the same Idempotency-Key."""
     repeated = [title for title, count in Counter(t for t, _ in items).items() if count > 1]
     if repeated:
         raise TitleTaken(repeated[0])
+    titles = [title for title, _ in items]
+
+    def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
+        if transactions_supported():
+            _insert_in_transaction(collection, documents, titles)
+        else:
+            _insert_pending_then_commit(collection, documents, titles, now)
+
+    return _insert_once(items, idempotency_key, insert)
+
+
+def _insert_once(
+    items: list[tuple[str, str | None]],
+    idempotency_key: str | None,
+    insert: Callable[[Collection, list[Document], datetime], None],
+) -> tuple[list[Document], bool]:
+    """Runs `insert` on new documents for `items`, unless a request with the same
+    Idempotency-Key already created them: then those, and True."""
     ensure_todo_indexes()
     now = utc_now()
-    documents = [new_document(title, description, now) for title, description in items]
-    titles = [title for title, _ in items]
     collection = todos_collection()
-    if transactions_supported():
-        _insert_in_transaction(collection, documents, titles)
-    else:
-        _insert_pending_then_commit(collection, documents, titles, now)
-    return documents
+    if idempotency_key and (earlier := _outcome(collection, idempotency_key, items, now)):
+        return earlier, True
+    documents = [new_document(title, description, now) for title, description in items]
+    if idempotency_key:
+        idempotency.stamp(documents, idempotency_key, now)
+    try:
+        insert(collection, documents, now)
+    except TitleTaken:
+        # The same key's twin may have inserted them since the look-up above.
+        if idempotency_key and (earlier := _outcome(collection, idempotency_key, items, now)):
+            return earlier, True
+        raise
+    return documents, False
+
+
+def _outcome(
+    collection: Collection, key: str, items: list[tuple[str, str | None]], now: datetime
+) -> list[Document] | None:
+    """What an earlier request with this key created, if it created anything; the key
+    reused for other todos is a 409, as the new ones were never inserted."""
+    query = {**idempotency.outcome_query(key, now), **COMMITTED}
+    earlier = sorted(collection.find(query), key=lambda d: d["idempotencyIndex"])
+    if not earlier:
+        return None
+    if [(d["title"], d["description"]) for d in earlier] != items:
+        raise IdempotencyKeyReused()
+    return earlier
 
 
 def _insert_in_transaction(

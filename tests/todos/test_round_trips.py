@@ -15,7 +15,7 @@ from tests.support.processes import free_port
 from todos import selectors, services
 from todos.documents import todos_collection
 
-INDEXES = {"_id_", "title_1", "createdAt_1__id_1", "pendingExpiresAt_1"}
+INDEXES = {"_id_", "title_1", "createdAt_1__id_1", "pendingExpiresAt_1", "idempotencyKey_1"}
 
 
 class CommandLog(monitoring.CommandListener):
@@ -74,9 +74,9 @@ def database(request, mongo, standalone, connect_here) -> Iterator[EmbeddedMongo
 
 def test_one_command_per_operation_and_the_indexes_once(database):
     first = sent(lambda: services.todo_create(title="first", description=None))
-    assert first == ["createIndexes"] * 3 + ["insert"]
+    assert first == ["createIndexes"] * 4 + ["insert"]
 
-    todo = services.todo_create(title="second", description=None)
+    todo, _replayed = services.todo_create(title="second", description=None)
     todo_id = str(todo["_id"])
     assert sent(lambda: services.todo_create(title="third", description=None)) == ["insert"]
     assert sent(lambda: selectors.todo_get(todo_id=todo_id)) == ["find"]
