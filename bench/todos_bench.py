@@ -22,8 +22,8 @@ With `--during-generation` it also measures GET /todo/<id> p50/p99 while the ima
 generates (SD 1.5, full-size random weights from bench/model_fixture.py, 256x256) in the same
 worker process, against the same load on the idle service.
 
-    .venv/bin/python bench/todos_bench.py                       # about 2 min on 2 cores
-    .venv/bin/python bench/todos_bench.py --during-generation   # plus 1-2 min (2 GB model, once)
+    .venv/bin/python bench/todos_bench.py                       # 1-2 min on 2 cores
+    .venv/bin/python bench/todos_bench.py --during-generation   # plus about 3 min (2 GB model)
     .venv/bin/python bench/todos_bench.py --quick               # a smaller run
 """
 
