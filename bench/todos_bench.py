@@ -1,19 +1,30 @@
-"""Benchmark of the todo API: create, get and list under concurrent keep-alive clients.
+"""Benchmark of the todo API: create, get and lists of 100 and 1,000 todos under concurrent
+keep-alive clients, beside its floors and a peer, all measured in one run.
 
 Why it exists: raw requests per second say little on their own, because they depend on the
 machine. So one run starts the real service exactly as `./scripts/serve` does (embedded
-database, gunicorn with the project's config) and measures, beside the API operations, two
-floors on the same machine at the same concurrency:
+database, gunicorn with the project's config) and measures, on the same machine, at the same
+concurrency and against the same database server:
 
 - the HTTP floor: GET /health on the same server, which touches no database;
-- the database floor: the same three operations done directly with pymongo against the same
-  embedded database.
+- the database floor: the same operations done directly with pymongo;
+- the combined floor: both per-request times added (1 / (1/db + 1/http)), what a request would
+  cost if the service added nothing to one driver call and one bare HTTP round trip;
+- the peer: the same seed as a minimal Express + Mongoose service (bench/peers/express-mongoose,
+  `npm ci` the first time), the stack a user would otherwise run.
 
-Each API figure is then also given as a ratio to both floors, which is what stays comparable
-between machines and tells where the time of a request goes.
+Each operation runs against its database floor, the service and the peer back to back, so all
+three see the same conditions; `--rounds N` repeats that and pools the samples. The issue's
+targets: list of 100 >= 0.8x the combined floor, create and get >= 0.95x, every operation
+>= 1.0x the peer.
 
-    .venv/bin/python bench/todos_bench.py            # about 80 s on 2 cores
-    .venv/bin/python bench/todos_bench.py --quick    # a smaller run
+With `--during-generation` it also measures GET /todo/<id> p50/p99 while the image service
+generates (SD 1.5, full-size random weights from bench/model_fixture.py, 256x256) in the same
+worker process, against the same load on the idle service.
+
+    .venv/bin/python bench/todos_bench.py                       # 1-2 min on 2 cores
+    .venv/bin/python bench/todos_bench.py --during-generation   # plus about 3 min (2 GB model)
+    .venv/bin/python bench/todos_bench.py --quick               # a smaller run
 """
 
 import argparse
@@ -28,8 +39,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,26 +54,43 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    QUIET_ENV,
     Interrupted,
     install_signal_handlers,
+    load_average,
     machine_info,
     percentile,
 )
+from bench.peers.runner import express_mongoose  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 
 DEFAULT_JSON = ROOT / "bench" / "results" / "todos.json"
 BATCH_MAX = 1000  # PATCH /todos accepts 1 to 1000 todos
 SCRATCH_DB = "todos_bench_scratch"
+PEER_DB = "todos_bench_peer"
 
 # An operation is called once per work item with the state of its thread (a requests.Session
 # for HTTP, a collection for the database) and answers whether it succeeded (2xx for HTTP).
 Operation = Callable[[Any, Any], bool]
 
+# The issue's targets: the service's rps over the combined floor's, and over the peer's.
+FLOOR_TARGETS = {"create": 0.95, "get": 0.95, "list 100": 0.8}
+PEER_TARGET = 1.0
+
+
+@dataclass
+class Timing:
+    """One timed run of an operation: wall seconds, each request's latency, failures."""
+
+    seconds: float
+    latencies_ms: list[float]
+    errors: int
+
 
 @dataclass
 class Result:
     name: str
-    kind: str  # "api", "http floor" or "db floor"
+    kind: str  # "http floor", "db floor", "service" or "peer"
     requests: int
     concurrency: int
     seconds: float
@@ -70,16 +98,54 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
-    ratio_to_db: float | None = None
-    ratio_to_http: float | None = None
+    floor_rps: float | None = None  # the combined floor's: 1 / (1/db + 1/http)
+    ratio_to_floor: float | None = None
+    ratio_to_peer: float | None = None
+
+    @classmethod
+    def pooled(cls, name: str, kind: str, concurrency: int, timings: list[Timing]) -> "Result":
+        """All rounds together: requests over the seconds they took, percentiles of all."""
+        latencies = sorted(ms for t in timings for ms in t.latencies_ms)
+        seconds = sum(t.seconds for t in timings)
+        return cls(
+            name=name,
+            kind=kind,
+            requests=len(latencies),
+            concurrency=concurrency,
+            seconds=round(seconds, 3),
+            rps=len(latencies) / seconds,
+            p50_ms=percentile(latencies, 0.50),
+            p99_ms=percentile(latencies, 0.99),
+            errors=sum(t.errors for t in timings),
+        )
+
+
+@dataclass
+class GenerationRow:
+    """GET /todo/<id> while the worker is idle, or while it generates an image."""
+
+    phase: str
+    requests: int
+    concurrency: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    errors: int
+    seconds: float
+    ratio_p99_to_idle: float | None = None
 
 
 @dataclass
 class Config:
     requests: int
     concurrency: int
-    list_size: int
+    list_sizes: tuple[int, ...]
     warmup: int
+    rounds: int
+    peer: bool
+    during_generation: bool
+    generation_size: int
+    generation_steps: int
     json_path: Path
     quick: bool
 
@@ -87,13 +153,16 @@ class Config:
 # --- the service -----------------------------------------------------------------------------
 
 
-def service_env(data_dir: Path, http_port: int, db_port: int) -> dict[str, str]:
+def service_env(
+    data_dir: Path, http_port: int, db_port: int, extra: dict[str, str]
+) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "MONGODB_URI"}
     env.update(
         DATA_DIR=str(data_dir),
         BIND=f"127.0.0.1:{http_port}",
         EMBEDDED_DB_PORT=str(db_port),
         ACCESS_LOG="0",
+        **extra,
     )
     return env
 
@@ -137,12 +206,15 @@ def stop_process(process: subprocess.Popen, timeout: float = 60.0) -> None:
 @dataclass
 class Service:
     base_url: str
-    mongo_uri: str
+    db_port: int
     data_dir: Path
+
+    def mongo_uri(self, database: str) -> str:
+        return f"mongodb://127.0.0.1:{self.db_port}/{database}?retryWrites=false"
 
 
 @contextmanager
-def running_service() -> Iterator[Service]:
+def running_service(extra_env: dict[str, str] | None = None) -> Iterator[Service]:
     """The service as README's run command starts it, in a temp DATA_DIR removed afterwards."""
     data_dir = Path(tempfile.mkdtemp(prefix="todos-bench-"))
     http_port, db_port = free_port(), free_port()
@@ -153,13 +225,12 @@ def running_service() -> Iterator[Service]:
             # Its own session: a Ctrl-C reaches only this script, which then stops it in order.
             process = subprocess.Popen(
                 [sys.executable, str(ROOT / "scripts" / "serve.py")],
-                cwd=ROOT, env=service_env(data_dir, http_port, db_port),
+                cwd=ROOT, env=service_env(data_dir, http_port, db_port, extra_env or {}),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         base_url = f"http://127.0.0.1:{http_port}"
         wait_for_health(base_url + "/health", process, log_path, timeout=90)
-        mongo_uri = f"mongodb://127.0.0.1:{db_port}/{SCRATCH_DB}?retryWrites=false"
-        yield Service(base_url=base_url, mongo_uri=mongo_uri, data_dir=data_dir)
+        yield Service(base_url=base_url, db_port=db_port, data_dir=data_dir)
     finally:
         if process is not None:
             stop_process(process)
@@ -228,37 +299,28 @@ def run_load(
     return seconds, latencies, errors
 
 
-def measure(
-    name: str,
-    kind: str,
+def timed(
     items: Sequence[Any],
     warmup_items: Sequence[Any],
     operation: Operation,
     make_state: Callable[[], Any],
     concurrency: int,
-) -> Result:
+) -> Timing:
     """Warms the operation up on warmup_items (not counted), then times it over items."""
     if warmup_items:
         run_load(warmup_items, operation, make_state, concurrency)
     seconds, latencies, errors = run_load(items, operation, make_state, concurrency)
-    latencies.sort()
-    result = Result(
-        name=name,
-        kind=kind,
-        requests=len(items),
-        concurrency=concurrency,
-        seconds=round(seconds, 3),
-        rps=len(items) / seconds,
-        p50_ms=percentile(latencies, 0.50),
-        p99_ms=percentile(latencies, 0.99),
-        errors=errors,
-    )
+    return Timing(seconds, latencies, errors)
+
+
+def report(label: str, timing: Timing) -> None:
+    latencies = sorted(timing.latencies_ms)
     print(
-        f"  {kind:<10} {name:<7} {result.rps:8.0f} rps  p50 {result.p50_ms:6.2f} ms  "
-        f"p99 {result.p99_ms:7.2f} ms  errors {errors}",
+        f"  {label:<22} {len(latencies) / timing.seconds:8.0f} rps  "
+        f"p50 {percentile(latencies, 0.5):7.2f} ms  p99 {percentile(latencies, 0.99):7.2f} ms  "
+        f"errors {timing.errors}",
         flush=True,
     )
-    return result
 
 
 def cycle(values: Sequence[Any], count: int) -> list[Any]:
@@ -314,7 +376,7 @@ def seed_todos(base_url: str, count: int) -> None:
         response.raise_for_status()
     stored = len(requests.get(base_url + "/todos", timeout=120).json()["data"])
     if stored != count:
-        raise RuntimeError(f"seeded {count} todos but GET /todos returns {stored}")
+        raise RuntimeError(f"seeded {count} todos but GET /todos at {base_url} returns {stored}")
 
 
 # --- database operations ---------------------------------------------------------------------
@@ -335,8 +397,8 @@ def db_find_one(collection: Collection, todo_id: ObjectId) -> bool:
 
 
 def db_find_many(list_size: int) -> Operation:
-    """The plain read of list_size documents; GET /todos also filters out pending todos and
-    sorts by createdAt and id, which costs the database more than this floor does."""
+    """The plain read of list_size documents, as GET /todos asks the server for (it leaves
+    out pending todos and orders the list itself, see todos.selectors.todo_list)."""
 
     def operation(collection: Collection, _item: object) -> bool:
         return len(list(collection.find().limit(list_size))) == list_size
@@ -354,117 +416,296 @@ def scratch_collection(client: MongoClient, name: str) -> Collection:
 # --- the benchmark ---------------------------------------------------------------------------
 
 
-def measure_health(service: Service, config: Config) -> Result:
-    return measure(
-        "health", "http floor",
-        items=["/health"] * config.requests,
-        warmup_items=["/health"] * config.warmup,
-        operation=http_get(service.base_url),
-        make_state=requests.Session,
-        concurrency=config.concurrency,
-    )  # fmt: skip
+@dataclass
+class Run:
+    """What one run measures against, and the timings it has taken so far."""
+
+    service: Service
+    peer_url: str | None
+    client: MongoClient
+    config: Config
+    timings: dict[tuple[str, str], list[Timing]] = field(default_factory=dict)
+
+    def servers(self) -> list[tuple[str, str]]:
+        """(kind, base URL) of the HTTP implementations of the seed: the service, the peer."""
+        peer = [("peer", self.peer_url)] if self.peer_url else []
+        return [("service", self.service.base_url), *peer]
+
+    def record(self, kind: str, name: str, timing: Timing) -> None:
+        self.timings.setdefault((kind, name), []).append(timing)
+        report(f"{kind} {name}", timing)
 
 
-def measure_create(
-    service: Service, client: MongoClient, config: Config
-) -> tuple[Result, Result, list[str]]:
-    inserts = scratch_collection(client, "inserts")
-    db = measure(
-        "create", "db floor",
-        items=titles("db", config.requests),
-        warmup_items=titles("dbwarm", config.warmup),
-        operation=db_insert,
-        make_state=lambda: inserts,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    created: list[str] = []
-    api = measure(
-        "create", "api",
-        items=titles("api", config.requests),
-        warmup_items=titles("apiwarm", config.warmup),
-        operation=http_create(service.base_url, created),
-        make_state=requests.Session,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    return db, api, created
+def measure_health(run: Run) -> None:
+    config = run.config
+    run.record("http floor", "health", timed(
+        ["/health"] * config.requests, ["/health"] * config.warmup,
+        http_get(run.service.base_url), requests.Session, config.concurrency,
+    ))  # fmt: skip
 
 
-def measure_get(
-    service: Service, client: MongoClient, config: Config, created: Sequence[str]
-) -> tuple[Result, Result]:
-    inserts = client[SCRATCH_DB]["inserts"]
+def measure_create(run: Run) -> dict[str, list[str]]:
+    """Creates through each implementation; returns the ids each created, for get."""
+    config = run.config
+    inserts = scratch_collection(run.client, "inserts")
+    run.record("db floor", "create", timed(
+        titles("db", config.requests), titles("dbwarm", config.warmup),
+        db_insert, lambda: inserts, config.concurrency,
+    ))  # fmt: skip
+    created: dict[str, list[str]] = {}
+    for kind, base_url in run.servers():
+        created[kind] = []
+        run.record(kind, "create", timed(
+            titles(kind[:4], config.requests), titles(kind[:4] + "warm", config.warmup),
+            http_create(base_url, created[kind]), requests.Session, config.concurrency,
+        ))  # fmt: skip
+    return created
+
+
+def measure_get(run: Run, created: dict[str, list[str]]) -> None:
+    config = run.config
+    inserts = run.client[SCRATCH_DB]["inserts"]
     object_ids = [doc["_id"] for doc in inserts.find({}, {"_id": 1})]
-    db = measure(
-        "get", "db floor",
-        items=cycle(object_ids, config.requests),
-        warmup_items=cycle(object_ids[::-1], config.warmup),
-        operation=db_find_one,
-        make_state=lambda: inserts,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    paths = [f"/todo/{todo_id}" for todo_id in created]
-    api = measure(
-        "get", "api",
-        items=cycle(paths, config.requests),
-        warmup_items=cycle(paths[::-1], config.warmup),
-        operation=http_get(service.base_url),
-        make_state=requests.Session,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    return db, api
+    run.record("db floor", "get", timed(
+        cycle(object_ids, config.requests), cycle(object_ids[::-1], config.warmup),
+        db_find_one, lambda: inserts, config.concurrency,
+    ))  # fmt: skip
+    for kind, base_url in run.servers():
+        paths = [f"/todo/{todo_id}" for todo_id in created[kind]]
+        run.record(kind, "get", timed(
+            cycle(paths, config.requests), cycle(paths[::-1], config.warmup),
+            http_get(base_url), requests.Session, config.concurrency,
+        ))  # fmt: skip
 
 
-def measure_list(service: Service, client: MongoClient, config: Config) -> tuple[Result, Result]:
-    listed = scratch_collection(client, "listed")
-    listed.insert_many([todo_document(title) for title in titles("dblist", config.list_size)])
-    db = measure(
-        "list", "db floor",
-        items=[None] * config.requests,
-        warmup_items=[None] * config.warmup,
-        operation=db_find_many(config.list_size),
-        make_state=lambda: listed,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    seed_todos(service.base_url, config.list_size)
-    api = measure(
-        "list", "api",
-        items=["/todos"] * config.requests,
-        warmup_items=["/todos"] * config.warmup,
-        operation=http_get(service.base_url),
-        make_state=requests.Session,
-        concurrency=config.concurrency,
-    )  # fmt: skip
-    return db, api
+def list_requests(config: Config, size: int) -> tuple[int, int]:
+    """(requests, warm-up) for a list of `size`: fewer for long lists, each costs more."""
+    scale = max(1, size // 200)
+    return max(50, config.requests // scale), max(config.concurrency, config.warmup // scale)
 
 
-def run_benchmark(service: Service, config: Config) -> list[Result]:
-    """Each API operation right after its database floor, so both see the same conditions."""
+def measure_list(run: Run, size: int) -> None:
+    config = run.config
+    count, warmup = list_requests(config, size)
+    name = f"list {size}"
+    listed = scratch_collection(run.client, f"listed{size}")
+    listed.insert_many([todo_document(title) for title in titles("dblist", size)])
+    run.record("db floor", name, timed(
+        [None] * count, [None] * warmup, db_find_many(size), lambda: listed, config.concurrency,
+    ))  # fmt: skip
+    for kind, base_url in run.servers():
+        seed_todos(base_url, size)
+        run.record(kind, name, timed(
+            ["/todos"] * count, ["/todos"] * warmup,
+            http_get(base_url), requests.Session, config.concurrency,
+        ))  # fmt: skip
+
+
+def warm_up(run: Run) -> None:
+    """Every route of each server, untimed, before anything is measured: V8 compiles the
+    peer's hot paths after some thousand calls (its first 2,000 creates ran at 0.9x of the
+    next 2,000), and both servers fill their connection pools."""
+    count = 200 if run.config.quick else 1000
+    for _kind, base_url in run.servers():
+        created: list[str] = []
+        run_load(titles("warm", count), http_create(base_url, created), requests.Session, 8)
+        paths = [f"/todo/{todo_id}" for todo_id in created]
+        run_load(paths, http_get(base_url), requests.Session, 8)
+        seed_todos(base_url, 100)
+        run_load(["/todos"] * (count // 5), http_get(base_url), requests.Session, 8)
+        delete_all(base_url)
+
+
+def run_benchmark(service: Service, peer_url: str | None, config: Config) -> list[Result]:
+    """Each operation on its database floor, the service and the peer back to back, so all
+    three see the same conditions; the HTTP floor once per round."""
     client: MongoClient = MongoClient(
-        service.mongo_uri, maxPoolSize=config.concurrency + 2, serverSelectionTimeoutMS=10_000
+        service.mongo_uri(SCRATCH_DB),
+        maxPoolSize=config.concurrency + 2,
+        serverSelectionTimeoutMS=10_000,
     )
+    run = Run(service=service, peer_url=peer_url, client=client, config=config)
     try:
-        health = measure_health(service, config)
-        db_create, api_create, created = measure_create(service, client, config)
-        db_get, api_get = measure_get(service, client, config, created)
-        db_list, api_list = measure_list(service, client, config)
+        warm_up(run)
+        for round_number in range(1, config.rounds + 1):
+            if config.rounds > 1:
+                print(f" round {round_number} of {config.rounds}", flush=True)
+            measure_health(run)
+            created = measure_create(run)
+            measure_get(run, created)
+            for size in config.list_sizes:
+                measure_list(run, size)
         client.drop_database(SCRATCH_DB)
     finally:
         client.close()
-    for api, db in ((api_create, db_create), (api_get, db_get), (api_list, db_list)):
-        api.ratio_to_db = api.rps / db.rps
-        api.ratio_to_http = api.rps / health.rps
-    return [health, db_create, db_get, db_list, api_create, api_get, api_list]
+    return pooled_results(run)
+
+
+def pooled_results(run: Run) -> list[Result]:
+    """The pooled rows, with each implementation's ratios to the combined floor and the peer."""
+    results = {
+        key: Result.pooled(key[1], key[0], run.config.concurrency, timings)
+        for key, timings in run.timings.items()
+    }
+    health = results[("http floor", "health")]
+    for (kind, name), result in results.items():
+        if kind not in ("service", "peer"):
+            continue
+        db = results[("db floor", name)]
+        result.floor_rps = 1 / (1 / db.rps + 1 / health.rps)
+        result.ratio_to_floor = result.rps / result.floor_rps
+        peer = results.get(("peer", name))
+        if kind == "service" and peer is not None:
+            result.ratio_to_peer = result.rps / peer.rps
+    order = ["http floor", "db floor", "service", "peer"]
+    return sorted(results.values(), key=lambda r: order.index(r.kind))
+
+
+# --- todo latency while an image generates -------------------------------------------------
+
+
+def generation_env(endpoint: str, repo_id: str, work: Path) -> dict[str, str]:
+    """The image service's settings for the bench's local hub (as bench/overhead_bench.py)."""
+    return {
+        "MODEL_ID": repo_id,
+        "HF_ENDPOINT": endpoint,
+        "MODEL_DIR": str(work / "share"),
+        "DOWNLOAD_CACHE_DIR": str(work / "cache"),
+        "DEVICE": "cpu",
+        "LOG_LEVEL": "WARNING",
+        **QUIET_ENV,
+    }
+
+
+def pull_model(base_url: str, timeout: float = 900.0) -> float:
+    """POST /model/pull, then wait until the model is ready; returns the seconds it took."""
+    started = time.monotonic()
+    requests.post(base_url + "/model/pull", timeout=30).raise_for_status()
+    while (status := requests.get(base_url + "/model/status", timeout=30).json())["state"] not in (
+        "ready",
+        "failed",
+    ):
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"the model is still {status['state']} after {timeout:.0f}s")
+        time.sleep(0.5)
+    if status["state"] != "ready":
+        raise RuntimeError(f"the pull failed: {status['error']}")
+    return time.monotonic() - started
+
+
+class Sampler:
+    """Threads doing back-to-back GET /todo/<id> until stopped; each sample keeps its start."""
+
+    def __init__(self, base_url: str, paths: Sequence[str], concurrency: int) -> None:
+        self.base_url, self.paths = base_url, list(paths)
+        self.samples: list[tuple[float, float, bool]] = []  # (started, ms, ok)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(concurrency)
+        ]
+
+    def _run(self, offset: int) -> None:
+        with requests.Session() as session:
+            index = offset
+            while not self._stop.is_set():
+                path = self.paths[index % len(self.paths)]
+                index += len(self._threads)
+                started = time.perf_counter()
+                try:
+                    ok = session.get(self.base_url + path, timeout=60).status_code == 200
+                except requests.RequestException:
+                    ok = False
+                with self._lock:
+                    self.samples.append((started, (time.perf_counter() - started) * 1000, ok))
+
+    def __enter__(self) -> "Sampler":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def row(self, phase: str, start: float, end: float) -> GenerationRow:
+        """The samples that started within [start, end) (perf_counter seconds)."""
+        window = [(ms, ok) for at, ms, ok in self.samples if start <= at < end]
+        latencies = sorted(ms for ms, _ in window)
+        return GenerationRow(
+            phase=phase,
+            requests=len(window),
+            concurrency=len(self._threads),
+            p50_ms=percentile(latencies, 0.50),
+            p99_ms=percentile(latencies, 0.99),
+            max_ms=max(latencies, default=float("nan")),
+            errors=sum(not ok for _, ok in window),
+            seconds=round(end - start, 1),
+        )
+
+
+def generate_async(base_url: str, size: int, steps: int) -> str:
+    fields = {"prompt": "a lighthouse at dawn", "steps": str(steps), "size": f"{size}x{size}",
+              "seed": "42", "async": "true"}  # fmt: skip
+    response = requests.post(base_url + "/generate", data=fields, timeout=60)
+    if response.status_code != 202:
+        raise RuntimeError(f"/generate answered {response.status_code}: {response.text[:300]}")
+    return response.json()["id"]
+
+
+def job_state(base_url: str, job_id: str) -> dict[str, Any]:
+    return requests.get(f"{base_url}/jobs/{job_id}", timeout=60).json()
+
+
+def measure_during_generation(service: Service, config: Config) -> list[GenerationRow]:
+    """GET /todo/<id> on the idle worker, then while it generates one image."""
+    seconds = pull_model(service.base_url)
+    print(f"  model pulled and loaded in {seconds:.1f} s", flush=True)
+    seed_todos(service.base_url, 100)
+    todos = requests.get(service.base_url + "/todos", timeout=60).json()["data"]
+    paths = [f"/todo/{todo['id']}" for todo in todos]
+    concurrency = 2  # light traffic: what one generation does to a few users' requests
+    idle_seconds = 3.0 if config.quick else 10.0
+    with Sampler(service.base_url, paths, concurrency) as sampler:
+        time.sleep(1.0)  # the threads' first requests open their connections
+        started = time.perf_counter()
+        time.sleep(idle_seconds)
+        idle_end = time.perf_counter()
+        job_id = generate_async(service.base_url, config.generation_size, config.generation_steps)
+        running_at = finished_at = None
+        while (job := job_state(service.base_url, job_id))["state"] not in (
+            "succeeded", "failed", "cancelled",
+        ):  # fmt: skip
+            if job["state"] == "running" and running_at is None:
+                running_at = time.perf_counter()
+            time.sleep(0.2)
+        finished_at = time.perf_counter()
+    if job["state"] != "succeeded":
+        raise RuntimeError(f"the generation {job['state']}: {job.get('error')}")
+    idle = sampler.row("idle", started, idle_end)
+    generating = sampler.row("generating", running_at or idle_end, finished_at)
+    generating.ratio_p99_to_idle = generating.p99_ms / idle.p99_ms
+    for row in (idle, generating):
+        print(
+            f"  {row.phase:<10} GET /todo/<id> x{row.requests}: p50 {row.p50_ms:.1f} ms, "
+            f"p99 {row.p99_ms:.1f} ms, max {row.max_ms:.1f} ms, errors {row.errors}",
+            flush=True,
+        )
+    return [idle, generating]
 
 
 # --- output ----------------------------------------------------------------------------------
 
 
-def print_header(machine: dict[str, str | int], config: Config) -> None:
+def print_header(machine: dict[str, Any], config: Config) -> None:
     print(f"machine: nproc {machine['nproc']} | {machine['cpu']} | python {machine['python']}")
+    print(f"load average at start: {machine['load_average_at_start']}")
     print(
-        f"run: concurrency {config.concurrency} | {config.requests} requests per operation | "
-        f"list size {config.list_size} todos | "
-        f"warm-up {config.warmup} requests{' | quick' if config.quick else ''}"
+        f"run: concurrency {config.concurrency} | {config.requests} requests per operation "
+        f"(fewer for long lists) | lists of {', '.join(map(str, config.list_sizes))} todos | "
+        f"warm-up {config.warmup} | rounds {config.rounds} | peer "
+        f"{'Express + Mongoose' if config.peer else 'off'}{' | quick' if config.quick else ''}"
     )
 
 
@@ -474,46 +715,108 @@ def ratio(value: float | None) -> str:
 
 def print_table(results: Sequence[Result]) -> None:
     header = (
-        f"{'kind':<10} {'operation':<9} {'requests':>8} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'errors':>6} {'vs db':>7} {'vs http':>7}"
+        f"{'kind':<10} {'operation':<10} {'requests':>8} {'rps':>7} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'errors':>6} {'floor rps':>9} {'vs floor':>8} {'vs peer':>7}"
     )
     print()
     print(header)
     print("-" * len(header))
     for r in results:
+        floor = "" if r.floor_rps is None else f"{r.floor_rps:.0f}"
         print(
-            f"{r.kind:<10} {r.name:<9} {r.requests:>8} {r.rps:>8.0f} {r.p50_ms:>8.2f} "
-            f"{r.p99_ms:>8.2f} {r.errors:>6} {ratio(r.ratio_to_db):>7} {ratio(r.ratio_to_http):>7}"
+            f"{r.kind:<10} {r.name:<10} {r.requests:>8} {r.rps:>7.0f} {r.p50_ms:>8.2f} "
+            f"{r.p99_ms:>8.2f} {r.errors:>6} {floor:>9} {ratio(r.ratio_to_floor):>8} "
+            f"{ratio(r.ratio_to_peer):>7}"
         )
     print()
 
 
-def summary_line(results: Sequence[Result]) -> str:
+def check(name: str, against: str, value: float, wanted: float) -> dict[str, Any]:
+    return {"operation": name, "against": against, "target": wanted, "ratio": value,
+            "met": value >= wanted}  # fmt: skip
+
+
+def targets(results: Sequence[Result]) -> list[dict[str, Any]]:
+    """Each of the issue's targets for the service, with its figure and whether it is met."""
+    checks = []
+    for r in results:
+        if r.kind != "service":
+            continue
+        wanted = FLOOR_TARGETS.get(r.name)
+        if wanted is not None and r.ratio_to_floor is not None:
+            checks.append(check(r.name, "combined floor", r.ratio_to_floor, wanted))
+        if r.ratio_to_peer is not None:
+            checks.append(check(r.name, "peer", r.ratio_to_peer, PEER_TARGET))
+    return checks
+
+
+def print_targets(checks: Sequence[dict[str, Any]]) -> None:
+    print("targets (the service's rps over the baseline's, same run):")
+    for c in checks:
+        print(
+            f"  {c['operation']:<10} vs {c['against']:<15} {c['ratio']:.2f}x "
+            f"(>= {c['target']:.2f}x): {'met' if c['met'] else 'NOT met'}"
+        )
+    print()
+
+
+def print_generation(rows: Sequence[GenerationRow]) -> None:
+    header = (
+        f"{'GET /todo/<id> during':<22} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'max ms':>8} {'p99/idle':>8} {'seconds':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.phase:<22} {r.requests:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f} "
+            f"{ratio(r.ratio_p99_to_idle):>8} {r.seconds:>8.1f}"
+        )
+    print()
+
+
+def summary_line(
+    results: Sequence[Result], checks: Sequence[dict[str, Any]], rows: Sequence[GenerationRow]
+) -> str:
     parts = [
-        f"{r.name} {r.rps:.0f} rps ({ratio(r.ratio_to_db)} db, {ratio(r.ratio_to_http)} http)"
+        f"{r.name} {r.rps:.0f} rps ({ratio(r.ratio_to_floor)} floor"
+        + (f", {ratio(r.ratio_to_peer)} peer)" if r.ratio_to_peer is not None else ")")
         for r in results
-        if r.kind == "api"
+        if r.kind == "service"
     ]
-    errors = sum(r.errors for r in results)
-    return f"summary: {' | '.join(parts)} | errors {errors}"
+    met = sum(c["met"] for c in checks)
+    generation = ""
+    if rows:
+        idle, generating = rows
+        generation = (
+            f" | get p99 idle {idle.p99_ms:.1f} ms, generating {generating.p99_ms:.1f} ms "
+            f"({ratio(generating.ratio_p99_to_idle)})"
+        )
+    errors = sum(r.errors for r in results) + sum(r.errors for r in rows)
+    return (
+        f"summary: {' | '.join(parts)} | targets met {met}/{len(checks)}{generation} | "
+        f"errors {errors}"
+    )
 
 
 def write_json(
-    path: Path, machine: dict[str, str | int], config: Config, results: list[Result]
+    path: Path,
+    machine: dict[str, Any],
+    config: Config,
+    results: list[Result],
+    checks: list[dict[str, Any]],
+    rows: list[GenerationRow],
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    settings = asdict(config) | {"json_path": str(config.json_path)}
     document = {
         "benchmark": "todos",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine,
-        "config": {
-            "concurrency": config.concurrency,
-            "requests": config.requests,
-            "list_size": config.list_size,
-            "warmup": config.warmup,
-            "quick": config.quick,
-        },
+        "machine": machine | {"load_average_at_end": load_average()},
+        "config": settings,
         "results": [asdict(r) for r in results],
+        "targets": checks,
+        "during_generation": [asdict(r) for r in rows],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
 
@@ -527,21 +830,57 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument(
         "--requests", type=int, help="requests per operation (2000; 300 with --quick)"
     )
-    parser.add_argument("--list-size", type=int, default=100, help="todos stored for list (100)")
+    parser.add_argument(
+        "--list-sizes", default="100,1000", help="todos stored for the list rows (100,1000)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat and pool (1)")
+    parser.add_argument("--no-peer", action="store_true", help="skip Express + Mongoose")
+    parser.add_argument(
+        "--during-generation", action="store_true", help="also todo latency while generating"
+    )
+    parser.add_argument("--size", type=int, default=256, help="generation side (256)")
+    parser.add_argument("--steps", type=int, default=4, help="generation steps (4)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     args = parser.parse_args(argv)
     count = args.requests or (300 if args.quick else 2000)
-    if count < 1 or args.concurrency < 1 or args.list_size < 1:
-        parser.error("--requests, --concurrency and --list-size must be positive")
+    try:
+        sizes = tuple(int(size) for size in args.list_sizes.split(","))
+    except ValueError:
+        parser.error("--list-sizes: comma-separated integers")
+    if count < 1 or args.concurrency < 1 or args.rounds < 1 or min(sizes) < 1:
+        parser.error("--requests, --concurrency, --rounds and --list-sizes must be positive")
     return Config(
         requests=count,
         concurrency=args.concurrency,
-        list_size=args.list_size,
+        list_sizes=sizes,
         warmup=max(args.concurrency * 5, count // 20),
+        rounds=args.rounds,
+        peer=not args.no_peer,
+        during_generation=args.during_generation,
+        generation_size=args.size,
+        generation_steps=args.steps,
         json_path=args.json,
         quick=args.quick,
     )
+
+
+@contextmanager
+def generation_settings(stack: ExitStack, enabled: bool) -> Iterator[dict[str, str]]:
+    """The service's extra settings: for a generation, a local hub (its own process) serving
+    the cached SD 1.5 random-weight model, and a scratch share removed afterwards."""
+    if not enabled:
+        yield {}
+        return
+    from bench.model_fixture import ensure_model, hub_process, scratch_dir
+
+    ensure_model("sd15")
+    endpoint, repo_id = stack.enter_context(hub_process("sd15"))
+    work = scratch_dir("todos-bench-")
+    try:
+        yield generation_env(endpoint, repo_id, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -550,19 +889,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     print_header(machine, config)
     started = time.monotonic()
+    rows: list[GenerationRow] = []
     try:
-        print("starting the service (scripts/serve.py, embedded database)...", flush=True)
-        with running_service() as service:
-            print(f"service at {service.base_url}; measuring:", flush=True)
-            results = run_benchmark(service, config)
+        with ExitStack() as stack:
+            extra_env = stack.enter_context(generation_settings(stack, config.during_generation))
+            print("starting the service (scripts/serve.py, embedded database)...", flush=True)
+            service = stack.enter_context(running_service(extra_env))
+            peer_url = None
+            if config.peer:
+                peer_url = stack.enter_context(express_mongoose(
+                    service.mongo_uri(PEER_DB), free_port(), service.data_dir / "peer.log"
+                ))  # fmt: skip
+            print(f"service at {service.base_url}, peer at {peer_url}; measuring:", flush=True)
+            results = run_benchmark(service, peer_url, config)
+            if config.during_generation:
+                print("todo latency while an image generates:", flush=True)
+                rows = measure_during_generation(service, config)
     except Interrupted:
-        print("\ninterrupted; the service was stopped", file=sys.stderr)
+        print("\ninterrupted; the service and the peer were stopped", file=sys.stderr)
         return 130
+    checks = targets(results)
     print_table(results)
-    write_json(config.json_path, machine, config, results)
+    print_targets(checks)
+    if rows:
+        print_generation(rows)
+    write_json(config.json_path, machine, config, results, checks, rows)
     print(f"results written to {config.json_path} ({time.monotonic() - started:.0f}s in all)")
-    print(summary_line(results))
-    return 1 if any(r.errors for r in results) else 0
+    print(summary_line(results, checks, rows))
+    return 1 if any(r.errors for r in results) or any(r.errors for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -168,6 +168,10 @@ OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))
 # Finished jobs remembered by the process (GET /jobs); their images stay in OUTPUT_DIR.
 JOBS_KEEP = env_int("JOBS_KEEP", 200, minimum=1)
 
+if GEN_MAX_STEPS > 500:
+    # Schedulers step through 1,000 training timesteps, and some add warm-up steps (PNDM):
+    # 1,000 asked-for steps ran off the end of the schedule and failed every such job.
+    raise ImproperlyConfigured(f"GEN_MAX_STEPS must be at most 500, got {GEN_MAX_STEPS}")
 if not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")
 if not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Azure Container Apps: provision the infrastructure once, then deploy revisions and gate them.
-#   deploy/azure.sh provision     resource group, registry, Files share, environment (D4 profile)
-#   deploy/azure.sh image TAG     build the image in the registry (no local Docker needed)
-#   deploy/azure.sh deploy        create or update the app from deploy/containerapp.yaml
+#   deploy/azure.sh provision     resource group, registry, Files share, environment + profile
+#   deploy/azure.sh image [TAG]   build the image in the registry (no local Docker needed) under
+#                                 a tag never used before (default: the commit); prints the
+#                                 image pinned by digest, for IMAGE
+#   deploy/azure.sh deploy        create or update the app from deploy/containerapp.yaml: a new
+#                                 revision, checked and waited for
 #   deploy/azure.sh gate          the post-deployment gate against the app's URL
 # Settings come from the environment; see README.md, "Deploying to Azure Container Apps".
 set -euo pipefail
@@ -14,9 +17,50 @@ ENVIRONMENT="${ENVIRONMENT:-imagegen-env}"
 STORAGE_ACCOUNT="${STORAGE_ACCOUNT:?set STORAGE_ACCOUNT (3-24 lowercase letters and digits)}"
 SHARE_NAME="${SHARE_NAME:-models}"
 REGISTRY="${REGISTRY:?set REGISTRY (the container registry name, 5-50 letters and digits)}"
+# The dedicated profile. The app asks for a whole D4 node by default, and in single revision
+# mode the old revision keeps its node until the new one is ready: a rollout needs 2 nodes.
+WORKLOAD_PROFILE_TYPE="${WORKLOAD_PROFILE_TYPE:-D4}"
+WORKLOAD_PROFILE_NAME="${WORKLOAD_PROFILE_NAME:-d4}"
+MIN_NODES="${MIN_NODES:-1}"
+MAX_NODES="${MAX_NODES:-2}"
+# Seconds a deployment waits for its revision to be ready (a node start, a multi-GB image
+# pull, the startup probe's 5 minutes), and between two looks.
+ROLLOUT_TIMEOUT="${ROLLOUT_TIMEOUT:-1200}"
+ROLLOUT_INTERVAL="${ROLLOUT_INTERVAL:-10}"
+PYTHON="${PYTHON:-python3}"
+# The oldest az that reads every field of deploy/containerapp.yaml and sends empty lists and
+# secret values in `update --yaml` (README: "az versions"); the containerapp extension, when
+# installed, replaces the built-in commands and must be at least as new.
+MIN_AZ_CLI=2.53.0
+MIN_CONTAINERAPP_EXTENSION=0.3.43
 here="$(cd "$(dirname "$0")" && pwd)"
 
+die() {
+  echo "azure.sh: $*" >&2
+  exit 1
+}
+
+version_at_least() {  # VERSION MINIMUM: true when VERSION >= MINIMUM
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
+}
+
+require_az() {
+  # An older az drops YAML fields it does not know without a word, so it is refused up front.
+  command -v az >/dev/null || die "the az CLI is not installed"
+  local cli extension
+  cli="$(az version --query '"azure-cli"' --output tsv)"
+  version_at_least "$cli" "$MIN_AZ_CLI" ||
+    die "az $cli is older than $MIN_AZ_CLI, which this deployment needs (az upgrade)"
+  extension="$(az version --query 'extensions.containerapp' --output tsv)"
+  if [ -n "$extension" ] && ! version_at_least "$extension" "$MIN_CONTAINERAPP_EXTENSION"; then
+    die "the containerapp extension $extension is older than $MIN_CONTAINERAPP_EXTENSION" \
+      "(az extension update --name containerapp, or az extension remove --name containerapp)"
+  fi
+}
+
 provision() {
+  [ "$MAX_NODES" -ge 2 ] ||
+    die "MAX_NODES=$MAX_NODES: a rollout runs the old and the new revision side by side, each on a node of its own"
   az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
   az acr create --name "$REGISTRY" --resource-group "$RESOURCE_GROUP" --location "$LOCATION" \
     --sku Basic --admin-enabled true --output none
@@ -29,8 +73,9 @@ provision() {
   az containerapp env create --name "$ENVIRONMENT" --resource-group "$RESOURCE_GROUP" \
     --location "$LOCATION" --enable-workload-profiles --output none
   az containerapp env workload-profile add --name "$ENVIRONMENT" \
-    --resource-group "$RESOURCE_GROUP" --workload-profile-name d4 \
-    --workload-profile-type D4 --min-nodes 1 --max-nodes 1 --output none
+    --resource-group "$RESOURCE_GROUP" --workload-profile-name "$WORKLOAD_PROFILE_NAME" \
+    --workload-profile-type "$WORKLOAD_PROFILE_TYPE" --min-nodes "$MIN_NODES" \
+    --max-nodes "$MAX_NODES" --output none
   local key
   key="$(az storage account keys list --account-name "$STORAGE_ACCOUNT" \
     --resource-group "$RESOURCE_GROUP" --query '[0].value' --output tsv)"
@@ -40,50 +85,88 @@ provision() {
     --access-mode ReadWrite --output none
 }
 
+commit_tag() {
+  # The commit, and a timestamp when the tree has uncommitted changes: a tag names one build.
+  local tag
+  tag="$(git -C "$here/.." rev-parse --short=12 HEAD)"
+  if [ -n "$(git -C "$here/.." status --porcelain)" ]; then
+    tag="$tag-dirty-$(date -u +%Y%m%d%H%M%S)"
+  fi
+  echo "$tag"
+}
+
 image() {
-  local tag="${1:?usage: $0 image TAG}"
   : "${TORCH_INDEX_URL:?set TORCH_INDEX_URL, the PyTorch CPU wheel index (README, Container image)}"
+  local tag="${1:-$(commit_tag)}" server digest
+  # A reused tag is a new image under an old name: an update with the same image string is no
+  # template change, so no new revision and the old container keeps running.
+  if az acr repository show --name "$REGISTRY" --image "imagegen:$tag" --output none 2>/dev/null; then
+    die "imagegen:$tag is already in $REGISTRY; tags are never reused (commit, or pass a new TAG)"
+  fi
   az acr build --registry "$REGISTRY" --image "imagegen:$tag" \
-    --build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL" "$here/.."
+    --build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL" "$here/.." >&2
+  server="$(az acr show --name "$REGISTRY" --query loginServer --output tsv)"
+  digest="$(az acr repository show --name "$REGISTRY" --image "imagegen:$tag" \
+    --query digest --output tsv)"
+  echo "$server/imagegen@$digest"
+}
+
+pinned() {
+  # IMAGE by digest: what runs is exactly what was built, and a rebuild is a template change.
+  local image="$1" server="$2" digest
+  case "$image" in
+    *@sha256:*) echo "$image"; return ;;
+    "$server"/*:*) ;;
+    *) die "IMAGE=$image: give an image of $server with its tag (from '$0 image') or pinned by digest" ;;
+  esac
+  digest="$(az acr repository show --name "$REGISTRY" --image "${image#"$server"/}" \
+    --query digest --output tsv)"
+  echo "${image%:*}@$digest"
 }
 
 deploy() {
-  : "${IMAGE:?set IMAGE, e.g. \$REGISTRY.azurecr.io/imagegen:TAG}"
+  : "${IMAGE:?set IMAGE to the reference that deploy/azure.sh image printed}"
   : "${SECRET_KEY:?set SECRET_KEY}"
   : "${API_TOKEN:?set API_TOKEN (the service is public)}"
   : "${MONGODB_URI:?set MONGODB_URI (the todo database)}"
-  export LOCATION APP_NAME IMAGE SECRET_KEY API_TOKEN MONGODB_URI
   REGISTRY_SERVER="$(az acr show --name "$REGISTRY" --query loginServer --output tsv)"
+  IMAGE="$(pinned "$IMAGE" "$REGISTRY_SERVER")"
   REGISTRY_USERNAME="$(az acr credential show --name "$REGISTRY" --query username --output tsv)"
   REGISTRY_PASSWORD="$(az acr credential show --name "$REGISTRY" --query 'passwords[0].value' --output tsv)"
-  export REGISTRY_SERVER REGISTRY_USERNAME REGISTRY_PASSWORD
-  export MODEL_ID="${MODEL_ID:-stabilityai/stable-diffusion-xl-base-1.0}"
   ENVIRONMENT_ID="$(az containerapp env show --name "$ENVIRONMENT" \
     --resource-group "$RESOURCE_GROUP" --query id --output tsv)"
-  export ENVIRONMENT_ID
-  local spec
+  REVISION_SUFFIX="${REVISION_SUFFIX:-$("$PYTHON" "$here/render.py" --new-revision-suffix)}"
+  export LOCATION APP_NAME IMAGE SECRET_KEY API_TOKEN MONGODB_URI ENVIRONMENT_ID REVISION_SUFFIX
+  export REGISTRY_SERVER REGISTRY_USERNAME REGISTRY_PASSWORD WORKLOAD_PROFILE_NAME
+  export MODEL_ID="${MODEL_ID:-stabilityai/stable-diffusion-xl-base-1.0}"
+  local where=(--name "$APP_NAME" --resource-group "$RESOURCE_GROUP")
+  # The spec holds the secrets: private (mktemp), and removed however the script ends.
   spec="$(mktemp --suffix .yaml)"
-  trap 'rm -f "$spec"' RETURN
-  "${PYTHON:-python3}" "$here/render.py" < "$here/containerapp.yaml" > "$spec"
-  if az containerapp show --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" --output none 2>/dev/null; then
-    az containerapp update --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" --yaml "$spec" --output none
+  trap 'rm -f "$spec"' EXIT
+  "$PYTHON" "$here/render.py" < "$here/containerapp.yaml" > "$spec"
+  if az containerapp show "${where[@]}" --output none 2>/dev/null; then
+    az containerapp update "${where[@]}" --yaml "$spec" --output none
   else
-    az containerapp create --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" --yaml "$spec" --output none
+    az containerapp create "${where[@]}" --yaml "$spec" --output none
   fi
+  az containerapp show "${where[@]}" --output json | "$PYTHON" "$here/readback.py" "$spec"
+  PYTHONPATH="$here/.." "$PYTHON" -m imagegen.ops.platform wait-for-revision "${where[@]}" \
+    --revision "$APP_NAME--$REVISION_SUFFIX" --timeout "$ROLLOUT_TIMEOUT" \
+    --interval "$ROLLOUT_INTERVAL"
 }
 
 gate() {
   local fqdn
   fqdn="$(az containerapp show --name "$APP_NAME" --resource-group "$RESOURCE_GROUP" \
     --query properties.configuration.ingress.fqdn --output tsv)"
-  "${PYTHON:-python3}" "$here/../manage.py" gate --base-url "https://$fqdn" \
+  "$PYTHON" "$here/../manage.py" gate --base-url "https://$fqdn" \
     --container-app "$APP_NAME" --resource-group "$RESOURCE_GROUP" "$@"
 }
 
 case "${1:-}" in
-  provision) provision ;;
-  image) shift; image "$@" ;;
-  deploy) deploy ;;
-  gate) shift; gate "$@" ;;
-  *) echo "usage: $0 provision|image TAG|deploy|gate [gate options]" >&2; exit 2 ;;
+  provision) require_az; provision ;;
+  image) shift; require_az; image "$@" ;;
+  deploy) require_az; deploy ;;
+  gate) shift; require_az; gate "$@" ;;
+  *) echo "usage: $0 provision|image [TAG]|deploy|gate [gate options]" >&2; exit 2 ;;
 esac

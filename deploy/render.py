@@ -1,16 +1,53 @@
 """Fills deploy/containerapp.yaml's ${NAME} placeholders from the environment, each value
-JSON-quoted (a JSON string is a YAML string), so secrets with `#`, `:` or `&` stay intact."""
+JSON-quoted (a JSON string is a YAML string), so secrets with `#`, `:` or `&` stay intact.
+
+The sizing settings have defaults (the seed's reference: the whole D4 node), so the same
+template serves the memory-optimised fallback (README, "Deploying to Azure Container Apps")
+by settings alone. CPU is the one number: it is checked and written bare, since the platform
+reads `cpu` as a number.
+
+    python3 deploy/render.py < deploy/containerapp.yaml > spec.yaml
+    python3 deploy/render.py --new-revision-suffix     # prints a fresh revision suffix
+"""
 
 import json
 import os
+import re
+import secrets
 import string
 import sys
+import time
+
+DEFAULTS = {"WORKLOAD_PROFILE_NAME": "d4", "CPU": "4", "MEMORY": "16Gi"}
+NUMBERS = {"CPU"}
+NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def new_revision_suffix(now: float | None = None) -> str:
+    """A suffix no earlier deployment used (UTC time and 16 random bits): the platform
+    refuses a repeated one, and a new suffix alone makes a new revision. Lowercase letters,
+    digits and single dashes, starting with a letter: the platform's rules for a suffix."""
+    return "d" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+def quoted(name: str, value: str) -> str:
+    """A value as YAML: numbers bare (and checked), everything else a JSON string."""
+    if name not in NUMBERS:
+        return json.dumps(value)
+    if not NUMBER.fullmatch(value):
+        raise ValueError(f"{name} must be a number such as 4 or 3.5, not {value!r}")
+    return value
 
 
 def render(template: str, env: dict[str, str]) -> str:
-    quoted = {name: json.dumps(value) for name, value in env.items()}
-    return string.Template(template).substitute(quoted)
+    settings = {**DEFAULTS, "REVISION_SUFFIX": new_revision_suffix(), **env}
+    return string.Template(template).substitute(
+        {name: quoted(name, value) for name, value in settings.items()}
+    )
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render(sys.stdin.read(), dict(os.environ)))
+    if sys.argv[1:] == ["--new-revision-suffix"]:
+        print(new_revision_suffix())
+    else:
+        sys.stdout.write(render(sys.stdin.read(), dict(os.environ)))

@@ -18,6 +18,11 @@ PROTECTED = [  # README, "Access control"
     ("get", "/images"),
     ("get", "/images/{image_id}"),
     ("get", "/images/{image_id}.png"),
+    ("post", "/todo"),
+    ("put", "/todo/{todo_id}"),
+    ("delete", "/todo/{todo_id}"),
+    ("patch", "/todos"),
+    ("delete", "/todos"),
     # README, "OpenAI-compatible images API" and "AUTOMATIC1111 API": every protocol route
     ("post", "/v1/images/generations"),
     ("get", "/v1/models"),
@@ -36,6 +41,19 @@ PROTECTED = [  # README, "Access control"
     ("get", "/sdapi/v1/loras"),
     ("get", "/sdapi/v1/scripts"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("post", "/generate"), ("post", "/todo"), ("put", "/todo/{todo_id}"), ("patch", "/todos")],
+)
+def test_every_route_with_a_body_declares_413(method, path):
+    assert "413" in SCHEMA["paths"][path][method]["responses"]
+
+
+def test_the_not_blank_rules_are_stated():
+    todo = SCHEMA["components"]["schemas"]["TodoIn"]["properties"]["title"]
+    assert "visible character" in todo["description"]
 
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED)

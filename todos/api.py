@@ -1,12 +1,20 @@
-"""The todo routes: parse the request, call one service or selector, wrap the answer."""
+"""The todo routes: parse the request, call one service or selector, wrap the answer.
 
-from django.http import HttpRequest
-from ninja import Router
+Routes return what the services and selectors return (raw stored documents); the response
+schemas (todos.schemas.TodoOut) shape each into the five keys of a todo.
+"""
+
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Status
+from ninja.errors import ValidationError
 
 from config.auth import token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
+from todos.idempotency import idempotency_key
 from todos.schemas import (
     DeletedCountEnvelope,
     ErrorEnvelope,
@@ -14,16 +22,25 @@ from todos.schemas import (
     TodoBody,
     TodoEnvelope,
     TodoListEnvelope,
+    TodoListQuery,
     VersionEnvelope,
 )
 
 router = Router(tags=["todos"])
 
 ERRORS = {400: ErrorEnvelope, 404: ErrorEnvelope, 409: ErrorEnvelope, 503: ErrorEnvelope}
+# Writes answer 401 when API_TOKEN is set, and 413 for a body over MAX_BODY_BYTES.
+WRITE_ERRORS = {**ERRORS, 401: ErrorEnvelope, 413: ErrorEnvelope}
 
 
 def ok(data: object) -> dict:
     return {"data": data, "error": None}
+
+
+def mark_replay(response: HttpResponse, replayed: bool) -> None:
+    """Says that this answer is an earlier request's outcome, sent again for its key."""
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
 
 
 @router.get("/", response={200: VersionEnvelope}, summary="Application version")
@@ -32,11 +49,19 @@ def version(request: HttpRequest):
 
 
 @router.post(
-    "/todo", auth=token_required(), response={201: TodoEnvelope, **ERRORS}, summary="Create a todo"
+    "/todo",
+    auth=token_required(),
+    response={201: TodoEnvelope, **WRITE_ERRORS},
+    summary="Create a todo",
 )
-def todo_create(request: HttpRequest, payload: TodoBody):
-    todo = services.todo_create(title=payload.todo.title, description=payload.todo.description)
-    return 201, ok(todo.to_output())
+def todo_create(request: HttpRequest, response: HttpResponse, payload: TodoBody):
+    todo, replayed = services.todo_create(
+        title=payload.todo.title,
+        description=payload.todo.description,
+        idempotency_key=idempotency_key(request),
+    )
+    mark_replay(response, replayed)
+    return Status(201, ok(todo))
 
 
 @router.api_operation(
@@ -51,53 +76,71 @@ def todo_without_id(request: HttpRequest):
 
 @router.get("/todo/{todo_id}", response={200: TodoEnvelope, **ERRORS}, summary="Get a todo")
 def todo_get(request: HttpRequest, todo_id: str):
-    return ok(selectors.todo_get(todo_id=todo_id).to_output())
+    return ok(selectors.todo_get(todo_id=todo_id))
 
 
 @router.put(
     "/todo/{todo_id}",
     auth=token_required(),
-    response={202: TodoEnvelope, **ERRORS},
+    response={202: TodoEnvelope, **WRITE_ERRORS},
     summary="Update a todo",
 )
 def todo_update(request: HttpRequest, todo_id: str, payload: TodoBody):
     todo = services.todo_update(
         todo_id=todo_id, title=payload.todo.title, description=payload.todo.description
     )
-    return 202, ok(todo.to_output())
+    return Status(202, ok(todo))
 
 
 @router.delete(
     "/todo/{todo_id}",
     auth=token_required(),
-    response={202: TodoEnvelope, **ERRORS},
+    response={202: TodoEnvelope, **WRITE_ERRORS},
     summary="Delete a todo",
 )
 def todo_delete(request: HttpRequest, todo_id: str):
-    return 202, ok(services.todo_delete(todo_id=todo_id).to_output())
+    return Status(202, ok(services.todo_delete(todo_id=todo_id)))
 
 
-@router.get("/todos", response={200: TodoListEnvelope, **ERRORS}, summary="List todos")
-def todo_list(request: HttpRequest):
-    return ok([todo.to_output() for todo in selectors.todo_list()])
+@router.get(
+    "/todos",
+    response={200: TodoListEnvelope, **ERRORS},
+    summary="List todos",
+    description="All todos, or with `limit` one page of them and the next page's address in "
+    'a `Link: <...>; rel="next"` header (none on the last page).',
+)
+def todo_list(request: HttpRequest, response: HttpResponse, query: Query[TodoListQuery]):
+    if query.limit is None:
+        if query.after is not None:
+            raise ValidationError([{"loc": ("query", "limit"), "msg": "is required with after"}])
+        return ok(selectors.todo_list())
+    todos, following = selectors.todo_page(limit=query.limit, after=query.after)
+    if following is not None:
+        next_page = urlencode({"limit": query.limit, "after": following.encode()})
+        response["Link"] = f'</todos?{next_page}>; rel="next"'
+    return ok(todos)
 
 
 @router.patch(
     "/todos",
     auth=token_required(),
-    response={201: TodoListEnvelope, **ERRORS},
+    response={201: TodoListEnvelope, **WRITE_ERRORS},
     summary="Insert todos",
 )
-def todos_insert(request: HttpRequest, payload: TodoBatchBody):
-    todos = services.todos_insert_batch(items=[(t.title, t.description) for t in payload.todos])
-    return 201, ok([todo.to_output() for todo in todos])
+def todos_insert(request: HttpRequest, response: HttpResponse, payload: TodoBatchBody):
+    todos, replayed = services.todos_insert_batch(
+        items=[(t.title, t.description) for t in payload.todos],
+        idempotency_key=idempotency_key(request),
+    )
+    mark_replay(response, replayed)
+    return Status(201, ok(todos))
 
 
 @router.delete(
     "/todos",
     auth=token_required(),
-    response={202: DeletedCountEnvelope, **ERRORS},
+    response={202: DeletedCountEnvelope, **WRITE_ERRORS},
     summary="Delete all",
 )
 def todos_delete_all(request: HttpRequest):
-    return 202, ok({"deletedCount": services.todos_delete_all()})
+    return Status(202, ok({"deletedCount": services.todos_delete_all()}))

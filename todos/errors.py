@@ -21,3 +21,10 @@ class TitleTaken(ServiceError):
             super().__init__("title must be unique: one of the titles is already taken")
         else:
             super().__init__(f"title must be unique: {title!r} is already taken")
+
+
+class IdempotencyKeyReused(ServiceError):
+    status = 409
+    message = (
+        "This Idempotency-Key was already used for a different request; use a new key for new todos"
+    )

@@ -1,7 +1,8 @@
 """Makes sure the todo indexes exist before the first write of this process.
 
-Title uniqueness depends on the unique index, so a write never runs before it exists;
-a failure (database down) is retried by the next write.
+Title uniqueness depends on the unique index, so a write never runs before it exists. After
+the first success a write pays one flag check and no round trip; a failure (database down)
+leaves the flag unset, so the next write tries again.
 """
 
 import threading

@@ -1,19 +1,26 @@
-"""Everything that changes todos. Routers call these; they raise todos.errors on refusal."""
+"""Everything that changes todos. Routers call these; they raise todos.errors on refusal.
+
+Writes go straight to the pymongo collection, one command each (the unique index makes a
+taken title fail the write itself), and return the stored documents, which
+todos.schemas.TodoOut shapes.
+"""
 
 import logging
 import uuid
 from collections import Counter
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
-from mongoengine.errors import BulkWriteError, NotUniqueError
-from pymongo.errors import BulkWriteError as PyMongoBulkWriteError
-from pymongo.errors import DuplicateKeyError
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from config.timestamps import utc_now
-from todos.documents import Todo
-from todos.errors import TitleTaken, TodoNotFound
+from todos import idempotency
+from todos.documents import todos_collection
+from todos.errors import IdempotencyKeyReused, TitleTaken, TodoNotFound
 from todos.indexes import ensure_todo_indexes
-from todos.selectors import object_id
+from todos.selectors import COMMITTED, Document, object_id
 from todos.transactions import transactions_supported
 
 log = logging.getLogger(__name__)
@@ -22,121 +29,165 @@ log = logging.getLogger(__name__)
 PENDING_BATCH_TTL = timedelta(minutes=5)
 
 
-def todo_create(*, title: str, description: str | None) -> Todo:
-    ensure_todo_indexes()
-    todo = Todo(title=title, description=description, created_at=utc_now(), updated_at=None)
-    try:
-        todo.save(force_insert=True)
-    except NotUniqueError:
-        raise TitleTaken(title) from None
-    return todo
+def new_document(title: str, description: str | None, now: datetime) -> Document:
+    """A todo as stored (pymongo adds `_id` on insert); the keys in MongoEngine's order."""
+    return {"title": title, "description": description, "createdAt": now, "updatedAt": None}
 
 
-def todo_update(*, todo_id: str, title: str, description: str | None) -> Todo:
+def todo_create(
+    *, title: str, description: str | None, idempotency_key: str | None = None
+) -> tuple[Document, bool]:
+    """The created todo, and whether it is the earlier outcome of the same Idempotency-Key."""
+
+    def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
+        try:
+            collection.insert_one(documents[0])  # one command: no transaction needed
+        except DuplicateKeyError:
+            raise TitleTaken(title) from None
+
+    documents, replayed = _insert_once([(title, description)], idempotency_key, insert)
+    return documents[0], replayed
+
+
+def todo_update(*, todo_id: str, title: str, description: str | None) -> Document:
     ensure_todo_indexes()
     try:
-        todo = (
-            Todo.objects.committed()
-            .filter(id=object_id(todo_id))
-            .modify(
-                new=True,
-                set__title=title,
-                set__description=description,
-                set__updated_at=utc_now(),
-            )
+        document = todos_collection().find_one_and_update(
+            {"_id": object_id(todo_id), **COMMITTED},
+            {"$set": {"title": title, "description": description, "updatedAt": utc_now()}},
+            return_document=ReturnDocument.AFTER,
         )
-    except NotUniqueError:
+    except DuplicateKeyError:
         raise TitleTaken(title) from None
-    if todo is None:
+    if document is None:
         raise TodoNotFound()
-    return todo
+    return document
 
 
-def todo_delete(*, todo_id: str) -> Todo:
-    todo = Todo.objects.committed().filter(id=object_id(todo_id)).modify(remove=True)
-    if todo is None:
+def todo_delete(*, todo_id: str) -> Document:
+    document = todos_collection().find_one_and_delete({"_id": object_id(todo_id), **COMMITTED})
+    if document is None:
         raise TodoNotFound()
-    return todo
+    return document
 
 
 def todos_delete_all() -> int:
-    return Todo.objects.committed().delete()
+    return todos_collection().delete_many(COMMITTED).deleted_count
 
 
-def todos_insert_batch(*, items: list[tuple[str, str | None]]) -> list[Todo]:
-    """Inserts all the todos or none of them, in request order."""
+def todos_insert_batch(
+    *, items: list[tuple[str, str | None]], idempotency_key: str | None = None
+) -> tuple[list[Document], bool]:
+    """Inserts all the todos or none of them, in request order; the bool says they are the
+    earlier outcome of the same Idempotency-Key."""
     repeated = [title for title, count in Counter(t for t, _ in items).items() if count > 1]
     if repeated:
         raise TitleTaken(repeated[0])
+    titles = [title for title, _ in items]
+
+    def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
+        if transactions_supported():
+            _insert_in_transaction(collection, documents, titles)
+        else:
+            _insert_pending_then_commit(collection, documents, titles, now)
+
+    return _insert_once(items, idempotency_key, insert)
+
+
+def _insert_once(
+    items: list[tuple[str, str | None]],
+    idempotency_key: str | None,
+    insert: Callable[[Collection, list[Document], datetime], None],
+) -> tuple[list[Document], bool]:
+    """Runs `insert` on new documents for `items`, unless a request with the same
+    Idempotency-Key already created them: then those, and True."""
     ensure_todo_indexes()
     now = utc_now()
-    todos = [
-        Todo(title=title, description=description, created_at=now, updated_at=None)
-        for title, description in items
-    ]
-    titles = [title for title, _ in items]
-    if transactions_supported():
-        _insert_in_transaction(todos, titles)
-    else:
-        _insert_pending_then_commit(todos, titles, now)
-    return todos
+    collection = todos_collection()
+    if idempotency_key and (earlier := _outcome(collection, idempotency_key, items, now)):
+        return earlier, True
+    documents = [new_document(title, description, now) for title, description in items]
+    if idempotency_key:
+        idempotency.stamp(documents, idempotency_key, now)
+    try:
+        insert(collection, documents, now)
+    except TitleTaken:
+        # The same key's twin may have inserted them since the look-up above.
+        if idempotency_key and (earlier := _outcome(collection, idempotency_key, items, now)):
+            return earlier, True
+        raise
+    return documents, False
 
 
-def _insert_in_transaction(todos: list[Todo], titles: list[str]) -> None:
+def _outcome(
+    collection: Collection, key: str, items: list[tuple[str, str | None]], now: datetime
+) -> list[Document] | None:
+    """What an earlier request with this key created, if it created anything; the key
+    reused for other todos is a 409, as the new ones were never inserted."""
+    query = {**idempotency.outcome_query(key, now), **COMMITTED}
+    earlier = sorted(collection.find(query), key=lambda d: d["idempotencyIndex"])
+    if not earlier:
+        return None
+    if [(d["title"], d["description"]) for d in earlier] != items:
+        raise IdempotencyKeyReused()
+    return earlier
+
+
+def _insert_in_transaction(
+    collection: Collection, documents: list[Document], titles: list[str]
+) -> None:
     """Replica sets: one transaction, invisible to readers until it commits."""
-    documents = [todo.to_mongo().to_dict() for todo in todos]
-    collection = Todo._get_collection()
     try:
         with collection.database.client.start_session() as session:
             session.with_transaction(
                 lambda s: collection.insert_many(documents, ordered=True, session=s)
             )
-    except PyMongoBulkWriteError as error:
+    except BulkWriteError as error:
         if not _is_duplicate(error):
             raise
-        raise TitleTaken(_taken_title(titles)) from None
+        raise TitleTaken(_taken_title(collection, titles)) from None
     except DuplicateKeyError:
-        raise TitleTaken(_taken_title(titles)) from None
-    for todo, document in zip(todos, documents, strict=True):
-        todo.id = document["_id"]
+        raise TitleTaken(_taken_title(collection, titles)) from None
 
 
-def _insert_pending_then_commit(todos: list[Todo], titles: list[str], now) -> None:
+def _insert_pending_then_commit(
+    collection: Collection, documents: list[Document], titles: list[str], now: datetime
+) -> None:
     """Standalone servers have no transactions: the todos go in pending (invisible, see
     todos.documents) and are then committed together; on a conflict they are removed."""
     batch = uuid.uuid4().hex
-    for todo in todos:
-        todo.pending_batch = batch
-        todo.pending_expires_at = now + PENDING_BATCH_TTL
+    pending = {"pendingBatch": batch, "pendingExpiresAt": now + PENDING_BATCH_TTL}
+    for document in documents:
+        document.update(pending)
     try:
-        Todo.objects.insert(todos, load_bulk=False)
-    except (NotUniqueError, BulkWriteError) as error:
-        _discard_batch(batch)
-        if isinstance(error, BulkWriteError) and "E11000" not in str(error):
+        collection.insert_many(documents, ordered=True)
+    except BulkWriteError as error:
+        _discard_batch(collection, batch)
+        if not _is_duplicate(error):
             raise
-        raise TitleTaken(_taken_title(titles)) from None
+        raise TitleTaken(_taken_title(collection, titles)) from None
     except BaseException:
-        _discard_batch(batch)
+        _discard_batch(collection, batch)
         raise
-    Todo.objects.filter(pending_batch=batch).update(
-        unset__pending_batch=True, unset__pending_expires_at=True
+    collection.update_many(
+        {"pendingBatch": batch}, {"$unset": {"pendingBatch": True, "pendingExpiresAt": True}}
     )
-    for todo in todos:
-        todo.pending_batch = todo.pending_expires_at = None
+    for document in documents:
+        del document["pendingBatch"], document["pendingExpiresAt"]
 
 
-def _is_duplicate(error: PyMongoBulkWriteError) -> bool:
+def _is_duplicate(error: BulkWriteError) -> bool:
     return any(e.get("code") == 11000 for e in error.details.get("writeErrors", []))
 
 
-def _discard_batch(batch: str) -> None:
+def _discard_batch(collection: Collection, batch: str) -> None:
     try:
-        Todo.objects.filter(pending_batch=batch).delete()
+        collection.delete_many({"pendingBatch": batch})
     except Exception:  # the TTL index removes the leftovers if the database is gone
         log.exception("could not discard pending batch %s", batch)
 
 
-def _taken_title(titles: list[str]) -> str | None:
+def _taken_title(collection: Collection, titles: list[str]) -> str | None:
     """Names a title that blocked the batch, for the error message."""
-    taken = Todo.objects.committed().filter(title__in=titles).only("title").first()
-    return taken.title if taken else None
+    taken = collection.find_one({"title": {"$in": titles}, **COMMITTED}, {"title": True})
+    return taken["title"] if taken else None

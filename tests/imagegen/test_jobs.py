@@ -11,21 +11,16 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.model_service import SD_REPO, ready_app
+from tests.support.model_service import SD_REPO, pull_until_ready, ready_app
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
-SYNC_TIMEOUT = 3  # seconds; the synchronous generations here take well under one
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 
 @pytest.fixture(scope="module")
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    env = {
-        "GEN_QUEUE_MAX": str(QUEUE_MAX),
-        "GEN_MAX_STEPS": "500",
-        "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
-    }
+    env = {"GEN_QUEUE_MAX": str(QUEUE_MAX), "GEN_MAX_STEPS": "500"}
     with ready_app(hub_root, tmp_path_factory.mktemp("jobs"), **env) as server:
         yield server
 
@@ -145,26 +140,6 @@ def test_a_full_queue_refuses_with_retry_after(app):
     assert "waiting" in refused.json()["error"]["message"]
 
 
-def test_a_synchronous_generation_past_gen_sync_timeout_is_504_and_its_job_cancelled(app):
-    started = time.monotonic()
-    response = requests.post(app.url("/generate"), data=LONG)
-    waited = time.monotonic() - started
-    assert response.status_code == 504, response.text
-    assert SYNC_TIMEOUT <= waited < SYNC_TIMEOUT + 3
-    message = response.json()["error"]["message"]
-    assert message.startswith("No image within GEN_SYNC_TIMEOUT; job ")
-    job_id = message.split("job ", 1)[1].split()[0]
-    assert (
-        f"is cancelled (a running job stops at the end of its current step: GET /jobs/{job_id}"
-        in message
-    )
-    assert "async=true" in message
-    seen = job(app, job_id)  # what the answer said is what the job says
-    assert seen["state"] == "cancelled" or seen["phase"].startswith("cancelling")
-    final = wait_until(app, job_id, finished)
-    assert final["state"] == "cancelled" and final["image"] is None
-
-
 def test_async_by_header_and_query_and_same_png_as_synchronous(app):
     fields = {"prompt": "a red kite", "seed": "77", "size": "64x64", "steps": "3"}
     sync = requests.post(app.url("/generate"), data=fields)
@@ -248,3 +223,30 @@ def test_cancelling_an_unknown_job_is_404(app):
         requests.post(app.url("/jobs/nope/cancel")),
     ):
         assert response.status_code == 404
+
+
+SYNC_TIMEOUT = 2  # seconds, in an app of this test's own (the module's app keeps the default)
+
+
+def test_a_synchronous_generation_past_gen_sync_timeout_is_504_and_its_job_cancelled(start_app):
+    app = start_app(GEN_SYNC_TIMEOUT=str(SYNC_TIMEOUT), GEN_MAX_STEPS="500")
+    pull_until_ready(app)
+    started = time.monotonic()
+    response = requests.post(
+        app.url("/generate"), data={"prompt": "too long", "steps": "500", "size": "128x128"}
+    )
+    waited = time.monotonic() - started
+    assert response.status_code == 504, response.text
+    assert SYNC_TIMEOUT <= waited < SYNC_TIMEOUT + 3
+    message = response.json()["error"]["message"]
+    assert message.startswith("No image within GEN_SYNC_TIMEOUT; job ")
+    job_id = message.split("job ", 1)[1].split()[0]
+    assert (
+        f"is cancelled (a running job stops at the end of its current step: GET /jobs/{job_id}"
+        in message
+    )
+    assert "async=true" in message
+    seen = job(app, job_id)  # what the answer said is what the job says
+    assert seen["state"] == "cancelled" or seen["phase"].startswith("cancelling")
+    final = wait_until(app, job_id, finished)
+    assert final["state"] == "cancelled" and final["image"] is None

@@ -3,6 +3,8 @@ bound, the answer says what is known about a write, and /health and the image ro
 answering while todo requests pile up."""
 
 import contextlib
+import http.client
+import json
 import os
 import signal
 import threading
@@ -89,3 +91,33 @@ def test_a_killed_database_is_unreachable_and_a_write_was_never_sent(stack):
     response, seconds = timed("POST", app.url("/todo"), json={"todo": {"title": "never sent"}})
     assert response.status_code == 503 and seconds < BOUND + SLACK
     assert response.json()["error"]["message"] == UNREACHABLE
+
+
+def test_a_create_whose_answer_was_lost_is_found_by_its_key(stack):
+    """The client sends a create and loses the answer (it hangs up before reading it, as
+    after a timeout); the todo is saved all the same. Its retry with the same key gets
+    the first outcome, where a plain retry meets its own todo as a 409."""
+    _mongo, app = stack
+    body = json.dumps({"todo": {"title": "answer lost"}})
+    connection = http.client.HTTPConnection("127.0.0.1", app.port, timeout=10)
+    connection.request(
+        "POST", "/todo", body=body,
+        headers={"Content-Type": "application/json", "Idempotency-Key": "lost-answer"},
+    )  # fmt: skip
+    connection.close()  # hung up without reading the answer
+    deadline = time.monotonic() + 10
+    while not (listed := requests.get(app.url("/todos"), timeout=10).json()["data"]) or all(
+        t["title"] != "answer lost" for t in listed
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    saved = next(t for t in listed if t["title"] == "answer lost")
+    retry = requests.post(
+        app.url("/todo"), data=body, timeout=10,
+        headers={"Content-Type": "application/json", "Idempotency-Key": "lost-answer"},
+    )  # fmt: skip
+    assert retry.status_code == 201 and retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.json()["data"] == saved
+    plain = requests.post(app.url("/todo"), data=body, timeout=10,
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+    assert plain.status_code == 409

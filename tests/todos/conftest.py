@@ -1,9 +1,12 @@
 from collections.abc import Callable, Iterator
 
+import mongoengine
 import pytest
 import requests
 
 from tests.support.processes import AppServer
+from todos import indexes, transactions
+from todos.connection import connect_database
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +30,20 @@ def create(app: AppServer, http: requests.Session) -> Callable[..., dict]:
         return response.json()["data"]
 
     return _create
+
+
+@pytest.fixture
+def connect_here(settings, monkeypatch) -> Iterator[Callable[[str], None]]:
+    """Connects this test process's MongoEngine to a database, as the app does when it starts,
+    with the todo modules' once-per-process facts (indexes made, transactions supported)
+    forgotten first; disconnects at the end. For in-process tests of services and routes."""
+
+    def connect(uri: str) -> None:
+        settings.MONGODB_URI = uri
+        mongoengine.disconnect()
+        connect_database()
+
+    monkeypatch.setattr(indexes, "_ensured", False)
+    monkeypatch.setattr(transactions, "_supported", None)
+    yield connect
+    mongoengine.disconnect()

@@ -22,7 +22,10 @@ def stored_titles(app, http) -> list[str]:
     [
         ({}, "todo.title", "required"),
         ({"title": ""}, "todo.title", "at least 1 character"),
-        ({"title": "   \t"}, "todo.title", "non-space"),
+        ({"title": "   \t"}, "todo.title", "visible character"),
+        ({"title": "\u00a0"}, "todo.title", "visible character"),  # NBSP
+        ({"title": "\u200b\u200c"}, "todo.title", "visible character"),  # zero-width
+        ({"title": "\u0301"}, "todo.title", "visible character"),  # a combining mark alone
         ({"title": "x" * 41}, "todo.title", "at most 40 characters"),
         ({"title": 12}, "todo.title", "valid string"),
         ({"title": None}, "todo.title", "valid string"),

@@ -8,6 +8,8 @@ from django.core.management.base import BaseCommand, CommandParser, DjangoHelpFo
 
 from imagegen.ops.client import ServiceClient
 from imagegen.ops.gate import ExitCode, GateFailure, GateTimings, run_gate
+from imagegen.ops.platform import DEFAULT_TIMEOUT as DEFAULT_PLATFORM_TIMEOUT
+from imagegen.ops.platform import ensure_image_command
 
 
 def exit_codes_help(width: int = 79) -> str:
@@ -72,6 +74,12 @@ class Command(BaseCommand):
             "--container-app", help="Azure Container App name: remove a command override first"
         )
         parser.add_argument("--resource-group", help="its resource group (with --container-app)")
+        parser.add_argument(
+            "--platform-timeout", type=float, default=DEFAULT_PLATFORM_TIMEOUT,
+            help="seconds for the platform step (with --container-app): the update and a new "
+            "revision becoming ready, which starts a node, pulls the image and passes the "
+            f"startup probe (default {DEFAULT_PLATFORM_TIMEOUT:g}; polled every --interval)",
+        )  # fmt: skip
 
     def handle(self, *args, **options) -> None:
         def say(line: str) -> None:
@@ -86,13 +94,12 @@ class Command(BaseCommand):
             if options["container_app"]:
                 if not options["resource_group"]:
                     raise GateFailure(ExitCode.PLATFORM, "--container-app needs --resource-group")
-                from imagegen.ops.platform import ensure_image_command
-
                 ensure_image_command(
                     options["container_app"],
                     options["resource_group"],
                     say,
-                    timeout=options["health_timeout"],
+                    timeout=options["platform_timeout"],
+                    interval=options["interval"],
                 )
             run_gate(client, timings, say)
         except GateFailure as failure:

@@ -1,0 +1,466 @@
+"""The Azure side, against the fake `az` (tests/support/fake_az.py), which behaves as the
+Container Apps docs and the CLI's source say: the gate's platform step (manage.py gate
+--container-app) and deploy/azure.sh (provision, image, deploy) run as an operator runs them.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from imagegen.ops.platform import DEFAULT_TIMEOUT
+from tests.support.commands import manage
+from tests.support.fake_az import PROFILE_SIZES, FakeAz, replicas_per_node
+from tests.support.processes import ROOT
+from tests.support.scripted_service import Reply, ScriptedService, model_state
+
+
+def deploy_module(name: str):
+    """deploy/NAME.py, which is a script directory, not a package."""
+    spec = importlib.util.spec_from_file_location(f"deploy_{name}", ROOT / "deploy" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render = deploy_module("render")
+readback = deploy_module("readback")
+TEMPLATE = (ROOT / "deploy" / "containerapp.yaml").read_text()
+SETTINGS = {
+    "LOCATION": "westeurope",
+    "APP_NAME": "imagegen",
+    "ENVIRONMENT_ID": "/subscriptions/0000/resourceGroups/rg/providers/Microsoft.App/"
+    "managedEnvironments/imagegen-env",
+    "IMAGE": "imagegenacr.azurecr.io/imagegen@sha256:" + "0" * 64,
+    "SECRET_KEY": "secret-key-value",
+    "API_TOKEN": "token-value",
+    "MONGODB_URI": "mongodb://db.example/todos",
+    "MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0",
+    "REGISTRY_SERVER": "imagegenacr.azurecr.io",
+    "REGISTRY_USERNAME": "imagegenacr",
+    "REGISTRY_PASSWORD": "registry-password",
+    "REVISION_SUFFIX": "d20240101-000000-0000",
+}
+
+
+def deployed_spec(command: list[str] | None = None, **settings: str) -> dict:
+    """The app as deploy/azure.sh renders it, optionally with a command override."""
+    spec = yaml.safe_load(render.render(TEMPLATE, {**SETTINGS, **settings}))
+    if command:
+        spec["properties"]["template"]["containers"][0]["command"] = command
+    return spec
+
+
+# -- the gate's platform step ---------------------------------------------------------------
+
+PLATFORM = ["--container-app", "imagegen", "--resource-group", "rg"]
+FAST = ["--interval", "0.2", "--health-timeout", "20", "--timeout", "60"]
+PLACEHOLDER = ["python", "-m", "http.server", "8000"]
+READY_SERVICE = {
+    "GET /health": [Reply(200, {"status": "healthy"})],
+    "POST /model/pull": [model_state("downloading", status=202)],
+    "GET /model/status": [model_state("ready")],
+}
+
+
+@pytest.fixture
+def fake(tmp_path) -> FakeAz:
+    return FakeAz(tmp_path)
+
+
+@pytest.fixture
+def service():
+    """A healthy service that loads at once: these tests are about the platform step."""
+    with ScriptedService(READY_SERVICE) as scripted:
+        yield scripted
+
+
+def gate(base_url: str, fake: FakeAz, *extra: str) -> subprocess.CompletedProcess:
+    return manage("gate", "--base-url", base_url, *FAST, *PLATFORM, *extra, env=fake.env)
+
+
+def assert_platform_failure(result: subprocess.CompletedProcess, text: str) -> None:
+    assert result.returncode == 15, (result.stdout, result.stderr)
+    assert result.stderr.startswith("gate: FAILED: ") and text in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # no traceback
+
+
+def test_fake_az_control_plane_command_override_is_removed(start_app, fake):
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    result = gate(start_app().base_url, fake, "--platform-timeout", "60")
+    assert result.returncode == 0, result.stderr
+    assert "overrides the command" in result.stdout
+    (applied,) = fake.applied()
+    template = applied["spec"]["properties"]["template"]
+    container = template["containers"][0]
+    # Cleared explicitly: the update is a PATCH, a field left out would survive.
+    assert container["command"] == [] and container["args"] == []
+    assert container["image"] == SETTINGS["IMAGE"]
+    assert "revisionSuffix" not in template  # the stored one would be refused as repeated
+    calls = fake.calls()
+    show = "containerapp show --name imagegen --resource-group rg --output json"
+    assert calls[0] == show
+    assert calls[1] == show.replace("--output json", "--show-secrets --output json")
+    assert calls[2].startswith("containerapp update --name imagegen --resource-group rg --yaml")
+    assert "waiting up to 60s for a new revision" in result.stdout
+    latest = fake.latest_revision()
+    assert latest["ready"] and latest["template"]["containers"][0]["command"] == []
+    assert "revision imagegen--r" in result.stdout  # a new one, named by the platform
+    assert "is ready and runs the image's own command" in result.stdout
+    assert result.stdout.splitlines()[-1] == "gate: passed"
+
+
+def test_fake_az_control_plane_without_override_changes_nothing(service, fake):
+    # No secrets are read either: an identity without listSecrets can run the gate.
+    fake.seed_app(deployed_spec())
+    fake.set(identity={"can_list_secrets": False})
+    result = gate(service.base_url, fake)
+    assert result.returncode == 0, result.stderr
+    assert "runs the image's own command" in result.stdout
+    assert fake.applied() == []
+    assert not any("--show-secrets" in call for call in fake.calls())
+
+
+def test_fake_az_control_plane_refuses_a_repeated_revision_suffix(fake, tmp_path):
+    # What the gate avoids by dropping the suffix `show` returned (deploy/azure.sh sets one).
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    spec = deployed_spec()  # the same suffix as the running revision
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    command = ["az", "containerapp", "update", "--name", "imagegen", "--resource-group", "rg"]
+    env = {**os.environ, **fake.env}
+    result = subprocess.run(
+        [*command, "--yaml", str(tmp_path / "spec.yaml")], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "revision with suffix d20240101-000000-0000 already exists" in result.stderr
+
+
+def test_fake_az_control_plane_slow_rollout_gets_the_platform_timeout(service, fake):
+    # A rollout starts a node, pulls a multi-GB image and passes the startup probe: the step
+    # waits --platform-timeout, however short --health-timeout is.
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(ready_after_polls=8)
+    result = gate(service.base_url, fake, "--health-timeout", "1", "--platform-timeout", "60")
+    assert result.returncode == 0, result.stderr
+    assert sum("containerapp show --name imagegen" in c for c in fake.calls()) >= 8
+
+
+def test_fake_az_control_plane_update_without_a_new_revision_is_a_platform_failure(service, fake):
+    # An older CLI drops the empty lists: the PATCH keeps the command, the template is
+    # unchanged, no revision is made, and the old one is "latest and ready" at once.
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(cli={"unknown_fields": [], "drops_empty_lists": True, "refills_secrets": True})
+    result = gate(service.base_url, fake, "--platform-timeout", "3")
+    assert_platform_failure(result, "did not appear within 3s")
+    assert "changed nothing the platform counts as a template change" in result.stderr
+
+
+def test_fake_az_control_plane_new_revision_still_overriding_is_a_platform_failure(service, fake):
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(concurrent_override=["sleep", "infinity"])
+    result = gate(service.base_url, fake, "--platform-timeout", "10")
+    assert_platform_failure(result, "is ready but still overrides the command")
+    assert "sleep infinity" in result.stderr
+
+
+def test_fake_az_control_plane_hung_az_is_a_platform_failure_not_a_traceback(service, fake):
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(hang=["containerapp update"])
+    started = time.monotonic()
+    result = gate(service.base_url, fake, "--platform-timeout", "3")
+    assert_platform_failure(
+        result, "az containerapp update did not answer within the platform step's 3s"
+    )
+    assert time.monotonic() - started < 20
+
+
+def test_fake_az_control_plane_one_node_profile_never_finishes_a_rollout(service, fake):
+    # The whole node per revision, and the old revision keeps its node until the new one is
+    # ready: with --max-nodes 1 the new revision waits for a node forever.
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    state = fake.state()
+    state["environment"]["profiles"]["d4"]["max"] = 1
+    fake.save(state)
+    result = gate(service.base_url, fake, "--platform-timeout", "3")
+    assert_platform_failure(result, "did not become ready within 3s")
+    assert "maximum node count" in result.stderr
+
+
+def test_fake_az_control_plane_secrets_go_back_with_their_values(service, fake):
+    # An older CLI does not refill secret values itself: the update carries them, read with
+    # --show-secrets, from a private file that is gone afterwards.
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(cli={"unknown_fields": [], "drops_empty_lists": False, "refills_secrets": False})
+    result = gate(service.base_url, fake)
+    assert result.returncode == 0, result.stderr
+    (applied,) = fake.applied()
+    secrets = {
+        s["name"]: s.get("value") for s in applied["spec"]["properties"]["configuration"]["secrets"]
+    }
+    assert secrets["api-token"] == SETTINGS["API_TOKEN"]
+    assert secrets["registry-password"] == SETTINGS["REGISTRY_PASSWORD"]
+    assert applied["mode"] == "0o600"
+    update = next(c for c in fake.calls() if c.startswith("containerapp update"))
+    assert not os.path.exists(update.split("--yaml ", 1)[1].split()[0])
+
+
+def test_fake_az_control_plane_refused_secret_values_stop_before_any_update(service, fake):
+    fake.seed_app(deployed_spec(PLACEHOLDER))
+    fake.set(identity={"can_list_secrets": False})
+    result = gate(service.base_url, fake)
+    assert_platform_failure(result, "cannot read the app's secret values")
+    assert "listSecrets" in result.stderr and "Nothing was changed" in result.stderr
+    assert not any(call.startswith("containerapp update") for call in fake.calls())
+
+
+def startup_window(spec: dict) -> float:
+    """The longest the startup probe lets a container boot, in seconds."""
+    (probe,) = [
+        p
+        for p in spec["properties"]["template"]["containers"][0]["probes"]
+        if p["type"] == "Startup"
+    ]
+    return probe.get("initialDelaySeconds", 0) + probe["periodSeconds"] * probe["failureThreshold"]
+
+
+def test_the_platform_timeout_outlasts_the_startup_probe_and_is_in_help():
+    # The probe's window twice over: room for a node start and a multi-GB pull besides.
+    assert 2 * startup_window(deployed_spec()) <= DEFAULT_TIMEOUT
+    result = manage("gate", "--help")
+    assert "--platform-timeout" in result.stdout
+    assert "(default 1200; polled every --interval)" in " ".join(result.stdout.split())
+
+
+# -- deploy/azure.sh --------------------------------------------------------------------------
+
+DEPLOY_SETTINGS = {
+    "RESOURCE_GROUP": "rg",
+    "LOCATION": "westeurope",
+    "STORAGE_ACCOUNT": "imagegenmodels",
+    "REGISTRY": "imagegenacr",
+    "PYTHON": sys.executable,
+    "TORCH_INDEX_URL": "https://wheels.example/cpu",
+    "SECRET_KEY": "secret-key-value",
+    "API_TOKEN": "token-value",
+    "MONGODB_URI": "mongodb://db.example/todos",
+    "ROLLOUT_TIMEOUT": "10",
+    "ROLLOUT_INTERVAL": "0.1",
+}
+OPTIONAL = {
+    "APP_NAME", "ENVIRONMENT", "SHARE_NAME", "WORKLOAD_PROFILE_TYPE", "WORKLOAD_PROFILE_NAME",
+    "MIN_NODES", "MAX_NODES", "CPU", "MEMORY", "IMAGE", "REVISION_SUFFIX", "MODEL_ID",
+}  # fmt: skip
+
+
+def azure_sh(fake: FakeAz, *args: str, **settings: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in OPTIONAL}
+    env.update({**fake.env, **DEPLOY_SETTINGS, **settings})
+    return subprocess.run(
+        ["bash", str(ROOT / "deploy" / "azure.sh"), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def provision(fake: FakeAz, **settings: str) -> str:
+    """Provisions, builds the image; the image reference `image` printed."""
+    provisioned = azure_sh(fake, "provision", **settings)
+    assert provisioned.returncode == 0, provisioned.stderr
+    built = azure_sh(fake, "image")
+    assert built.returncode == 0, built.stderr
+    return built.stdout.strip()
+
+
+def profile_added(fake: FakeAz) -> dict:
+    (call,) = [c for c in fake.calls() if c.startswith("containerapp env workload-profile add")]
+    options = dict(re.findall(r"--([\w-]+) (\S+)", call))
+    return {
+        "type": options["workload-profile-type"],
+        "name": options["workload-profile-name"],
+        "max": int(options["max-nodes"]),
+    }
+
+
+def test_fake_az_control_plane_provision_makes_room_for_every_rollout(fake):
+    image = provision(fake)
+    first = azure_sh(fake, "deploy", IMAGE=image)
+    assert first.returncode == 0, first.stderr
+    second = azure_sh(fake, "deploy", IMAGE=image)  # an update: the old revision keeps its node
+    assert second.returncode == 0, second.stderr
+    revisions = fake.state()["revisions"]
+    assert len(revisions) == 2
+    latest = fake.latest_revision()
+    assert latest["ready"] and latest["active"]
+    assert [r["active"] for r in revisions.values()].count(True) == 1
+    assert "is ready and runs the image's own command" in second.stdout
+
+
+def test_fake_az_control_plane_provision_refuses_a_single_node_profile(fake):
+    result = azure_sh(fake, "provision", MAX_NODES="1")
+    assert result.returncode == 1
+    assert "MAX_NODES=1" in result.stderr and "side by side" in result.stderr
+    assert not any("workload-profile add" in call for call in fake.calls())
+
+
+# The seed's reference (the whole D4 node) and the memory-optimised fallback for a runtime
+# reservation (README): 0.5 vCPU and 8 GiB of each E4 node left to the runtime.
+REFERENCE = {}
+FALLBACK = {
+    "WORKLOAD_PROFILE_TYPE": "E4",
+    "WORKLOAD_PROFILE_NAME": "e4",
+    "CPU": "3.5",
+    "MEMORY": "24Gi",
+}
+
+
+@pytest.mark.parametrize("settings", [REFERENCE, FALLBACK], ids=["reference", "fallback"])
+def test_rollout_arithmetic_nodes_times_profile_hold_two_revisions(fake, settings):
+    assert azure_sh(fake, "provision", **settings).returncode == 0
+    profile = profile_added(fake)
+    spec = deployed_spec(**{k: v for k, v in settings.items() if k != "WORKLOAD_PROFILE_TYPE"})
+    assert spec["properties"]["workloadProfileName"] == profile["name"]
+    (container,) = spec["properties"]["template"]["containers"]
+    cpu, memory = float(container["resources"]["cpu"]), float(container["resources"]["memory"][:-2])
+    replicas = spec["properties"]["template"]["scale"]["maxReplicas"]
+    no_reserve = {"cpu": 0.0, "memory_gib": 0.0}
+    per_node = replicas_per_node({"type": profile["type"]}, cpu, memory, no_reserve)
+    # A rollout runs the old and the new revision at once: two revisions' replicas.
+    assert profile["max"] * per_node >= 2 * replicas
+    node_cpu, node_memory = PROFILE_SIZES[profile["type"]]
+    if settings is REFERENCE:  # the whole node: any runtime reservation and it fits nowhere
+        assert (cpu, memory) == (node_cpu, node_memory)
+        assert replicas_per_node({"type": "D4"}, cpu, memory, {"cpu": 0.1, "memory_gib": 0}) == 0
+    else:
+        reserve = {"cpu": 0.5, "memory_gib": 8.0}
+        assert replicas_per_node({"type": "E4"}, cpu, memory, reserve) >= 1
+        assert memory >= 16  # still room for the 14 GB fp32 model
+
+
+def test_fake_az_control_plane_fallback_profile_deploys_by_settings_alone(fake):
+    image = provision(fake, **FALLBACK)
+    result = azure_sh(fake, "deploy", IMAGE=image, **FALLBACK)
+    assert result.returncode == 0, result.stderr
+    spec = fake.applied()[-1]["spec"]
+    assert spec["properties"]["workloadProfileName"] == "e4"
+    assert spec["properties"]["template"]["containers"][0]["resources"] == {
+        "cpu": 3.5,
+        "memory": "24Gi",
+    }
+
+
+@pytest.mark.parametrize(
+    ("versions", "refusal"),
+    [
+        ({"azure-cli": "2.52.0", "extensions": {}}, "az 2.52.0 is older than 2.53.0"),
+        (
+            {"azure-cli": "2.61.0", "extensions": {"containerapp": "0.3.42"}},
+            "the containerapp extension 0.3.42 is older than 0.3.43",
+        ),
+    ],
+    ids=["old-cli", "old-extension"],
+)
+def test_fake_az_control_plane_old_az_is_refused_before_anything_runs(fake, versions, refusal):
+    fake.set(az_version=versions)
+    for command in ("provision", "deploy"):
+        result = azure_sh(fake, command, IMAGE="imagegenacr.azurecr.io/imagegen:x")
+        assert result.returncode == 1 and refusal in result.stderr, result.stderr
+    assert all(call.startswith("version") for call in fake.calls())
+
+
+def test_fake_az_control_plane_new_enough_extension_is_accepted(fake):
+    fake.set(az_version={"azure-cli": "2.53.0", "extensions": {"containerapp": "0.3.52"}})
+    assert azure_sh(fake, "provision").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("dropped", "stop"),
+    [
+        ("mountOptions", "volume models has mountOptions None, not 'nobrl,"),
+        ("workloadProfileName", "workloadProfileName is 'Consumption', not 'd4'"),
+    ],
+)
+def test_fake_az_control_plane_fields_the_cli_drops_stop_the_deploy(fake, dropped, stop):
+    image = provision(fake)
+    fake.set(cli={"unknown_fields": [dropped], "drops_empty_lists": False, "refills_secrets": True})
+    result = azure_sh(fake, "deploy", IMAGE=image)
+    assert result.returncode == 1, result.stderr
+    assert "deploy: STOPPED: the platform did not store the spec" in result.stderr
+    assert stop in result.stderr
+    assert "is ready" not in result.stdout  # stopped before waiting for the revision
+
+
+def test_readback_reads_the_spec_as_a_yaml_parser_does():
+    text = render.render(TEMPLATE, SETTINGS)
+    spec = yaml.safe_load(text)
+    assert readback.expected(text) == {
+        "workloadProfileName": spec["properties"]["workloadProfileName"],
+        "mountOptions": {
+            v["name"]: v["mountOptions"] for v in spec["properties"]["template"]["volumes"]
+        },
+    }
+    assert readback.expected(text)["mountOptions"]  # the share's options are there to check
+
+
+def test_fake_az_control_plane_image_tags_name_one_build(fake):
+    image = provision(fake)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    (tag,) = fake.state()["images"]
+    assert tag.startswith(f"imagegen:{commit}")
+    assert image == f"imagegenacr.azurecr.io/imagegen@{fake.state()['images'][tag]}"
+    again = azure_sh(fake, "image", tag.split(":", 1)[1])
+    assert again.returncode == 1 and "tags are never reused" in again.stderr
+    assert sum(call.startswith("acr build") for call in fake.calls()) == 1
+
+
+def test_fake_az_control_plane_deploy_pins_a_tag_to_its_digest(fake):
+    provision(fake)
+    (tag,) = fake.state()["images"]
+    result = azure_sh(fake, "deploy", IMAGE=f"imagegenacr.azurecr.io/{tag}")
+    assert result.returncode == 0, result.stderr
+    image = fake.applied()[-1]["spec"]["properties"]["template"]["containers"][0]["image"]
+    assert image == f"imagegenacr.azurecr.io/imagegen@{fake.state()['images'][tag]}"
+
+
+def test_fake_az_control_plane_secret_change_reaches_a_new_revision(fake):
+    # Secrets are not in the template: without a new revision the running container would
+    # keep the old value. Each deploy's own revision suffix makes one.
+    image = provision(fake)
+    assert azure_sh(fake, "deploy", IMAGE=image).returncode == 0
+    result = azure_sh(fake, "deploy", IMAGE=image, API_TOKEN="rotated-token")
+    assert result.returncode == 0, result.stderr
+    latest = fake.latest_revision()
+    assert latest["ready"] and latest["secrets"]["api-token"] == "rotated-token"
+    assert len(fake.state()["revisions"]) == 2
+
+
+def test_new_revision_suffixes_follow_the_platforms_rules():
+    suffixes = {render.new_revision_suffix() for _ in range(50)}
+    assert len(suffixes) == 50
+    for suffix in suffixes:
+        assert re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", suffix) and "--" not in suffix
+        assert len("imagegen--" + suffix) <= 54
+
+
+def test_readme_states_the_az_versions_azure_sh_requires():
+    script = (ROOT / "deploy" / "azure.sh").read_text()
+    cli = re.search(r"^MIN_AZ_CLI=(\S+)$", script, re.M).group(1)
+    extension = re.search(r"^MIN_CONTAINERAPP_EXTENSION=(\S+)$", script, re.M).group(1)
+    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    assert f"azure-cli {cli}" in section and f"containerapp extension {extension}" in section
+
+
+def test_readme_settings_table_holds_the_scripts_defaults():
+    script = (ROOT / "deploy" / "azure.sh").read_text()
+    defaults = dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"$', script, re.M))
+    assert defaults["WORKLOAD_PROFILE_NAME"] == render.DEFAULTS["WORKLOAD_PROFILE_NAME"]
+    defaults.update(render.DEFAULTS)  # CPU and MEMORY are the template's
+    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", section, re.M))
+    assert {"MAX_NODES", "CPU", "MEMORY", "ROLLOUT_TIMEOUT"} <= set(rows)
+    assert rows == {name: defaults[name] for name in rows}
