@@ -93,6 +93,8 @@ class BatchProgress:
     """Where this client's oldest unfinished request stands (A1111's /progress)."""
 
     jobs: list[JobView]  # its jobs, in order; empty when it has nothing under way
+    done: int  # of those, the finished ones
+    current: JobView | None  # the one running, else the next to run
     fraction: float  # of the whole request, 0 to 1
     eta_seconds: float | None
     interrupted: bool  # one of its jobs was cancelled or is being stopped
@@ -104,8 +106,12 @@ def client_progress(*, client: str) -> BatchProgress:
     current = next((job.batch for job in mine if job.state not in FINISHED), None)
     views = [queue.view(job) for job in mine if current and job.batch == current]
     if not views:
-        return BatchProgress(jobs=[], fraction=0.0, eta_seconds=None, interrupted=False)
+        return BatchProgress(
+            jobs=[], done=0, current=None, fraction=0.0, eta_seconds=None, interrupted=False
+        )
     done = sum(view.state in FINISHED for view in views)
+    unfinished = [view for view in views if view.state not in FINISHED]
+    current = next((v for v in unfinished if v.state is JobState.RUNNING), unfinished[0])
     running = sum(view.progress.fraction for view in views if view.state is JobState.RUNNING)
     fraction = (done + running) / len(views)
     started = [view.started_at for view in views if view.started_at is not None]
@@ -116,5 +122,5 @@ def client_progress(*, client: str) -> BatchProgress:
     interrupted = any(
         view.state is JobState.CANCELLED or view.phase == CANCELLING for view in views
     )
-    return BatchProgress(jobs=views, fraction=round(fraction, 4), eta_seconds=eta,
-                         interrupted=interrupted)  # fmt: skip
+    return BatchProgress(jobs=views, done=done, current=current, fraction=round(fraction, 4),
+                         eta_seconds=eta, interrupted=interrupted)  # fmt: skip

@@ -233,10 +233,9 @@ def txt2img(request: HttpRequest, payload: Txt2ImgIn):
 def progress(request: HttpRequest):
     """This client's oldest request under way; zeros when it has none."""
     batch = selectors.client_progress(client=client_identity(request))
-    views = batch.jobs
-    running = next((view for view in views if view.state is JobState.RUNNING), None)
-    current = running or next((view for view in views if view.state is JobState.QUEUED), None)
-    job_no = sum(view.state not in (JobState.QUEUED, JobState.RUNNING) for view in views)
+    current, count = batch.current, len(batch.jobs)
+    running = current if current and current.state is JobState.RUNNING else None
+    waiting = f" (queue position {current.position})" if current and current.position else ""
     return {
         "progress": batch.fraction,
         "eta_relative": batch.eta_seconds or 0.0,
@@ -244,21 +243,15 @@ def progress(request: HttpRequest):
             "skipped": False,
             "interrupted": batch.interrupted,
             "stopping_generation": False,
-            "job": f"Batch {job_no + 1} out of {len(views)}" if views else "",
-            "job_count": len(views),
-            "job_timestamp": views[0].created_at.strftime("%Y%m%d%H%M%S") if views else "0",
-            "job_no": job_no,
+            "job": f"Batch {batch.done + 1} out of {count}" if count else "",
+            "job_count": count,
+            "job_timestamp": batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
+            "job_no": batch.done,
             "sampling_step": running.progress.step if running else 0,
             "sampling_steps": running.progress.steps if running else 0,
         },
         "current_image": None,
-        "textinfo": (
-            f"{current.phase} (queue position {current.position})"
-            if current and current.position
-            else current.phase
-            if current
-            else None
-        ),
+        "textinfo": current.phase + waiting if current else None,
     }
 
 

@@ -68,11 +68,17 @@ def settle(app: AppServer) -> None:
 
 
 def start_blocker(app: AppServer, prompt: str = "blocker") -> str:
-    """A long asynchronous job that holds the worker until cancelled; returns its id once
-    it runs, so what is submitted next waits in the queue."""
+    """A long asynchronous job (minutes, even on a fast machine) that holds the worker until
+    cancelled; returns its id once it runs, so what is submitted next waits in the queue."""
     response = requests.post(
         app.url("/generate"),
-        data={"prompt": prompt, "steps": "400", "guidance": "0", "size": "64x64", "async": "true"},
+        data={
+            "prompt": prompt,
+            "steps": "400",
+            "guidance": "0",
+            "size": "256x256",
+            "async": "true",
+        },
         headers=BEARER,
     )
     assert response.status_code == 202, response.text

@@ -150,7 +150,7 @@ def test_a_generation_past_gen_sync_timeout_is_504_and_the_sdk_does_not_retry(ap
     client = sdk(app, attempts, max_retries=2)
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as refused:
-        client.images.generate(prompt="dup slow", size="64x64", extra_body={"steps": 400})
+        client.images.generate(prompt="dup slow", size="256x256", extra_body={"steps": 400})
     assert refused.value.status_code == 504
     assert time.monotonic() - started < OPEN_SYNC_TIMEOUT + 5
     assert attempts == ["0"]

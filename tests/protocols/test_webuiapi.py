@@ -12,7 +12,7 @@ import webuiapi
 from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, wait_until
 from tests.support.processes import AppServer
 
-LONG = {"steps": 400, "width": 64, "height": 64}
+LONG = {"steps": 400, "width": 128, "height": 128}  # a minute or more: stopped long before
 
 
 @pytest.fixture
