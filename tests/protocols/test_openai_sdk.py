@@ -141,13 +141,13 @@ def test_size_auto_is_the_native_size_and_unknown_keys_are_ignored(app):
     ],
 )
 def test_a_bad_field_is_a_bad_request_naming_it(app, fields, param):
-    request = {"prompt": "sdk refused", **fields}
+    request = {"prompt": f"sdk refused {param}", **fields}
     with pytest.raises(openai.BadRequestError) as refused:
         client(app).images.generate(**request)
     assert refused.value.status_code == 400
     assert refused.value.param == param
     assert refused.value.type == "invalid_request_error"
-    assert jobs(app, "sdk refused") == []
+    assert jobs(app, f"sdk refused {param}") == []
 
 
 def test_a_wrong_token_is_an_authentication_error(app):
