@@ -1,8 +1,9 @@
 """Reads of the image service: the model's state, jobs and stored images. Routes of every
 protocol call these; they raise imagegen.errors for what does not exist."""
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from imagegen.errors import ImageNotFound, JobNotFound
 from imagegen.generation.images import ImageRecord, is_image_id
@@ -18,6 +19,14 @@ class ImagePage:
 
 def model_status() -> ModelStatus:
     return get_loader().status()
+
+
+def generation_rules() -> dict[str, Any]:
+    """The defaults and caps a generation request meets here (GET /api shows them, so a
+    client can see which model preset applies without sending a request)."""
+    rules = asdict(get_jobs().rules)
+    rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
+    return rules
 
 
 def job_get(*, job_id: str) -> JobView:
