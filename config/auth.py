@@ -1,30 +1,55 @@
-"""Optional bearer-token protection of everything that changes state or costs compute.
+"""Optional bearer-token protection of everything that changes state or costs compute, and
+who a client is.
 
 With API_TOKEN unset the service stays open (and says so in the log at start when DEBUG is
 off); /health and /model/status always stay open for the platform's probes and the gate.
+The AUTOMATIC1111 and OpenAI routes take the same token, as a bearer token or as HTTP Basic's
+password (A1111 clients only know `--api-auth user:password`).
+
+Forwarded headers (X-Forwarded-For, -Proto, -Host) are believed only from TRUSTED_PROXIES:
+anyone else could write them to pass for another client or to point image links elsewhere.
 """
 
+import hashlib
 import hmac
+import ipaddress
 import logging
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja.security import HttpBearer
+from django.http.request import split_domain_port, validate_host
+from ninja.security import HttpBasicAuth, HttpBearer
 
 log = logging.getLogger(__name__)
 
 
+def _is_token(value: str) -> bool:
+    expected = settings.API_TOKEN
+    return bool(expected) and hmac.compare_digest(value.encode(), expected.encode())
+
+
 class ApiToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> str | None:
-        expected = settings.API_TOKEN
-        if expected and hmac.compare_digest(token.encode(), expected.encode()):
-            return "api-token"
-        return None
+        return "api-token" if _is_token(token) else None
+
+
+class ApiTokenAsPassword(HttpBasicAuth):
+    """HTTP Basic with the token as the password and any user name."""
+
+    def authenticate(self, request: HttpRequest, username: str, password: str) -> str | None:
+        return "api-token" if _is_token(password) else None
 
 
 def token_required() -> list[HttpBearer] | None:
     """The `auth=` of protected routes: the token when one is configured, else none."""
     return [ApiToken()] if settings.API_TOKEN else None
+
+
+def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth] | None:
+    """The `auth=` of the protocol routes: the token as a bearer token or as Basic's password.
+    With no token configured nothing is checked, so the bare `Basic ` header that clients
+    send when they have no credentials changes nothing."""
+    return [ApiToken(), ApiTokenAsPassword()] if settings.API_TOKEN else None
 
 
 def warn_if_open() -> None:
@@ -33,3 +58,55 @@ def warn_if_open() -> None:
             "API_TOKEN is not set: anyone who reaches this service can pull the model, "
             "generate images and change todos"
         )
+
+
+def _trusted(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return False
+    return any(ip in network for network in settings.TRUSTED_PROXIES)
+
+
+def _from_proxy(request: HttpRequest) -> bool:
+    return _trusted(request.META.get("REMOTE_ADDR", ""))
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address: the peer's, or, when the peer is a trusted proxy, the nearest
+    address in X-Forwarded-For that is not one of ours (each proxy appends the address it
+    received the request from; those left of an untrusted one could be made up)."""
+    address = request.META.get("REMOTE_ADDR", "")
+    if not _from_proxy(request):
+        return address
+    forwarded = [a.strip() for a in request.headers.get("X-Forwarded-For", "").split(",")]
+    for hop in reversed([a for a in forwarded if a]):
+        address = hop
+        if not _trusted(hop):
+            break
+    return address
+
+
+def client_identity(request: HttpRequest) -> str:
+    """Who "this client" is for the protocol routes (a retry joining its twin, an A1111
+    interrupt stopping only its own jobs): the credential it presents (the Authorization
+    header, whole: a Basic user name counts) and its address. A digest, so no token is kept."""
+    credential = request.headers.get("Authorization", "")
+    text = f"{credential}\n{client_address(request)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def public_origin(request: HttpRequest) -> str:
+    """`scheme://host` as the client reached the service: behind a trusted proxy (Azure's
+    ingress ends TLS and speaks plain HTTP to the app) its X-Forwarded-Proto and
+    X-Forwarded-Host, the latter only when ALLOWED_HOSTS allows it."""
+    scheme, host = request.scheme, request.get_host()
+    if _from_proxy(request):
+        proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+        if proto in ("http", "https"):
+            scheme = proto
+        forwarded_host = request.headers.get("X-Forwarded-Host", "").split(",")[0].strip()
+        domain, _port = split_domain_port(forwarded_host)
+        if domain and validate_host(domain, settings.ALLOWED_HOSTS):
+            host = forwarded_host
+    return f"{scheme}://{host}"

@@ -1,8 +1,10 @@
 """One error shape per service, and the base exception services raise to produce it.
 
 The todo service answers in its `{data, error}` envelope; the image service answers
-`{"error": {"message": ...}}`. Which one applies is decided by the request path, in one place,
-so the exception handlers and the fallback middleware always agree.
+`{"error": {"message": ...}}`, and its OpenAI-compatible routes under /v1/ answer OpenAI's
+`{"error": {"message", "type", "param", "code"}}` (with `details` on a validation error). Which
+one applies is decided by the request path, in one place, so the exception handlers and the
+fallback middleware always agree.
 """
 
 from typing import Any
@@ -11,7 +13,12 @@ from django.http import HttpRequest, JsonResponse
 
 TODO_PREFIXES = ("/todo/", "/todos/")
 TODO_PATHS = ("/", "/todo", "/todos")
+OPENAI_PREFIX = "/v1/"
 NOT_FOUND = "Not Found"
+# OpenAI's error `code` by status, as its API writes them (the SDK picks its exception
+# class by status alone).
+OPENAI_CODES = {401: "invalid_api_key", 404: "not_found", 503: "service_unavailable",
+                504: "timeout"}  # fmt: skip
 
 
 class ServiceError(Exception):
@@ -32,6 +39,26 @@ def is_todo_path(path: str) -> bool:
     return path in TODO_PATHS or path.startswith(TODO_PREFIXES)
 
 
+def is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIX)
+
+
+def openai_error(status: int, message: str, details: list[dict[str, str]] | None) -> dict:
+    if status >= 500:
+        kind = "server_error"
+    else:
+        kind = "rate_limit_error" if status == 429 else "invalid_request_error"
+    error = {
+        "message": message,
+        "type": kind,
+        "param": details[0]["field"] if details else None,
+        "code": OPENAI_CODES.get(status),
+    }
+    if details is not None:  # every failing field, as the service's other answers list them
+        error["details"] = details
+    return error
+
+
 def error_response(
     request: HttpRequest,
     status: int,
@@ -47,9 +74,16 @@ def error_response(
         body: dict[str, Any] = {"data": None, "error": error}
         if status == 404 and message == NOT_FOUND:
             body["error"] = NOT_FOUND  # the seed's exact body for unmatched todo paths
+    elif is_openai_path(request.path):
+        body = {"error": openai_error(status, message, details)}
     else:
         body = {"error": error}
     response = JsonResponse(body, status=status)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
+    elif is_openai_path(request.path):
+        # The openai SDK retries 408, 409, 429 and 5xx answers (twice, by default). One with
+        # Retry-After (a full queue, a load under way) is worth retrying then; any other
+        # would only repeat work (a generation that timed out or failed starts over).
+        response["x-should-retry"] = "false"
     return response

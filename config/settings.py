@@ -1,5 +1,6 @@
 """Django settings: every value comes from the environment, with defaults safe in production."""
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -69,6 +70,18 @@ TIME_ZONE = "UTC"
 
 # Bearer token required by requests that change state or cost compute; unset = open.
 API_TOKEN = env_str("API_TOKEN", "")
+
+# Addresses or networks (CIDR) of the reverse proxies in front of the service (Azure's
+# ingress). Only a request arriving from one of them has its X-Forwarded-For,
+# X-Forwarded-Proto and X-Forwarded-Host believed; empty: nobody's.
+TRUSTED_PROXIES: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+for _proxy in env_list("TRUSTED_PROXIES", []):
+    try:
+        TRUSTED_PROXIES.append(ipaddress.ip_network(_proxy, strict=False))
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network (CIDR)"
+        ) from None
 
 # --- todos -----------------------------------------------------------------------------
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
@@ -157,6 +170,14 @@ GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 8, minimum=0)
 # cancelled and the answer is 504. Below Azure's 240 s ingress cut-off by default.
 GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
 GEN_LOAD_TIMEOUT = env_float("GEN_LOAD_TIMEOUT", 300.0, minimum=0.001)
+
+# Images one OpenAI or AUTOMATIC1111 request may ask for (n; batch_size x n_iter); each is a
+# job of its own in the queue, so by default no more than the queue can hold at once.
+GEN_MAX_N = env_int("GEN_MAX_N", min(4, GEN_QUEUE_MAX + 1), minimum=1)
+if GEN_MAX_N > GEN_QUEUE_MAX + 1:
+    raise ImproperlyConfigured("GEN_MAX_N must be at most GEN_QUEUE_MAX + 1 (the queue's room)")
+# How long an image link the OpenAI route answers (response_format=url) stays valid.
+IMAGE_URL_TTL = env_int("IMAGE_URL_TTL", 3600, minimum=1)
 
 # Generated images and their records (on Azure: a folder on the share).
 OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))

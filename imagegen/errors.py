@@ -1,4 +1,5 @@
-"""What the image service can refuse; config/api.py turns each into `{"error": {"message"}}`."""
+"""What the image service can refuse; config/api.py turns each into the error shape of the
+route's protocol (config/errors.py)."""
 
 from config.errors import ServiceError
 
@@ -71,3 +72,33 @@ class SyncTimeout(ServiceError):
 class ImageNotFound(ServiceError):
     status = 404
     message = "No such image"
+
+
+class BatchTimeout(ServiceError):
+    """A synchronous request of several jobs (the OpenAI and A1111 routes) that waited
+    GEN_SYNC_TIMEOUT. Its unfinished jobs are cancelled unless an identical request that
+    joined them is still waiting for them."""
+
+    status = 504
+
+    def __init__(self, job_ids: list[str], *, cancelled: bool) -> None:
+        jobs = ", ".join(job_ids)
+        if cancelled:
+            what = (
+                "cancelled (a running job stops at the end of its current step: GET /jobs/<id> "
+                "shows when). Long generations: POST /generate with async=true and poll "
+                "/jobs/<id>"
+            )
+        else:
+            what = "still running for an identical request that is waiting for them"
+        super().__init__(f"No image within GEN_SYNC_TIMEOUT; job(s) {jobs}: {what}")
+
+
+class ImageLinkInvalid(ServiceError):
+    status = 403
+    message = "This image link is not valid (its signature does not match)"
+
+
+class ImageLinkExpired(ServiceError):
+    status = 403
+    message = "This image link has expired (IMAGE_URL_TTL); generate the image again"

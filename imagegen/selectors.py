@@ -1,14 +1,23 @@
 """Reads of the image service: the model's state, jobs and stored images. Routes of every
 protocol call these; they raise imagegen.errors for what does not exist."""
 
+import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from imagegen.errors import ImageNotFound, JobNotFound
+from django.conf import settings
+from django.core import signing
+
+from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
 from imagegen.generation.images import ImageRecord, is_image_id
-from imagegen.generation.jobs import JobView, get_jobs
+from imagegen.generation.jobs import CANCELLING, FINISHED, Job, JobState, JobView, get_jobs
 from imagegen.model.loader import ModelStatus, get_loader
+
+# Image links are signed with SECRET_KEY under their own salt, so no other signed value of
+# the project can pass for one.
+_IMAGE_LINK = signing.TimestampSigner(salt="imagegen.image-link")
 
 
 @dataclass(frozen=True)
@@ -63,3 +72,64 @@ def image_page(*, limit: int, before: str | None) -> ImagePage:
         items=records,
         next=f"/images?limit={limit}&before={records[-1].id}" if more else None,
     )
+
+
+def image_link_signature(*, image_id: str) -> str:
+    """The signature of a link to this one image (its time and HMAC), valid IMAGE_URL_TTL
+    seconds: what lets a client fetch the PNG without the token (Open WebUI fetches an
+    OpenAI `url` answer with no credentials of ours)."""
+    return _IMAGE_LINK.sign(image_id).removeprefix(f"{image_id}:")
+
+
+def image_png_by_link(*, image_id: str, signature: str) -> Path:
+    try:
+        _IMAGE_LINK.unsign(f"{image_id}:{signature}", max_age=settings.IMAGE_URL_TTL)
+    except signing.SignatureExpired:
+        raise ImageLinkExpired() from None
+    except signing.BadSignature:
+        raise ImageLinkInvalid() from None
+    return image_png(image_id=image_id)
+
+
+def client_jobs(*, client: str) -> list[Job]:
+    """The jobs this client's protocol requests submitted (config.auth.client_identity),
+    oldest first, as far as the process remembers them."""
+    return [job for job in reversed(get_jobs().recent(sys.maxsize)) if job.owner == client]
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """Where this client's oldest unfinished request stands (A1111's /progress)."""
+
+    jobs: list[JobView]  # its jobs, in order; empty when it has nothing under way
+    done: int  # of those, the finished ones
+    current: JobView | None  # the one running, else the next to run
+    fraction: float  # of the whole request, 0 to 1
+    eta_seconds: float | None
+    interrupted: bool  # one of its jobs was cancelled or is being stopped
+
+
+def client_progress(*, client: str) -> BatchProgress:
+    queue = get_jobs()
+    mine = client_jobs(client=client)
+    current = next((job.batch for job in mine if job.state not in FINISHED), None)
+    views = [queue.view(job) for job in mine if current and job.batch == current]
+    if not views:
+        return BatchProgress(
+            jobs=[], done=0, current=None, fraction=0.0, eta_seconds=None, interrupted=False
+        )
+    done = sum(view.state in FINISHED for view in views)
+    unfinished = [view for view in views if view.state not in FINISHED]
+    current = next((v for v in unfinished if v.state is JobState.RUNNING), unfinished[0])
+    running = sum(view.progress.fraction for view in views if view.state is JobState.RUNNING)
+    fraction = (done + running) / len(views)
+    started = [view.started_at for view in views if view.started_at is not None]
+    eta = None
+    if fraction > 0 and started:
+        elapsed = time.time() - min(started).timestamp()
+        eta = round(elapsed / fraction - elapsed, 3)
+    interrupted = any(
+        view.state is JobState.CANCELLED or view.phase == CANCELLING for view in views
+    )
+    return BatchProgress(jobs=views, done=done, current=current, fraction=round(fraction, 4),
+                         eta_seconds=eta, interrupted=interrupted)  # fmt: skip

@@ -7,11 +7,25 @@ which config/api.py turns into answers.
 """
 
 import contextlib
+import hashlib
+import secrets
+import threading
+import time
+from dataclasses import dataclass
 
-from imagegen.errors import JobCancelled, JobFailed, JobFinished, JobNotFound, SyncTimeout
+from config.errors import ServiceError
+from imagegen import selectors
+from imagegen.errors import (
+    BatchTimeout,
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobNotFound,
+    SyncTimeout,
+)
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import Job, JobState, JobView, get_jobs
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.jobs import FINISHED, Job, JobState, JobView, get_jobs
+from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.model.loader import get_loader
 
 
@@ -53,3 +67,149 @@ def job_cancel(*, job_id: str) -> JobView:
     if job is None:
         raise JobNotFound()
     return jobs.view(job)
+
+
+# --- synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111) ----------------
+
+
+@dataclass
+class _SharedRun:
+    """The jobs of one synchronous request, and how many requests wait for them: the first
+    one, and identical ones that joined it (an SDK's retry after its own timeout)."""
+
+    key: str
+    jobs: list[Job]
+    waiters: int = 0
+
+
+_runs_lock = threading.Lock()
+_runs: dict[str, _SharedRun] = {}
+
+
+def _run_key(
+    request: GenerationRequest, count: int, client: str, idempotency_key: str | None
+) -> str:
+    what = (
+        f"key:{idempotency_key}" if idempotency_key else f"body:{count}:{request.model_dump_json()}"
+    )
+    return hashlib.sha256(f"{client}\n{what}".encode()).hexdigest()
+
+
+def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
+    """The request of the index-th image: seed, seed+1, ... when a seed is given (wrapping
+    at SEED_MAX); with none, each job draws its own."""
+    if request.seed is None or index == 0:
+        return request
+    return request.model_copy(update={"seed": (request.seed + index) % (SEED_MAX + 1)})
+
+
+def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[Job]:
+    """`count` jobs or none: when the queue fills part-way, the ones queued are cancelled
+    (they never run) and the request is refused as a whole."""
+    jobs_queue, batch, jobs = get_jobs(), secrets.token_hex(8), []
+    try:
+        for index in range(count):
+            jobs.append(jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch))
+    except ServiceError:  # the queue filled up (or the model went away) part-way
+        for job in jobs:
+            with contextlib.suppress(JobFinished):
+                jobs_queue.cancel(job.id)
+        raise
+    return jobs
+
+
+def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> _SharedRun:
+    with _runs_lock:
+        run = _runs.get(key)
+        if run is None or all(job.done.is_set() for job in run.jobs):
+            run = _runs[key] = _SharedRun(key, _submit_batch(request, count, client))
+        run.waiters += 1
+        return run
+
+
+def _leave(run: _SharedRun) -> bool:
+    """One request stops waiting; True when it was the last one."""
+    with _runs_lock:
+        run.waiters -= 1
+        if run.waiters:
+            return False
+        if _runs.get(run.key) is run:
+            del _runs[run.key]
+        return True
+
+
+def _wait(jobs: list[Job], timeout: float | None, *, partial: bool) -> None:
+    """Until every job is done, one fails, or (unless `partial`) one is cancelled."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for job in jobs:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not job.done.wait(remaining) or job.state is JobState.FAILED:
+            return
+        if job.state is JobState.CANCELLED and not partial:
+            return
+
+
+def _cancel_unfinished(jobs: list[Job]) -> list[str]:
+    """Cancels the jobs still queued or running; returns their ids."""
+    cancelled = []
+    for job in jobs:
+        if not job.done.is_set():
+            with contextlib.suppress(JobFinished):  # it may have finished just now
+                get_jobs().cancel(job.id)
+                cancelled.append(job.id)
+    return cancelled
+
+
+def generation_run_shared(
+    *,
+    request: GenerationRequest,
+    count: int,
+    client: str,
+    idempotency_key: str | None,
+    timeout: float | None,
+    partial: bool = False,
+) -> list[ImageRecord]:
+    """A synchronous request for `count` images, as the OpenAI and A1111 routes make: one
+    ordinary job per image (seed, seed+1, ... when a seed is given), all in the one queue.
+
+    Clients of these protocols wait, and retry when they stop waiting: a request from the
+    same client (config.auth.client_identity) with the same Idempotency-Key, or without one
+    the same request, that arrives while its twin's jobs are queued or running joins them
+    instead of queueing them again, and gets the same images. A request that gives up
+    (`timeout`) cancels the jobs only if nobody else waits for them.
+
+    A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
+    or with `partial` leaves its image out (A1111 answers what was finished)."""
+    key = _run_key(request, count, client, idempotency_key)
+    run = _join_or_submit(key, request, count, client)
+    try:
+        _wait(run.jobs, timeout, partial=partial)
+    finally:
+        last = _leave(run)
+    jobs = run.jobs
+    failed = next((job for job in jobs if job.state is JobState.FAILED), None)
+    cancelled = any(job.state is JobState.CANCELLED for job in jobs)
+    if failed is not None or (cancelled and not partial):
+        if last:
+            _cancel_unfinished(jobs)
+        raise (failed.failure or JobFailed(failed.error)) if failed else JobCancelled()
+    if not all(job.done.is_set() for job in jobs):  # the timeout
+        if not last:
+            raise BatchTimeout([j.id for j in jobs if j.state not in FINISHED], cancelled=False)
+        if stopped := _cancel_unfinished(jobs):
+            raise BatchTimeout(stopped, cancelled=True)
+    return [job.image for job in jobs if job.state is JobState.SUCCEEDED]
+
+
+def generation_interrupt(*, client: str, running_only: bool = False) -> list[str]:
+    """Cancels this client's unfinished jobs (A1111's interrupt), or only its running one
+    (A1111's skip: the rest of its batch goes on); never another client's. Returns their ids."""
+    jobs = get_jobs()
+    stopped = []
+    for job in selectors.client_jobs(client=client):
+        if job.state in FINISHED or (running_only and job.state is not JobState.RUNNING):
+            continue
+        with contextlib.suppress(JobFinished):
+            jobs.cancel(job.id)
+            stopped.append(job.id)
+    return stopped

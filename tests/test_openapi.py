@@ -24,6 +24,23 @@ PROTECTED = [  # README, "Access control"
     ("delete", "/todo/{todo_id}"),
     ("patch", "/todos"),
     ("delete", "/todos"),
+    # README, "OpenAI-compatible images API" and "AUTOMATIC1111 API": every protocol route
+    ("post", "/v1/images/generations"),
+    ("get", "/v1/models"),
+    ("post", "/sdapi/v1/txt2img"),
+    ("get", "/sdapi/v1/progress"),
+    ("post", "/sdapi/v1/interrupt"),
+    ("post", "/sdapi/v1/skip"),
+    ("get", "/sdapi/v1/options"),
+    ("post", "/sdapi/v1/options"),
+    ("get", "/sdapi/v1/sd-models"),
+    ("get", "/sdapi/v1/samplers"),
+    ("get", "/sdapi/v1/schedulers"),
+    ("get", "/sdapi/v1/upscalers"),
+    ("get", "/sdapi/v1/sd-vae"),
+    ("get", "/sdapi/v1/latent-upscale-modes"),
+    ("get", "/sdapi/v1/loras"),
+    ("get", "/sdapi/v1/scripts"),
 ]
 
 

@@ -40,6 +40,21 @@ def size_pattern(low: int, high: int) -> str:
     return f"^(?:{sides})x(?:{sides})$"
 
 
+def check_size(value: str) -> str:
+    """`WIDTHxHEIGHT` as every protocol takes it: multiples of 8 within the bounds; a
+    ValueError naming the rule otherwise."""
+    match = _SIZE.match(value.strip().lower())
+    if not match:
+        raise ValueError("must be WIDTHxHEIGHT, e.g. 1024x1024")
+    low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+    for side in map(int, match.groups()):
+        if side % 8:
+            raise ValueError(f"width and height must be multiples of 8, got {side}")
+        if not low <= side <= high:
+            raise ValueError(f"width and height must be between {low} and {high}, got {side}")
+    return f"{match.group(1)}x{match.group(2)}"
+
+
 def _size_schema(schema: dict[str, Any]) -> None:
     plain_optional(schema)
     schema["pattern"] = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)
@@ -128,18 +143,7 @@ class GenerateForm(Schema):
     @field_validator("size")
     @classmethod
     def _size(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        match = _SIZE.match(value.strip().lower())
-        if not match:
-            raise ValueError("must be WIDTHxHEIGHT, e.g. 1024x1024")
-        low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
-        for side in map(int, match.groups()):
-            if side % 8:
-                raise ValueError(f"width and height must be multiples of 8, got {side}")
-            if not low <= side <= high:
-                raise ValueError(f"width and height must be between {low} and {high}, got {side}")
-        return f"{match.group(1)}x{match.group(2)}"
+        return None if value is None else check_size(value)
 
     @classmethod
     def unknown_fields(cls, names: list[str], files: list[str]) -> list[dict[str, str]]:

@@ -55,6 +55,10 @@ class Job:
 
     request: GenerationRequest
     id: str = field(default_factory=lambda: secrets.token_hex(8))
+    # Who submitted it and with which other jobs, for the protocol routes (config.auth's
+    # client_identity; the n images of one request share a batch). None on the native routes.
+    owner: str | None = None
+    batch: str | None = None
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -141,12 +145,14 @@ class JobQueue:
 
     # -- what the routes call -----------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> Job:
+    def submit(
+        self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
+    ) -> Job:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
-        job = Job(request=request)
+        job = Job(request=request, owner=owner, batch=batch)
         with self._lock:
             if self._waiting() >= self.queue_max:
                 raise QueueFull()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -23,6 +24,7 @@ from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance, status_code_conformance
 
 from config.text import NOT_BLANK
+from imagegen.api.a1111 import batch_limit
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
@@ -42,6 +44,10 @@ ALLOWED_REFUSALS = {
     ("after", NOT_A_CURSOR): (
         "a page cursor is opaque: only one the service wrote into a Link header is valid, and "
         "no schema can enumerate those"
+    ),
+    ("n_iter", batch_limit(django_settings.GEN_MAX_N)): (
+        "A1111's txt2img makes batch_size x n_iter images, at most GEN_MAX_N in all; JSON Schema "
+        "bounds each field but cannot bound their product, so n_iter's description states it"
     ),
 }
 

@@ -1,0 +1,352 @@
+"""The AUTOMATIC1111 web UI's API (`/sdapi/v1`): what webuiapi and Open WebUI's
+"Automatic1111" engine send, translated into the service's own request and answered in
+A1111's shapes.
+
+A thin translator: txt2img is services.generation_run_shared, the same queue and jobs as
+POST /generate (a model is loaded lazily from the share, 409 without weights); none of these
+routes loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
+and /progress reports) is config.auth.client_identity: its credential and its address.
+Errors keep the image service's `{"error": {"message"}}` shape.
+"""
+
+import base64
+import json
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from ninja import Router, Schema
+from ninja.errors import ValidationError
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+
+from config.auth import client_identity, token_or_basic_required
+from config.version import app_version
+from imagegen import selectors, services
+from imagegen.api.native import errors
+from imagegen.api.schemas import PROMPT_MAX
+from imagegen.generation.images import ImageRecord
+from imagegen.generation.jobs import JobState
+from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.schedulers import (
+    A1111_SAMPLERS,
+    A1111_SCHEDULES,
+    UnknownScheduler,
+    a1111_scheduler,
+)
+
+router = Router(tags=["automatic1111"])
+auth = token_or_basic_required()
+
+
+def batch_limit(limit: int) -> str:
+    return f"batch_size times n_iter must be at most {limit} (GEN_MAX_N)"
+
+
+def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[str, Any]:
+    """The GenerationRequest fields for an A1111 sampler and schedule type, mapped onto the
+    service's schedulers (imagegen/generation/schedulers.py): webuiapi sends "Euler a" and
+    "automatic" unasked, and those run as Euler a. No sampler: the service's default. An
+    unknown pair is a 400 naming `sampler_name` and listing what is accepted."""
+    try:
+        return {"scheduler": a1111_scheduler(sampler_name, scheduler)}
+    except UnknownScheduler as error:
+        raise ValidationError([{"loc": ("body", "sampler_name"), "msg": str(error)}]) from None
+
+
+def model_titles() -> list[str]:
+    """The names /sd-models gives the one configured model; /options takes only these."""
+    return list(dict.fromkeys([settings.MODEL_ID, settings.MODEL_ID.rsplit("/", 1)[-1]]))
+
+
+class Txt2ImgIn(Schema):
+    """A1111's txt2img body. Every field is optional and an omitted one takes this service's
+    default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size). A1111's other keys
+    (override_settings, hr_*, alwayson_scripts, ...) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str | None = Field("", max_length=PROMPT_MAX)
+    negative_prompt: str | None = Field("", max_length=PROMPT_MAX)
+    seed: int | None = Field(-1, ge=-1, le=SEED_MAX, description="-1: random; image i: seed + i")
+    batch_size: int | None = Field(1, ge=1, le=settings.GEN_MAX_N)
+    n_iter: int | None = Field(1, ge=1, le=settings.GEN_MAX_N, description=batch_limit(
+        settings.GEN_MAX_N))  # fmt: skip
+    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
+    cfg_scale: float | None = Field(None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False)
+    width: int | None = Field(
+        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+        description="omitted: the height's value, or with both omitted the model's native size",
+    )  # fmt: skip
+    height: int | None = Field(
+        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+        description="omitted: the width's value, or with both omitted the model's native size",
+    )  # fmt: skip
+    sampler_name: str | None = None
+    sampler_index: str | None = None
+    scheduler: str | None = None
+    send_images: bool | None = True
+    save_images: bool | None = Field(False, description="every image is stored either way")
+
+    @field_validator("n_iter")
+    @classmethod
+    def _batch_limit(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if (value or 1) * (info.data.get("batch_size") or 1) > settings.GEN_MAX_N:
+            raise ValueError(batch_limit(settings.GEN_MAX_N))
+        return value
+
+    @property
+    def count(self) -> int:
+        return (self.batch_size or 1) * (self.n_iter or 1)
+
+    def to_request(self) -> GenerationRequest:
+        width, height = self.width or self.height, self.height or self.width
+        return GenerationRequest(
+            prompt=self.prompt or "",
+            negative_prompt=self.negative_prompt or None,
+            steps=self.steps,
+            guidance=self.cfg_scale,
+            size=(width, height) if width and height else None,
+            seed=None if self.seed in (None, -1) else self.seed,
+            **scheduler_fields(self.sampler_name or self.sampler_index, self.scheduler),
+        )
+
+
+class Txt2ImgOut(Schema):
+    images: list[str] = Field(description="base64 PNGs")
+    parameters: dict[str, Any]
+    info: str = Field(description="JSON: seed, all_seeds, infotexts, ... as A1111 writes them")
+
+
+class ProgressState(Schema):
+    skipped: bool
+    interrupted: bool
+    stopping_generation: bool
+    job: str
+    job_count: int
+    job_timestamp: str
+    job_no: int
+    sampling_step: int
+    sampling_steps: int
+
+
+class ProgressOut(Schema):
+    progress: float
+    eta_relative: float
+    state: ProgressState
+    current_image: str | None
+    textinfo: str | None
+
+
+class OptionsIn(Schema):
+    """A1111's options. Open WebUI posts back the whole object it read, so every key but
+    sd_model_checkpoint is accepted and ignored; the checkpoint must be the one served."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    sd_model_checkpoint: str | None = Field(None, json_schema_extra={"enum": model_titles()})
+
+    @field_validator("sd_model_checkpoint")
+    @classmethod
+    def _served(cls, value: str | None) -> str | None:
+        if value is not None and value not in model_titles():
+            raise ValueError(
+                f"this service serves only {settings.MODEL_ID!r} (MODEL_ID) and does not load "
+                "or swap models"
+            )
+        return value
+
+
+class OptionsOut(Schema):
+    sd_model_checkpoint: str
+    sd_checkpoint_hash: str | None
+
+
+class SdModel(Schema):
+    title: str
+    model_name: str
+    hash: str | None
+    sha256: str | None
+    filename: str
+    config: str | None
+
+
+def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
+    """A1111's `info`, from the images as they were made."""
+    made = [record.parameters for record in records]
+    first = made[0] if made else None
+    seeds = [p.seed for p in made]
+    return {
+        "prompt": payload.prompt or "",
+        "all_prompts": [p.prompt for p in made],
+        "negative_prompt": payload.negative_prompt or "",
+        "all_negative_prompts": [p.negative_prompt or "" for p in made],
+        "seed": seeds[0] if seeds else payload.seed,
+        "all_seeds": seeds,
+        "subseed": seeds[0] if seeds else -1,
+        "all_subseeds": seeds,
+        "subseed_strength": 0,
+        "width": first.width if first else payload.width,
+        "height": first.height if first else payload.height,
+        "sampler_name": first.scheduler if first else None,
+        "cfg_scale": first.guidance if first else payload.cfg_scale,
+        "steps": first.steps if first else payload.steps,
+        "batch_size": payload.batch_size or 1,
+        "restore_faces": False,
+        "sd_model_name": first.model_id if first else settings.MODEL_ID,
+        "sd_model_hash": (first.revision or "")[:10] if first else None,
+        "seed_resize_from_w": -1,
+        "seed_resize_from_h": -1,
+        "extra_generation_params": {},
+        "index_of_first_image": 0,
+        "infotexts": [p.a1111_text() for p in made],
+        "styles": [],
+        "job_timestamp": records[0].id[:15].replace("T", "") if records else "",
+        "clip_skip": 1,
+        "version": app_version(),
+    }
+
+
+@router.post(
+    "/txt2img",
+    auth=auth,
+    response={200: Txt2ImgOut, **errors(400, 409, 413, 500, 503, 504)},
+    summary="A1111 txt2img: batch_size x n_iter images, each a job in the queue",
+)
+def txt2img(request: HttpRequest, payload: Txt2ImgIn):
+    records = services.generation_run_shared(
+        request=payload.to_request(),
+        count=payload.count,
+        client=client_identity(request),
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        timeout=settings.GEN_SYNC_TIMEOUT,
+        partial=True,  # an interrupt answers the images made so far, as A1111 does
+    )
+    images = [
+        base64.b64encode(selectors.image_png(image_id=r.id).read_bytes()).decode() for r in records
+    ]
+    first = records[0].parameters if records else None
+    parameters = payload.model_dump() | {
+        "steps": first.steps if first else payload.steps,
+        "cfg_scale": first.guidance if first else payload.cfg_scale,
+        "width": first.width if first else payload.width,
+        "height": first.height if first else payload.height,
+    }
+    return {
+        "images": images if payload.send_images is not False else [],
+        "parameters": parameters,
+        "info": json.dumps(_info(payload, records)),
+    }
+
+
+@router.get("/progress", auth=auth, response={200: ProgressOut, **errors()})
+def progress(request: HttpRequest):
+    """This client's oldest request under way; zeros when it has none."""
+    batch = selectors.client_progress(client=client_identity(request))
+    current, count = batch.current, len(batch.jobs)
+    running = current if current and current.state is JobState.RUNNING else None
+    waiting = f" (queue position {current.position})" if current and current.position else ""
+    return {
+        "progress": batch.fraction,
+        "eta_relative": batch.eta_seconds or 0.0,
+        "state": {
+            "skipped": False,
+            "interrupted": batch.interrupted,
+            "stopping_generation": False,
+            "job": f"Batch {batch.done + 1} out of {count}" if count else "",
+            "job_count": count,
+            "job_timestamp": batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
+            "job_no": batch.done,
+            "sampling_step": running.progress.step if running else 0,
+            "sampling_steps": running.progress.steps if running else 0,
+        },
+        "current_image": None,
+        "textinfo": current.phase + waiting if current else None,
+    }
+
+
+@router.post("/interrupt", auth=auth, response={200: dict, **errors()})
+def interrupt(request: HttpRequest):
+    """Stops this client's jobs (queued ones never run; the running one stops at the end of
+    its current step), never another client's."""
+    services.generation_interrupt(client=client_identity(request))
+    return {}
+
+
+@router.post("/skip", auth=auth, response={200: dict, **errors()})
+def skip(request: HttpRequest):
+    """Stops this client's running job; the rest of its batch goes on."""
+    services.generation_interrupt(client=client_identity(request), running_only=True)
+    return {}
+
+
+@router.get("/options", auth=auth, response={200: OptionsOut, **errors()})
+def options_get(request: HttpRequest):
+    status = selectors.model_status()
+    return {"sd_model_checkpoint": status.model_id, "sd_checkpoint_hash": status.commit}
+
+
+@router.post("/options", auth=auth, response={200: None, **errors(400, 413)})
+def options_set(request: HttpRequest, payload: OptionsIn):
+    """Accepts the served model (a no-op: nothing is loaded or swapped here); any other is
+    refused with 400. Answers JSON null, as A1111 does (webuiapi parses the answer)."""
+    return JsonResponse(None, safe=False)
+
+
+@router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
+def sd_models(request: HttpRequest):
+    status = selectors.model_status()
+    return [
+        {
+            "title": status.model_id,
+            "model_name": model_titles()[-1],
+            "hash": status.commit[:10] if status.commit else None,
+            "sha256": None,
+            "filename": status.model_path,
+            "config": None,
+        }
+    ]
+
+
+# What A1111 lists and this service does not have; clients ask for these lists unasked, so
+# they answer empty.
+def _empty(path: str, what: str) -> None:
+    @router.get(
+        path,
+        auth=auth,
+        response={200: list[dict[str, Any]], **errors()},
+        summary=what,
+        operation_id=f"a1111_{path.strip('/').replace('-', '_')}",
+    )
+    def empty(request: HttpRequest):
+        return []
+
+
+@router.get("/samplers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+def samplers(request: HttpRequest):
+    """The A1111 sampler names txt2img maps onto this service's schedulers."""
+    return [{"name": name, "aliases": [], "options": {}} for name in A1111_SAMPLERS]
+
+
+@router.get("/schedulers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+def schedulers(request: HttpRequest):
+    """A1111's schedule types (Karras and SGM Uniform not with every sampler)."""
+    return [
+        {"name": label.lower().replace(" ", "_"), "label": label, "aliases": None,
+         "default_rho": -1, "need_inner_model": False}
+        for label in A1111_SCHEDULES
+    ]  # fmt: skip
+
+
+for _path, _what in [
+    ("/upscalers", "none: no upscalers here"),
+    ("/sd-vae", "none: the model's own VAE"),
+    ("/latent-upscale-modes", "none: no hires fix here"),
+    ("/loras", "none: LoRA adapters are fused at load (MODEL_ADAPTERS), not chosen per prompt"),
+]:
+    _empty(_path, _what)
+
+
+@router.get("/scripts", auth=auth, response={200: dict[str, list[str]], **errors()})
+def scripts(request: HttpRequest):
+    """No scripts (webuiapi asks when it starts)."""
+    return {"txt2img": [], "img2img": []}

@@ -1,0 +1,169 @@
+"""The OpenAI-compatible images API (`/v1`): what the openai SDK and Open WebUI's "OpenAI"
+engine send, translated into the service's own request and answered in OpenAI's shapes.
+
+A thin translator: the generation is services.generation_run_shared, the same queue and
+jobs as POST /generate; errors take OpenAI's shape in config/errors.py (by path).
+"""
+
+import base64
+import time
+from typing import Any, Literal
+from urllib.parse import quote
+
+from django.conf import settings
+from django.http import FileResponse, HttpRequest
+from ninja import Field, Query, Router, Schema
+from pydantic import ConfigDict, field_validator
+
+from config.auth import client_identity, public_origin, token_required
+from config.text import NOT_BLANK, is_blank
+from imagegen import selectors, services
+from imagegen.api.schemas import PROMPT_MAX, check_size, size_pattern
+from imagegen.generation.images import ImageRecord
+from imagegen.generation.render import SEED_MAX, GenerationRequest
+
+router = Router(tags=["openai"])
+
+
+class OpenAIError(Schema):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+    details: list[dict[str, str]] | None = Field(None, description="on a validation error")
+
+
+class OpenAIErrorBody(Schema):
+    error: OpenAIError
+
+
+def errors(*statuses: int) -> dict[int, type[OpenAIErrorBody]]:
+    """Every route here answers 401 when API_TOKEN is set, so each declares it."""
+    return dict.fromkeys((401, *statuses), OpenAIErrorBody)
+
+
+def _size_schema(schema: dict[str, Any]) -> None:
+    sides = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)[1:-1]
+    schema.update(type="string", pattern=f"^(?:auto|{sides})$")
+    schema.pop("anyOf", None)
+
+
+class ImageGenerationIn(Schema):
+    """OpenAI's `images.generate` body. Keys this service does not know are ignored: clients
+    of compatible servers send extras (`background`, `moderation`, ...), and refusing them
+    would break those clients. `model`, `quality`, `style` and `user` are accepted and
+    change nothing (the configured model makes every image)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str = Field(min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}")
+    model: str | None = Field(None, description="any name; the configured model answers")
+    n: int | None = Field(None, ge=1, le=settings.GEN_MAX_N, description="default 1")
+    size: str | None = Field(
+        None,
+        json_schema_extra=_size_schema,
+        description=f"WIDTHxHEIGHT (multiples of 8, {settings.GEN_MIN_SIDE} to "
+        f"{settings.GEN_MAX_SIDE}) or auto: the model's native size (the default)",
+    )
+    response_format: Literal["b64_json", "url"] | None = Field(None, description="b64_json")
+    quality: str | None = None
+    style: str | None = None
+    user: str | None = None
+    output_format: Literal["png"] | None = Field(None, description="png only")
+    negative_prompt: str | None = Field(None, max_length=PROMPT_MAX)
+    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
+    guidance_scale: float | None = Field(
+        None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False
+    )
+    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str) -> str:
+        if is_blank(value):
+            raise ValueError(NOT_BLANK)
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() == "auto":
+            return None
+        return check_size(value)
+
+    def to_request(self) -> GenerationRequest:
+        size = tuple(int(side) for side in self.size.split("x")) if self.size else None
+        return GenerationRequest(
+            prompt=self.prompt,
+            negative_prompt=self.negative_prompt or None,
+            steps=self.steps,
+            guidance=self.guidance_scale,
+            size=size,
+            seed=self.seed,
+        )
+
+
+class ImageDatum(Schema):
+    b64_json: str | None = None
+    url: str | None = None
+
+
+class ImagesResponse(Schema):
+    created: int
+    data: list[ImageDatum]
+
+
+class Model(Schema):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(Schema):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+def _datum(request: HttpRequest, record: ImageRecord, response_format: str | None) -> dict:
+    if response_format == "url":
+        signature = selectors.image_link_signature(image_id=record.id)
+        path = f"/v1/images/{record.id}.png?signature={quote(signature)}"
+        return {"url": public_origin(request) + path}
+    png = selectors.image_png(image_id=record.id).read_bytes()
+    return {"b64_json": base64.b64encode(png).decode()}
+
+
+@router.post(
+    "/images/generations",
+    auth=token_required(),
+    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    exclude_none=True,
+    summary="OpenAI images.generate: n images, as base64 PNGs or signed links",
+)
+def images_generations(request: HttpRequest, payload: ImageGenerationIn):
+    records = services.generation_run_shared(
+        request=payload.to_request(),
+        count=payload.n or 1,
+        client=client_identity(request),
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        timeout=settings.GEN_SYNC_TIMEOUT,
+    )
+    data = [_datum(request, record, payload.response_format) for record in records]
+    return {"created": int(time.time()), "data": data}
+
+
+@router.get(
+    "/images/{image_id}.png",
+    response={200: None, **dict.fromkeys((400, 403, 404), OpenAIErrorBody)},
+    summary="One generated PNG by its signed link (no token: the signature is the credential)",
+)
+def image_by_link(request: HttpRequest, image_id: str, signature: str = Query(...)):
+    path = selectors.image_png_by_link(image_id=image_id, signature=signature)
+    return FileResponse(path.open("rb"), content_type="image/png")
+
+
+@router.get("/models", auth=token_required(), response={200: ModelList, **errors()})
+def models(request: HttpRequest):
+    """The one configured model (`created` is 0: not known)."""
+    return {"data": [{"id": settings.MODEL_ID, "created": 0, "owned_by": "imagegen"}]}

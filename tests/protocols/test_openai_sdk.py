@@ -1,0 +1,176 @@
+"""The openai Python SDK, unchanged, against the service with API_TOKEN set: images as
+base64 and as signed links, n images with their seeds, OpenAI's error shapes."""
+
+import base64
+import io
+import json
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+import requests
+from PIL import Image
+
+from tests.protocols.conftest import BEARER, LINK_TTL, TOKEN, jobs, settle
+from tests.support.processes import AppServer
+
+
+@pytest.fixture
+def app(token_app: AppServer) -> Iterator[AppServer]:
+    yield token_app
+    settle(token_app)
+
+
+def client(app: AppServer, api_key: str = TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(base_url=app.url("/v1"), api_key=api_key, max_retries=0)
+
+
+def png_parameters(png: bytes) -> dict:
+    """The generation parameters a stored PNG carries in its text chunks."""
+    return json.loads(Image.open(io.BytesIO(png)).text["imagegen"])
+
+
+def test_b64_json_is_a_png_made_by_an_ordinary_job(app):
+    result = client(app).images.generate(
+        prompt="sdk b64 lighthouse",
+        size="64x64",
+        response_format="b64_json",
+        extra_body={"seed": 42, "steps": 3, "guidance_scale": 5.5, "negative_prompt": "fog"},
+    )
+    assert abs(result.created - time.time()) < 120
+    (image,) = result.data
+    assert image.url is None
+    png = base64.b64decode(image.b64_json)
+    assert Image.open(io.BytesIO(png)).size == (64, 64)
+    assert png_parameters(png).items() >= {
+        "prompt": "sdk b64 lighthouse", "negative_prompt": "fog", "steps": 3, "guidance": 5.5,
+        "width": 64, "height": 64, "seed": 42, "model_id": "testorg/tiny-sd",
+    }.items()  # fmt: skip
+    (job,) = jobs(app, "sdk b64 lighthouse")  # one job in the one queue, its image stored
+    assert job["state"] == "succeeded" and job["parameters"]["seed"] == 42
+    stored = requests.get(app.url(job["image_url"]), headers=BEARER)
+    assert stored.content == png
+
+
+def test_url_is_an_absolute_signed_link_that_works_without_headers(app):
+    result = client(app).images.generate(prompt="sdk url", size="64x64", response_format="url")
+    (image,) = result.data
+    assert image.b64_json is None
+    assert image.url.startswith(app.base_url + "/v1/images/")
+    fetched = requests.get(image.url)  # no token, no headers: as Open WebUI fetches it
+    assert fetched.status_code == 200
+    assert fetched.headers["Content-Type"] == "image/png"
+    (job,) = jobs(app, "sdk url")
+    assert fetched.content == requests.get(app.url(job["image_url"]), headers=BEARER).content
+    assert requests.get(app.url(job["image_url"])).status_code == 401  # the open route stays shut
+
+
+def test_a_tampered_link_or_one_for_another_image_is_refused(app):
+    first, second = (
+        client(app)
+        .images.generate(prompt="sdk links", size="64x64", response_format="url", n=2)
+        .data
+    )
+    path, signature = first.url.split("?signature=")
+    tampered = signature[:-1] + ("A" if signature[-1] != "A" else "B")
+    for url in (f"{path}?signature={tampered}", f"{path}?signature=", path,
+                second.url.split("?")[0] + "?signature=" + signature):  # fmt: skip
+        refused = requests.get(url)
+        assert refused.status_code in (400, 403), url
+        assert set(refused.json()["error"]) >= {"message", "type", "param", "code"}
+    assert requests.get(first.url).status_code == 200
+
+
+def test_an_expired_link_is_refused(app):
+    (image,) = (
+        client(app).images.generate(prompt="sdk expiry", size="64x64", response_format="url").data
+    )
+    assert requests.get(image.url).status_code == 200
+    time.sleep(LINK_TTL + 1.5)
+    expired = requests.get(image.url)
+    assert expired.status_code == 403
+    assert "expired" in expired.json()["error"]["message"]
+
+
+def test_a_link_behind_the_trusted_proxy_uses_its_scheme_and_host(app):
+    response = requests.post(
+        app.url("/v1/images/generations"),
+        json={"prompt": "sdk azure", "size": "64x64", "response_format": "url"},
+        headers={
+            **BEARER,
+            "X-Forwarded-Proto": "https",
+            "X-Forwarded-Host": "localhost:8443",
+            "X-Forwarded-For": "198.51.100.4",
+        },
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["data"][0]["url"].startswith("https://localhost:8443/v1/images/")
+
+
+def test_n_images_are_n_jobs_with_consecutive_seeds(app):
+    result = client(app).images.generate(
+        prompt="sdk two", size="64x64", n=2, extra_body={"seed": 4294967295}
+    )
+    seeds = [png_parameters(base64.b64decode(d.b64_json))["seed"] for d in result.data]
+    assert seeds == [4294967295, 0]  # seed, seed + 1 (wrapping)
+    found = jobs(app, "sdk two")
+    assert sorted(j["parameters"]["seed"] for j in found) == [0, 4294967295]
+    assert all(j["state"] == "succeeded" for j in found)
+
+
+def test_size_auto_is_the_native_size_and_unknown_keys_are_ignored(app):
+    result = client(app).images.generate(
+        prompt="sdk auto", size="auto", model="gpt-image-1", quality="high", style="vivid",
+        user="someone", output_format="png", moderation="low", background="auto",
+        extra_body={"unknown": {"nested": [1, 2]}, "steps": 1},
+    )  # fmt: skip
+    png = base64.b64decode(result.data[0].b64_json)
+    assert Image.open(io.BytesIO(png)).size == (64, 64)  # the tiny model's native size
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"size": "65x64"}, "size"),
+        ({"size": "4096x4096"}, "size"),
+        ({"n": 0}, "n"),
+        ({"output_format": "webp"}, "output_format"),
+        ({"response_format": "jpeg"}, "response_format"),
+        ({"prompt": " \u200b "}, "prompt"),
+    ],
+)
+def test_a_bad_field_is_a_bad_request_naming_it(app, fields, param):
+    request = {"prompt": "sdk refused", **fields}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client(app).images.generate(**request)
+    assert refused.value.status_code == 400
+    assert refused.value.param == param
+    assert refused.value.type == "invalid_request_error"
+    assert jobs(app, "sdk refused") == []
+
+
+def test_a_wrong_token_is_an_authentication_error(app):
+    for api_key in ("wrong", TOKEN + "x"):
+        with pytest.raises(openai.AuthenticationError) as refused:
+            client(app, api_key).images.generate(prompt="sdk no", size="64x64")
+        assert refused.value.status_code == 401
+        assert refused.value.code == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            client(app, api_key).models.list()
+    assert jobs(app, "sdk no") == []
+
+
+def test_models_lists_the_configured_model(app):
+    models = client(app).models.list()
+    assert [model.id for model in models.data] == ["testorg/tiny-sd"]
+
+
+def test_errors_under_v1_take_openais_shape(app):
+    missing = requests.get(app.url("/v1/nothing-here"), headers=BEARER)
+    assert missing.status_code == 404
+    assert missing.json() == {"error": {"message": "Not Found", "type": "invalid_request_error",
+                                        "param": None, "code": "not_found"}}  # fmt: skip
+    assert missing.headers["x-should-retry"] == "false"
+    with pytest.raises(openai.NotFoundError):
+        client(app).images.edit(image=b"x", prompt="no edits here")
