@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import parse_adapters
+from imagegen.model.decoder import parse_decoder
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -115,6 +116,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", ""))
+# The decoder of latents into pixels (imagegen/model/decoder.py): "full" (the pipeline's VAE)
+# or "tiny" (TAESD; VAE_DECODER_REPO, default by pipeline type: taesdxl for SDXL, else taesd).
+VAE_DECODER = parse_decoder(env_str("VAE_DECODER", "full"), env_str("VAE_DECODER_REPO", ""))
 
 DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
