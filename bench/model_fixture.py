@@ -402,6 +402,39 @@ def scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=TMP))
 
 
+# --- a warm share without a pull --------------------------------------------------------------
+
+SHARE_COMMIT = "0" * 40  # the cached repo has no git history; the manifest needs a commit
+
+
+def place_on_share(name: str, model_dir: Path) -> Path:
+    """The cached repo laid out as a complete download in `model_dir` (MODEL_DIR), as a pull
+    leaves it: every file under `<org>--<name>/` and the manifest written last, so the service
+    loads it warm and asks no hub. Files are hard links into the cache (copies across file
+    systems): a bench that times generations should not spend minutes and 7 GB of disk on a
+    pull first (pull_bench times that)."""
+    from imagegen.model.share import ModelFile, model_path, write_manifest
+
+    spec = spec_for(name)
+    ensure_model(name)
+    dest = model_path(model_dir, spec.repo_id)
+    files = []
+    for source in sorted(p for p in spec.path.rglob("*") if p.is_file()):
+        relative = source.relative_to(spec.path).as_posix()
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+        files.append(ModelFile(path=relative, size=source.stat().st_size))
+    write_manifest(
+        dest, model_id=spec.repo_id, requested_revision="main", commit=SHARE_COMMIT,
+        variant=VARIANT, files=files,
+    )  # fmt: skip
+    return dest
+
+
 # --- serving the cache as a hub ---------------------------------------------------------------
 
 

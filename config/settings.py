@@ -8,7 +8,9 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import parse_adapters
+from imagegen.model.decoder import parse_decoder
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -114,6 +116,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", ""))
+# The decoder of latents into pixels (imagegen/model/decoder.py): "full" (the pipeline's VAE)
+# or "tiny" (TAESD; VAE_DECODER_REPO, default by pipeline type: taesdxl for SDXL, else taesd).
+VAE_DECODER = parse_decoder(env_str("VAE_DECODER", "full"), env_str("VAE_DECODER_REPO", ""))
 
 DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
@@ -142,10 +147,25 @@ TORCH_THREADS = env_str("TORCH_THREADS", "auto")
 if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREADS) >= 1):
     raise ImproperlyConfigured(f"TORCH_THREADS must be auto or at least 1, got {TORCH_THREADS!r}")
 
-GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", 20, minimum=1)
+# Defaults of omitted fields. Unset (None): the configured model's preset, else 20 steps,
+# guidance 7 and the model's own scheduler (imagegen/generation/presets.py).
+GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
-GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", 7.0)
+GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", None)
 GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0, minimum=0)
+GEN_DEFAULT_SCHEDULER = env_str("GEN_DEFAULT_SCHEDULER", "") or None
+if GEN_DEFAULT_SCHEDULER is not None and GEN_DEFAULT_SCHEDULER not in SCHEDULERS:
+    raise ImproperlyConfigured(
+        f"GEN_DEFAULT_SCHEDULER must be one of {', '.join(SCHEDULERS)}, "
+        f"got {GEN_DEFAULT_SCHEDULER!r}"
+    )
+# Sent steps and guidance above these are lowered to them (and reported), not refused.
+# Unset: the preset's maximum (none without a preset).
+GEN_STEPS_CAP = env_int("GEN_STEPS_CAP", None, minimum=1)
+GEN_GUIDANCE_CAP = env_float("GEN_GUIDANCE_CAP", None, minimum=0)
+# Take the defaults, caps and schedulers of the model MODEL_ID and MODEL_ADAPTERS name
+# (SDXL-Turbo, LCM, Hyper-SD, Lightning, TCD); off: no preset.
+GEN_FOLLOW_MODEL = env_bool("GEN_FOLLOW_MODEL", True)
 GEN_MIN_SIDE = env_int("GEN_MIN_SIDE", 64, minimum=8)
 GEN_MAX_SIDE = env_int("GEN_MAX_SIDE", 2048, minimum=8)
 # Generations run one at a time; this many more may wait, the rest get 503 + Retry-After.
@@ -172,10 +192,14 @@ if GEN_MAX_STEPS > 500:
     # Schedulers step through 1,000 training timesteps, and some add warm-up steps (PNDM):
     # 1,000 asked-for steps ran off the end of the schedule and failed every such job.
     raise ImproperlyConfigured(f"GEN_MAX_STEPS must be at most 500, got {GEN_MAX_STEPS}")
-if not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
+if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")
-if not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:
+if GEN_DEFAULT_GUIDANCE is not None and not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:
     raise ImproperlyConfigured("GEN_DEFAULT_GUIDANCE must be between 0 and GEN_MAX_GUIDANCE")
+if None not in (GEN_DEFAULT_STEPS, GEN_STEPS_CAP) and GEN_DEFAULT_STEPS > GEN_STEPS_CAP:
+    raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be at most GEN_STEPS_CAP")
+if None not in (GEN_DEFAULT_GUIDANCE, GEN_GUIDANCE_CAP) and GEN_DEFAULT_GUIDANCE > GEN_GUIDANCE_CAP:
+    raise ImproperlyConfigured("GEN_DEFAULT_GUIDANCE must be at most GEN_GUIDANCE_CAP")
 if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
     raise ImproperlyConfigured("GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8, min <= max")
 

@@ -3,8 +3,9 @@ protocol call these; they raise imagegen.errors for what does not exist."""
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core import signing
@@ -27,6 +28,14 @@ class ImagePage:
 
 def model_status() -> ModelStatus:
     return get_loader().status()
+
+
+def generation_rules() -> dict[str, Any]:
+    """The defaults and caps a generation request meets here (GET /api shows them, so a
+    client can see which model preset applies without sending a request)."""
+    rules = asdict(get_jobs().rules)
+    rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
+    return rules
 
 
 def job_get(*, job_id: str) -> JobView:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from config.urls import api
+from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
 
 SCHEMA = json.loads(json.dumps(api.get_openapi_schema()))  # as served: string keys
 
@@ -76,5 +77,7 @@ def test_the_generate_form_is_documented_as_sent():
             "maximum": 100, "minimum": 1, "title": "Steps", "type": "integer"
         }  # fmt: skip
         assert "anyOf" not in str(form)  # a form has no null
+        scheduler = form["properties"]["scheduler"]
+        assert (scheduler["type"], scheduler["enum"]) == ("string", list(SCHEDULER_NAMES))
         size = form["properties"]["size"]["pattern"]
         assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")

@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
+from ninja.errors import ValidationError
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from config.auth import client_identity, token_or_basic_required
@@ -26,6 +27,12 @@ from imagegen.api.schemas import PROMPT_MAX
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.jobs import JobState
 from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.schedulers import (
+    A1111_SAMPLERS,
+    A1111_SCHEDULES,
+    UnknownScheduler,
+    a1111_scheduler,
+)
 
 router = Router(tags=["automatic1111"])
 auth = token_or_basic_required()
@@ -36,12 +43,14 @@ def batch_limit(limit: int) -> str:
 
 
 def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[str, Any]:
-    """INTEGRATION POINT (schedulers): the GenerationRequest fields for an A1111 sampler and
-    schedule type. Until imagegen/generation/schedulers.py is on main they are accepted and
-    ignored (webuiapi sends "Euler a" and "automatic" unasked), and the model's own
-    scheduler runs; then this returns {"scheduler": a1111_scheduler(sampler_name,
-    scheduler)} and /samplers and /schedulers list its names."""
-    return {}
+    """The GenerationRequest fields for an A1111 sampler and schedule type, mapped onto the
+    service's schedulers (imagegen/generation/schedulers.py): webuiapi sends "Euler a" and
+    "automatic" unasked, and those run as Euler a. No sampler: the service's default. An
+    unknown pair is a 400 naming `sampler_name` and listing what is accepted."""
+    try:
+        return {"scheduler": a1111_scheduler(sampler_name, scheduler)}
+    except UnknownScheduler as error:
+        raise ValidationError([{"loc": ("body", "sampler_name"), "msg": str(error)}]) from None
 
 
 def model_titles() -> list[str]:
@@ -298,8 +307,8 @@ def sd_models(request: HttpRequest):
     ]
 
 
-# What A1111 lists and this service does not have (samplers and schedulers: see
-# scheduler_fields); clients ask for these lists unasked, so they answer empty.
+# What A1111 lists and this service does not have; clients ask for these lists unasked, so
+# they answer empty.
 def _empty(path: str, what: str) -> None:
     @router.get(
         path,
@@ -312,9 +321,23 @@ def _empty(path: str, what: str) -> None:
         return []
 
 
+@router.get("/samplers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+def samplers(request: HttpRequest):
+    """The A1111 sampler names txt2img maps onto this service's schedulers."""
+    return [{"name": name, "aliases": [], "options": {}} for name in A1111_SAMPLERS]
+
+
+@router.get("/schedulers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+def schedulers(request: HttpRequest):
+    """A1111's schedule types (Karras and SGM Uniform not with every sampler)."""
+    return [
+        {"name": label.lower().replace(" ", "_"), "label": label, "aliases": None,
+         "default_rho": -1, "need_inner_model": False}
+        for label in A1111_SCHEDULES
+    ]  # fmt: skip
+
+
 for _path, _what in [
-    ("/samplers", "none listed until the sampler mapping lands; any name is accepted"),
-    ("/schedulers", "none listed until the sampler mapping lands; any name is accepted"),
     ("/upscalers", "none: no upscalers here"),
     ("/sd-vae", "none: the model's own VAE"),
     ("/latent-upscale-modes", "none: no hires fix here"),

@@ -12,6 +12,7 @@ from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
 from imagegen.generation.images import ImageRecord
+from imagegen.generation.jobs import Job
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelStatus
 
@@ -53,6 +54,7 @@ def index(request: HttpRequest):
         "docs": "/api/docs",
         "openapi": "/api/openapi.json",
         "routes": [{"method": m, "path": p, "description": d} for m, p, d in ROUTES],
+        "generation": selectors.generation_rules(),
     }
 
 
@@ -78,9 +80,11 @@ def wants_async(request: HttpRequest) -> bool:
     return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
 
 
-def png_answer(record: ImageRecord, job_id: str) -> HttpResponse:
+def png_answer(record: ImageRecord, job: Job) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
-    no second request to learn the seed it got."""
+    no second request to learn the seed it got, nor what the service applied: X-Steps,
+    X-Guidance and X-Scheduler are what ran, X-Adjusted names what was changed from what
+    the client sent (`steps 20->4, guidance 7->1`)."""
     png = HttpResponse(
         selectors.image_png(image_id=record.id).read_bytes(), content_type="image/png"
     )
@@ -88,11 +92,14 @@ def png_answer(record: ImageRecord, job_id: str) -> HttpResponse:
     png["X-Seed"] = str(parameters.seed)
     png["X-Steps"] = str(parameters.steps)
     png["X-Guidance"] = f"{parameters.guidance:g}"
+    png["X-Scheduler"] = parameters.scheduler
+    if job.request.adjusted:
+        png["X-Adjusted"] = ", ".join(change.header() for change in job.request.adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"
     png["X-Image-Id"] = record.id
-    png["X-Job-Id"] = job_id
+    png["X-Job-Id"] = job.id
     return png
 
 
@@ -120,7 +127,7 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     job, record = services.generation_run(
         request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT
     )
-    return png_answer(record, job.id)
+    return png_answer(record, job)
 
 
 @router.get("/jobs", auth=token_required(), response={200: list[JobOut], **errors(400)})

@@ -19,6 +19,8 @@ from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.jobs import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
+from imagegen.generation.schedulers import scheduler_named
 
 PROMPT_MAX = 1000
 _SIZE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$", re.ASCII | re.IGNORECASE)
@@ -56,6 +58,11 @@ def check_size(value: str) -> str:
 def _size_schema(schema: dict[str, Any]) -> None:
     plain_optional(schema)
     schema["pattern"] = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)
+
+
+def _scheduler_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["enum"] = list(SCHEDULER_NAMES)
 
 
 def _blank_is_absent(value: Any) -> Any:
@@ -102,6 +109,14 @@ class GenerateForm(Schema):
         | None,
         *Optional,
     ] = None
+    scheduler: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
+        default=None,
+        json_schema_extra=_scheduler_schema,
+        description=(
+            "default: the model's (its preset's, GEN_DEFAULT_SCHEDULER, or its own); "
+            "*_trailing: the timestep spacing few-step models need"
+        ),
+    )
     size: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
         default=None,
         json_schema_extra=_size_schema,
@@ -119,6 +134,11 @@ class GenerateForm(Schema):
         if is_blank(value):
             raise ValueError(NOT_BLANK)
         return value
+
+    @field_validator("scheduler")
+    @classmethod
+    def _scheduler(cls, value: str | None) -> str | None:
+        return None if value is None else scheduler_named(value.strip()).name
 
     @field_validator("size")
     @classmethod
@@ -146,6 +166,7 @@ class GenerateForm(Schema):
             negative_prompt=self.negative_prompt,
             steps=self.steps,
             guidance=self.guidance,
+            scheduler=self.scheduler,
             size=size,
             seed=self.seed,
             force_cpu=self.force_cpu,

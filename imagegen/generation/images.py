@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
+from imagegen.generation.schedulers import SCHEDULERS
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
@@ -39,7 +40,7 @@ class GenerationParameters(BaseModel):
     width: int
     height: int
     seed: int
-    scheduler: str
+    scheduler: str  # a name of imagegen.generation.schedulers, or the model's own class name
     model_id: str
     revision: str | None
 
@@ -47,8 +48,12 @@ class GenerationParameters(BaseModel):
         lines = [self.prompt]
         if self.negative_prompt:
             lines.append(f"Negative prompt: {self.negative_prompt}")
+        # A1111's own words for a named scheduler, so its "PNG Info" restores the sampler.
+        sampler = (
+            SCHEDULERS[self.scheduler].label if self.scheduler in SCHEDULERS else self.scheduler
+        )
         lines.append(
-            f"Steps: {self.steps}, Sampler: {self.scheduler}, CFG scale: {self.guidance:g}, "
+            f"Steps: {self.steps}, Sampler: {sampler}, CFG scale: {self.guidance:g}, "
             f"Seed: {self.seed}, Size: {self.width}x{self.height}, Model: {self.model_id}"
             + (f", Model hash: {self.revision[:10]}" if self.revision else "")
         )

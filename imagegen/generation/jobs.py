@@ -28,6 +28,7 @@ from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
 from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve, with_defaults
 from imagegen.model.loader import ModelLoader, describe
 
@@ -128,12 +129,10 @@ class JobQueue:
         queue_max: int,
         load_timeout: float,
         keep: int,
-        default_steps: int,
-        default_guidance: float,
+        rules: GenerationRules,
     ) -> None:
         self.loader = loader
-        self.default_steps = default_steps
-        self.default_guidance = default_guidance
+        self.rules = rules
         self.store = store
         self.queue_max = queue_max
         self.load_timeout = load_timeout
@@ -152,9 +151,7 @@ class JobQueue:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
-        request = with_defaults(
-            request, default_steps=self.default_steps, default_guidance=self.default_guidance
-        )
+        request = with_defaults(request, rules=self.rules)
         job = Job(request=request, owner=owner, batch=batch)
         with self._lock:
             if self._waiting() >= self.queue_max:
@@ -262,20 +259,22 @@ class JobQueue:
                     raise Cancelled()
 
             device = "cpu" if job.request.force_cpu else self.loader.device
-            image = render(
+            rendered = render(
                 pipe, parameters, device=device, home=self.loader.device, on_step=on_step
             )
             generation = time.monotonic() - job.denoise_started
             with self._lock:
                 job.phase = "saving"
+            encoding = time.monotonic()
+            png = png_bytes(rendered.image, parameters)
             timings = {
                 "queued_seconds": (job.started_at - job.created_at).total_seconds(),
                 "model_wait_seconds": model_wait,
                 "generation_seconds": generation,
+                **rendered.stages,
+                "png_seconds": time.monotonic() - encoding,
             }
-            job.image = self.store.save(
-                png_bytes(image, parameters), parameters, device=device, timings=timings
-            )
+            job.image = self.store.save(png, parameters, device=device, timings=timings)
             self._finish(job, JobState.SUCCEEDED, phase="done")
         except Cancelled:
             self._finish(job, JobState.CANCELLED, phase="cancelled while running")
@@ -312,6 +311,25 @@ def get_jobs() -> JobQueue:
         queue_max=settings.GEN_QUEUE_MAX,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         keep=settings.JOBS_KEEP,
+        rules=rules_from_settings(),
+    )
+
+
+def rules_from_settings() -> GenerationRules:
+    """The generation rules of this process's settings: the configured model's preset
+    (MODEL_ID, MODEL_ADAPTERS; none with GEN_FOLLOW_MODEL off) under the GEN_* settings."""
+    from django.conf import settings
+
+    preset = None
+    if settings.GEN_FOLLOW_MODEL:
+        preset = preset_for(model_id=settings.MODEL_ID, adapters=settings.MODEL_ADAPTERS)
+    return generation_rules(
+        preset=preset,
         default_steps=settings.GEN_DEFAULT_STEPS,
         default_guidance=settings.GEN_DEFAULT_GUIDANCE,
+        default_scheduler=settings.GEN_DEFAULT_SCHEDULER,
+        steps_cap=settings.GEN_STEPS_CAP,
+        guidance_cap=settings.GEN_GUIDANCE_CAP,
+        max_steps=settings.GEN_MAX_STEPS,
+        max_guidance=settings.GEN_MAX_GUIDANCE,
     )

@@ -1,21 +1,31 @@
 """One image generation: the request's defaults resolved, then the pipeline run with a
-step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these)."""
+step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these).
+
+The run is timed by stage (text encoders, denoising steps, decode) from two hooks that cost
+nothing per step: a forward pre-hook on the UNet marks the end of the prompt encoding (its
+first call), the step-end callback marks the end of the last step.
+"""
 
 import secrets
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from imagegen.generation.images import GenerationParameters
+from imagegen.generation.presets import Adjustment, GenerationRules
+from imagegen.generation.schedulers import is_scheduler_name, scheduler_applied
 from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
 
 
 class GenerationRequest(BaseModel):
-    """What a client asked for, in any protocol; a job reports it with the model-independent
-    defaults filled in (steps, guidance, seed), so a job shows its seed from the start."""
+    """What a client asked for, in any protocol; a job reports it as it will run: defaults
+    filled in and caps applied (steps, guidance, scheduler, seed; `adjusted` says what was
+    changed from what the client sent), so a job shows its seed from the start."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -23,24 +33,35 @@ class GenerationRequest(BaseModel):
     negative_prompt: str | None = None
     steps: int | None = None
     guidance: float | None = None
+    scheduler: str | None = Field(default=None, description="null: the model's own scheduler")
     size: tuple[int, int] | None = Field(default=None, description="null: the model's native size")
     seed: int | None = None
     force_cpu: bool = False
+    adjusted: list[Adjustment] = Field(
+        default_factory=list,
+        description="values changed from what the client sent (a cap, a scheduler the model "
+        "cannot use), each with the value asked",
+    )
 
 
 class Cancelled(Exception):
     """Raised from the step-end callback to stop a generation between two steps."""
 
 
-def with_defaults(
-    request: GenerationRequest, *, default_steps: int, default_guidance: float
-) -> GenerationRequest:
-    """Fills what does not depend on the model, so a job reports its seed from the start."""
+def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
+    """The request as it will run: the rules' defaults and caps (which follow the configured
+    model, not the loaded pipeline, so they are known at submission) and a seed, so a job
+    reports all of them from the start."""
+    steps, guidance, scheduler, adjusted = rules.settle(
+        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
+    )
     return request.model_copy(
         update={
-            "steps": request.steps or default_steps,
-            "guidance": default_guidance if request.guidance is None else request.guidance,
+            "steps": steps,
+            "guidance": guidance,
+            "scheduler": scheduler,
             "seed": secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
+            "adjusted": [*request.adjusted, *adjusted],
         }
     )
 
@@ -57,10 +78,18 @@ def resolve(
         width=width,
         height=height,
         seed=request.seed,
-        scheduler=type(pipe.scheduler).__name__,
+        # The chosen name, or the model's own scheduler's class name when none was chosen
+        # (as every record before names were offered).
+        scheduler=request.scheduler or type(pipe.scheduler).__name__,
         model_id=model_id,
         revision=revision,
     )
+
+
+@dataclass(frozen=True)
+class Rendered:
+    image: Any  # a PIL image
+    stages: dict[str, float]  # encode_seconds, denoise_seconds, decode_seconds
 
 
 def render(
@@ -70,21 +99,31 @@ def render(
     device: str,
     home: str,
     on_step: Callable[[int, int], None],
-):
+) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
-    `home` afterwards). `on_step(done, total)` runs after each denoising step and may raise
-    Cancelled; `total` is the scheduler's real count (PNDM, for one, adds warm-up steps)."""
+    `home` afterwards) with the parameters' scheduler (the model's own one is put back after).
+    `on_step(done, total)` runs after each denoising step and may raise Cancelled; `total` is
+    the scheduler's real count (PNDM, for one, adds warm-up steps)."""
     import torch
 
+    marks: dict[str, float] = {}
+
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
+        marks["steps_done"] = time.monotonic()
         on_step(index + 1, getattr(pipe_, "num_timesteps", parameters.steps))
         return tensors
 
+    def unet_called(*_: Any) -> None:
+        marks.setdefault("encoded", time.monotonic())
+
+    hook = pipe.unet.register_forward_pre_hook(unet_called)
+    chosen = parameters.scheduler if is_scheduler_name(parameters.scheduler) else None
     try:
         if device != home:
             pipe.to(device)
-        with torch.inference_mode():
-            return pipe(
+        with torch.inference_mode(), scheduler_applied(pipe, chosen):
+            started = time.monotonic()
+            image = pipe(
                 prompt=parameters.prompt,
                 negative_prompt=parameters.negative_prompt,
                 num_inference_steps=parameters.steps,
@@ -95,6 +134,18 @@ def render(
                 generator=torch.Generator("cpu").manual_seed(parameters.seed),
                 callback_on_step_end=step_end,
             ).images[0]
+            finished = time.monotonic()
     finally:
+        hook.remove()
         if device != home:
             pipe.to(home)
+    encoded = marks.get("encoded", started)
+    steps_done = marks.get("steps_done", encoded)
+    return Rendered(
+        image=image,
+        stages={
+            "encode_seconds": encoded - started,
+            "denoise_seconds": steps_done - encoded,
+            "decode_seconds": finished - steps_done,
+        },
+    )

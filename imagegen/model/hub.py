@@ -14,6 +14,11 @@ beside its files, which SMB cannot do), copied onto the share under a temporary 
 checked for the size the hub lists and renamed into place (imagegen.model.share), then its
 local copy is removed, so the local disk holds only the files in flight. The manifest is
 written last. Progress comes from huggingface_hub's progress-bar hook, per chunk written.
+
+The LoRA adapters (MODEL_ADAPTERS) and the tiny decoder (VAE_DECODER=tiny) come from their
+own repos (imagegen.model.extras) the same way, into the model's directory, and the same
+manifest lists them. A file the last complete manifest lists with the hub's same hash is
+kept where it is, so changing the adapters fetches only the adapters.
 """
 
 import json
@@ -32,8 +37,10 @@ from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import filter_repo_objects
 from huggingface_hub.utils import tqdm as hf_tqdm
 
-from imagegen.model import share
+from imagegen.model import extras, share
+from imagegen.model.adapters import Adapter
 from imagegen.model.components import pipeline_components
+from imagegen.model.decoder import FULL_DECODER, DecoderChoice
 from imagegen.model.share import Manifest, ModelFile
 
 log = logging.getLogger(__name__)
@@ -59,15 +66,31 @@ class ModelSource:
     endpoint: str | None = None
     token: str | None = None
     workers: int = 8
+    adapters: tuple[Adapter, ...] = ()  # MODEL_ADAPTERS
+    decoder: DecoderChoice = FULL_DECODER  # VAE_DECODER, VAE_DECODER_REPO
 
     @property
     def path(self) -> Path:
         return share.model_path(self.model_dir, self.model_id)
 
     def complete_manifest(self) -> Manifest | None:
-        return share.complete_manifest(
+        """The manifest, when the share holds a complete copy of the model and exactly the
+        configured adapters and decoder."""
+        manifest = share.complete_manifest(
             self.path, model_id=self.model_id, revision=self.revision, variant=self.variant
         )
+        if manifest is None:
+            return None
+        if not extras.matches(manifest, self.adapters, self.decoder, self.model_index):
+            return None
+        return manifest
+
+    def model_index(self) -> dict | None:
+        """model_index.json on the share, if readable."""
+        try:
+            return json.loads((self.path / MODEL_INDEX).read_text())
+        except (OSError, ValueError):
+            return None
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -280,38 +303,62 @@ def fetch_and_place(
             remove_local_copy(local, cache_dir)
 
 
-def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manifest:
+def download_to_share(
+    source: ModelSource, progress: DownloadProgress, *, reuse: bool = True
+) -> Manifest:
+    """Fetches the model, its adapters and its decoder onto the share and writes the manifest.
+    With `reuse`, a file the last complete manifest lists with the hub's same hash and that
+    still has its size is kept, not fetched again (share.already_placed): after a change of
+    MODEL_ADAPTERS or VAE_DECODER only the new files travel. `pull_model --force` passes
+    reuse=False."""
     api = HfApi(endpoint=source.endpoint, token=source.token)
     commit = api.model_info(source.model_id, revision=source.revision).sha
     entries = api.list_repo_tree(source.model_id, revision=commit, recursive=True)
     repo_files = [_model_file(e) for e in entries if isinstance(e, RepoFile)]
+    path = source.path
+    previous = share.read_manifest(path) if reuse else None
+    origins = {f.path: extras.Origin(source.model_id, commit, f.path) for f in repo_files}
 
-    def fetch(filename: str) -> Path:
+    def fetch(share_path: str) -> Path:
+        origin = origins.get(share_path) or extras.Origin(source.model_id, commit, share_path)
         return Path(
             hf_hub_download(
-                source.model_id,
-                filename,
-                revision=commit,
+                origin.repo,
+                origin.file,
+                revision=origin.commit,
                 cache_dir=source.cache_dir,
                 endpoint=source.endpoint,
                 token=source.token,
-                tqdm_class=progress.hook(filename),
+                tqdm_class=progress.hook(share_path),
             )
         )
 
-    path = source.path
-    index_copy = fetch(MODEL_INDEX)
+    index_entry = next((f for f in repo_files if f.path == MODEL_INDEX), None)
+    index_copy = None
+    if index_entry is not None and share.already_placed(path, previous, index_entry):
+        model_index = json.loads((path / MODEL_INDEX).read_text())
+    else:
+        index_copy = fetch(MODEL_INDEX)
+        model_index = json.loads(index_copy.read_text())
     try:
-        files = wanted_files(repo_files, json.loads(index_copy.read_text()), source.variant)
-        progress.start(sum(f.size for f in files))
-        log.info("downloading %s@%s: %d files", source.model_id, commit[:12], len(files))
+        files = wanted_files(repo_files, model_index, source.variant)
+        needed = extras.resolve(api, source.adapters, source.decoder, model_index)
+        origins |= needed.origins
+        files += needed.files
+        missing = [f for f in files if not share.already_placed(path, previous, f)]
+        progress.start(sum(f.size for f in missing))
+        log.info(
+            "downloading %s@%s: %d of %d files (%d adapters%s)",
+            source.model_id, commit[:12], len(missing), len(files), len(needed.adapters),
+            ", the tiny decoder" if needed.decoder else "",
+        )  # fmt: skip
         path.mkdir(parents=True, exist_ok=True)
         share.forget_manifest(path)
         pool = ThreadPoolExecutor(max_workers=source.workers, thread_name_prefix="download")
         try:
             futures = [
                 pool.submit(fetch_and_place, group, fetch, path, source.cache_dir, progress)
-                for group in same_blob_groups(files)
+                for group in same_blob_groups(missing)
             ]
             for future in futures:
                 future.result()
@@ -320,7 +367,8 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
             pool.shutdown(wait=True, cancel_futures=True)
     finally:
         # Placed and removed with the others, unless the pull failed before.
-        remove_local_copy(index_copy, source.cache_dir)
+        if index_copy is not None:
+            remove_local_copy(index_copy, source.cache_dir)
 
     manifest = share.write_manifest(
         path,
@@ -329,6 +377,8 @@ def download_to_share(source: ModelSource, progress: DownloadProgress) -> Manife
         commit=commit,
         variant=source.variant,
         files=files,
+        adapters=needed.adapters,
+        decoder=needed.decoder,
     )
     share.remove_leftovers(path, keep={f.path for f in files})
     return manifest

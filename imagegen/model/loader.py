@@ -13,6 +13,7 @@ import logging
 import threading
 from enum import StrEnum
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, share
+from imagegen.model.adapters import Adapter
 from imagegen.model.cpu import torch_threads
 from imagegen.model.device import compute_device
 from imagegen.model.pipeline import LoadOptions, load_pipeline
@@ -45,6 +47,20 @@ class DownloadBytes(BaseModel):
     bytes_total: int
 
 
+class AdapterView(BaseModel):
+    repo: str
+    file: str
+    scale: float
+
+
+class DecoderView(BaseModel):
+    kind: str = Field(description="full: the pipeline's own VAE; tiny: a tiny autoencoder")
+    repo: str | None = Field(
+        description="the tiny decoder's hub repo; null for full, or while the default "
+        "(chosen from the pipeline's type at the pull) is not known yet"
+    )
+
+
 class ModelStatus(BaseModel):
     """The seed's model status object (state, device, model_path) and what an operator
     needs beside it; answered by GET /model/status as it is."""
@@ -59,6 +75,10 @@ class ModelStatus(BaseModel):
     weights_on_share: bool
     error: str | None
     download: DownloadBytes
+    adapters: list[AdapterView] = Field(
+        description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
+    )
+    decoder: DecoderView = Field(description="the decoder this process loads (VAE_DECODER)")
 
 
 class ModelLoader:
@@ -93,7 +113,19 @@ class ModelLoader:
             download=DownloadBytes(
                 bytes_done=progress.bytes_done, bytes_total=progress.bytes_total
             ),
+            adapters=[
+                AdapterView(repo=a.repo, file=a.file, scale=a.scale) for a in self.source.adapters
+            ],
+            decoder=self._decoder_view(manifest),
         )
+
+    def _decoder_view(self, manifest: share.Manifest | None) -> DecoderView:
+        choice = self.source.decoder
+        repo = choice.repo
+        if choice.tiny and repo is None:
+            on_share = manifest.decoder if manifest else None
+            repo = on_share.repo if on_share else choice.tiny_repo(self.source.model_index())
+        return DecoderView(kind=choice.kind, repo=repo)
 
     def pull(self) -> bool:
         """Starts the pull job unless one runs; False when the model is already ready."""
@@ -191,11 +223,14 @@ class ModelLoader:
             else:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)
+            decoder = manifest.decoder
             pipe = load_pipeline(
                 self.source.path,
                 variant=manifest.load_variant,
                 device=self.device,
                 options=self.options,
+                adapters=self._adapter_files(manifest),
+                tiny_decoder=self.source.path / decoder.folder if decoder else None,
             )
             with self._lock:
                 self._pipeline = pipe
@@ -210,6 +245,12 @@ class ModelLoader:
         finally:
             done.set()
 
+    def _adapter_files(self, manifest: share.Manifest) -> list[tuple[Adapter, Path]]:
+        """The configured adapters (their scales) with their files on the share, in the
+        order MODEL_ADAPTERS names them."""
+        placed = {(a.repo, a.file): a.path for a in manifest.adapters}
+        return [(a, self.source.path / placed[(a.repo, a.file)]) for a in self.source.adapters]
+
 
 def source_from_settings() -> hub.ModelSource:
     return hub.ModelSource(
@@ -221,6 +262,8 @@ def source_from_settings() -> hub.ModelSource:
         endpoint=settings.HF_ENDPOINT,
         token=settings.HF_TOKEN,
         workers=settings.DOWNLOAD_WORKERS,
+        adapters=settings.MODEL_ADAPTERS,
+        decoder=settings.VAE_DECODER,
     )
 
 

@@ -3,11 +3,18 @@
 The seed's rules: fp32 weights from safetensors, on the device, with attention slicing and
 VAE slicing and tiling to fit memory. No accelerate offload helper: on a CPU-only host
 `enable_model_cpu_offload` fails ("requires accelerator, but not found").
+
+What is loaded beside the repo's own components: LoRA adapters, fused into the fp32 weights
+before anything else touches them (imagegen.model.adapters), and the tiny decoder in place
+of the pipeline's VAE (imagegen.model.decoder), whose own VAE is then never read.
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from imagegen.model.adapters import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +30,16 @@ class LoadOptions:
 
 
 def load_pipeline(
-    path: Path, *, variant: str | None, device: str, options: LoadOptions = LoadOptions()
+    path: Path,
+    *,
+    variant: str | None,
+    device: str,
+    options: LoadOptions = LoadOptions(),
+    adapters: Sequence[tuple[Adapter, Path]] = (),
+    tiny_decoder: Path | None = None,
 ):
+    """The pipeline in `path`, with `adapters` (each with its file) fused in, and the tiny
+    decoder from the folder `tiny_decoder` as its VAE when given."""
     import torch
     from diffusers import DiffusionPipeline
 
@@ -32,10 +47,16 @@ def load_pipeline(
         torch.set_num_threads(options.threads)
         log.info("torch uses %d CPU threads", options.threads)
     components = {}
+    if tiny_decoder is not None:
+        from imagegen.model.decoder import load_tiny_decoder
+
+        components["vae"] = load_tiny_decoder(tiny_decoder)
     if options.streaming:
         from imagegen.model.weights import streamed_components
 
-        components = streamed_components(path, variant=variant, dtype=torch.float32)
+        components |= streamed_components(
+            path, variant=variant, dtype=torch.float32, skip=frozenset(components)
+        )
     pipe = DiffusionPipeline.from_pretrained(
         path,
         **components,
@@ -44,6 +65,10 @@ def load_pipeline(
         local_files_only=True,
         variant=variant,
     )
+    if adapters:
+        from imagegen.model.adapters import fuse_adapters
+
+        fuse_adapters(pipe, adapters)
     pipe.to(device)
     if options.attention_slicing:
         pipe.enable_attention_slicing()

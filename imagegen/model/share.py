@@ -28,13 +28,36 @@ class ModelFile:
 
 
 @dataclass(frozen=True)
+class AdapterRecord:
+    """A LoRA adapter on the share: where it came from and where it lies (`path`, relative to
+    the model's directory, one of the manifest's files)."""
+
+    repo: str
+    file: str
+    commit: str
+    path: str
+
+
+@dataclass(frozen=True)
+class DecoderRecord:
+    """The tiny decoder on the share: its repo, commit, and folder (relative to the model's
+    directory) holding config.json and the weights, which the manifest's files list."""
+
+    repo: str
+    commit: str
+    folder: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     model_id: str
     requested_revision: str
     commit: str
     variant: str | None
-    files: tuple[ModelFile, ...]
+    files: tuple[ModelFile, ...]  # the model's, the adapters' and the decoder's
     completed_at: str
+    adapters: tuple[AdapterRecord, ...] = ()
+    decoder: DecoderRecord | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -56,8 +79,11 @@ def read_manifest(path: Path) -> Manifest | None:
     try:
         raw = json.loads((path / MANIFEST_NAME).read_text())
         files = tuple(ModelFile(**f) for f in raw.pop("files"))
-        return Manifest(files=files, **raw)
-    except (OSError, ValueError, TypeError, KeyError):
+        adapters = tuple(AdapterRecord(**a) for a in raw.pop("adapters", []))
+        decoder = raw.pop("decoder", None)
+        decoder = DecoderRecord(**decoder) if decoder is not None else None
+        return Manifest(files=files, adapters=adapters, decoder=decoder, **raw)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -111,6 +137,21 @@ def broken_files(path: Path, manifest: Manifest) -> list[str]:
     return broken
 
 
+def already_placed(path: Path, previous: Manifest | None, wanted: ModelFile) -> bool:
+    """Whether `wanted` is on the share already: the last complete manifest listed the same
+    path with the same size and the hub's same hash, and the file still has that size. A
+    new pull keeps such a file instead of fetching it again (the model, when only
+    MODEL_ADAPTERS or VAE_DECODER changed; the unchanged files of a new commit)."""
+    if previous is None or not (wanted.sha256 or wanted.blob_id):
+        return False
+    if wanted not in previous.files:  # path, size and both hashes equal
+        return False
+    try:
+        return (path / wanted.path).stat().st_size == wanted.size
+    except OSError:
+        return False
+
+
 def forget_manifest(path: Path) -> None:
     """Marks the directory incomplete before its files change."""
     (path / MANIFEST_NAME).unlink(missing_ok=True)
@@ -142,6 +183,8 @@ def write_manifest(
     commit: str,
     variant: str | None,
     files: list[ModelFile],
+    adapters: tuple[AdapterRecord, ...] = (),
+    decoder: DecoderRecord | None = None,
 ) -> Manifest:
     manifest = Manifest(
         model_id=model_id,
@@ -150,6 +193,8 @@ def write_manifest(
         variant=variant,
         files=tuple(sorted(files, key=lambda f: f.path)),
         completed_at=iso_ms(utc_now()),
+        adapters=adapters,
+        decoder=decoder,
     )
     write_atomically(path / MANIFEST_NAME, json.dumps(asdict(manifest), indent=2).encode())
     return manifest

@@ -229,12 +229,15 @@ def load_component(path: Path, name: str, library: str, class_name: str, *,
     return model.eval()
 
 
-def streamed_components(path: Path, *, variant: str | None, dtype: torch.dtype) -> dict[str, Any]:
-    """Every torch component named in model_index.json, loaded by load_component."""
+def streamed_components(
+    path: Path, *, variant: str | None, dtype: torch.dtype, skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Every torch component named in model_index.json, loaded by load_component, except
+    those in `skip` (a component the caller brings itself: the tiny decoder's `vae`)."""
     index = json.loads((path / "model_index.json").read_text())
     components = {}
     for name, (library, class_name) in pipeline_components(index).items():
-        if library not in ("diffusers", "transformers"):
+        if library not in ("diffusers", "transformers") or name in skip:
             continue
         cls = getattr(importlib.import_module(library), class_name)
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):

@@ -1,13 +1,20 @@
 """The image service's answers, byte for byte: the schemas shape the service's objects
 (JobView, ImageRecord) exactly as the hand-built dicts they replaced did. Each expected string
-was captured from the service before that change."""
+was captured from the service before that change.
 
+One deliberate change since: a job's `parameters` gained `scheduler` (null: the model's own)
+and `adjusted` (what the service changed from what the client sent), because a job reports
+what will run. Records are unchanged: a record made without a chosen scheduler still names
+the model's own scheduler's class, byte for byte."""
+
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from config.api import api
 from imagegen.api.schemas import ImagePage, JobOut
 from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.jobs import JobProgress, JobState, JobView
+from imagegen.generation.presets import Adjustment
 from imagegen.generation.render import GenerationRequest
 from imagegen.selectors import ImagePage as ImagePageView
 
@@ -57,16 +64,16 @@ def test_a_finished_job_answers_exactly_as_before():
         '{"id": "9f2c4e1ab07d3c55", "state": "succeeded", "position": null, "phase": "don'
         'e", "progress": {"step": 20, "steps": 20, "fraction": 1.0, "elapsed_seconds": 11'
         '0.718, "eta_seconds": null}, "parameters": {"prompt": "a lighthouse", "negative_'
-        'prompt": null, "steps": 20, "guidance": 7.0, "size": [1024, 1024], "seed": 42, "'
-        'force_cpu": false}, "created_at": "2026-11-22T09:31:12.004Z", "started_at": "202'
-        '6-11-22T09:31:12.010Z", "finished_at": "2026-11-22T09:33:02.728Z", "error": null'
-        ', "image": {"id": "20261122T093302728900Z-a1b2c3", "created_at": "2026-11-22T09:'
-        '33:02.728Z", "parameters": {"prompt": "a lighthouse", "negative_prompt": null, "'
-        'steps": 20, "guidance": 7.0, "width": 1024, "height": 1024, "seed": 42, "schedul'
-        'er": "EulerDiscreteScheduler", "model_id": "org/m", "revision": "abc123"}, "devi'
-        'ce": "cpu", "timings": {"queued_seconds": 0.006, "model_wait_seconds": 0.0, "gen'
-        'eration_seconds": 110.718}}, "image_url": "/images/20261122T093302728900Z-a1b2c3'
-        '.png"}'
+        'prompt": null, "steps": 20, "guidance": 7.0, "scheduler": null, "size": [1024, 1'
+        '024], "seed": 42, "force_cpu": false, "adjusted": []}, "created_at": "2026-11-22'
+        'T09:31:12.004Z", "started_at": "2026-11-22T09:31:12.010Z", "finished_at": "2026-'
+        '11-22T09:33:02.728Z", "error": null, "image": {"id": "20261122T093302728900Z-a1b'
+        '2c3", "created_at": "2026-11-22T09:33:02.728Z", "parameters": {"prompt": "a ligh'
+        'thouse", "negative_prompt": null, "steps": 20, "guidance": 7.0, "width": 1024, "'
+        'height": 1024, "seed": 42, "scheduler": "EulerDiscreteScheduler", "model_id": "o'
+        'rg/m", "revision": "abc123"}, "device": "cpu", "timings": {"queued_seconds": 0.0'
+        '06, "model_wait_seconds": 0.0, "generation_seconds": 110.718}}, "image_url": "/i'
+        'mages/20261122T093302728900Z-a1b2c3.png"}'
     )
 
 
@@ -75,9 +82,10 @@ def test_a_queued_job_answers_exactly_as_before():
         '{"id": "0000000000000001", "state": "queued", "position": 3, "phase": "waiting f'
         'or its turn", "progress": {"step": 0, "steps": 0, "fraction": 0.0, "elapsed_seco'
         'nds": null, "eta_seconds": null}, "parameters": {"prompt": "q", "negative_prompt'
-        '": "n", "steps": 4, "guidance": 0.0, "size": null, "seed": 7, "force_cpu": false'
-        '}, "created_at": "2026-11-22T09:31:12.004Z", "started_at": null, "finished_at": '
-        'null, "error": null, "image": null, "image_url": null}'
+        '": "n", "steps": 4, "guidance": 0.0, "scheduler": null, "size": null, "seed": 7,'
+        ' "force_cpu": false, "adjusted": []}, "created_at": "2026-11-22T09:31:12.004Z", '
+        '"started_at": null, "finished_at": null, "error": null, "image": null, "image_ur'
+        'l": null}'
     )
 
 
@@ -102,4 +110,21 @@ def test_an_image_page_answers_exactly_as_before():
         'ce": "cpu", "timings": {"queued_seconds": 0.006, "model_wait_seconds": 0.0, "gen'
         'eration_seconds": 110.718}}], "next": "/images?limit=1&before=20261122T093302728'
         '900Z-a1b2c3"}'
+    )
+
+
+def test_a_job_with_a_chosen_scheduler_and_a_clamped_value_answers_them():
+    adjusted = [
+        Adjustment(field="steps", asked=20, applied=8),
+        Adjustment(field="scheduler", asked="euler_a", applied="lcm"),
+    ]
+    parameters = GenerationRequest(
+        prompt="q", steps=8, guidance=1.0, scheduler="lcm", seed=7, adjusted=adjusted
+    )
+    job = replace(QUEUED, parameters=parameters)
+    assert (
+        '"parameters": {"prompt": "q", "negative_prompt": null, "steps": 8, "guidance": 1.0, '
+        '"scheduler": "lcm", "size": null, "seed": 7, "force_cpu": false, "adjusted": [{"field": '
+        '"steps", "asked": 20, "applied": 8}, {"field": "scheduler", "asked": "euler_a", '
+        '"applied": "lcm"}]}' in answer(JobOut, job)
     )

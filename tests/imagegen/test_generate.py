@@ -1,5 +1,6 @@
 """POST /generate on a ready tiny pipeline: bounds, reproducibility, headers, queueing, /health."""
 
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from PIL import Image
 
+from imagegen.generation.schedulers import NAMES
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
 
@@ -34,9 +37,44 @@ def test_png_and_its_parameters_in_headers(app):
     assert response.headers["X-Seed"] == "7"
     assert response.headers["X-Steps"] == "3"
     assert response.headers["X-Guidance"] == "5.5"
+    assert response.headers["X-Scheduler"] == "PNDMScheduler"  # none chosen: the model's own
+    assert "X-Adjusted" not in response.headers  # no preset, no cap: nothing changed
     assert response.headers["X-Size"] == "72x64"
     assert response.headers["X-Device"] == "cpu"
     assert float(response.headers["X-Generation-Seconds"]) > 0
+
+
+def test_a_chosen_scheduler_runs_and_is_reported_in_headers_record_and_png(app):
+    fields = {"prompt": "a lighthouse", "steps": "3", "seed": "7"}
+    own = generate(app, **fields)
+    response = generate(app, **fields, scheduler="euler_trailing")
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Scheduler"] == "euler_trailing"
+    assert response.headers["X-Steps"] == "3"
+    record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
+    assert record["parameters"]["scheduler"] == "euler_trailing"
+    job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}")).json()
+    assert (
+        job["parameters"]["scheduler"] == "euler_trailing" and job["parameters"]["adjusted"] == []
+    )
+    text = Image.open(io.BytesIO(response.content)).text["parameters"]
+    assert "Steps: 3, Sampler: Euler, Schedule type: SGM Uniform, CFG scale: 7," in text
+    other = generate(app, **fields, scheduler="dpmpp_2m_karras")
+    assert other.headers["X-Scheduler"] == "dpmpp_2m_karras"
+    assert len({own.content, response.content, other.content}) == 3  # each its own image
+    # Each job builds its scheduler afresh and the model's own one is put back after it.
+    assert generate(app, **fields, scheduler="euler_trailing").content == response.content
+    assert generate(app, **fields).content == own.content
+
+
+def test_an_unknown_scheduler_over_http_is_a_400_listing_the_valid_names(app):
+    response = generate(app, prompt="fine", scheduler="Euler a")
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert (
+        message
+        == f"Invalid request: scheduler: unknown scheduler 'Euler a'; valid: {', '.join(NAMES)}"
+    )
 
 
 def test_defaults_native_size_and_a_reported_random_seed(app):

@@ -8,6 +8,7 @@ from django.test import Client
 
 from imagegen.api.schemas import GenerateForm
 from imagegen.generation.jobs import get_jobs
+from imagegen.generation.schedulers import NAMES
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,8 @@ from imagegen.generation.jobs import get_jobs
         ({"seed": "-1"}, "seed", "greater than or equal to 0"),
         ({"seed": str(2**32)}, "seed", "less than or equal to 4294967295"),
         ({"force_cpu": "maybe"}, "force_cpu", "valid boolean"),
+        ({"scheduler": "Euler a"}, "scheduler", "unknown scheduler 'Euler a'; valid: euler, "),
+        ({"scheduler": "LCM"}, "scheduler", "unknown scheduler 'LCM'; valid: "),
         ({"stpes": "3"}, "stpes", "not a field"),
     ],
 )
@@ -74,3 +77,22 @@ def test_a_file_part_is_refused_naming_it():
 def test_a_prompt_with_a_visible_character_among_invisible_ones_is_fine():
     form = GenerateForm.model_validate({"prompt": "\u200ba\u0301", "steps": " 3 "})
     assert form.prompt == "\u200ba\u0301" and form.steps == 3
+
+
+def test_an_unknown_scheduler_is_a_400_listing_every_valid_name():
+    response = Client().post("/generate", {"prompt": "fine", "scheduler": "dpm++"})
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == [
+        {"field": "scheduler", "message": f"unknown scheduler 'dpm++'; valid: {', '.join(NAMES)}"}
+    ]
+
+
+def test_a_scheduler_name_reaches_the_request_and_blank_means_the_default():
+    assert (
+        GenerateForm.model_validate({"prompt": "a", "scheduler": " lcm "}).to_request().scheduler
+        == "lcm"
+    )
+    assert (
+        GenerateForm.model_validate({"prompt": "a", "scheduler": " "}).to_request().scheduler
+        is None
+    )

@@ -182,7 +182,13 @@ def test_records_match_their_request_and_pngs_carry_the_parameters(app):
         "revision": requests.get(app.url("/model/status")).json()["commit"],
     }
     assert record["parameters"]["scheduler"].endswith("Scheduler")
-    assert set(record["timings"]) == {"queued_seconds", "model_wait_seconds", "generation_seconds"}
+    timings = record["timings"]
+    stages = ("encode_seconds", "denoise_seconds", "decode_seconds")
+    assert set(timings) == {"queued_seconds", "model_wait_seconds", "generation_seconds",
+                            *stages, "png_seconds"}  # fmt: skip
+    assert all(timings[stage] > 0 for stage in stages)
+    # The stages are parts of the generation (rounding to ms on each side).
+    assert sum(timings[stage] for stage in stages) <= timings["generation_seconds"] + 0.003
     assert record["created_at"].endswith("Z")
 
     text = Image.open(io.BytesIO(sync.content)).text

@@ -1,6 +1,8 @@
 """The model's lifecycle through the real app: cold pull, warm restart, lazy load, failures;
 then the transfer itself, in this process."""
 
+import hashlib
+import io
 import json
 import logging
 import os
@@ -14,12 +16,23 @@ import pytest
 import requests
 from huggingface_hub import hf_hub_download
 from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
+from PIL import Image
 
 from imagegen.model import share
+from imagegen.model.decoder import DecoderChoice
 from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place
 from imagegen.model.share import ModelFile
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready, wait_for_state
+from tests.support.tiny_adapters import (
+    DECODER_FILES,
+    KOHYA_FILE,
+    LORA_REPO,
+    SDXL_FILE,
+    TAESD_REPO,
+    TAESDXL_REPO,
+    build_adapter_repos,
+)
 from tests.support.tiny_model import SD_FP16_FILES
 
 WANTED = set(SD_FP16_FILES)
@@ -211,6 +224,127 @@ def test_warm_start_on_an_empty_share_changes_nothing(start_app):
     assert status["state"] == "not_started" and status["weights_on_share"] is False
 
 
+# --- adapters (MODEL_ADAPTERS) and the tiny decoder (VAE_DECODER=tiny) ------------------------
+
+ADAPTER = f"{LORA_REPO}:{KOHYA_FILE}:0.5"
+ADAPTER_ON_SHARE = f"adapters/testorg--tiny-lora/{KOHYA_FILE}"
+DECODER_FOLDER = "decoders/madebyollin--taesd"
+DECODER_ON_SHARE = {f"{DECODER_FOLDER}/{name}" for name in DECODER_FILES}
+
+
+@pytest.fixture
+def extras_hub(hub, hub_root):
+    """The test hub, serving the tiny LoRAs and tiny decoders beside the tiny models."""
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    return hub
+
+
+def fetched_from(hub, repo: str) -> list[str]:
+    """Paths in `repo` whose bodies were fetched."""
+    prefix = f"/{repo}/resolve/"
+    return sorted(
+        p[len(prefix) :].split("/", 1)[1] for p in hub.file_gets() if p.startswith(prefix)
+    )
+
+
+def test_adapters_and_the_tiny_decoder_are_pulled_beside_the_model_listed_and_loaded(
+    start_app, extras_hub, share
+):
+    hub = extras_hub
+    app = start_app(MODEL_ADAPTERS=ADAPTER, VAE_DECODER="tiny")
+    before = requests.get(app.url("/model/status")).json()
+    assert before["adapters"] == [{"repo": LORA_REPO, "file": KOHYA_FILE, "scale": 0.5}]
+    assert before["decoder"] == {"kind": "tiny", "repo": None}  # chosen at the pull
+
+    status = pull_until_ready(app)
+    assert status["decoder"] == {"kind": "tiny", "repo": TAESD_REPO}  # SD 1.x: taesd
+    assert status["adapters"] == before["adapters"]
+    assert fetched_from(hub, SD_REPO) == sorted(WANTED)
+    assert fetched_from(hub, LORA_REPO) == [KOHYA_FILE]  # nothing else of its repo
+    assert fetched_from(hub, TAESD_REPO) == sorted(DECODER_FILES)  # no .bin, no .pth
+    model = share / "testorg--tiny-sd"
+    assert files_on(model) == WANTED | {ADAPTER_ON_SHARE} | DECODER_ON_SHARE | {".manifest.json"}
+    manifest = json.loads((model / ".manifest.json").read_text())
+    assert manifest["adapters"] == [
+        {"repo": LORA_REPO, "file": KOHYA_FILE, "commit": hub.commit(LORA_REPO),
+         "path": ADAPTER_ON_SHARE}
+    ]  # fmt: skip
+    assert manifest["decoder"] == {
+        "repo": TAESD_REPO, "commit": hub.commit(TAESD_REPO), "folder": DECODER_FOLDER
+    }  # fmt: skip
+    listed = {f["path"]: f for f in manifest["files"]}
+    lora_bytes = (hub.root / LORA_REPO / KOHYA_FILE).read_bytes()
+    assert listed[ADAPTER_ON_SHARE]["sha256"] == hashlib.sha256(lora_bytes).hexdigest()
+    assert (model / ADAPTER_ON_SHARE).read_bytes() == lora_bytes
+    total = sum(f["size"] for f in manifest["files"])
+    assert status["download"] == {"bytes_done": total, "bytes_total": total}
+
+    response = requests.post(app.url("/generate"), data={"prompt": "a red fox", "size": "96x64"})
+    assert response.status_code == 200, response.text
+    assert Image.open(io.BytesIO(response.content)).size == (96, 64)
+
+    hub.reset_log()
+    warm = start_app(MODEL_ADAPTERS=ADAPTER, VAE_DECODER="tiny")  # a new revision, same settings
+    assert requests.get(warm.url("/model/status")).json()["weights_on_share"] is True
+    assert pull_until_ready(warm)["decoder"]["repo"] == TAESD_REPO
+    assert hub.requests == []  # adapters and decoder loaded from the share alone
+
+
+@pytest.mark.parametrize(
+    ("change", "fetched_files"),
+    [
+        ({"MODEL_ADAPTERS": ADAPTER}, {LORA_REPO: [KOHYA_FILE]}),
+        ({"VAE_DECODER": "tiny"}, {TAESD_REPO: sorted(DECODER_FILES)}),
+    ],
+    ids=["MODEL_ADAPTERS", "VAE_DECODER"],
+)
+def test_a_changed_setting_makes_the_share_incomplete_until_a_pull_fetches_only_the_change(
+    start_app, extras_hub, share, change, fetched_files
+):
+    hub = extras_hub
+    pull_until_ready(start_app())
+    hub.reset_log()
+
+    changed = start_app(**change)
+    status = requests.get(changed.url("/model/status")).json()
+    assert status["state"] == "not_started" and status["weights_on_share"] is False
+    refused = requests.post(changed.url("/generate"), data={"prompt": "x", "size": "64x64"})
+    assert refused.status_code == 409  # the model alone is not what is configured
+    pull_until_ready(changed)
+    (repo, files), = fetched_files.items()  # fmt: skip
+    assert [p for p in hub.file_gets() if not p.startswith(f"/{repo}/")] == []
+    assert fetched_from(hub, repo) == files
+
+    hub.reset_log()
+    back = start_app()  # the setting as it was: incomplete again, and nothing to fetch
+    assert requests.get(back.url("/model/status")).json()["weights_on_share"] is False
+    pull_until_ready(back)
+    assert hub.file_gets() == []
+    assert files_on(share / "testorg--tiny-sd") == WANTED | {".manifest.json"}  # removed
+
+
+def test_an_adapter_the_hub_does_not_have_fails_the_pull_naming_it(start_app, extras_hub, share):
+    app = start_app(MODEL_ADAPTERS=f"{LORA_REPO}:missing.safetensors")
+    requests.post(app.url("/model/pull"))
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "failed" and status["weights_on_share"] is False
+    commit = extras_hub.commit(LORA_REPO)[:12]
+    assert status["error"] == (
+        f"ExtraNotFound: MODEL_ADAPTERS: {LORA_REPO} has no file missing.safetensors "
+        f"(at commit {commit})"
+    )
+    assert not (share / "testorg--tiny-sd" / ".manifest.json").exists()
+
+
+def test_an_adapter_for_another_model_fails_the_load_naming_it(start_app, extras_hub):
+    app = start_app(MODEL_ADAPTERS=f"{LORA_REPO}:{SDXL_FILE}")  # made for the SDXL UNet
+    requests.post(app.url("/model/pull"))
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "failed"
+    assert status["weights_on_share"] is True  # the files are there; the load refused them
+    assert status["error"].startswith(f"AdapterError: MODEL_ADAPTERS {LORA_REPO}:{SDXL_FILE}: ")
+
+
 # --- the transfer, in this process: local copies, shared blobs, progress, verification --------
 
 
@@ -359,3 +493,13 @@ def test_a_xet_download_counts_each_byte_written_once():
     ) as reporter:
         reporter.update_progress(report)
     assert progress.bytes_done == 400
+
+
+def test_the_default_tiny_decoder_of_sdxl_is_taesdxl(extras_hub, tmp_path, no_telemetry):
+    source = source_for(extras_hub.url, SDXL_REPO, tmp_path, decoder=DecoderChoice("tiny"))
+    manifest = download_to_share(source, DownloadProgress())
+    assert manifest.decoder is not None and manifest.decoder.repo == TAESDXL_REPO
+    folder = source.path / "decoders" / "madebyollin--taesdxl"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(DECODER_FILES)
+    assert source.complete_manifest() == manifest
+    assert fetched_from(extras_hub, TAESD_REPO) == []

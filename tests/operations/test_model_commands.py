@@ -1,12 +1,13 @@
-"""manage.py pull_model (cold, warm, --force, --check), model_status (the share, or a service
-by --base-url) and generate as operators run them."""
+"""manage.py pull_model (cold, warm, --force, --check; the adapters and the tiny decoder too),
+model_status (the share, or a service by --base-url) and generate as operators run them."""
 
 import json
 
 from tests.support.commands import manage
-from tests.support.model_service import SD_REPO
+from tests.support.model_service import SD_REPO, SDXL_REPO
 from tests.support.processes import free_port
 from tests.support.scripted_service import Reply, ScriptedService
+from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, TAESD_REPO, build_adapter_repos
 
 
 def test_pull_model_cold_then_warm_then_check(model_env, hub, share):
@@ -124,3 +125,39 @@ def test_pull_model_force_downloads_again_although_complete(model_env, hub, shar
     status = json.loads(manage("model_status", "--json", env=model_env).stdout)
     assert status["complete"] is True and status["files"] == 12
     assert manage("pull_model", "--check", env=model_env).returncode == 0
+
+
+def test_pull_model_fetches_the_adapters_and_decoder_and_check_verifies_them(
+    model_env, hub, hub_root, share
+):
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    env = model_env | {"MODEL_ADAPTERS": f"{LORA_REPO}:{KOHYA_FILE}", "VAE_DECODER": "tiny"}
+    extras = f"(with adapter {LORA_REPO}:{KOHYA_FILE}, decoder {TAESD_REPO})"
+    cold = manage("pull_model", env=env)
+    assert cold.returncode == 0, cold.stderr
+    assert f"{SD_REPO}@{hub.commit(SD_REPO)[:12]}: 15 files" in cold.stdout  # 12 + 1 + 2
+    assert cold.stdout.strip().endswith(extras)
+    check = manage("pull_model", "--check", env=env)
+    assert check.returncode == 0, check.stderr
+    assert f"{extras} match the hub's sizes and hashes" in check.stdout
+    assert json.loads(manage("model_status", "--json", env=model_env).stdout)["complete"] is False
+
+    hub.reset_log()
+    forced = manage("pull_model", "--force", env=env)
+    assert forced.returncode == 0, forced.stderr
+    fetched = hub.file_gets()
+    assert f"/{LORA_REPO}/resolve/{hub.commit(LORA_REPO)}/{KOHYA_FILE}" in fetched
+    assert sum(f"/{TAESD_REPO}/resolve/" in path for path in fetched) == 2
+
+    model = share / "testorg--tiny-sd"
+    adapter = model / "adapters" / "testorg--tiny-lora" / KOHYA_FILE
+    data = bytearray(adapter.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other content
+    adapter.write_bytes(bytes(data))
+    config = model / "decoders" / "madebyollin--taesd" / "config.json"
+    config.write_text(config.read_text()[:-10])
+    broken = manage("pull_model", "--check", env=env)
+    assert broken.returncode == 1
+    assert f"adapters/testorg--tiny-lora/{KOHYA_FILE}: sha256 differs" in broken.stderr
+    assert "decoders/madebyollin--taesd/config.json: size" in broken.stderr
+    assert "unet/" not in broken.stderr

@@ -2,6 +2,7 @@
 password): txt2img, progress, interrupt and skip of this client's jobs only, models and
 options."""
 
+import json
 import threading
 from collections.abc import Iterator
 
@@ -67,6 +68,25 @@ def test_txt2img_answers_images_parameters_and_info(app):
         ("succeeded", 7),
         ("succeeded", 8),
     ]
+    # webuiapi sent its defaults unasked: sampler "Euler a", scheduler "automatic"
+    assert {j["parameters"]["scheduler"] for j in found} == {"euler_a"}
+
+
+def test_a1111_sampler_names_map_onto_the_services_schedulers(app):
+    karras = requests.post(
+        app.url("/sdapi/v1/txt2img"), headers=BEARER,
+        json={"prompt": "k", "steps": 2, "sampler_name": "DPM++ 2M Karras", "width": 64},
+    )  # fmt: skip
+    assert karras.status_code == 200, karras.text
+    infotext = json.loads(karras.json()["info"])["infotexts"][0]
+    assert "Sampler: DPM++ 2M, Schedule type: Karras" in infotext
+    unknown = requests.post(
+        app.url("/sdapi/v1/txt2img"), headers=BEARER,
+        json={"prompt": "u", "sampler_name": "Restart"},
+    )  # fmt: skip
+    assert unknown.status_code == 400
+    assert "sampler_name" in unknown.json()["error"]["message"]
+    assert "Euler a" in unknown.json()["error"]["message"]  # the accepted names are listed
 
 
 def test_progress_follows_this_clients_job_and_interrupt_stops_it(app):
@@ -148,8 +168,9 @@ def test_models_options_and_the_lists_clients_read(app):
     refused = api.session.post(app.url("/sdapi/v1/options"), json=other)
     assert refused.status_code == 400
     assert "serves only 'testorg/tiny-sd'" in refused.json()["error"]["message"]
-    for read in (api.get_samplers, api.get_schedulers, api.get_upscalers, api.get_sd_vae,
-                 api.get_latent_upscale_modes, api.get_loras):  # fmt: skip
+    assert {"Euler a", "DPM++ 2M", "LCM"} <= {s["name"] for s in api.get_samplers()}
+    assert "Karras" in {s["label"] for s in api.get_schedulers()}
+    for read in (api.get_upscalers, api.get_sd_vae, api.get_latent_upscale_modes, api.get_loras):
         assert read() == []
 
 

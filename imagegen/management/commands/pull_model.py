@@ -1,5 +1,6 @@
-"""manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull,
-without loading the model; --check verifies a download already on the share."""
+"""manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull
+(the model, its adapters and its decoder), without loading the model; --check verifies a
+download already on the share."""
 
 import contextlib
 import dataclasses
@@ -29,10 +30,19 @@ def fresh_cache(source: hub.ModelSource) -> Iterator[hub.ModelSource]:
         yield dataclasses.replace(source, cache_dir=Path(cache))
 
 
+def with_extras(manifest: share.Manifest) -> str:
+    """What the manifest holds beside the model, for the command's last line."""
+    parts = [f"adapter {a.repo}:{a.file}" for a in manifest.adapters]
+    if manifest.decoder:
+        parts.append(f"decoder {manifest.decoder.repo}")
+    return f" (with {', '.join(parts)})" if parts else ""
+
+
 class Command(BaseCommand):
     help = (
-        "Download the configured model (MODEL_ID, MODEL_REVISION, MODEL_VARIANT) to MODEL_DIR "
-        "without loading it. Skips the download when a complete copy is already there."
+        "Download the configured model (MODEL_ID, MODEL_REVISION, MODEL_VARIANT), its adapters "
+        "(MODEL_ADAPTERS) and decoder (VAE_DECODER) to MODEL_DIR without loading it. Skips the "
+        "download when a complete copy is already there."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -55,7 +65,7 @@ class Command(BaseCommand):
             return
         if options["force"]:
             with fresh_cache(source) as forced:
-                self.download(forced)
+                self.download(forced, reuse=False)
             return
         manifest = source.complete_manifest()
         if manifest is not None:
@@ -66,13 +76,13 @@ class Command(BaseCommand):
             return
         self.download(source)
 
-    def download(self, source: hub.ModelSource) -> None:
+    def download(self, source: hub.ModelSource, *, reuse: bool = True) -> None:
         progress = hub.DownloadProgress()
         outcome: dict = {}
 
         def download() -> None:
             try:
-                outcome["manifest"] = hub.download_to_share(source, progress)
+                outcome["manifest"] = hub.download_to_share(source, progress, reuse=reuse)
             except Exception as exc:
                 outcome["error"] = exc
 
@@ -85,7 +95,7 @@ class Command(BaseCommand):
         manifest = outcome["manifest"]
         self.stdout.write(
             f"{source.model_id}@{manifest.commit[:12]}: {len(manifest.files)} files, "
-            f"{manifest.total_bytes} bytes in {source.path}"
+            f"{manifest.total_bytes} bytes in {source.path}{with_extras(manifest)}"
         )
 
     def follow(self, worker: threading.Thread, progress: hub.DownloadProgress) -> None:
@@ -118,6 +128,6 @@ class Command(BaseCommand):
                 self.stderr.write(f"check: broken: {line}")
             sys.exit(1)
         self.stdout.write(
-            f"check: {len(manifest.files)} files of {source.model_id}@{manifest.commit[:12]} "
-            "match the hub's sizes and hashes"
+            f"check: {len(manifest.files)} files of {source.model_id}@{manifest.commit[:12]}"
+            f"{with_extras(manifest)} match the hub's sizes and hashes"
         )

@@ -1,0 +1,87 @@
+"""VAE_DECODER: which autoencoder turns the latents into pixels.
+
+`full` (the default) is the pipeline's own VAE, with slicing and tiling, as the seed says.
+`tiny` is a tiny autoencoder (TAESD, diffusers' `AutoencoderTiny`): a few MB instead of
+hundreds, and a decode that costs a fraction of the full VAE's, at some cost in fine detail.
+It is pulled like the adapters, from its own hub repo (VAE_DECODER_REPO, by default the one
+made for the pipeline's latent space: SDXL's differs from SD 1.x's), onto the share inside
+the model's directory at `decoders/<org>--<name>/` (config.json and the fp32 safetensors
+weights), listed in the model's manifest, and loaded in fp32 with slicing and tiling on.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from imagegen.model.adapters import REPO_RULE, is_repo_id, share_folder_name
+
+FULL, TINY = "full", "tiny"
+TAESD, TAESDXL = "madebyollin/taesd", "madebyollin/taesdxl"
+DECODERS_FOLDER = "decoders"
+# What `AutoencoderTiny.from_pretrained(folder, use_safetensors=True)` reads: diffusers'
+# CONFIG_NAME and SAFETENSORS_WEIGHTS_NAME (the repo's default, fp32, weights).
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"
+DECODER_FILES = (CONFIG_FILE, WEIGHTS_FILE)
+
+
+@dataclass(frozen=True)
+class DecoderChoice:
+    """VAE_DECODER and VAE_DECODER_REPO (the repo only matters for `tiny`)."""
+
+    kind: str = FULL
+    repo: str | None = None  # VAE_DECODER_REPO; None: chosen from the pipeline's type
+
+    @property
+    def tiny(self) -> bool:
+        return self.kind == TINY
+
+    def tiny_repo(self, model_index: dict[str, Any] | None) -> str | None:
+        """The tiny decoder's repo for a pipeline with this model_index.json; None for the
+        full decoder, or when the default depends on a model_index not yet known."""
+        if not self.tiny:
+            return None
+        if self.repo:
+            return self.repo
+        if model_index is None:
+            return None
+        return TAESDXL if is_sdxl(model_index) else TAESD
+
+
+FULL_DECODER = DecoderChoice()
+
+
+def is_sdxl(model_index: dict[str, Any]) -> bool:
+    """SDXL pipelines (text-to-image, img2img, inpaint, ...) are the StableDiffusionXL*
+    classes; their latents need taesdxl, every other pipeline here gets taesd."""
+    return str(model_index.get("_class_name", "")).startswith("StableDiffusionXL")
+
+
+def parse_decoder(kind: str, repo: str) -> DecoderChoice:
+    """VAE_DECODER and VAE_DECODER_REPO, refused at start when they cannot work."""
+    if kind not in (FULL, TINY):
+        raise ImproperlyConfigured(f"VAE_DECODER must be full or tiny, got {kind!r}")
+    repo = repo.strip()
+    if repo and not is_repo_id(repo):
+        raise ImproperlyConfigured(
+            f"VAE_DECODER_REPO must be a hub repo id ({REPO_RULE}), got {repo!r}"
+        )
+    return DecoderChoice(kind=kind, repo=repo or None)
+
+
+def share_folder(repo: str) -> str:
+    """Where the decoder's files lie on the share, relative to the model's directory."""
+    return f"{DECODERS_FOLDER}/{share_folder_name(repo)}"
+
+
+def load_tiny_decoder(folder: Path) -> Any:
+    """The tiny autoencoder from its folder on the share: fp32, safetensors, no network.
+    Slicing and tiling are switched on by the pipeline's loader, as for the full VAE."""
+    import torch
+    from diffusers import AutoencoderTiny
+
+    return AutoencoderTiny.from_pretrained(
+        folder, dtype=torch.float32, use_safetensors=True, local_files_only=True
+    ).eval()

@@ -1,0 +1,120 @@
+"""Files from other hub repos that the model needs beside its own: the LoRA adapters of
+MODEL_ADAPTERS and the tiny decoder of VAE_DECODER=tiny.
+
+Each is resolved to its repo's current commit and listed with the size and hash the hub
+gives, under the path it takes inside the model's directory on the share; the pull fetches
+them with the model's files through the same lock-free placement, and the manifest lists
+them among its files and records where each came from. The copy on the share is complete
+only when the manifest's adapters and decoder are exactly the configured ones (`matches`):
+changing MODEL_ADAPTERS or VAE_DECODER makes it incomplete until the next pull.
+"""
+
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from huggingface_hub import HfApi
+from huggingface_hub.errors import (
+    GatedRepoError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.hf_api import RepoFile
+
+from imagegen.model import decoder as decoders
+from imagegen.model.adapters import Adapter
+from imagegen.model.decoder import DecoderChoice
+from imagegen.model.share import AdapterRecord, DecoderRecord, Manifest, ModelFile
+
+
+class ExtraNotFound(LookupError):
+    """A configured adapter or decoder that its repo on the hub does not have."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a file on the share comes from."""
+
+    repo: str
+    commit: str
+    file: str  # its path in the repo
+
+
+@dataclass
+class Extras:
+    files: list[ModelFile] = field(default_factory=list)  # paths on the share
+    origins: dict[str, Origin] = field(default_factory=dict)  # share path -> origin
+    adapters: tuple[AdapterRecord, ...] = ()
+    decoder: DecoderRecord | None = None
+
+
+def _commit(api: HfApi, repo: str, setting: str) -> str:
+    try:
+        return api.model_info(repo, revision="main").sha
+    except GatedRepoError as exc:
+        raise ExtraNotFound(f"{setting}: {repo} is gated: accept its terms, set HF_TOKEN") from exc
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        raise ExtraNotFound(f"{setting}: the hub has no repo {repo} (or it is private)") from exc
+
+
+def _listed(api: HfApi, repo: str, commit: str, file: str, setting: str) -> RepoFile:
+    folder = posixpath.dirname(file) or None
+    try:
+        for entry in api.list_repo_tree(repo, path_in_repo=folder, revision=commit):
+            if isinstance(entry, RepoFile) and entry.path == file:
+                return entry
+    except RemoteEntryNotFoundError:  # not even its folder
+        pass
+    raise ExtraNotFound(f"{setting}: {repo} has no file {file} (at commit {commit[:12]})")
+
+
+def resolve(
+    api: HfApi, adapters: Sequence[Adapter], choice: DecoderChoice, model_index: dict[str, Any]
+) -> Extras:
+    """The adapters' and the decoder's files at their repos' current commits."""
+    extras = Extras()
+    records = []
+
+    def add(repo: str, commit: str, file: str, path: str, setting: str) -> None:
+        entry = _listed(api, repo, commit, file, setting)
+        sha256 = entry.lfs.sha256 if entry.lfs else None
+        extras.files.append(ModelFile(path, entry.size, sha256=sha256, blob_id=entry.blob_id))
+        extras.origins[path] = Origin(repo, commit, file)
+
+    for adapter in adapters:
+        commit = _commit(api, adapter.repo, "MODEL_ADAPTERS")
+        add(adapter.repo, commit, adapter.file, adapter.share_path, "MODEL_ADAPTERS")
+        records.append(AdapterRecord(adapter.repo, adapter.file, commit, adapter.share_path))
+    extras.adapters = tuple(records)
+
+    repo = choice.tiny_repo(model_index)
+    if repo is not None:
+        setting = "VAE_DECODER_REPO" if choice.repo else "VAE_DECODER=tiny"
+        commit = _commit(api, repo, setting)
+        folder = decoders.share_folder(repo)
+        for name in decoders.DECODER_FILES:
+            add(repo, commit, name, f"{folder}/{name}", setting)
+        extras.decoder = DecoderRecord(repo, commit, folder)
+    return extras
+
+
+def matches(
+    manifest: Manifest,
+    adapters: Sequence[Adapter],
+    choice: DecoderChoice,
+    model_index: Callable[[], dict[str, Any] | None],
+) -> bool:
+    """Whether the manifest's adapters and decoder are exactly the configured ones (the
+    scales are not part of it: they change how the files are fused, not which). The
+    default tiny decoder depends on the pipeline's type, read from `model_index()` only
+    then."""
+    on_share = {(a.repo, a.file) for a in manifest.adapters}
+    if on_share != {(a.repo, a.file) for a in adapters}:
+        return False
+    if not choice.tiny:
+        return manifest.decoder is None
+    if manifest.decoder is None:
+        return False
+    return manifest.decoder.repo == choice.tiny_repo(model_index())
