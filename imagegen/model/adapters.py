@@ -13,9 +13,10 @@ clean-up removes an adapter that left MODEL_ADAPTERS with the same code that rem
 that left the model.
 """
 
+import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,55 +99,185 @@ def parse_adapters(raw: str) -> tuple[Adapter, ...]:
 
 
 # --- fusing ----------------------------------------------------------------------------------
+#
+# An adapter is fused layer by layer, into the UNet first (a part of its layers at a time)
+# and then into the text encoders, each with diffusers' LoRA loading on peft: the weights
+# (read as fp32) become peft LoRA layers beside the layers they adapt (with
+# `low_cpu_mem_usage`, the tensors are assigned, not copied), `fuse_lora` adds
+# scale x B.A into each weight in place, and the LoRA layers are unloaded, so the pipeline
+# keeps exactly the layers it had and a step costs what it did. Layer by layer is exact:
+# each weight gets its own B.A only.
+#
+# Why the UNet in parts, and first: the model's load peaks near 1.1x its fp32 bytes
+# (imagegen.model.weights), and peft's merge of one layer holds two copies of that layer's
+# B.A (up to 2 x 118 MB for SD 1.5's largest convolution), on top of the adapter's weights
+# (0.27 GB for SD 1.5's LCM-LoRA, 6 % of the model). Fused into the UNet before the text
+# encoders and the VAE are loaded, a part at a time, none of it raises the load's peak
+# (bench/adapter_bench.py measures it).
+#
+# One adapter at a time also because `fuse_lora` scales every active adapter of a layer:
+# two loaded together would each get the other's scale too.
+
+CHUNK_BYTES = 32 * 2**20  # an adapter's fp32 UNet weights loaded and fused at a time
+# Where a LoRA tensor's name ends and its layer's begins, in the layouts diffusers reads:
+# peft's (`.lora_A.weight`), kohya's (`.lora_down.weight`, `.alpha`, `.dora_scale`), and
+# diffusers' older ones (`.to_q_lora.down.weight`, `.lora_linear_layer.down.weight`).
+_LAYER_END = re.compile(
+    r"[._]lora[._](?:down|up|A|B)\b|\.lora_linear_layer\.|\.alpha$|\.lora_magnitude_vector"
+    r"|\.dora_scale$"
+)
+UNET_PREFIXES = ("lora_unet_", "unet.")  # kohya's and diffusers' names of the UNet's layers
+METADATA_KEY = "lora_adapter_metadata"  # diffusers' LoraConfig of the file, when saved with it
 
 
-def lora_layers(pipe: Any) -> int:
-    """peft's LoRA layers left in the pipeline's torch components."""
+def layer_of(name: str) -> str | None:
+    """The layer a LoRA tensor belongs to (its name up to its LoRA part); None when the
+    name is in no layout known here."""
+    match = _LAYER_END.search(name)
+    return name[: match.start()] if match else None
+
+
+def lora_metadata(file: Path) -> dict[str, Any] | None:
+    """diffusers' adapter metadata of the file (its LoraConfig: rank, alpha, targets)."""
+    from imagegen.model.weights import read_metadata
+
+    with open(file, "rb", buffering=0) as f:
+        raw = read_metadata(f, file).get(METADATA_KEY)
+    return json.loads(raw) if raw else None
+
+
+def lora_parts(
+    file: Path, *, unet: bool, chunk_bytes: float = CHUNK_BYTES
+) -> Iterator[dict[str, Any]]:
+    """The adapter's tensors for the UNet (`unet`) or for the rest, floating point as fp32,
+    in parts of whole layers (every tensor of a layer in one part) of about `chunk_bytes`
+    each, read from the file a part at a time without mapping it (imagegen.model.weights).
+    A file with diffusers' adapter metadata comes in one part each (its LoraConfig names
+    every target layer); one with a tensor name in no known layout is refused."""
+    import torch
+
+    from imagegen.model.weights import read_entry, read_header
+
+    if lora_metadata(file) is not None:
+        chunk_bytes = math.inf
+    with open(file, "rb", buffering=0) as f:
+        layers: dict[str, list] = {}
+        for entry in read_header(f, file):
+            layer = layer_of(entry.name)
+            if layer is None:
+                raise AdapterError(
+                    f"{file.name}: {entry.name!r} is in no LoRA layout known here (kohya's "
+                    "lora_unet_*/lora_te*_*.lora_down|lora_up|alpha, diffusers' "
+                    "unet.*/text_encoder*.*.lora_A|lora_B)"
+                )
+            layers.setdefault(layer, []).append(entry)
+        part: list = []
+        size = 0
+        for layer, entries in layers.items():
+            if layer.startswith(UNET_PREFIXES) != unet:
+                continue
+            if part and size + sum(4 * e.count for e in entries) > chunk_bytes:
+                yield {e.name: read_entry(f, e, torch.float32) for e in part}
+                part, size = [], 0
+            part += entries
+            size += sum(4 * e.count for e in entries)
+        if part:
+            yield {e.name: read_entry(f, e, torch.float32) for e in part}
+
+
+def lora_layers(*modules: Any) -> int:
+    """peft's LoRA layers in these modules, or in a pipeline's torch components."""
     import torch
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    return sum(
-        isinstance(module, BaseTunerLayer)
-        for component in pipe.components.values()
-        if isinstance(component, torch.nn.Module)
-        for module in component.modules()
-    )
+    if len(modules) == 1 and not isinstance(modules[0], torch.nn.Module):
+        modules = tuple(c for c in modules[0].components.values() if isinstance(c, torch.nn.Module))
+    return sum(isinstance(m, BaseTunerLayer) for module in modules for m in module.modules())
 
 
-def fuse_adapters(pipe: Any, adapters: Sequence[tuple[Adapter, Path]]) -> None:
-    """Fuses each (adapter, its file on the share) into the pipeline's fp32 weights.
+def _refused(adapter: Adapter, exc: Exception) -> AdapterError:
+    return AdapterError(f"MODEL_ADAPTERS {adapter.label}: {exc}")
 
-    One adapter at a time: its weights are read as fp32 into one block (the streaming
-    reader, imagegen.model.weights); diffusers' LoRA loading with peft puts them beside the
-    layers they adapt (with `low_cpu_mem_usage`, diffusers' default with peft, the tensors
-    are assigned, not copied); `fuse_lora` adds scale x B.A into each weight in place; and
-    `unload_lora_weights` removes the LoRA layers, so the pipeline has exactly the layers it
-    had before and a step costs what it did. At the peak, one adapter's fp32 weights are in
-    memory beside the model. One at a time also because `fuse_lora` scales every active
-    adapter of a layer: two loaded together would each get the other's scale too.
-    """
-    import torch
 
-    from imagegen.model.weights import read_safetensors
+def _parts(adapter: Adapter, file: Path, *, unet: bool, chunk_bytes: float) -> Iterator[dict]:
+    """lora_parts, its refusal naming the adapter."""
+    try:
+        yield from lora_parts(file, unet=unet, chunk_bytes=chunk_bytes)
+    except AdapterError as exc:
+        raise _refused(adapter, exc) from exc
 
+
+def fuse_into_unet(
+    pipeline_class: Any,
+    unet: Any,
+    adapters: Sequence[tuple[Adapter, Path]],
+    chunk_bytes: float = CHUNK_BYTES,
+) -> None:
+    """Fuses the adapters' UNet layers into `unet`, before (or without) a pipeline: the
+    pipeline class's own conversion (`lora_state_dict`: kohya's names, SDXL's block
+    numbering) and loading (`load_lora_into_unet`), then the UNet's `fuse_lora` and
+    `unload_lora`, which are what the pipeline's methods call for its UNet."""
     for index, (adapter, file) in enumerate(adapters):
-        name = f"adapter_{index}"
-        state = dict(read_safetensors(file, torch.float32))
-        try:
-            pipe.load_lora_weights(state, adapter_name=name)
-        except (ValueError, KeyError, RuntimeError) as exc:
-            raise AdapterError(f"MODEL_ADAPTERS {adapter.label}: {exc}") from exc
-        finally:
-            del state
-        if not lora_layers(pipe):
-            raise AdapterError(
-                f"MODEL_ADAPTERS {adapter.label}: none of its layers is a layer of this model"
-            )
-        pipe.fuse_lora(
-            components=list(pipe._lora_loadable_modules),
-            lora_scale=adapter.scale,
-            adapter_names=[name],
-        )
-        pipe.unload_lora_weights()
-        if left := lora_layers(pipe):
-            raise AdapterError(f"MODEL_ADAPTERS {adapter.label}: {left} LoRA layers left")
+        metadata = lora_metadata(file)
+        parts = _parts(adapter, file, unet=True, chunk_bytes=chunk_bytes)
+        for part_index, part in enumerate(parts):
+            name = f"adapter_{index}_unet_{part_index}"
+            try:
+                state, alphas = pipeline_class.lora_state_dict(part, unet_config=unet.config)
+                pipeline_class.load_lora_into_unet(
+                    state, alphas, unet=unet, adapter_name=name, low_cpu_mem_usage=True,
+                    metadata=metadata,
+                )  # fmt: skip
+            except (ValueError, KeyError, RuntimeError, AttributeError) as exc:
+                raise _refused(adapter, exc) from exc
+            del part, state
+            if not lora_layers(unet):
+                raise _refused(adapter, ValueError("none of its layers is a layer of this UNet"))
+            unet.fuse_lora(lora_scale=adapter.scale, adapter_names=[name])
+            unet.unload_lora()
+            if left := lora_layers(unet):
+                raise _refused(adapter, ValueError(f"{left} LoRA layers left"))
+
+
+def fuse_into_text_encoders(pipe: Any, adapters: Sequence[tuple[Adapter, Path]]) -> None:
+    """Fuses the adapters' other layers (the text encoders') into the built pipeline: its
+    own conversion and `load_lora_into_text_encoder` for each of its text encoders, then
+    its `fuse_lora` and `unload_lora_weights`. In one part per adapter: diffusers tells the
+    layout of a text encoder's LoRA from all of its names together (a part without an
+    `out_proj` layer is not recognised), and a text encoder's LoRA is small (SDXL's two at
+    rank 64: about 0.1 GB in fp32). Layers that are no text encoder's stop the load."""
+    encoders = [
+        name
+        for name in pipe._lora_loadable_modules
+        if name != "unet" and getattr(pipe, name, None) is not None
+    ]
+    for index, (adapter, file) in enumerate(adapters):
+        metadata = lora_metadata(file)
+        parts = _parts(adapter, file, unet=False, chunk_bytes=math.inf)
+        for part_index, part in enumerate(parts):
+            name = f"adapter_{index}_text_{part_index}"
+            try:
+                state, alphas = pipe.lora_state_dict(part, unet_config=pipe.unet.config)
+                for encoder in encoders:
+                    pipe.load_lora_into_text_encoder(
+                        state, alphas, text_encoder=getattr(pipe, encoder), prefix=encoder,
+                        adapter_name=name, _pipeline=pipe, low_cpu_mem_usage=True,
+                        metadata=metadata,
+                    )  # fmt: skip
+            except (ValueError, KeyError, RuntimeError, AttributeError) as exc:
+                raise _refused(adapter, exc) from exc
+            del part, state
+            if not lora_layers(pipe):
+                raise _refused(adapter, ValueError("none of its layers is a layer of this model"))
+            pipe.fuse_lora(components=encoders, lora_scale=adapter.scale, adapter_names=[name])
+            pipe.unload_lora_weights()
+            if left := lora_layers(pipe):
+                raise _refused(adapter, ValueError(f"{left} LoRA layers left"))
+
+
+def fuse_adapters(
+    pipe: Any, adapters: Sequence[tuple[Adapter, Path]], chunk_bytes: float = CHUNK_BYTES
+) -> None:
+    """Fuses the adapters into a built pipeline: its UNet, then its text encoders."""
+    fuse_into_unet(type(pipe), pipe.unet, adapters, chunk_bytes)
+    fuse_into_text_encoders(pipe, adapters)

@@ -5,13 +5,16 @@ VAE slicing and tiling to fit memory. No accelerate offload helper: on a CPU-onl
 `enable_model_cpu_offload` fails ("requires accelerator, but not found").
 
 What is loaded beside the repo's own components: LoRA adapters, fused into the fp32 weights
-before anything else touches them (imagegen.model.adapters), and the tiny decoder in place
-of the pipeline's VAE (imagegen.model.decoder), whose own VAE is then never read.
+(into the UNet as soon as it is loaded, before the other components: imagegen.model.adapters),
+and the tiny decoder in place of the pipeline's VAE (imagegen.model.decoder), whose own VAE
+is then never read.
 """
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from importlib import import_module
 from pathlib import Path
 
 from imagegen.model.adapters import Adapter
@@ -46,6 +49,8 @@ def load_pipeline(
     if options.threads is not None:
         torch.set_num_threads(options.threads)
         log.info("torch uses %d CPU threads", options.threads)
+    from imagegen.model import adapters as lora
+
     components = {}
     if tiny_decoder is not None:
         from imagegen.model.decoder import load_tiny_decoder
@@ -54,9 +59,17 @@ def load_pipeline(
     if options.streaming:
         from imagegen.model.weights import streamed_components
 
+        prepare = {}
+        if adapters:  # into the UNet while it is the only component in memory
+            pipeline_class = DiffusionPipeline.load_config(path)["_class_name"]
+            prepare["unet"] = partial(
+                lora.fuse_into_unet, getattr(import_module("diffusers"), pipeline_class),
+                adapters=adapters,
+            )  # fmt: skip
         components |= streamed_components(
-            path, variant=variant, dtype=torch.float32, skip=frozenset(components)
-        )
+            path, variant=variant, dtype=torch.float32, skip=frozenset(components),
+            prepare=prepare,
+        )  # fmt: skip
     pipe = DiffusionPipeline.from_pretrained(
         path,
         **components,
@@ -66,9 +79,9 @@ def load_pipeline(
         variant=variant,
     )
     if adapters:
-        from imagegen.model.adapters import fuse_adapters
-
-        fuse_adapters(pipe, adapters)
+        if "unet" not in components:  # loaded by diffusers (MODEL_LOADER=diffusers)
+            lora.fuse_into_unet(type(pipe), pipe.unet, adapters)
+        lora.fuse_into_text_encoders(pipe, adapters)
     pipe.to(device)
     if options.attention_slicing:
         pipe.enable_attention_slicing()

@@ -22,6 +22,7 @@ import math
 import os
 import struct
 import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,15 +64,25 @@ class Entry:
         return self.length // self.stored.itemsize
 
 
-def read_header(f, path: Path) -> list[Entry]:
-    """The file's tensors in file order, every offset checked against the file's size."""
+def _raw_header(f, path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON header and where the data begins."""
     size = path.stat().st_size
     (header_size,) = struct.unpack("<Q", _read_bytes(f, 8, 0))
     if header_size > size - 8:
         raise ValueError(f"{path}: not a safetensors file (header larger than the file)")
-    header = json.loads(_read_bytes(f, header_size, 8))
+    return json.loads(_read_bytes(f, header_size, 8)), 8 + header_size
+
+
+def read_metadata(f, path: Path) -> dict[str, str]:
+    """The file's `__metadata__` (free-form strings; {} without any)."""
+    return _raw_header(f, path)[0].get("__metadata__") or {}
+
+
+def read_header(f, path: Path) -> list[Entry]:
+    """The file's tensors in file order, every offset checked against the file's size."""
+    size = path.stat().st_size
+    header, base = _raw_header(f, path)
     header.pop("__metadata__", None)
-    base = 8 + header_size
     entries = []
     for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
         begin, end = entry["data_offsets"]
@@ -143,6 +154,15 @@ def read_safetensors(path: Path, dtype: torch.dtype):
                 raw = torch.empty(e.length, dtype=torch.uint8)
                 _pread_exactly(f, memoryview(raw.numpy()), e.offset)
                 yield e.name, raw.view(e.stored).reshape(e.shape)
+
+
+def read_entry(f, entry: Entry, dtype: torch.dtype) -> torch.Tensor:
+    """One tensor of an open safetensors file (see read_header): floating point cast to
+    `dtype`, the others as stored. For reading a file a few tensors at a time."""
+    raw = torch.empty(entry.length, dtype=torch.uint8)
+    _pread_exactly(f, memoryview(raw.numpy()), entry.offset)
+    tensor = raw.view(entry.stored).reshape(entry.shape)
+    return tensor.to(dtype) if entry.stored in FLOATS else tensor
 
 
 def _cast_chunks(f, chunks: list[Chunk], block: torch.Tensor) -> None:
@@ -230,13 +250,25 @@ def load_component(path: Path, name: str, library: str, class_name: str, *,
 
 
 def streamed_components(
-    path: Path, *, variant: str | None, dtype: torch.dtype, skip: frozenset[str] = frozenset()
+    path: Path,
+    *,
+    variant: str | None,
+    dtype: torch.dtype,
+    skip: frozenset[str] = frozenset(),
+    prepare: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> dict[str, Any]:
     """Every torch component named in model_index.json, loaded by load_component, except
-    those in `skip` (a component the caller brings itself: the tiny decoder's `vae`)."""
+    those in `skip` (a component the caller brings itself: the tiny decoder's `vae`). The
+    components in `prepare` are loaded first, each handed to its function before the next
+    one is loaded: the adapters are fused into the UNet while it is the only component in
+    memory (imagegen.model.adapters). One that load_component gives back to diffusers
+    (None) is not prepared, and not returned."""
+    prepare = prepare or {}
     index = json.loads((path / "model_index.json").read_text())
+    listed = pipeline_components(index)
     components = {}
-    for name, (library, class_name) in pipeline_components(index).items():
+    for name in sorted(listed, key=lambda name: name not in prepare):
+        library, class_name = listed[name]
         if library not in ("diffusers", "transformers") or name in skip:
             continue
         cls = getattr(importlib.import_module(library), class_name)
@@ -245,5 +277,7 @@ def streamed_components(
                 path, name, library, class_name, variant=variant, dtype=dtype
             )
             if component is not None:
+                if name in prepare:
+                    prepare[name](component)
                 components[name] = component
     return components

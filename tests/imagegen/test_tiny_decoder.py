@@ -2,6 +2,7 @@
 pipeline's VAE, in fp32 with slicing and tiling, and the image has the asked size; which
 repo is the default follows the pipeline's type."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,21 @@ def test_the_tiny_decoder_is_the_pipelines_vae_in_fp32_with_slicing_and_tiling(d
     assert loaded.keys() == on_disk.keys()
     for key, tensor in on_disk.items():
         assert loaded[key].dtype == torch.float32 and torch.equal(loaded[key], tensor.float())
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "diffusers-loader"])
+def test_with_the_tiny_decoder_the_full_vae_is_never_read(decoders, tmp_path, streaming):
+    from imagegen.model.pipeline import LoadOptions
+
+    repo = shutil.copytree(decoders / SD_REPO, tmp_path / "repo")
+    (repo / "vae" / "diffusion_pytorch_model.fp16.safetensors").write_bytes(b"not weights")
+    options = LoadOptions(streaming=streaming)
+    pipe = load_pipeline(
+        repo, variant="fp16", device="cpu", options=options, tiny_decoder=decoders / TAESD_REPO
+    )
+    assert isinstance(pipe.vae, AutoencoderTiny)
+    with pytest.raises(Exception):  # noqa: B017 - whichever error the loader gives
+        load_pipeline(repo, variant="fp16", device="cpu", options=options)
 
 
 def test_an_image_decoded_by_the_tiny_decoder_has_the_asked_size(decoders):
