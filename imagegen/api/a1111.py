@@ -42,6 +42,19 @@ def batch_limit(limit: int) -> str:
     return f"batch_size times n_iter must be at most {limit} (GEN_MAX_N)"
 
 
+# One message for every refused sampler and schedule type, naming none of the client's text,
+# so the schema fuzzer's allow-list can name it (not every pair of listed names is offered).
+SAMPLER_RULE = (
+    f"must be one of the samplers {', '.join(A1111_SAMPLERS)}, with a schedule type it has "
+    f"({', '.join(A1111_SCHEDULES)}; Karras and SGM Uniform not with every sampler); older "
+    "combined names such as 'DPM++ 2M Karras' work too"
+)
+# The documented names (the mapping also takes any case, `_` for a space, and the older
+# combined and k_ names): what a client picks from, and all a fuzzer sends.
+SAMPLER_NAMES = [*A1111_SAMPLERS, None]
+SCHEDULE_NAMES = [*A1111_SCHEDULES, *(s.lower().replace(" ", "_") for s in A1111_SCHEDULES), None]
+
+
 def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[str, Any]:
     """The GenerationRequest fields for an A1111 sampler and schedule type, mapped onto the
     service's schedulers (imagegen/generation/schedulers.py): webuiapi sends "Euler a" and
@@ -49,8 +62,8 @@ def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[st
     unknown pair is a 400 naming `sampler_name` and listing what is accepted."""
     try:
         return {"scheduler": a1111_scheduler(sampler_name, scheduler)}
-    except UnknownScheduler as error:
-        raise ValidationError([{"loc": ("body", "sampler_name"), "msg": str(error)}]) from None
+    except UnknownScheduler:
+        raise ValidationError([{"loc": ("body", "sampler_name"), "msg": SAMPLER_RULE}]) from None
 
 
 def model_titles() -> list[str]:
@@ -81,9 +94,13 @@ class Txt2ImgIn(Schema):
         None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
         description="omitted: the width's value, or with both omitted the model's native size",
     )  # fmt: skip
-    sampler_name: str | None = None
-    sampler_index: str | None = None
-    scheduler: str | None = None
+    sampler_name: str | None = Field(None, json_schema_extra={"enum": SAMPLER_NAMES})
+    sampler_index: str | None = Field(
+        None, json_schema_extra={"enum": SAMPLER_NAMES}, description="older name of sampler_name"
+    )
+    scheduler: str | None = Field(
+        None, json_schema_extra={"enum": SCHEDULE_NAMES}, description="the schedule type"
+    )
     send_images: bool | None = True
     save_images: bool | None = Field(False, description="every image is stored either way")
 
