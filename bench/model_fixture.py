@@ -402,18 +402,81 @@ def scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=TMP))
 
 
+# --- what the model pulls beside itself: a LoRA of the real rank, the tiny decoder ------------
+
+# LCM-LoRA per model: the published ones are rank 64 over diffusers' LCM distillation targets
+# (tests.support.tiny_adapters.LCM_LORA_TARGETS), UNet only, fp16, kohya keys.
+LCM_LORAS = {
+    "sd15": "latent-consistency/lcm-lora-sdv1-5",
+    "sdxl": "latent-consistency/lcm-lora-sdxl",
+}
+LORA_FILE = "pytorch_lora_weights.safetensors"
+LORA_RANK = 64
+TINY_DECODERS = {"sd15": "madebyollin/taesd", "sdxl": "madebyollin/taesdxl"}
+
+
+def ensure_lora(name: str, log: Callable[[str], None] = print) -> Path:
+    """A random LCM-LoRA of the real rank and layers for the model (cached): its cost at load
+    and per step is what the real one's is (fused, it costs nothing per step)."""
+    from tests.support.tiny_adapters import random_lora, save_lora, to_kohya
+
+    file = HUB_ROOT / LCM_LORAS[name] / LORA_FILE
+    if not file.is_file():
+        log(f"building a random rank-{LORA_RANK} LCM-LoRA for {name} in {file} ...")
+        unet_config = json.loads((ensure_model(name) / "unet" / "config.json").read_text())
+        state = random_lora(unet_config, rank=LORA_RANK, alpha=LORA_RANK, seed=SEED, strength=0.05)
+        partial = file.with_suffix(".partial")
+        save_lora(to_kohya(state, alpha=LORA_RANK), partial)
+        partial.rename(file)
+    return file
+
+
+def ensure_tiny_decoder(name: str) -> Path:
+    """taesd / taesdxl with random weights: AutoencoderTiny's default config is their
+    architecture (they differ only in weights), saved as their repos ship it."""
+    import torch
+    from diffusers import AutoencoderTiny
+
+    folder = HUB_ROOT / TINY_DECODERS[name]
+    if not (folder / "diffusion_pytorch_model.safetensors").is_file():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            AutoencoderTiny().save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
 # --- a warm share without a pull --------------------------------------------------------------
 
-SHARE_COMMIT = "0" * 40  # the cached repo has no git history; the manifest needs a commit
+SHARE_COMMIT = "0" * 40  # the cached repos have no git history; the manifest needs a commit
 
 
-def place_on_share(name: str, model_dir: Path) -> Path:
+def _link(source: Path, target: Path) -> int:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+    return source.stat().st_size
+
+
+def place_on_share(
+    name: str, model_dir: Path, *, adapters: tuple = (), tiny_decoder: bool = False
+) -> Path:
     """The cached repo laid out as a complete download in `model_dir` (MODEL_DIR), as a pull
-    leaves it: every file under `<org>--<name>/` and the manifest written last, so the service
-    loads it warm and asks no hub. Files are hard links into the cache (copies across file
-    systems): a bench that times generations should not spend minutes and 7 GB of disk on a
-    pull first (pull_bench times that)."""
-    from imagegen.model.share import ModelFile, model_path, write_manifest
+    leaves it: every file under `<org>--<name>/`, the `adapters` (imagegen Adapter objects,
+    each an LCM-LoRA from ensure_lora) and the tiny decoder in their places inside it, and
+    the manifest, naming them, written last; so the service started with the matching
+    MODEL_ADAPTERS and VAE_DECODER loads it warm and asks no hub. Files are hard links into
+    the cache (copies across file systems): a bench that times generations should not spend
+    minutes and 7 GB of disk on a pull first (pull_bench times that)."""
+    from imagegen.model.decoder import share_folder
+    from imagegen.model.share import (
+        AdapterRecord,
+        DecoderRecord,
+        ModelFile,
+        model_path,
+        write_manifest,
+    )
 
     spec = spec_for(name)
     ensure_model(name)
@@ -421,16 +484,22 @@ def place_on_share(name: str, model_dir: Path) -> Path:
     files = []
     for source in sorted(p for p in spec.path.rglob("*") if p.is_file()):
         relative = source.relative_to(spec.path).as_posix()
-        target = dest / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
-        files.append(ModelFile(path=relative, size=source.stat().st_size))
+        files.append(ModelFile(path=relative, size=_link(source, dest / relative)))
+    records = []
+    for adapter in adapters:
+        source = HUB_ROOT / adapter.repo / adapter.file
+        files.append(ModelFile(adapter.share_path, _link(source, dest / adapter.share_path)))
+        records.append(AdapterRecord(adapter.repo, adapter.file, SHARE_COMMIT, adapter.share_path))
+    decoder = None
+    if tiny_decoder:
+        repo, folder = TINY_DECODERS[name], share_folder(TINY_DECODERS[name])
+        for source in sorted(ensure_tiny_decoder(name).iterdir()):
+            path = f"{folder}/{source.name}"
+            files.append(ModelFile(path=path, size=_link(source, dest / path)))
+        decoder = DecoderRecord(repo, SHARE_COMMIT, folder)
     write_manifest(
         dest, model_id=spec.repo_id, requested_revision="main", commit=SHARE_COMMIT,
-        variant=VARIANT, files=files,
+        variant=VARIANT, files=files, adapters=tuple(records), decoder=decoder,
     )  # fmt: skip
     return dest
 
