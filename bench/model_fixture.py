@@ -412,7 +412,13 @@ LCM_LORAS = {
 }
 LORA_FILE = "pytorch_lora_weights.safetensors"
 LORA_RANK = 64
+LORA_ALPHA = float(LORA_RANK)  # only scales B.A: no effect on any cost
+LORA_STRENGTH = 0.05  # |scale B.A| about 5 % of a freshly initialised weight's size
 TINY_DECODERS = {"sd15": "madebyollin/taesd", "sdxl": "madebyollin/taesdxl"}
+
+
+def lora_repo(name: str) -> str:
+    return LCM_LORAS[name]
 
 
 def ensure_lora(name: str, log: Callable[[str], None] = print) -> Path:
@@ -424,9 +430,11 @@ def ensure_lora(name: str, log: Callable[[str], None] = print) -> Path:
     if not file.is_file():
         log(f"building a random rank-{LORA_RANK} LCM-LoRA for {name} in {file} ...")
         unet_config = json.loads((ensure_model(name) / "unet" / "config.json").read_text())
-        state = random_lora(unet_config, rank=LORA_RANK, alpha=LORA_RANK, seed=SEED, strength=0.05)
+        state = random_lora(
+            unet_config, rank=LORA_RANK, alpha=LORA_ALPHA, seed=SEED, strength=LORA_STRENGTH
+        )
         partial = file.with_suffix(".partial")
-        save_lora(to_kohya(state, alpha=LORA_RANK), partial)
+        save_lora(to_kohya(state, alpha=LORA_ALPHA), partial)
         partial.rename(file)
     return file
 
@@ -502,45 +510,6 @@ def place_on_share(
         variant=VARIANT, files=files, adapters=tuple(records), decoder=decoder,
     )  # fmt: skip
     return dest
-
-
-# --- a random LoRA of the real rank and shapes --------------------------------------------------
-
-# LCM-LoRA for SD 1.5 (latent-consistency/lcm-lora-sdv1-5): rank 64 on the UNet's attention
-# projections, feed-forward, resnet convolutions, time projections and the down- and
-# upsamplers' convolutions (tests.support.tiny_adapters.LCM_LORA_TARGETS), kohya's key
-# layout (`lora_unet_..._proj_in.lora_down.weight`, `.alpha`), fp16 on the hub (135 MB).
-LORA_RANK = 64
-LORA_ALPHA = 8.0  # only scales B.A: no effect on any cost
-LORA_STRENGTH = 0.05  # |scale B.A| about 5 % of a freshly initialised weight's size
-LORA_FILE = "pytorch_lora_weights.safetensors"
-
-
-def lora_repo(name: str) -> str:
-    return f"bench/{name}-lcm-lora-random"
-
-
-def ensure_lora(name: str, log: Callable[[str], None] = print) -> Path:
-    """The random LoRA for the cached model `name` (built first when missing: seconds), as a
-    hub repo beside it in bench/.cache/hub; returns the weights file."""
-    path = HUB_ROOT / lora_repo(name) / LORA_FILE
-    if path.is_file():
-        return path
-    from tests.support.tiny_adapters import random_lora, save_lora, to_kohya
-
-    config = json.loads((ensure_model(name) / "unet" / "config.json").read_text())
-    started = time.monotonic()
-    state = random_lora(config, rank=LORA_RANK, alpha=LORA_ALPHA, seed=SEED, strength=LORA_STRENGTH)
-    params = sum(t.numel() for t in state.values())
-    TMP.mkdir(parents=True, exist_ok=True)
-    scratch = save_lora(to_kohya(state, LORA_ALPHA), TMP / f"{name}-lora-{os.getpid()}.safetensors")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch.rename(path)
-    log(
-        f"built {lora_repo(name)}: rank {LORA_RANK}, {params / 1e6:.1f} M params, "
-        f"{path.stat().st_size / 1e6:.1f} MB fp16, in {time.monotonic() - started:.1f} s"
-    )
-    return path
 
 
 # --- serving the cache as a hub ---------------------------------------------------------------
