@@ -20,9 +20,7 @@ targets: list of 100 >= 0.8x the combined floor, create and get >= 0.95x, every 
 
 With `--during-generation` it also measures GET /todo/<id> p50/p99 while the image service
 generates (SD 1.5, full-size random weights from bench/model_fixture.py, 256x256) in the same
-worker process, against the same load on the idle service; then the same on a second start of
-the service with GEN_NICE=0 (the generation at the request threads' priority), the baseline of
-GEN_NICE's default.
+worker process, against the same load on the idle service.
 
     .venv/bin/python bench/todos_bench.py                       # 1-2 min on 2 cores
     .venv/bin/python bench/todos_bench.py --during-generation   # plus about 3 min (2 GB model)
@@ -660,7 +658,7 @@ def job_state(base_url: str, job_id: str) -> dict[str, Any]:
     return requests.get(f"{base_url}/jobs/{job_id}", timeout=60).json()
 
 
-def measure_during_generation(service: Service, config: Config, label: str) -> list[GenerationRow]:
+def measure_during_generation(service: Service, config: Config) -> list[GenerationRow]:
     """GET /todo/<id> on the idle worker, then while it generates one image."""
     seconds = pull_model(service.base_url)
     print(f"  model pulled and loaded in {seconds:.1f} s", flush=True)
@@ -685,12 +683,12 @@ def measure_during_generation(service: Service, config: Config, label: str) -> l
         finished_at = time.perf_counter()
     if job["state"] != "succeeded":
         raise RuntimeError(f"the generation {job['state']}: {job.get('error')}")
-    idle = sampler.row(f"idle, {label}", started, idle_end)
-    generating = sampler.row(f"generating, {label}", running_at or idle_end, finished_at)
+    idle = sampler.row("idle", started, idle_end)
+    generating = sampler.row("generating", running_at or idle_end, finished_at)
     generating.ratio_p99_to_idle = generating.p99_ms / idle.p99_ms
     for row in (idle, generating):
         print(
-            f"  {row.phase:<30} GET /todo/<id> x{row.requests}: p50 {row.p50_ms:.1f} ms, "
+            f"  {row.phase:<10} GET /todo/<id> x{row.requests}: p50 {row.p50_ms:.1f} ms, "
             f"p99 {row.p99_ms:.1f} ms, max {row.max_ms:.1f} ms, errors {row.errors}",
             flush=True,
         )
@@ -764,14 +762,14 @@ def print_targets(checks: Sequence[dict[str, Any]]) -> None:
 
 def print_generation(rows: Sequence[GenerationRow]) -> None:
     header = (
-        f"{'GET /todo/<id> during':<30} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'GET /todo/<id> during':<22} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'max ms':>8} {'p99/idle':>8} {'seconds':>8}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r.phase:<30} {r.requests:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f} "
+            f"{r.phase:<22} {r.requests:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f} "
             f"{ratio(r.ratio_p99_to_idle):>8} {r.seconds:>8.1f}"
         )
     print()
@@ -789,7 +787,7 @@ def summary_line(
     met = sum(c["met"] for c in checks)
     generation = ""
     if rows:
-        idle, generating = rows[:2]  # the service as configured; the GEN_NICE=0 rows follow
+        idle, generating = rows
         generation = (
             f" | get p99 idle {idle.p99_ms:.1f} ms, generating {generating.p99_ms:.1f} ms "
             f"({ratio(generating.ratio_p99_to_idle)})"
@@ -906,14 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = run_benchmark(service, peer_url, config)
             if config.during_generation:
                 print("todo latency while an image generates:", flush=True)
-                rows = measure_during_generation(service, config, "GEN_NICE default")
-                # The baseline of GEN_NICE: the same, with the generation at the requests'
-                # priority, on a second start of the service (GEN_NICE is read at start).
-                stack.close()
-                with ExitStack() as again:
-                    extra_env = again.enter_context(generation_settings(again, True))
-                    same = again.enter_context(running_service(extra_env | {"GEN_NICE": "0"}))
-                    rows += measure_during_generation(same, config, "GEN_NICE=0")
+                rows = measure_during_generation(service, config)
     except Interrupted:
         print("\ninterrupted; the service and the peer were stopped", file=sys.stderr)
         return 130
