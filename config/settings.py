@@ -147,13 +147,6 @@ TORCH_THREADS = env_str("TORCH_THREADS", "auto")
 if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREADS) >= 1):
     raise ImproperlyConfigured(f"TORCH_THREADS must be auto or at least 1, got {TORCH_THREADS!r}")
 
-# How much the generation thread's nice value is raised (it and torch's threads it starts;
-# 0 to 19): request threads of the same process go first on a busy CPU
-# (imagegen.model.cpu.lower_thread_priority).
-GEN_NICE = env_int("GEN_NICE", 10, minimum=0)
-if GEN_NICE > 19:
-    raise ImproperlyConfigured(f"GEN_NICE must be at most 19, got {GEN_NICE}")
-
 # Defaults of omitted fields. Unset (None): the configured model's preset, else 20 steps,
 # guidance 7 and the model's own scheduler (imagegen/generation/presets.py).
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)

@@ -30,8 +30,6 @@ def environment() -> Iterator[dict[str, str]]:
         ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu or cuda, got 'gpu'"),
         ({"MODEL_LOADER": "fast"}, "MODEL_LOADER must be streaming or diffusers"),
         ({"TORCH_THREADS": "0"}, "TORCH_THREADS must be auto or at least 1, got '0'"),
-        ({"GEN_NICE": "20"}, "GEN_NICE must be at most 19, got 20"),
-        ({"GEN_NICE": "-1"}, "GEN_NICE must be at least 0, got -1"),
         ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),
         ({"GEN_QUEUE_MAX": "many"}, "GEN_QUEUE_MAX must be an integer, got 'many'"),
         ({"GEN_SYNC_TIMEOUT": "0"}, "GEN_SYNC_TIMEOUT must be at least 1, got 0"),

@@ -30,7 +30,6 @@ from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
 from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
 from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve, with_defaults
-from imagegen.model.cpu import lower_thread_priority
 from imagegen.model.loader import ModelLoader, describe
 
 log = logging.getLogger(__name__)
@@ -131,10 +130,8 @@ class JobQueue:
         load_timeout: float,
         keep: int,
         rules: GenerationRules,
-        nice: int = 0,
     ) -> None:
         self.loader = loader
-        self.nice = nice
         self.rules = rules
         self.store = store
         self.queue_max = queue_max
@@ -219,9 +216,6 @@ class JobQueue:
             self._worker.start()
 
     def _work(self) -> None:
-        # Before this thread's first torch call: torch's CPU threads for it are started then,
-        # and inherit the value (imagegen.model.cpu.lower_thread_priority says why).
-        lower_thread_priority(self.nice)
         while True:
             with self._lock:
                 while not self._queued:
@@ -318,7 +312,6 @@ def get_jobs() -> JobQueue:
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         keep=settings.JOBS_KEEP,
         rules=rules_from_settings(),
-        nice=settings.GEN_NICE,
     )
 
 

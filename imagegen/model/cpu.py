@@ -7,7 +7,6 @@ and 64 threads on a 4-CPU quota are throttled in turns, which costs far more tha
 
 import math
 import os
-import threading
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -37,16 +36,3 @@ def cpu_budget(root: Path = CGROUP) -> int:
 def torch_threads(setting: str, root: Path = CGROUP) -> int:
     """TORCH_THREADS: "auto" (the CPU budget) or a number."""
     return cpu_budget(root) if setting == "auto" else int(setting)
-
-
-def lower_thread_priority(nice: int) -> None:
-    """Raises the calling thread's nice value by `nice` (up to 19), for it and every thread it
-    starts later, such as torch's OpenMP workers, so that on a busy CPU the request threads of
-    the same process are scheduled first: a todo request or /health that wakes up while an
-    image generates preempts the generation at once instead of queueing behind it for the CPU
-    and the GIL. It costs the generation nothing when nothing else wants the CPU. Linux keeps
-    a nice value per thread; elsewhere (or at 0) this does nothing."""
-    if nice and hasattr(os, "setpriority"):
-        thread = threading.get_native_id()
-        current = os.getpriority(os.PRIO_PROCESS, thread)
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, current + nice))
