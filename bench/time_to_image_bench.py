@@ -162,7 +162,8 @@ class Run:
 def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
     """Plain diffusers set up as a user of its documentation would for the same settings:
     the LCM-LoRA loaded, fused and unloaded (once; kept for the later configurations), the
-    tiny autoencoder as the VAE, and the scheduler from the model's config."""
+    tiny autoencoder as the VAE, the VAE in slicing and tiles as the service has it, and the
+    scheduler from the model's config."""
     from diffusers import AutoencoderTiny, LCMScheduler
 
     if config.lora and not getattr(pipe, "_bench_lora_fused", False):
@@ -173,6 +174,14 @@ def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
     pipe.vae = (
         AutoencoderTiny.from_pretrained(ensure_tiny_decoder(model)) if config.tiny else (full_vae)
     )
+    # The seed's VAE settings, as the service has them: slicing and tiling, the full VAE in
+    # tiles of VAE_TILE_SIZE's default (diffusers' attributes; at 1024x1024 SDXL's own tile
+    # is the whole image, 3.9 GiB of activations).
+    pipe.vae.enable_slicing()
+    pipe.vae.enable_tiling()
+    if not config.tiny:
+        scale = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
+        pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = 512, 512 // scale
     if config.scheduler is not None:
         assert config.scheduler == "lcm", config.scheduler
         pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)

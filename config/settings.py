@@ -133,6 +133,13 @@ if MODEL_LOADER not in ("streaming", "diffusers"):
 # The seed's rule: attention slicing on. Each slice runs torch's fused attention kernel
 # (imagegen/model/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
+# The full VAE decodes in tiles of this many pixels (where the model's own tiles are larger),
+# so the decode's peak memory stays small; 0: diffusers' tiles (imagegen.model.pipeline).
+VAE_TILE_SIZE = env_int("VAE_TILE_SIZE", 512, minimum=0)
+if VAE_TILE_SIZE and (VAE_TILE_SIZE < 64 or VAE_TILE_SIZE % 8):
+    raise ImproperlyConfigured(
+        f"VAE_TILE_SIZE must be 0 or a multiple of 8 of at least 64, got {VAE_TILE_SIZE}"
+    )
 
 # Import the model-loading code when the worker starts (about 3 s), not during the first
 # load, where its imports stall /health (imagegen/model/preload.py).

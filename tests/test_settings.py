@@ -30,6 +30,7 @@ def environment() -> Iterator[dict[str, str]]:
         ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu or cuda, got 'gpu'"),
         ({"MODEL_LOADER": "fast"}, "MODEL_LOADER must be streaming or diffusers"),
         ({"TORCH_THREADS": "0"}, "TORCH_THREADS must be auto or at least 1, got '0'"),
+        ({"VAE_TILE_SIZE": "100"}, "VAE_TILE_SIZE must be 0 or a multiple of 8 of at least 64"),
         ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),
         ({"GEN_QUEUE_MAX": "many"}, "GEN_QUEUE_MAX must be an integer, got 'many'"),
         ({"GEN_SYNC_TIMEOUT": "0"}, "GEN_SYNC_TIMEOUT must be at least 1, got 0"),

@@ -277,5 +277,6 @@ def get_loader() -> ModelLoader:
             threads=torch_threads(settings.TORCH_THREADS),
             streaming=settings.MODEL_LOADER == "streaming",
             attention_slicing=settings.ATTENTION_SLICING,
+            vae_tile=settings.VAE_TILE_SIZE,
         ),
     )
