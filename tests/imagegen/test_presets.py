@@ -38,6 +38,8 @@ def preset(model_id: str = SDXL, adapters: str = ""):
          ("hyper-sd-1step", 1, 0.0, "tcd", 8, 1.0)),
         (SDXL, "ByteDance/Hyper-SD:Hyper-SDXL-8steps-CFG-lora.safetensors",
          ("hyper-sd-8step-cfg", 8, 5.0, "ddim_trailing", 8, 8.0)),
+        (SDXL, "ByteDance/Hyper-SD:Hyper-SDXL-8steps-lora.safetensors",
+         ("hyper-sd-8step", 8, 0.0, "ddim_trailing", 8, 1.0)),
         (SDXL, "ByteDance/Hyper-SD:Hyper-SD15-2steps-lora.safetensors",
          ("hyper-sd-2step", 2, 0.0, "ddim_trailing", 8, 1.0)),
         (SDXL, LIGHTNING_4, ("sdxl-lightning-4step", 4, 0.0, "euler_trailing", 8, 1.0)),
