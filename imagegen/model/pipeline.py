@@ -103,9 +103,10 @@ def decode_in_tiles_of(vae, side: int) -> None:
     """Makes the full VAE decode in tiles of `side` pixels where diffusers' tiles (the model's
     native size) are larger. With its own tiles an SDXL decode at 1024x1024 is one tile, and
     its activations at full resolution (about 3.9 GiB) come on top of the 12.9 GiB of fp32
-    weights: 1.43x the weights, past a 16 GiB container. In tiles of 512 it needs about 1.2
-    GiB, for about 1.3x the decode's time (the tiles overlap by a quarter; bench/README). The
-    tiny decoder (AutoencoderTiny) has tiles of its own and a small peak: left as it is."""
+    weights: 1.43x the weights, past a 16 GiB container. In tiles of 512 pixels it needs 1.2
+    GiB (tiles of 256: 0.5 GiB, for 1.1x the time of 512; the tiles overlap by a quarter;
+    README, Performance). 512 leaves SD 1.x's 512x512 decode whole. The tiny decoder
+    (AutoencoderTiny) has tiles of its own and a small peak: left as it is."""
     from diffusers import AutoencoderKL
 
     if isinstance(vae, AutoencoderKL) and side < vae.tile_sample_min_size:
