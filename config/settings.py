@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "ninja",
     "todos",
     "imagegen",
+    "imagegen.ui",
 ]
 
 MIDDLEWARE = [

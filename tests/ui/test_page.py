@@ -1,0 +1,258 @@
+"""The page at /ui/ in a real browser against the app under gunicorn (tiny pipeline): generate
+with live progress and see the image, find it first in the gallery and reuse its settings,
+cancel a job mid-run (only that one), a refused field's message beside it, one event stream
+and no polling, resuming a stream without losing or repeating a step, and a phone-width
+screen where every control stays usable."""
+
+import json
+import math
+import re
+import time
+
+import requests
+from playwright.sync_api import Page, Request, expect
+
+from tests.support.processes import AppServer
+from tests.ui.conftest import STREAM_SECONDS, WAIT_MS, screenshot
+
+LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+
+
+def open_ui(new_page, app: AppServer, **viewport: int) -> Page:
+    page = new_page(**viewport)
+    page.goto(app.url("/ui/"))
+    expect(page.locator("#model-state")).to_have_text("ready")
+    return page
+
+
+def fill(page: Page, **fields: str) -> None:
+    for name, value in fields.items():
+        if name == "scheduler":
+            page.select_option(f"#{name}", value)
+        else:
+            page.fill(f"#{name}", value)
+
+
+def jobs(app: AppServer, prompt: str) -> list[dict]:
+    found = requests.get(app.url("/jobs"), params={"limit": 200}, timeout=10).json()
+    return [job for job in found if job["parameters"]["prompt"] == prompt]
+
+
+def cancel_unfinished(app: AppServer) -> None:
+    for job in requests.get(app.url("/jobs"), params={"limit": 200}, timeout=10).json():
+        if job["state"] in ("queued", "running"):
+            requests.delete(app.url(f"/jobs/{job['id']}"), timeout=10)
+
+
+def progress_mid_run(page: Page) -> None:
+    page.wait_for_function(
+        "() => { const p = document.getElementById('job-progress');"
+        " return p.value >= 1 && p.value < p.max; }",
+        timeout=WAIT_MS,
+    )
+
+
+def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    screenshot(page, "01-empty")
+    fill(page, prompt="a lighthouse in fog", steps="20", size="64x64", seed="4242",
+         guidance="6.5")  # fmt: skip
+    page.click("#generate")
+    progress_mid_run(page)
+    expect(page.locator("#job-steps")).to_have_text(re.compile(r"^Step \d+ of \d+"))
+    expect(page.locator("#job-status")).to_contain_text(re.compile("Running|Queued"))
+    screenshot(page, "02-progress")
+
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    expect(page.locator("#job-status")).to_contain_text("seed 4242")
+    image = page.locator("#result-image")
+    expect(image).to_be_visible()
+    assert image.get_attribute("src").startswith("blob:")
+    assert page.evaluate("document.getElementById('result-image').naturalWidth") == 64
+    assert page.locator("#job-progress").evaluate("p => p.value === p.max")
+    screenshot(page, "03-done")
+
+    done = jobs(ui_app, "a lighthouse in fog")[0]
+    image_id = done["image"]["id"]
+    first = page.locator("#gallery li").first
+    expect(first).to_have_attribute("data-image-id", image_id)
+    expect(first.locator(".prompt")).to_have_text("a lighthouse in fog")
+    expect(first.locator(".params")).to_contain_text("64x64 · 20 steps · guidance 6.5 · seed 4242")
+    expect(first.locator(".download")).to_have_attribute("download", f"{image_id}.png")
+
+    # A fresh page finds it first too, from the stored images (newest first).
+    fresh = open_ui(new_page, ui_app)
+    fresh_first = fresh.locator("#gallery li").first
+    expect(fresh_first).to_have_attribute("data-image-id", image_id)
+    expect(fresh_first.locator("img")).to_have_attribute("src", re.compile("^blob:"))
+    with fresh.expect_download() as download:
+        fresh_first.locator(".download").click()
+    saved = download.value.path().read_bytes()
+    png = requests.get(ui_app.url(f"/images/{image_id}.png"), timeout=10).content
+    assert saved == png
+    fresh_first.locator(".reuse").click()
+    values = {name: fresh.input_value(f"#{name}") for name in
+              ("prompt", "steps", "guidance", "size", "seed")}  # fmt: skip
+    assert values == {"prompt": "a lighthouse in fog", "steps": "20", "guidance": "6.5",
+                      "size": "64x64", "seed": "4242"}  # fmt: skip
+    expect(fresh.locator("#prompt")).to_be_focused()
+    screenshot(fresh, "04-gallery", full_page=True)
+
+
+def test_cancel_stops_this_job_mid_run_and_no_other(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    fill(page, prompt="first, finished", steps="2", size="64x64")
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+
+    fill(page, prompt=LONG["prompt"] + " on the page", steps=LONG["steps"], size=LONG["size"])
+    page.click("#generate")
+    progress_mid_run(page)
+    # Another client's job waits behind it; cancelling on the page must leave it alone.
+    fields = {"prompt": "another client", "steps": "2", "async": "true"}
+    other = requests.post(ui_app.url("/generate"), data=fields, timeout=30)
+    assert other.status_code == 202
+    expect(page.locator("#cancel")).to_be_enabled()
+    screenshot(page, "05-before-cancel")
+    page.click("#cancel")
+    expect(page.locator("#job-status")).to_have_text("Cancelled", timeout=WAIT_MS)
+    expect(page.locator("#cancel")).to_be_disabled()
+    screenshot(page, "06-cancelled")
+
+    cancelled = jobs(ui_app, "a long one on the page")[0]
+    assert cancelled["state"] == "cancelled"
+    assert 1 <= cancelled["progress"]["step"] < cancelled["progress"]["steps"]
+    assert jobs(ui_app, "first, finished")[0]["state"] == "succeeded"
+    deadline = time.monotonic() + 60
+    while (state := jobs(ui_app, "another client")[0]["state"]) != "succeeded":
+        assert state in ("queued", "running") and time.monotonic() < deadline, state
+        time.sleep(0.1)
+
+
+def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    fill(page, prompt="bad bounds", steps="100000", size="65x64")
+    with page.expect_response(re.compile(r"/generate$")) as answer:
+        page.click("#generate")
+    details = {d["field"]: d["message"] for d in answer.value.json()["error"]["details"]}
+    assert answer.value.status == 400 and set(details) == {"steps", "size"}
+    expect(page.locator("#error-steps")).to_have_text(details["steps"])
+    expect(page.locator("#error-steps")).to_contain_text("500")  # GEN_MAX_STEPS, the API's own
+    expect(page.locator("#error-size")).to_have_text(details["size"])
+    expect(page.locator("#steps")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#steps")).to_be_focused()
+    expect(page.locator("#error-prompt")).to_have_text("")
+    screenshot(page, "07-refused-field")
+    assert not jobs(ui_app, "bad bounds")  # nothing was queued
+
+    fill(page, steps="2", size="64x64")
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    expect(page.locator("#error-steps")).to_have_text("")
+    assert page.get_attribute("#steps", "aria-invalid") is None
+
+
+def test_the_network_log_shows_one_event_stream_and_no_polling(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    page.wait_for_load_state("networkidle")
+    sent: list[Request] = []
+    page.on("request", lambda request: sent.append(request))
+    fill(page, prompt="watched on the wire", steps="6", size="64x64")
+    started = time.monotonic()
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    took = time.monotonic() - started
+    page.wait_for_load_state("networkidle")
+
+    job_id = jobs(ui_app, "watched on the wire")[0]["id"]
+    paths = [(r.method, r.url.removeprefix(ui_app.base_url)) for r in sent]
+    streams = [r for r in sent if r.url.endswith(f"/jobs/{job_id}/events")]
+    assert [r.headers.get("last-event-id") for r in streams][:1] == [None]
+    # One stream: opened once, and only resumed (with Last-Event-ID) when the server ended
+    # it after EVENT_STREAM_SECONDS; no request asks for the job's state again.
+    assert all(r.headers.get("last-event-id") for r in streams[1:])
+    assert len(streams) <= math.ceil(took / STREAM_SECONDS) + 1
+    assert ("GET", f"/jobs/{job_id}") not in paths
+    others = [p for p in paths if not p[1].endswith("/events")]
+    assert len(others) == len(set(others)), others  # nothing asked for twice
+    assert ("POST", "/generate") in others
+
+
+def test_a_resumed_stream_loses_and_repeats_no_step(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    bodies: dict[str, str] = {}
+    page.on(
+        "requestfinished",
+        lambda r: (
+            "/events" in r.url
+            and bodies.setdefault(
+                str(len(bodies)), json.dumps([r.headers.get("last-event-id"), r.response().text()])
+            )
+        ),
+    )
+    fill(page, prompt="outlives its streams", steps="40", size="64x64")
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=3 * WAIT_MS)
+    page.wait_for_load_state("networkidle")
+
+    streams = [json.loads(bodies[str(i)]) for i in range(len(bodies))]
+    assert len(streams) >= 2, "the job did not outlive one stream: nothing was resumed"
+    steps, last_id = [], None
+    for sent_id, text in streams:
+        assert sent_id == last_id  # each resume names the last event the page received
+        for block in text.split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
+            if "id" in fields:
+                last_id = fields["id"]
+            if fields.get("event") == "step":
+                steps.append(json.loads(fields["data"])["step"])
+    total = jobs(ui_app, "outlives its streams")[0]["progress"]["steps"]
+    assert steps == list(range(steps[0], total + 1))
+    assert page.locator("#job-progress").evaluate("p => p.value === p.max")
+
+
+def test_every_control_is_usable_on_a_390px_wide_screen(new_page, ui_app):
+    page = open_ui(new_page, ui_app, width=390, height=844)
+    fill(page, prompt="on a phone", steps="2", size="64x64")
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    expect(page.locator("#gallery li").first.locator("img")).to_have_attribute(
+        "src", re.compile("^blob:")
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
+    controls = page.locator("main input, main textarea, main select, main button:visible, main a")
+    assert controls.count() >= 14
+    for index in range(controls.count()):
+        control = controls.nth(index)
+        if not control.is_visible():
+            continue
+        control.scroll_into_view_if_needed()
+        box = control.bounding_box()
+        name = control.get_attribute("id") or control.inner_text()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, (name, box)
+        assert box["height"] >= 24, (name, box)  # big enough to tap
+    # Every form control has a label a screen reader reads.
+    for field in page.locator("#generate-form input, #generate-form textarea, select").all():
+        label = page.locator(f"label[for='{field.get_attribute('id')}']")
+        expect(label).to_have_count(1)
+    expect(page.locator("#job-status")).to_have_attribute("aria-live", "polite")
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(page, "08-phone", full_page=True)
+
+
+def test_the_page_is_usable_by_keyboard_alone(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    page.focus("#prompt")
+    page.keyboard.type("typed, never clicked")
+    order = []
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        order.append(page.evaluate("document.activeElement.id"))
+    assert order[:3] == ["negative_prompt", "steps", "guidance"]
+    assert "generate" in order
+    page.focus("#steps")
+    page.keyboard.type("2")
+    page.focus("#generate")
+    page.keyboard.press("Enter")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    cancel_unfinished(ui_app)
