@@ -233,7 +233,8 @@
   }
 
   // One job's events until its final state. The server ends a stream before the ingress
-  // would cut it; the next request resumes after the last event received (Last-Event-ID).
+  // would cut it, and the page resumes at once after the last event received
+  // (Last-Event-ID); after a network error it waits the stream's `retry` time first.
   async function follow(job) {
     if (current) current.controller.abort();
     const controller = new AbortController();
@@ -247,7 +248,15 @@
     try {
       for (;;) {
         const headers = lastId ? { "Last-Event-ID": lastId } : {};
-        const response = await api(`/jobs/${job.id}/events`, { headers, signal: controller.signal });
+        let response;
+        try {
+          response = await api(`/jobs/${job.id}/events`, { headers, signal: controller.signal });
+        } catch (error) {
+          if (error.name === "AbortError") throw error;
+          announce("Reconnecting to this job's events…");
+          await sleep(retryMs);
+          continue;
+        }
         if (response.status === 503) {
           announce("Waiting for a free event stream…");
           await sleep(1000 * Number(response.headers.get("Retry-After") || 5));
@@ -260,10 +269,18 @@
         }
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
+        let finished = false;
         for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buffer += value.replace(/\r\n?/g, "\n");
+          let chunk;
+          try {
+            chunk = await reader.read();
+          } catch (error) {
+            if (error.name === "AbortError") throw error;
+            await sleep(retryMs); // cut mid-stream: resume after the last event received
+            break;
+          }
+          if (chunk.done) break;
+          buffer += chunk.value.replace(/\r\n?/g, "\n");
           let end;
           while ((end = buffer.indexOf("\n\n")) >= 0) {
             const event = parseBlock(buffer.slice(0, end));
@@ -272,13 +289,10 @@
             if (!event.data.length) continue;
             if (event.id !== null) lastId = event.id;
             await onJobEvent(event.name, JSON.parse(event.data.join("\n")));
-            if (FINAL.has(event.name)) {
-              controller.abort();
-              return;
-            }
+            if (FINAL.has(event.name)) finished = true;
           }
         }
-        await sleep(retryMs);
+        if (finished) return; // the server closes the stream right after the final state
       }
     } catch (error) {
       if (error.name !== "AbortError") announce(`The event stream failed: ${error.message}`);
