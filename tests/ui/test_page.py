@@ -151,6 +151,12 @@ def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
     expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
     expect(page.locator("#error-steps")).to_have_text("")
     assert page.get_attribute("#steps", "aria-invalid") is None
+    # The seed it got (random: the field was empty) comes back with "Reuse last".
+    assert page.input_value("#seed") == ""
+    page.click("#seed-reuse")
+    assert page.input_value("#seed") == str(jobs(ui_app, "bad bounds")[0]["parameters"]["seed"])
+    page.click("#seed-random")
+    assert page.input_value("#seed") == ""
 
 
 def test_the_network_log_shows_one_event_stream_and_no_polling(new_page, token_ui_app):
@@ -250,3 +256,24 @@ def test_the_page_is_usable_by_keyboard_alone(new_page, ui_app):
     page.keyboard.press("Enter")
     expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
     cancel_unfinished(ui_app)
+
+
+def test_the_gallery_pages_with_the_cursor_newest_first(new_page, ui_app):
+    page_size = 12  # the page's gallery page
+    stored = requests.get(ui_app.url("/images"), params={"limit": 100}, timeout=30).json()
+    for index in range(len(stored["items"]), page_size + 1):
+        fields = {"prompt": f"filler {index}", "steps": "1", "size": "64x64"}
+        made = requests.post(ui_app.url("/generate"), data=fields, timeout=WAIT_MS / 1000)
+        assert made.status_code == 200, made.text
+    newest = [
+        r["id"] for r in requests.get(ui_app.url("/images"), params={"limit": 100}).json()["items"]
+    ]
+    page = open_ui(new_page, ui_app)
+    items = page.locator("#gallery li")
+    expect(items).to_have_count(page_size)
+    more = page.locator("#gallery-more")
+    expect(more).to_be_visible()
+    more.click()
+    expect(items).to_have_count(min(len(newest), 2 * page_size))
+    shown = [items.nth(i).get_attribute("data-image-id") for i in range(items.count())]
+    assert shown == newest[: len(shown)]
