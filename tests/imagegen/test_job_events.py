@@ -161,6 +161,8 @@ def test_a_stream_ends_before_its_life_and_resumes_with_last_event_id_losing_no_
 def test_a_finished_job_streams_its_final_state_once_and_nothing_after_its_id(app):
     job_id = submit(app, prompt="short", steps="2", size="64x64")
     follow(app, job_id)
+    raw = requests.get(app.url(f"/jobs/{job_id}/events"), timeout=30).text
+    assert raw.startswith("retry: 1000\n\n")  # how long a client waits after an error
     again = events_of(app, job_id)
     assert [event.name for event in again] == ["succeeded"]
     assert events_of(app, job_id, last_event_id=again[0].id) == []

@@ -71,7 +71,7 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     assert image.get_attribute("src").startswith("blob:")
     assert page.evaluate("document.getElementById('result-image').naturalWidth") == 64
     assert page.locator("#job-progress").evaluate("p => p.value === p.max")
-    screenshot(page, "03-done")
+    screenshot(page, "03-done", full_page=True)
 
     done = jobs(ui_app, "a lighthouse in fog")[0]
     image_id = done["image"]["id"]
