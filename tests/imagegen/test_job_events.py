@@ -144,6 +144,9 @@ def test_a_stream_ends_before_its_life_and_resumes_with_last_event_id_losing_no_
         first = list(read_events(response))
     assert STREAM_SECONDS <= time.monotonic() - started < STREAM_SECONDS + 2
     assert first[-1].name not in FINAL  # ended by its life, not by the job
+    # Away while several steps run: the resumed stream must send each of them.
+    sent_last = max(e.data["step"] for e in first if e.name == "step")
+    wait_running(app, job_id, min_step=sent_last + 3)
     second_started = time.monotonic()
     with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=first[-1].id) as response:
         second = list(read_events(response))
