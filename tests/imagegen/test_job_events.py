@@ -224,3 +224,16 @@ def test_bad_requests_are_refused_in_the_error_shape(app):
     )
     assert bad.status_code == 400
     assert bad.json()["error"]["details"][0]["field"] == "Last-Event-ID"
+
+
+def test_head_answers_the_headers_at_once_and_holds_no_place(app):
+    job_id = submit(app, **LONG, seed="8")
+    wait_running(app, job_id)
+    url = app.url(f"/jobs/{job_id}/events")
+    for _ in range(STREAMS_MAX + 1):  # more than the bound: none of them holds a place
+        started = time.monotonic()
+        head = requests.head(url, timeout=30)
+        assert head.status_code == 200 and time.monotonic() - started < 5
+        assert head.headers["Content-Type"] == "text/event-stream"
+    with open_stream(url) as response:
+        assert response.status_code == 200
