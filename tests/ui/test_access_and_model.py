@@ -18,7 +18,7 @@ def test_the_token_is_asked_once_and_sent_only_as_a_bearer_header(new_page, toke
     dialog = page.locator("#token-dialog")
     expect(dialog).to_be_visible()
     expect(page.locator("#token")).to_be_focused()
-    screenshot(page, "09-token")
+    screenshot(page, "10-token")
 
     page.fill("#token", "not-the-token")
     page.keyboard.press("Enter")
@@ -63,19 +63,19 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     expect(page.locator("#model-state")).to_have_text("not_started")
     expect(page.locator("#model-share")).to_have_text("no")
     expect(page.locator("#model-id")).to_have_text("testorg/tiny-sd")
-    screenshot(page, "10-model-not-started")
+    screenshot(page, "11-model-not-started")
     hub.throttle_bytes_per_sec = 50_000  # a download long enough to watch
     page.click("#model-pull")
     expect(page.locator("#model-state")).to_have_text("downloading", timeout=WAIT_MS)
     expect(page.locator("#model-detail")).to_have_text(
         re.compile(r"^Downloaded [0-9.]+ [kMG]?B of [1-9][0-9.]* [kMG]?B$"), timeout=WAIT_MS
     )
-    screenshot(page, "11-model-downloading")
+    screenshot(page, "12-model-downloading")
     hub.throttle_bytes_per_sec = None
     expect(page.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
     expect(page.locator("#model-share")).to_have_text("yes")
     expect(page.locator("#model-pull")).to_be_disabled()
-    screenshot(page, "12-model-ready")
+    screenshot(page, "13-model-ready")
 
     missing = start_app(MODEL_ID="testorg/no-such-model")
     page.goto(missing.url("/ui/"))
@@ -86,4 +86,4 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     assert error
     expect(page.locator("#model-error")).to_have_text(error)
     expect(page.locator("#model-pull")).to_be_enabled()  # a new pull retries
-    screenshot(page, "13-model-failed")
+    screenshot(page, "14-model-failed")

@@ -100,34 +100,51 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     screenshot(fresh, "04-gallery", full_page=True)
 
 
-def test_cancel_stops_this_job_mid_run_and_no_other(new_page, ui_app):
+def submit(app: AppServer, **fields: str) -> str:
+    answer = requests.post(app.url("/generate"), data={**fields, "async": "true"}, timeout=30)
+    assert answer.status_code == 202, answer.text
+    return answer.json()["id"]
+
+
+def wait_state(app: AppServer, job_id: str, states: set[str]) -> dict:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (job := requests.get(app.url(f"/jobs/{job_id}"), timeout=30).json())["state"] not in (
+        states
+    ):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+    return job
+
+
+def test_a_second_job_shows_its_queue_position_and_cancel_stops_it_mid_run_alone(new_page, ui_app):
     page = open_ui(new_page, ui_app)
     fill(page, prompt="first, finished", steps="2", size="64x64")
     page.click("#generate")
     expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
 
-    fill(page, prompt=LONG["prompt"] + " on the page", steps=LONG["steps"], size=LONG["size"])
+    ahead = submit(ui_app, **LONG, seed="1")  # another client's job runs first
+    wait_state(ui_app, ahead, {"running"})
+    fill(page, prompt="the second, cancelled", steps=LONG["steps"], size=LONG["size"])
     page.click("#generate")
+    expect(page.locator("#job-status")).to_have_text("Queued: position 1")
+    behind = submit(ui_app, prompt="another client", steps="2", size="64x64")
+    screenshot(page, "05-queued")
+    requests.delete(ui_app.url(f"/jobs/{ahead}"), timeout=30)
     progress_mid_run(page)
-    # Another client's job waits behind it; cancelling on the page must leave it alone.
-    fields = {"prompt": "another client", "steps": "2", "async": "true"}
-    other = requests.post(ui_app.url("/generate"), data=fields, timeout=30)
-    assert other.status_code == 202
     expect(page.locator("#cancel")).to_be_enabled()
-    screenshot(page, "05-before-cancel")
+    screenshot(page, "06-before-cancel")
     page.click("#cancel")
     expect(page.locator("#job-status")).to_have_text("Cancelled", timeout=WAIT_MS)
     expect(page.locator("#cancel")).to_be_disabled()
-    screenshot(page, "06-cancelled")
+    screenshot(page, "07-cancelled")
 
-    cancelled = jobs(ui_app, "a long one on the page")[0]
+    cancelled = jobs(ui_app, "the second, cancelled")[0]
     assert cancelled["state"] == "cancelled"
     assert 1 <= cancelled["progress"]["step"] < cancelled["progress"]["steps"]
     assert jobs(ui_app, "first, finished")[0]["state"] == "succeeded"
-    deadline = time.monotonic() + 60
-    while (state := jobs(ui_app, "another client")[0]["state"]) != "succeeded":
-        assert state in ("queued", "running") and time.monotonic() < deadline, state
-        time.sleep(0.1)
+    assert wait_state(ui_app, behind, {"succeeded", "failed", "cancelled"})["state"] == (
+        "succeeded"
+    )
 
 
 def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
@@ -143,7 +160,7 @@ def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
     expect(page.locator("#steps")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#steps")).to_be_focused()
     expect(page.locator("#error-prompt")).to_have_text("")
-    screenshot(page, "07-refused-field")
+    screenshot(page, "08-refused-field")
     assert not jobs(ui_app, "bad bounds")  # nothing was queued
 
     fill(page, steps="2", size="64x64")
@@ -237,7 +254,7 @@ def test_every_control_is_usable_on_a_390px_wide_screen(new_page, ui_app):
         expect(label).to_have_count(1)
     expect(page.locator("#job-status")).to_have_attribute("aria-live", "polite")
     page.evaluate("window.scrollTo(0, 0)")
-    screenshot(page, "08-phone", full_page=True)
+    screenshot(page, "09-phone", full_page=True)
 
 
 def test_the_page_is_usable_by_keyboard_alone(new_page, ui_app):
