@@ -171,9 +171,9 @@
     const text = steps ? `Step ${step} of ${steps}${left}` : "";
     $("job-steps").textContent = text;
     bar.setAttribute("aria-valuetext", text || "not started");
-    // The live region speaks at each tenth, not at every step.
-    const tenth = steps ? Math.floor((10 * step) / steps) : -1;
-    if (tenth > announcedTenth && tenth < 10) {
+    // The live region speaks at each tenth of the steps (10 % to 90 %), not at every step.
+    const tenth = steps ? Math.floor((10 * step) / steps) : 0;
+    if (tenth > announcedTenth && tenth >= 1 && tenth < 10) {
       announcedTenth = tenth;
       announce(`Running: ${text}`);
     }
