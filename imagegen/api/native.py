@@ -173,8 +173,9 @@ def job_json(view: JobView) -> dict:
 def job_events(
     request: HttpRequest,
     job_id: str,
-    last_event_id: str | None = Header(
-        None, alias="Last-Event-ID", pattern=events.EVENT_ID_PATTERN,
+    # A plain string (empty: a new stream), so the document offers no null to send.
+    last_event_id: str = Header(
+        "", alias="Last-Event-ID", pattern=events.EVENT_ID_PATTERN,
         description="the id of the last event received: the stream resumes after it",
     ),
 ):  # fmt: skip

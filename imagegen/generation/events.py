@@ -24,8 +24,9 @@ from typing import Any
 
 from imagegen.generation.jobs import FINISHED, JobView
 
-# `<last step sent>.<digest of the status sent>`; documented as opaque.
-EVENT_ID_PATTERN = r"^[0-9]{1,6}\.[0-9a-f]{8}$"
+# `<last step sent>.<digest of the status sent>`; documented as opaque. Empty: none (a new
+# stream), as a header a client sends without a value.
+EVENT_ID_PATTERN = r"^([0-9]{1,6}\.[0-9a-f]{8})?$"
 _EVENT_ID = re.compile(EVENT_ID_PATTERN)
 # How long a client waits before reconnecting after the stream ends (its `retry` field).
 RECONNECT_MS = 1000
