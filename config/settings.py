@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "ninja",
     "todos",
     "imagegen",
+    "imagegen.ui",
 ]
 
 MIDDLEWARE = [
@@ -189,6 +190,21 @@ if GEN_MAX_N > GEN_QUEUE_MAX + 1:
     raise ImproperlyConfigured("GEN_MAX_N must be at most GEN_QUEUE_MAX + 1 (the queue's room)")
 # How long an image link the OpenAI route answers (response_format=url) stays valid.
 IMAGE_URL_TTL = env_int("IMAGE_URL_TTL", 3600, minimum=1)
+
+# Event streams of jobs (GET /jobs/<id>/events). Each open stream holds one of gunicorn's
+# threads for its whole life, so their number is bounded below the thread count (the next
+# client gets 503 + Retry-After): /health and the other routes always keep threads.
+_THREADS = env_int("GUNICORN_THREADS", 16, minimum=1)
+EVENT_STREAMS_MAX = env_int("EVENT_STREAMS_MAX", max(1, _THREADS // 4), minimum=1)
+if EVENT_STREAMS_MAX >= _THREADS:
+    raise ImproperlyConfigured(
+        f"EVENT_STREAMS_MAX must be below GUNICORN_THREADS ({_THREADS}), got {EVENT_STREAMS_MAX}"
+    )
+# A stream ends itself after this many seconds, before Azure's ingress cuts a request at 240 s;
+# clients resume it with Last-Event-ID and lose nothing.
+EVENT_STREAM_SECONDS = env_float("EVENT_STREAM_SECONDS", 220.0, minimum=0.1)
+# A comment line this often while nothing happens, so proxies keep an idle stream open.
+EVENT_STREAM_KEEPALIVE = env_float("EVENT_STREAM_KEEPALIVE", 15.0, minimum=0.1)
 
 # Generated images and their records (on Azure: a folder on the share).
 OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))

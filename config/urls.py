@@ -1,6 +1,6 @@
-"""URL configuration: everything is served by the project's one NinjaAPI."""
+"""URL configuration: the page at /ui/, and the project's one NinjaAPI for everything else."""
 
-from django.urls import path
+from django.urls import include, path
 
 from config.api import api
 from imagegen.api.a1111 import router as a1111_router
@@ -13,4 +13,5 @@ api.add_router("", imagegen_router)
 api.add_router("/v1", openai_router)
 api.add_router("/sdapi/v1", a1111_router)
 
-urlpatterns = [path("", api.urls)]
+# The page for people (/ui/) is a Django view of its own; everything else is the API.
+urlpatterns = [path("", include("imagegen.ui.urls")), path("", api.urls)]

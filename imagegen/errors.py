@@ -102,3 +102,15 @@ class ImageLinkInvalid(ServiceError):
 class ImageLinkExpired(ServiceError):
     status = 403
     message = "This image link has expired (IMAGE_URL_TTL); generate the image again"
+
+
+class EventStreamsBusy(ServiceError):
+    """Every place for an open event stream is taken (EVENT_STREAMS_MAX): each stream holds
+    one of the worker's threads for its whole life, and /health needs one too."""
+
+    status = 503
+    message = (
+        "Too many event streams are open (EVENT_STREAMS_MAX); try again shortly, or read the "
+        "job with GET /jobs/<id>"
+    )
+    retry_after = 5

@@ -46,6 +46,16 @@ def job_get(*, job_id: str) -> JobView:
     return jobs.view(job)
 
 
+def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
+    """The job as soon as it changes past revision `after` (a state, a phase, its place in
+    the queue, a step), or as it is after `timeout` seconds: what the event stream watches,
+    so it wakes for changes instead of polling."""
+    view = get_jobs().wait_change(job_id, after, timeout)
+    if view is None:
+        raise JobNotFound()
+    return view
+
+
 def job_list(*, limit: int) -> list[JobView]:
     jobs = get_jobs()
     return [jobs.view(job) for job in jobs.recent(limit)]

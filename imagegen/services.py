@@ -11,12 +11,17 @@ import hashlib
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+
+from django.conf import settings
 
 from config.errors import ServiceError
 from imagegen import selectors
 from imagegen.errors import (
     BatchTimeout,
+    EventStreamsBusy,
     JobCancelled,
     JobFailed,
     JobFinished,
@@ -67,6 +72,28 @@ def job_cancel(*, job_id: str) -> JobView:
     if job is None:
         raise JobNotFound()
     return jobs.view(job)
+
+
+@cache
+def _stream_places() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(settings.EVENT_STREAMS_MAX)
+
+
+def event_stream_place() -> Callable[[], None]:
+    """Takes one of the EVENT_STREAMS_MAX places for an open event stream, or refuses at
+    once (503 with Retry-After): each stream holds a worker thread for minutes, and a bound
+    below the thread count keeps threads for /health and every other route. Returns what
+    gives the place back (once, however often it is called)."""
+    places = _stream_places()
+    if not places.acquire(blocking=False):
+        raise EventStreamsBusy()
+    once = threading.Lock()
+
+    def give_back() -> None:
+        if once.acquire(blocking=False):
+            places.release()
+
+    return give_back
 
 
 # --- synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111) ----------------

@@ -14,6 +14,7 @@ PROTECTED = [  # README, "Access control"
     ("post", "/generate"),
     ("get", "/jobs"),
     ("get", "/jobs/{job_id}"),
+    ("get", "/jobs/{job_id}/events"),
     ("delete", "/jobs/{job_id}"),
     ("post", "/jobs/{job_id}/cancel"),
     ("get", "/images"),
@@ -81,3 +82,11 @@ def test_the_generate_form_is_documented_as_sent():
         assert (scheduler["type"], scheduler["enum"]) == ("string", list(SCHEDULER_NAMES))
         size = form["properties"]["size"]["pattern"]
         assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")
+
+
+def test_the_event_stream_is_documented_as_one():
+    route = SCHEMA["paths"]["/jobs/{job_id}/events"]["get"]
+    assert list(route["responses"]["200"]["content"]) == ["text/event-stream"]
+    assert {"400", "404", "503"} <= set(route["responses"])
+    header = next(p for p in route["parameters"] if p["in"] == "header")
+    assert header["name"] == "Last-Event-ID"

@@ -49,6 +49,11 @@ def environment() -> Iterator[dict[str, str]]:
         ({"MODEL_ADAPTERS": "lcm-lora"}, "MODEL_ADAPTERS: 'lcm-lora' is not repo:file[:scale]"),
         ({"MODEL_ADAPTERS": "org/lora:w.bin"}, "must name a .safetensors file"),
         ({"MODEL_ADAPTERS": "org/lora:w.safetensors:big"}, "scale in 'org/lora:w.safetensors:big'"),
+        (
+            {"GUNICORN_THREADS": "8", "EVENT_STREAMS_MAX": "8"},
+            "EVENT_STREAMS_MAX must be below GUNICORN_THREADS (8), got 8",
+        ),
+        ({"EVENT_STREAM_SECONDS": "0"}, "EVENT_STREAM_SECONDS must be at least 0.1, got 0"),
         ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
         (
             {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
@@ -67,6 +72,15 @@ def test_the_defaults_start(environment):
         os.environ.pop(name, None)
     settings = importlib.reload(config.settings)
     assert (settings.DEVICE, settings.GEN_QUEUE_MAX, settings.GEN_LOAD_TIMEOUT) == ("auto", 8, 300)
+
+
+def test_event_streams_are_bounded_well_below_the_threads_by_default(environment):
+    for name in ("GUNICORN_THREADS", "EVENT_STREAMS_MAX", "EVENT_STREAM_SECONDS"):
+        os.environ.pop(name, None)
+    settings = importlib.reload(config.settings)
+    assert (settings.EVENT_STREAMS_MAX, settings.EVENT_STREAM_SECONDS) == (4, 220)
+    os.environ["GUNICORN_THREADS"] = "32"
+    assert importlib.reload(config.settings).EVENT_STREAMS_MAX == 8
 
 
 def test_adapters_are_parsed_with_their_scales(environment):

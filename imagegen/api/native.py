@@ -1,8 +1,8 @@
 """The image service's own routes: parse the request, call one service or selector, answer."""
 
 from django.conf import settings
-from django.http import FileResponse, HttpRequest, HttpResponse
-from ninja import Form, Query, Router
+from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.auth import token_required
@@ -11,8 +11,10 @@ from config.openapi import form_request_body
 from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
+from imagegen.errors import JobNotFound
+from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import Job
+from imagegen.generation.jobs import Job, JobView
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelStatus
 
@@ -25,6 +27,7 @@ ROUTES = [
     ("POST", "/generate", "text to PNG (form fields); async=true for a job"),
     ("GET", "/jobs", "recent generation jobs"),
     ("GET", "/jobs/{id}", "one job: state, queue position, progress, result"),
+    ("GET", "/jobs/{id}/events", "that job's progress as Server-Sent Events"),
     ("DELETE", "/jobs/{id}", "cancel that job (also POST /jobs/{id}/cancel)"),
     ("GET", "/images", "stored images, newest first"),
     ("GET", "/images/{id}", "one image's record"),
@@ -138,6 +141,63 @@ def job_list(request: HttpRequest, limit: int = Query(20, ge=1, le=200)):
 @router.get("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404)})
 def job_get(request: HttpRequest, job_id: str):
     return selectors.job_get(job_id=job_id)
+
+
+EVENT_STREAM_DOC = {
+    "responses": {
+        200: {
+            "description": (
+                "text/event-stream: `queued`, `running`, `succeeded`, `failed` and `cancelled` "
+                "events carry the job (as GET /jobs/{job_id}), `step` events "
+                "{step, steps, fraction, eta_seconds}; the stream ends after the final state "
+                "or after EVENT_STREAM_SECONDS (resume with Last-Event-ID)"
+            ),
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+}
+
+
+def job_json(view: JobView) -> dict:
+    """A job as GET /jobs/<id> answers it, for the events that carry the whole job."""
+    return JobOut.from_orm(view).model_dump(mode="json")
+
+
+@router.get(
+    "/jobs/{job_id}/events",
+    auth=token_required(),
+    response={200: None, **errors(400, 404, 503)},
+    summary="The job's progress, pushed: Server-Sent Events until its final state",
+    openapi_extra=EVENT_STREAM_DOC,
+)
+def job_events(
+    request: HttpRequest,
+    job_id: str,
+    # A plain string (empty: a new stream), so the document offers no null to send.
+    last_event_id: str = Header(
+        "", alias="Last-Event-ID", pattern=events.EVENT_ID_PATTERN,
+        description="the id of the last event received: the stream resumes after it",
+    ),
+):  # fmt: skip
+    selectors.job_get(job_id=job_id)  # 404 before a place is taken
+    seen = events.Seen.from_event_id(last_event_id) if last_event_id else None
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if request.META.get("REQUEST_METHOD") == "HEAD":  # the headers only; no place held
+        return StreamingHttpResponse([], content_type="text/event-stream", headers=headers)
+    give_back = services.event_stream_place()
+
+    def wait(after: int, timeout: float) -> JobView | None:
+        try:
+            return selectors.job_wait(job_id=job_id, after=after, timeout=timeout)
+        except JobNotFound:
+            return None
+
+    chunks = events.job_event_stream(
+        wait=wait, seen=seen, describe=job_json, life=settings.EVENT_STREAM_SECONDS,
+        keepalive=settings.EVENT_STREAM_KEEPALIVE,
+    )  # fmt: skip
+    body = events.ClosingStream(chunks, give_back)
+    return StreamingHttpResponse(body, content_type="text/event-stream", headers=headers)
 
 
 @router.delete("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404, 409)})

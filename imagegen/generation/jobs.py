@@ -3,9 +3,10 @@
 One worker thread runs the jobs in order, one at a time (a second generation would only
 halve the speed of both and double the memory). A synchronous POST /generate submits a job
 and waits for it; an asynchronous one answers 202 at once and the client polls
-GET /jobs/<id>. Progress comes from the pipeline's step-end callback. Cancelling a queued job
-takes it out of the queue; cancelling the running one stops it at the end of the current
-denoising step.
+GET /jobs/<id> or follows GET /jobs/<id>/events, which waits for the job's revision to move
+(wait_change) instead of polling. Progress comes from the pipeline's step-end callback.
+Cancelling a queued job takes it out of the queue; cancelling the running one stops it at
+the end of the current denoising step.
 
 Jobs live as long as the process, like the model's state; the images they produce are
 stored (imagegen.generation.images) and outlive it.
@@ -66,6 +67,9 @@ class Job:
     finished_at: datetime | None = None
     step: int = 0
     steps: int = 0
+    # Grows with every change a client could see (state, phase, queue position, each step),
+    # so a watcher (the event stream) can wait for "anything after what I last saw".
+    revision: int = 0
     denoise_started: float | None = None
     error: str | None = None
     failure: ServiceError | None = None
@@ -118,6 +122,7 @@ class JobView:
     finished_at: datetime | None
     error: str | None
     image: ImageRecord | None
+    revision: int = 0  # the job's revision when this picture was taken (Job.revision)
 
 
 class JobQueue:
@@ -160,7 +165,7 @@ class JobQueue:
             self._jobs[job.id] = job
             self._forget_old_jobs()
             self._start_worker()
-            self._lock.notify()
+            self._lock.notify_all()  # the worker, among the watchers waiting on the lock
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -187,7 +192,20 @@ class JobQueue:
                 finished_at=job.finished_at,
                 error=job.error,
                 image=job.image,
+                revision=job.revision,
             )
+
+    def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
+        """The job's view as soon as its revision passes `after`, or as it is at `timeout`;
+        None for a job this process does not know (or has forgotten)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while (job := self._jobs.get(job_id)) is not None and job.revision <= after:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+            return None if job is None else self.view(job)
 
     def cancel(self, job_id: str) -> Job | None:
         with self._lock:
@@ -197,11 +215,24 @@ class JobQueue:
             if job.state in FINISHED:
                 raise JobFinished(job.state.value)
             if job.state is JobState.QUEUED:
-                self._queued.remove(job)
+                self._leave_queue(job)
                 self._finish(job, JobState.CANCELLED, phase="cancelled before it ran")
             else:
                 job.cancel_requested.set()
+                self._changed(job)  # its phase now says it is stopping
         return job
+
+    def _changed(self, job: Job) -> None:
+        """Records a change a client could see and wakes its watchers. Lock held."""
+        job.revision += 1
+        self._lock.notify_all()
+
+    def _leave_queue(self, job: Job) -> None:
+        """Takes a job out of the queue; every job behind it moves up one place. Lock held."""
+        place = self._queued.index(job)
+        self._queued.remove(job)
+        for behind in list(self._queued)[place:]:
+            self._changed(behind)
 
     def _waiting(self) -> int:
         """Jobs waiting behind the running one (a job queued while the worker is idle is
@@ -220,9 +251,11 @@ class JobQueue:
             with self._lock:
                 while not self._queued:
                     self._lock.wait()
-                job = self._running = self._queued.popleft()
+                job = self._running = self._queued[0]
+                self._leave_queue(job)
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
+                self._changed(job)
             try:
                 self._run(job)
             except Exception:  # the worker must outlive any one job
@@ -249,12 +282,14 @@ class JobQueue:
                 job.steps = parameters.steps
                 job.phase = "denoising"
                 job.denoise_started = time.monotonic()
+                self._changed(job)
 
             def on_step(done_steps: int, total: int) -> None:
                 with self._lock:
                     job.step, job.steps = done_steps, total
                     if done_steps == total:
                         job.phase = "decoding"
+                    self._changed(job)
                 if job.cancel_requested.is_set():
                     raise Cancelled()
 
@@ -265,6 +300,7 @@ class JobQueue:
             generation = time.monotonic() - job.denoise_started
             with self._lock:
                 job.phase = "saving"
+                self._changed(job)
             encoding = time.monotonic()
             png = png_bytes(rendered.image, parameters)
             timings = {
@@ -289,6 +325,7 @@ class JobQueue:
         with self._lock:
             job.state, job.phase, job.error = state, phase, error
             job.finished_at = utc_now()
+            self._changed(job)
         job.done.set()
 
     def _forget_old_jobs(self) -> None:

@@ -1,0 +1,48 @@
+"""The page for people at /ui/: one server-rendered template; its script calls the same API
+routes (and the same token) as any client.
+
+The HTML is served without the token: it holds no data, only the form's bounds and defaults,
+which GET /api shows openly too. Everything private (jobs, images, prompts) comes through the
+API with the token the page asks for.
+"""
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from config.version import app_version
+from imagegen import selectors
+from imagegen.api.schemas import PROMPT_MAX
+from imagegen.generation.render import SEED_MAX
+from imagegen.generation.schedulers import SCHEDULERS
+
+
+def _sizes(low: int, high: int) -> list[str]:
+    """Square sizes worth offering in the size field's suggestions, within the bounds."""
+    sides = [low, 256, 512, 768, 1024, 1536, 2048, high]
+    return [f"{side}x{side}" for side in sorted(set(sides)) if low <= side <= high]
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    rules = selectors.generation_rules()
+    allowed = rules["schedulers"] or list(SCHEDULERS)
+    form = {
+        "prompt_max": PROMPT_MAX,
+        "steps_default": rules["steps"],
+        "steps_max": settings.GEN_MAX_STEPS,
+        "steps_cap": rules["max_steps"],
+        "guidance_default": rules["guidance"],
+        "guidance_max": settings.GEN_MAX_GUIDANCE,
+        "guidance_cap": rules["max_guidance"],
+        "scheduler_default": rules["scheduler"],
+        "schedulers": [(name, SCHEDULERS[name].label) for name in allowed],
+        "preset": rules["preset"],
+        "min_side": settings.GEN_MIN_SIDE,
+        "max_side": settings.GEN_MAX_SIDE,
+        "sizes": _sizes(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE),
+        "seed_max": SEED_MAX,
+    }
+    config = {"tokenRequired": bool(settings.API_TOKEN), "galleryPage": 12}
+    return render(
+        request, "ui/index.html", {"form": form, "config": config, "version": app_version()}
+    )

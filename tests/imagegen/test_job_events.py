@@ -1,0 +1,239 @@
+"""GET /jobs/<id>/events over HTTP, against the app under gunicorn on the tiny pipeline: the
+events' order, one event per step and per change of state, position or phase, the stream
+ending after the final state and before EVENT_STREAM_SECONDS, resuming with Last-Event-ID,
+and the bound on open streams, which keeps /health answering."""
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.model_service import ready_app
+from tests.support.processes import AppServer
+from tests.support.sse import Event, open_stream, read_events
+
+STREAMS_MAX = 2
+STREAM_SECONDS = 3
+LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+FINAL = {"succeeded", "failed", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    env = {
+        "GEN_MAX_STEPS": "500",
+        "EVENT_STREAMS_MAX": str(STREAMS_MAX),
+        "EVENT_STREAM_SECONDS": str(STREAM_SECONDS),
+        "EVENT_STREAM_KEEPALIVE": "0.5",
+    }
+    with ready_app(hub_root, tmp_path_factory.mktemp("events"), **env) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def idle_queue(app: AppServer) -> Iterator[None]:
+    """Each test ends with no job queued or running (and so with no stream left open)."""
+    yield
+    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
+        if job["state"] in ("queued", "running"):
+            requests.delete(app.url(f"/jobs/{job['id']}"))
+    deadline = time.monotonic() + 30
+    while any(j["state"] == "running" for j in requests.get(app.url("/jobs")).json()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def submit(app: AppServer, **fields: str) -> str:
+    response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def events_of(app: AppServer, job_id: str, last_event_id: str | None = None) -> list[Event]:
+    """Every event of one stream, read until the server ends it."""
+    with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=last_event_id) as response:
+        assert response.status_code == 200, response.text
+        assert response.headers["Content-Type"] == "text/event-stream"
+        assert response.headers["Cache-Control"] == "no-cache"
+        return list(read_events(response))
+
+
+def follow(app: AppServer, job_id: str, timeout: float = 120) -> list[list[Event]]:
+    """The job's events from the start to its final state, one list per stream: each stream
+    the server ends is resumed with the last id received, as a client does."""
+    streams: list[list[Event]] = []
+    last_id = None
+    deadline = time.monotonic() + timeout
+    while not streams or streams[-1] == [] or streams[-1][-1].name not in FINAL:
+        assert time.monotonic() < deadline, streams
+        streams.append(events_of(app, job_id, last_id))
+        if streams[-1]:
+            last_id = streams[-1][-1].id
+    return streams
+
+
+def wait_running(app: AppServer, job_id: str, min_step: int = 1) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        job = requests.get(app.url(f"/jobs/{job_id}")).json()
+        if job["state"] == "running" and job["progress"]["step"] >= min_step:
+            return
+        assert job["state"] not in FINAL and time.monotonic() < deadline, job
+        time.sleep(0.02)
+
+
+def test_a_job_streams_its_states_in_order_each_step_once_and_the_stream_ends(app):
+    ahead = submit(app, prompt="ahead", steps="40", size="64x64", seed="1")
+    job_id = submit(app, prompt="watched", steps="12", size="64x64", seed="2")
+    events = [event for stream in follow(app, job_id) for event in stream]
+    names = [event.name for event in events]
+
+    assert names[0] == "queued" and events[0].data["position"] == 1
+    assert events[0].data["id"] == job_id and events[0].data["parameters"]["prompt"] == "watched"
+    order = ["queued", "running", "step", "succeeded"]
+    firsts = [names.index(name) for name in order]
+    assert firsts == sorted(firsts)
+    assert names[-1] == "succeeded" and names.count("succeeded") == 1
+    steps = [event.data["step"] for event in events if event.name == "step"]
+    total = events[-1].data["progress"]["steps"]
+    assert steps == list(range(1, total + 1))  # each step once, in order
+    assert all(e.data["steps"] == total for e in events if e.name == "step")
+    assert events[-1].data["image_url"] == f"/images/{events[-1].data['image']['id']}.png"
+    phases = [event.data["phase"] for event in events if event.name == "running"]
+    # Changes of phase in quick succession may arrive as one (the latest); never out of order.
+    order_of_phases = ["loading the model", "denoising", "decoding", "saving"]
+    places = [order_of_phases.index(phase) for phase in phases]
+    assert places and places == sorted(set(places))
+    ids = [event.id for event in events]
+    assert len(set(ids)) == len(ids)  # every event has an id of its own
+    requests.delete(app.url(f"/jobs/{ahead}"))
+
+
+def test_a_queued_job_gets_an_event_when_a_job_ahead_leaves_and_keepalives_meanwhile(app):
+    running = submit(app, **LONG)
+    wait_running(app, running)
+    leaving = submit(app, prompt="leaves", seed="3")
+    watched = submit(app, prompt="moves up", seed="4")
+    seen: list[Event] = []
+
+    def watch() -> None:
+        with open_stream(app.url(f"/jobs/{watched}/events")) as response:
+            for event in read_events(response):
+                seen.append(event)
+                if event.name == "queued" and event.data["position"] == 1:
+                    return
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(1.5)  # nothing changes for the watched job: keep-alive comments only
+    assert [(e.name, e.data["position"]) for e in seen] == [("queued", 2)]
+    requests.delete(app.url(f"/jobs/{leaving}"))
+    watcher.join(10)
+    assert not watcher.is_alive()
+    assert [(e.name, e.data["position"]) for e in seen] == [("queued", 2), ("queued", 1)]
+    assert "keep-alive" in seen[1].comments
+
+
+def test_a_stream_ends_before_its_life_and_resumes_with_last_event_id_losing_no_step(app):
+    job_id = submit(app, **LONG, seed="5")
+    started = time.monotonic()
+    with open_stream(app.url(f"/jobs/{job_id}/events")) as response:
+        first = list(read_events(response))
+    assert STREAM_SECONDS <= time.monotonic() - started < STREAM_SECONDS + 2
+    assert first[-1].name not in FINAL  # ended by its life, not by the job
+    # Away while several steps run: the resumed stream must send each of them.
+    sent_last = max(e.data["step"] for e in first if e.name == "step")
+    wait_running(app, job_id, min_step=sent_last + 3)
+    second_started = time.monotonic()
+    with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=first[-1].id) as response:
+        second = list(read_events(response))
+    requests.delete(app.url(f"/jobs/{job_id}"))
+    assert time.monotonic() - second_started >= STREAM_SECONDS - 0.5
+    first_steps = [e.data["step"] for e in first if e.name == "step"]
+    second_steps = [e.data["step"] for e in second if e.name == "step"]
+    assert first_steps and second_steps
+    # A new stream starts at the job as it is (its progress), then sends each step; the
+    # resumed one goes on right after the last step received.
+    steps = first_steps + second_steps
+    assert steps == list(range(steps[0], steps[0] + len(steps)))
+
+
+def test_a_finished_job_streams_its_final_state_once_and_nothing_after_its_id(app):
+    job_id = submit(app, prompt="short", steps="2", size="64x64")
+    follow(app, job_id)
+    raw = requests.get(app.url(f"/jobs/{job_id}/events"), timeout=30).text
+    assert raw.startswith("retry: 1000\n\n")  # how long a client waits after an error
+    again = events_of(app, job_id)
+    assert [event.name for event in again] == ["succeeded"]
+    assert events_of(app, job_id, last_event_id=again[0].id) == []
+
+
+def test_cancelling_ends_the_stream_with_cancelled(app):
+    job_id = submit(app, **LONG, seed="6")
+    wait_running(app, job_id, min_step=2)
+    result: list[Event] = []
+    reader = threading.Thread(target=lambda: result.extend(events_of(app, job_id)))
+    reader.start()
+    time.sleep(0.5)
+    assert requests.delete(app.url(f"/jobs/{job_id}")).status_code == 200
+    reader.join(30)
+    assert not reader.is_alive()
+    names = [event.name for event in result]
+    assert names[-1] == "cancelled" and "step" in names
+    cancelling = [e for e in result if e.name == "running" and e.data["phase"].startswith("canc")]
+    assert cancelling or names[-2] == "step"  # the running job may stop before it is seen
+
+
+def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answers(app):
+    job_id = submit(app, **LONG, seed="7")
+    wait_running(app, job_id)
+    url = app.url(f"/jobs/{job_id}/events")
+    held = [open_stream(url) for _ in range(STREAMS_MAX)]
+    try:
+        assert all(response.status_code == 200 for response in held)
+        refused = requests.get(url, timeout=10)
+        assert refused.status_code == 503
+        assert int(refused.headers["Retry-After"]) > 0
+        assert "EVENT_STREAMS_MAX" in refused.json()["error"]["message"]
+        for _ in range(5):
+            started = time.monotonic()
+            health = requests.get(app.url("/health"), timeout=5)
+            assert health.status_code == 200 and time.monotonic() - started < 2
+    finally:
+        for response in held:
+            response.close()
+    # A place comes back once the server notices the client left (its next write).
+    deadline = time.monotonic() + 20
+    while (again := open_stream(url)).status_code == 503:
+        again.close()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert again.status_code == 200
+    again.close()
+
+
+def test_bad_requests_are_refused_in_the_error_shape(app):
+    job_id = submit(app, prompt="short", steps="1", size="64x64")
+    unknown = requests.get(app.url("/jobs/0123456789abcdef/events"), timeout=10)
+    assert unknown.status_code == 404 and unknown.json()["error"]["message"]
+    bad = requests.get(
+        app.url(f"/jobs/{job_id}/events"), headers={"Last-Event-ID": "7"}, timeout=10
+    )
+    assert bad.status_code == 400
+    assert bad.json()["error"]["details"][0]["field"] == "Last-Event-ID"
+
+
+def test_head_answers_the_headers_at_once_and_holds_no_place(app):
+    job_id = submit(app, **LONG, seed="8")
+    wait_running(app, job_id)
+    url = app.url(f"/jobs/{job_id}/events")
+    for _ in range(STREAMS_MAX + 1):  # more than the bound: none of them holds a place
+        started = time.monotonic()
+        head = requests.head(url, timeout=30)
+        assert head.status_code == 200 and time.monotonic() - started < 5
+        assert head.headers["Content-Type"] == "text/event-stream"
+    with open_stream(url) as response:
+        assert response.status_code == 200

@@ -1,0 +1,115 @@
+"""The page in a real browser: Debian's chromium, driven headless by Playwright (Python), against
+the app under gunicorn on the tiny pipeline. Nothing is downloaded: Playwright launches the
+system's chromium (scripts/system_packages.sh installs it), never a browser of its own.
+
+Screenshots of each state go to .artifacts/ui/ (kept out of git)."""
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import model_service_env
+from tests.support.processes import ROOT, AppServer
+
+ARTIFACTS = ROOT / ".artifacts" / "ui"
+# Each event stream's life in ui_app: even a job of a few steps outlives a few streams, so
+# the page resumes them (token_ui_app keeps the default, 220 s: one stream per job).
+STREAM_SECONDS = 0.25
+TOKEN = "ui-test-token"
+# A loaded 2-core machine runs the browser, the app and the model together: expectations wait.
+WAIT_MS = 300_000
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed (scripts/system_packages.sh installs it)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True)
+        yield browser
+        browser.close()
+
+
+def app_env(**extra: str) -> dict[str, str]:
+    return {"GEN_MAX_STEPS": "500", "GEN_DEFAULT_STEPS": "3", **extra}
+
+
+def wait_until_loaded(app: AppServer, timeout: float = 300) -> dict:
+    """The model's status once its pull ends; each look may wait long on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = requests.get(app.url("/model/status"), timeout=60).json()
+        if status["state"] in ("ready", "failed") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
+
+
+@contextmanager
+def pulled_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
+    """An app of its own with the tiny model pulled (with the token when it has one); the
+    pull may take minutes on a loaded machine."""
+    headers = {"Authorization": f"Bearer {env['API_TOKEN']}"} if "API_TOKEN" in env else {}
+    with LocalHub(hub_root) as hub:
+        base = model_service_env(hub.url, work / "share", work)
+        app = AppServer({**base, **app_env(**env)}, work / "app.log").start(timeout=240)
+        try:
+            pulled = requests.post(app.url("/model/pull"), headers=headers, timeout=30)
+            assert pulled.status_code == 202, pulled.text
+            assert wait_until_loaded(app)["state"] == "ready", app.log_tail()
+            yield app
+        finally:
+            app.stop()
+
+
+@pytest.fixture(scope="package")
+def ui_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    work = tmp_path_factory.mktemp("ui-app")
+    with pulled_app(hub_root, work, EVENT_STREAM_SECONDS=str(STREAM_SECONDS)) as app:
+        yield app
+
+
+@pytest.fixture(scope="package")
+def token_ui_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    with pulled_app(hub_root, tmp_path_factory.mktemp("ui-token-app"), API_TOKEN=TOKEN) as app:
+        yield app
+
+
+class PageErrors(list):
+    """Script errors of the page; a test that ends with any fails."""
+
+
+@pytest.fixture
+def new_page(browser: Browser) -> Iterator:
+    """Opens pages in fresh browser contexts (their own sessionStorage), each watched for
+    script errors, which fail the test."""
+    contexts = []
+    errors = PageErrors()
+
+    def open_page(*, width: int = 1280, height: int = 900) -> Page:
+        context = browser.new_context(viewport={"width": width, "height": height})
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+    # The browser logs every 4xx answer as "Failed to load resource"; refusals are expected.
+    assert not [e for e in errors if not e.startswith("Failed to load resource")], errors
+
+
+def screenshot(page: Page, name: str, *, full_page: bool = False) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

@@ -1,0 +1,93 @@
+"""The page with API_TOKEN set (asked once, kept in sessionStorage, sent as a Bearer header,
+never in a URL or a cookie), and the model panel from not_started through a pull to ready,
+and to failed with the error."""
+
+import re
+
+import requests
+from playwright.sync_api import Request, expect
+
+from tests.ui.conftest import TOKEN, WAIT_MS, screenshot
+
+
+def test_the_token_is_asked_once_and_sent_only_as_a_bearer_header(new_page, token_ui_app):
+    page = new_page()
+    sent: list[Request] = []
+    page.on("request", lambda request: sent.append(request))
+    page.goto(token_ui_app.url("/ui/"))
+    dialog = page.locator("#token-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#token")).to_be_focused()
+    screenshot(page, "10-token")
+
+    page.fill("#token", "not-the-token")
+    page.keyboard.press("Enter")
+    expect(page.locator("#token-error")).to_have_text("That token was refused; try again.")
+    expect(dialog).to_be_visible()
+    page.fill("#token", TOKEN)
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#gallery-empty")).to_have_text("No images yet.")
+
+    page.fill("#prompt", "behind a token")
+    page.fill("#steps", "2")
+    page.fill("#size", "64x64")
+    page.click("#generate")
+    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    expect(page.locator("#result-image")).to_have_attribute("src", re.compile("^blob:"))
+
+    assert page.evaluate("sessionStorage.getItem('imagegen.token')") == TOKEN
+    assert page.context.cookies() == []
+    assert not [r.url for r in sent if TOKEN in r.url]
+    calls = [r for r in sent if re.search(r"/(generate|jobs/|images)", r.url)]
+    ends = {(r.method, end) for r in calls for end in ("/generate", "/events", ".png")
+            if r.url.endswith(end)}  # fmt: skip
+    assert ends == {("POST", "/generate"), ("GET", "/events"), ("GET", ".png")}
+    # The gallery's first call carried the refused token; every call since, the right one.
+    bearers = [r.headers.get("authorization") for r in calls]
+    assert bearers == ["Bearer not-the-token"] + [f"Bearer {TOKEN}"] * (len(calls) - 1)
+
+    # Asked once: a reload in the same tab keeps it; the page loads the gallery at once.
+    page.reload()
+    expect(page.locator("#gallery li")).to_have_count(1)
+    expect(dialog).to_be_hidden()
+    # "Forget token" takes it out of the tab.
+    page.click("#forget-token")
+    assert page.evaluate("sessionStorage.getItem('imagegen.token')") is None
+    expect(page.locator("#forget-token")).to_be_hidden()
+    # The HTML itself holds no data and is served without the token.
+    assert requests.get(token_ui_app.url("/ui/"), timeout=10).status_code == 200
+    assert requests.get(token_ui_app.url("/images"), timeout=10).status_code == 401
+
+
+def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
+    app = start_app()
+    page = new_page()
+    page.goto(app.url("/ui/"))
+    expect(page.locator("#model-state")).to_have_text("not_started")
+    expect(page.locator("#model-share")).to_have_text("no")
+    expect(page.locator("#model-id")).to_have_text("testorg/tiny-sd")
+    screenshot(page, "11-model-not-started")
+    hub.throttle_bytes_per_sec = 50_000  # a download long enough to watch
+    page.click("#model-pull")
+    expect(page.locator("#model-state")).to_have_text("downloading", timeout=WAIT_MS)
+    expect(page.locator("#model-detail")).to_have_text(
+        re.compile(r"^Downloaded [0-9.]+ [kMG]?B of [1-9][0-9.]* [kMG]?B$"), timeout=WAIT_MS
+    )
+    screenshot(page, "12-model-downloading")
+    hub.throttle_bytes_per_sec = None
+    expect(page.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
+    expect(page.locator("#model-share")).to_have_text("yes")
+    expect(page.locator("#model-pull")).to_be_disabled()
+    screenshot(page, "13-model-ready")
+
+    missing = start_app(MODEL_ID="testorg/no-such-model")
+    page.goto(missing.url("/ui/"))
+    expect(page.locator("#model-state")).to_have_text("not_started")
+    page.click("#model-pull")
+    expect(page.locator("#model-state")).to_have_text("failed", timeout=WAIT_MS)
+    error = requests.get(missing.url("/model/status"), timeout=10).json()["error"]
+    assert error
+    expect(page.locator("#model-error")).to_have_text(error)
+    expect(page.locator("#model-pull")).to_be_enabled()  # a new pull retries
+    screenshot(page, "14-model-failed")

@@ -1,0 +1,41 @@
+"""The page's form as the server renders it, in process: its bounds, defaults and scheduler
+choices are the ones the API enforces, for the model configured (a preset narrows them)."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from imagegen.generation.jobs import get_jobs, rules_from_settings
+from imagegen.generation.schedulers import NAMES
+
+
+def options(html: str) -> list[str]:
+    select = html.split('<select id="scheduler"', 1)[1].split("</select>", 1)[0]
+    return re.findall(r'<option value="([^"]*)"', select)
+
+
+def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings):
+    html = Client().get("/ui/").content.decode()
+    assert options(html) == ["", *NAMES]
+    assert f'max="{settings.GEN_MAX_STEPS}"' in html
+    assert f'max="{settings.GEN_MAX_GUIDANCE}"' in html
+    assert f"multiples of 8, {settings.GEN_MIN_SIDE} to {settings.GEN_MAX_SIDE}" in html
+    assert "No model preset." in html
+
+
+@pytest.fixture
+def turbo(settings, monkeypatch):
+    """The rules of a process configured for SDXL-Turbo (its preset), in this process."""
+    settings.MODEL_ID = "stabilityai/sdxl-turbo"
+    monkeypatch.setattr(get_jobs(), "rules", rules_from_settings())
+
+
+def test_a_model_preset_narrows_the_schedulers_and_sets_the_defaults(turbo):
+    html = Client().get("/ui/").content.decode()
+    assert "Model preset: turbo." in html
+    assert options(html) == ["", "ddim_trailing", "dpmpp_2m_trailing", "euler_a_trailing",
+                             "euler_trailing"]  # fmt: skip
+    assert "Default (euler_a_trailing)" in html
+    assert 'placeholder="1"' in html  # its one step
+    assert "above 4 lowered to 4" in html
