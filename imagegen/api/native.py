@@ -12,7 +12,7 @@ from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import Job
+from imagegen.generation.jobs import JobView
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelStatus
 
@@ -80,7 +80,7 @@ def wants_async(request: HttpRequest) -> bool:
     return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
 
 
-def png_answer(record: ImageRecord, job: Job) -> HttpResponse:
+def png_answer(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
     X-Guidance and X-Scheduler are what ran, X-Adjusted names what was changed from what
@@ -93,8 +93,8 @@ def png_answer(record: ImageRecord, job: Job) -> HttpResponse:
     png["X-Steps"] = str(parameters.steps)
     png["X-Guidance"] = f"{parameters.guidance:g}"
     png["X-Scheduler"] = parameters.scheduler
-    if job.request.adjusted:
-        png["X-Adjusted"] = ", ".join(change.header() for change in job.request.adjusted)
+    if job.parameters.adjusted:
+        png["X-Adjusted"] = ", ".join(change.header() for change in job.parameters.adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"

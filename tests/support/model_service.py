@@ -24,10 +24,10 @@ def wait_for_state(app: AppServer, states: set[str], timeout: float = 60) -> dic
         time.sleep(0.05)
 
 
-def pull_until_ready(app: AppServer) -> dict:
+def pull_until_ready(app: AppServer, timeout: float = 60) -> dict:
     response = requests.post(app.url("/model/pull"), timeout=10)
     assert response.status_code in (200, 202), response.text
-    status = wait_for_state(app, {"ready", "failed"})
+    status = wait_for_state(app, {"ready", "failed"}, timeout)
     assert status["state"] == "ready", status
     return status
 
@@ -48,12 +48,29 @@ def model_service_env(hub_url: str, share: Path, work: Path) -> dict[str, str]:
     }
 
 
+# The two ways the service runs jobs: the same tests run against both.
+MODES = ("in-process", "distributed")
+
+
 @contextmanager
-def ready_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
+def ready_app(
+    hub_root: Path, work: Path, *, mode: str = "in-process", **env: str
+) -> Iterator[AppServer]:
     """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
-    test module that shares one ready app across its tests."""
+    test module that shares one ready app across its tests. Distributed: its own
+    redis-server and one worker process behind it (the queue's order and bound as in
+    process), the model pulled through the app and loaded by the worker."""
     with LocalHub(hub_root) as hub:
-        base = model_service_env(hub.url, work / "share", work)
-        with AppServer({**base, **env}, work / "app.log") as app:
-            pull_until_ready(app)
-            yield app
+        base = {**model_service_env(hub.url, work / "share", work), **env}
+        if mode == "in-process":
+            with AppServer(base, work / "app.log") as app:
+                pull_until_ready(app)
+                yield app
+            return
+        from tests.support.distributed import Stack
+
+        with Stack(base, work) as stack:
+            stack.start(replicas=1, workers=1)
+            # The worker imports the model code at its first load (PRELOAD_MODEL_CODE=0).
+            pull_until_ready(stack.apps[0], timeout=180)
+            yield stack.apps[0]
