@@ -4,6 +4,8 @@ from functools import cache
 
 import redis
 from django.conf import settings
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from imagegen.distributed.store import JobStore
 
@@ -17,6 +19,8 @@ def redis_client() -> redis.Redis:
         socket_connect_timeout=2,
         socket_timeout=5,
         health_check_interval=15,
+        # Two quick retries ride over a blip; an outage answers 503 within about a second.
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 2),
     )
 
 

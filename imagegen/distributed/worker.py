@@ -92,6 +92,9 @@ class WorkerRuntime:
         self.job_id: str | None = None
         self.pulls: int | None = None  # the pull count this worker has followed
         self._stop = threading.Event()
+        # Held while a job is claimed and while a beat says "idle", so a beat never puts a
+        # worker that just took a job back among the idle ones (the queue's bound).
+        self._claiming = threading.Lock()
 
     # -- the heartbeat ------------------------------------------------------------------------
 
@@ -121,15 +124,16 @@ class WorkerRuntime:
                 self.loader.pull()  # in the background; False (nothing to do) when ready
             self.pulls = pulls
         status = self.loader.status()
-        job_id = self.job_id
-        record = {"name": self.name, "state": status.state, "error": status.error,
-                  "job": job_id, "pulls": self.pulls}  # fmt: skip
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(worker_key(self.name), json.dumps(record), px=self.store.ttl_ms)
-            pipe.sadd(WORKERS, self.name)
-            if job_id is None:
-                pipe.sadd(IDLE, self.name)
-            pipe.execute()
+        with self._claiming:
+            job_id = self.job_id
+            record = {"name": self.name, "state": status.state, "error": status.error,
+                      "job": job_id, "pulls": self.pulls}  # fmt: skip
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(worker_key(self.name), json.dumps(record), px=self.store.ttl_ms)
+                pipe.sadd(WORKERS, self.name)
+                if job_id is None:
+                    pipe.sadd(IDLE, self.name)
+                pipe.execute()
         if job_id is not None:
             self.store.beat(job_id, self.name)
 
@@ -138,15 +142,17 @@ class WorkerRuntime:
     def run_next_job(self) -> str | None:
         """Runs the oldest waiting job, if any is left (a cancelled one's message finds
         none); returns its id."""
-        claimed = self.store.claim(self.name)
-        if claimed is None:
-            return None
-        self.job_id = job_id = claimed.job_id
+        with self._claiming:
+            claimed = self.store.claim(self.name)
+            if claimed is None:
+                return None
+            self.job_id = job_id = claimed.job_id
         log.info("job %s: running on %s", job_id, self.name)
         try:
             self._run(job_id, claimed.request, claimed.created_at, claimed.started_at)
         finally:
-            self.job_id = None
+            with self._claiming:
+                self.job_id = None
             with contextlib.suppress(redis.RedisError):
                 self.redis.sadd(IDLE, self.name)
             gc.collect()  # a cancelled or failed run's tensors go now, not later
