@@ -171,6 +171,10 @@ def test_a_web_replica_killed_and_restarted_loses_nothing(a, b):
 def test_kill_9_of_a_worker_mid_job_fails_it_with_the_reason_within_the_ttl(ready, a, b):
     taken = submit(a, **LONG)
     wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 1)
+    deadline = time.monotonic() + 10  # workers report their job with each beat
+    while taken["id"] not in busy_workers(b).values():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     owner = next(name for name, job_id in busy_workers(b).items() if job_id == taken["id"])
     worker = next(w for w in ready.workers if w.name == owner)
     worker.kill()
