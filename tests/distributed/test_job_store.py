@@ -143,3 +143,12 @@ def test_answers_are_byte_for_byte_those_of_the_in_process_queue(store):
         },
     )  # fmt: skip
     assert answer(JobOut, store.view(SUCCEEDED.id)) == answer(JobOut, SUCCEEDED)
+
+
+def test_a_reader_that_saw_no_beat_does_not_fail_a_job_whose_worker_beat_again(store):
+    add(store, "a")
+    store.claim("w1")
+    time.sleep(1.2)  # a reader finds the heartbeat gone here ...
+    store.beat("a", "w1")  # ... and the worker, only late, beats before the rewrite
+    assert not store.fail_lost("a")  # the check and the rewrite are one step
+    assert store.view("a").state is JobState.RUNNING
