@@ -53,24 +53,33 @@ MODES = ("in-process", "distributed")
 
 
 @contextmanager
+def serving(mode: str, env: dict[str, str], work: Path) -> Iterator[AppServer]:
+    """The service in one of MODES, not pulled yet. Distributed: its own redis-server and
+    one worker process behind one web replica (the queue's order and bound as in process)."""
+    if mode == "in-process":
+        with AppServer(env, work / "app.log") as app:
+            yield app
+        return
+    from tests.support.distributed import Stack
+
+    with Stack(env, work) as stack:
+        stack.start(replicas=1, workers=1)
+        yield stack.apps[0]
+
+
+# How long a pull may take: in distributed mode the worker imports the model code at its
+# first load (PRELOAD_MODEL_CODE=0), on a busy 2-core machine.
+PULL_TIMEOUT = {"in-process": 60, "distributed": 180}
+
+
+@contextmanager
 def ready_app(
     hub_root: Path, work: Path, *, mode: str = "in-process", **env: str
 ) -> Iterator[AppServer]:
     """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
-    test module that shares one ready app across its tests. Distributed: its own
-    redis-server and one worker process behind it (the queue's order and bound as in
-    process), the model pulled through the app and loaded by the worker."""
+    test module that shares one ready app across its tests; in either of MODES."""
     with LocalHub(hub_root) as hub:
         base = {**model_service_env(hub.url, work / "share", work), **env}
-        if mode == "in-process":
-            with AppServer(base, work / "app.log") as app:
-                pull_until_ready(app)
-                yield app
-            return
-        from tests.support.distributed import Stack
-
-        with Stack(base, work) as stack:
-            stack.start(replicas=1, workers=1)
-            # The worker imports the model code at its first load (PRELOAD_MODEL_CODE=0).
-            pull_until_ready(stack.apps[0], timeout=180)
-            yield stack.apps[0]
+        with serving(mode, base, work) as app:
+            pull_until_ready(app, timeout=PULL_TIMEOUT[mode])
+            yield app
