@@ -13,7 +13,9 @@ change a client can see); `queued` the waiting jobs in submission order (a sorte
 sequence number: `ZRANK` is the position); `recent` every remembered job in the same order;
 `beat:<id>` the running job's heartbeat, refreshed by its worker with a TTL; `worker:<name>`
 a worker's own heartbeat and model state; `idle` the workers waiting for work; `pull` the
-count of pulls asked for, which every worker follows.
+count of pulls asked for, which every worker follows; `unfinished` a list with one entry
+per queued or running job, the length KEDA scales the workers on (Celery's own list holds
+only the waiting messages: scaling on it would remove workers in the middle of their jobs).
 """
 
 import json
@@ -30,8 +32,9 @@ from imagegen.generation.jobs import CANCELLING, JobProgress, JobState, JobView
 from imagegen.generation.render import GenerationRequest
 
 PREFIX = "imagegen:"
-QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS = (
-    PREFIX + name for name in ("queued", "recent", "sequence", "idle", "workers", "pull")
+QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED = (
+    PREFIX + name
+    for name in ("queued", "recent", "sequence", "idle", "workers", "pull", "unfinished")
 )
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 
@@ -78,6 +81,7 @@ local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'rev', 1, unpack(ARGV, 5))
 redis.call('ZADD', KEYS[1], seq, id)
 redis.call('ZADD', KEYS[2], seq, id)
+redis.call('RPUSH', prefix .. 'unfinished', id)
 local finished = 0
 for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
   local state = redis.call('HGET', prefix .. 'job:' .. other, 'state')
@@ -137,6 +141,7 @@ end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('DEL', KEYS[2])
+redis.call('LREM', KEYS[3], 0, redis.call('HGET', KEYS[1], 'id'))
 return 1
 """
 
@@ -153,6 +158,7 @@ if state == 'queued' then
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'phase', 'cancelled before it ran',
              'finished_at', now)
   redis.call('HINCRBY', KEYS[1], 'rev', 1)
+  redis.call('LREM', prefix .. 'unfinished', 0, id)
   bump_queued(prefix, KEYS[2])
 elseif state == 'running' and redis.call('HGET', KEYS[1], 'cancel') ~= '1' then
   redis.call('HSET', KEYS[1], 'cancel', '1')
@@ -171,6 +177,7 @@ end
 redis.call('HSET', KEYS[1], 'state', 'failed', 'phase', 'failed', 'error', ARGV[2],
            'finished_at', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
+redis.call('LREM', KEYS[3], 0, redis.call('HGET', KEYS[1], 'id'))
 return 1
 """
 
@@ -257,7 +264,8 @@ class JobStore:
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
         with self.redis.pipeline() as pipe:
-            pipe.zrem(QUEUED, job_id).zrem(RECENT, job_id).delete(job_key(job_id))
+            pipe.zrem(QUEUED, job_id).zrem(RECENT, job_id).lrem(UNFINISHED, 0, job_id)
+            pipe.delete(job_key(job_id))
             pipe.execute()
 
     def cancel(self, job_id: str) -> str | None:
@@ -299,9 +307,8 @@ class JobStore:
             f"(no sign of it for {self.heartbeat_ttl:g} s, JOB_HEARTBEAT_TTL); it was not "
             "run again"
         )
-        return bool(
-            self._lost(keys=[job_key(job_id), beat_key(job_id)], args=[now_text(), message])
-        )
+        keys = [job_key(job_id), beat_key(job_id), UNFINISHED]
+        return bool(self._lost(keys=keys, args=[now_text(), message]))
 
     def _read(self, job_ids: list[str]) -> list[tuple[dict, int | None, bool]]:
         with self.redis.pipeline(transaction=True) as pipe:
@@ -335,7 +342,7 @@ class JobStore:
     def finish(self, job_id: str, **fields: Any) -> bool:
         fields["finished_at"] = now_text()
         flat = [item for pair in fields.items() for item in pair]
-        return bool(self._finish(keys=[job_key(job_id), beat_key(job_id)], args=flat))
+        return bool(self._finish(keys=[job_key(job_id), beat_key(job_id), UNFINISHED], args=flat))
 
     def beat(self, job_id: str, worker: str) -> None:
         self.redis.set(beat_key(job_id), worker, px=self.ttl_ms)

@@ -152,3 +152,17 @@ def test_a_reader_that_saw_no_beat_does_not_fail_a_job_whose_worker_beat_again(s
     store.beat("a", "w1")  # ... and the worker, only late, beats before the rewrite
     assert not store.fail_lost("a")  # the check and the rewrite are one step
     assert store.view("a").state is JobState.RUNNING
+
+
+def test_the_list_keda_scales_on_holds_each_queued_or_running_job_until_it_ends(store):
+    unfinished = lambda: [i.decode() for i in store.redis.lrange("imagegen:unfinished", 0, -1)]  # noqa: E731
+    for job_id in ("a", "b", "c", "d"):
+        add(store, job_id)
+    store.claim("w1")  # "a" runs: still counted, its worker must not be scaled away
+    assert unfinished() == ["a", "b", "c", "d"]
+    store.finish("a", state="succeeded", phase="done")
+    store.cancel("b")
+    store.claim("w2")  # "c"
+    time.sleep(1.2)
+    store.fail_lost("c")  # its worker died
+    assert unfinished() == ["d"]
