@@ -71,8 +71,11 @@ class RedisServer:
 class WorkerProcess:
     """`manage.py run_worker` with the given settings, started and seen beating."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, name: str) -> None:
+    def __init__(
+        self, env: dict[str, str], log_path: Path, name: str, *, prefix: list[str] = ()
+    ) -> None:
         self.name = name
+        self.prefix = list(prefix)  # e.g. taskset, for a worker's share of the cores
         self.log_path = log_path
         self.env = {
             **os.environ,
@@ -86,7 +89,7 @@ class WorkerProcess:
     def start(self, timeout: float = 60) -> "WorkerProcess":
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "run_worker", "--name", self.name],
+                [*self.prefix, sys.executable, "manage.py", "run_worker", "--name", self.name],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
