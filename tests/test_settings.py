@@ -50,6 +50,11 @@ def environment() -> Iterator[dict[str, str]]:
         ({"MODEL_ADAPTERS": "org/lora:w.safetensors:big"}, "scale in 'org/lora:w.safetensors:big'"),
         ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
         (
+            {"JOB_BROKER_URL": "amqp://guest@rabbit//"},
+            "JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got 'amqp://guest@rabbit//'",
+        ),
+        ({"JOB_HEARTBEAT_TTL": "0.5"}, "JOB_HEARTBEAT_TTL must be at least 1, got 0.5"),
+        (
             {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
             "DOWNLOAD_CACHE_DIR must be outside MODEL_DIR",
         ),
