@@ -205,13 +205,14 @@ def test_a_new_worker_is_not_started_until_a_pull_reaches_it_and_status_lists_al
     pulled = requests.post(a.url("/model/pull"))
     assert pulled.status_code == 202
     deadline = time.monotonic() + 300  # two processes import and load, on a busy machine
-    while True:
+    expected = {w.name for w in ready.workers}
+    while True:  # every worker listed (a beat late on a busy machine drops one for a moment)
         status = requests.get(b.url("/model/status")).json()
-        if all(w["state"] == "ready" for w in status["workers"]):
+        listed = {w["name"] for w in status["workers"]}
+        if listed >= expected and all(w["state"] == "ready" for w in status["workers"]):
             break
         assert time.monotonic() < deadline, status
         time.sleep(0.1)
-    assert {w["name"] for w in status["workers"]} >= {w.name for w in ready.workers}
     assert requests.post(a.url("/model/pull")).status_code == 200  # every worker is ready
 
 
