@@ -22,6 +22,7 @@ RUN test -n "$TORCH_INDEX_URL" \
     && pip install -r requirements/base.txt
 
 COPY pyproject.toml manage.py ./
+COPY scripts/start scripts/start
 COPY config/ config/
 COPY todos/ todos/
 COPY imagegen/ imagegen/
@@ -32,6 +33,8 @@ RUN useradd --create-home --uid 10001 app \
 USER 10001:10001
 
 EXPOSE 8000
+# A worker (ROLE=worker) serves no HTTP: its liveness is its heartbeat in Redis.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
-CMD ["gunicorn", "--config", "python:config.gunicorn"]
+    CMD ["python", "-c", "import os, urllib.request; os.environ.get('ROLE', 'web') == 'worker' or urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+# ROLE=web (default): gunicorn with the application; ROLE=worker: manage.py run_worker.
+CMD ["scripts/start"]

@@ -6,9 +6,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404, HttpRequest, HttpResponse
+from kombu.exceptions import OperationalError
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from config.errors import NOT_FOUND, ServiceError, error_response
 from config.logs import first_part
@@ -102,6 +105,20 @@ def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
     sent = not isinstance(exc, ServerSelectionTimeoutError)
     message = UNCONFIRMED if sent and request.method in WRITES else UNREACHABLE
     return error_response(request, 503, message, retry_after=5)
+
+
+JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly"
+
+
+@api.exception_handler(RedisConnectionError)
+@api.exception_handler(RedisTimeoutError)
+@api.exception_handler(OperationalError)
+def on_job_store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Distributed mode's Redis (the jobs and the broker) not answering: a 503 the client
+    may retry, as for the todos' database; the connections come back by themselves when
+    Redis does, so the service needs no restart."""
+    log.warning("job store unreachable: %s", first_part(exc))
+    return error_response(request, 503, JOB_STORE_UNREACHABLE, retry_after=5)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -211,6 +211,18 @@ OUTPUT_DIR = Path(env_str("OUTPUT_DIR", str(DATA_DIR / "images")))
 # Finished jobs remembered by the process (GET /jobs); their images stay in OUTPUT_DIR.
 JOBS_KEEP = env_int("JOBS_KEEP", 200, minimum=1)
 
+# Distributed mode: unset, the web process runs the jobs itself (one in-process queue); a
+# redis:// URL makes web processes only accept, look up and cancel jobs, kept in that Redis,
+# and Celery workers (`manage.py run_worker`) run them (imagegen/distributed/).
+JOB_BROKER_URL = env_str("JOB_BROKER_URL", "").strip()
+if JOB_BROKER_URL and not JOB_BROKER_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(
+        f"JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got {JOB_BROKER_URL!r}"
+    )
+# A running job whose worker has not been heard of for this many seconds is failed
+# ("worker lost"); its worker refreshes the job's heartbeat every third of it.
+JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=1.0)
+
 if GEN_MAX_STEPS > 500:
     # Schedulers step through 1,000 training timesteps, and some add warm-up steps (PNDM):
     # 1,000 asked-for steps ran off the end of the schedule and failed every such job.

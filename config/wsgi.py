@@ -26,7 +26,9 @@ if settings.PRELOAD_MODEL_CODE:
     except Exception:  # the todo API still serves; a load reports the same error
         logging.getLogger("imagegen.model.preload").exception("importing the model code failed")
 
-if settings.WARM_START:
+# In distributed mode (JOB_BROKER_URL) web processes never load the model: the workers do,
+# each at its own start with WARM_START (imagegen/management/commands/run_worker.py).
+if settings.WARM_START and not settings.JOB_BROKER_URL:
     from imagegen.model.loader import get_loader
 
     get_loader().warm_start()  # in the background; /health answers meanwhile

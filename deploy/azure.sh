@@ -7,7 +7,11 @@
 #   deploy/azure.sh deploy        create or update the app from deploy/containerapp.yaml: a new
 #                                 revision, checked and waited for
 #   deploy/azure.sh gate          the post-deployment gate against the app's URL
-# Settings come from the environment; see README.md, "Deploying to Azure Container Apps".
+# LAYOUT=distributed (default: single) provisions an Azure Cache for Redis too and deploys two
+# apps from the one image: the web app (deploy/containerapp-web.yaml, APP_NAME) and the
+# workers (deploy/containerapp-worker.yaml, WORKER_APP_NAME), scaled by KEDA on the jobs.
+# Settings come from the environment; see README.md, "Deploying to Azure Container Apps" and
+# "Beyond one replica".
 set -euo pipefail
 
 : "${RESOURCE_GROUP:?set RESOURCE_GROUP}"
@@ -28,6 +32,14 @@ MAX_NODES="${MAX_NODES:-2}"
 ROLLOUT_TIMEOUT="${ROLLOUT_TIMEOUT:-1200}"
 ROLLOUT_INTERVAL="${ROLLOUT_INTERVAL:-10}"
 PYTHON="${PYTHON:-python3}"
+LAYOUT="${LAYOUT:-single}"
+case "$LAYOUT" in
+  single | distributed) ;;
+  *) echo "azure.sh: LAYOUT must be single or distributed, got '$LAYOUT'" >&2; exit 2 ;;
+esac
+WORKER_APP_NAME="${WORKER_APP_NAME:-$APP_NAME-worker}"
+WORKER_MAX_REPLICAS="${WORKER_MAX_REPLICAS:-2}"
+REDIS_NAME="${REDIS_NAME:-}"
 # The oldest az that reads every field of deploy/containerapp.yaml and sends empty lists and
 # secret values in `update --yaml` (README: "az versions"); the containerapp extension, when
 # installed, replaces the built-in commands and must be at least as new.
@@ -61,6 +73,13 @@ require_az() {
 provision() {
   [ "$MAX_NODES" -ge 2 ] ||
     die "MAX_NODES=$MAX_NODES: a rollout runs the old and the new revision side by side, each on a node of its own"
+  if [ "$LAYOUT" = distributed ]; then
+    : "${REDIS_NAME:?set REDIS_NAME (the Azure Cache for Redis name) for LAYOUT=distributed}"
+    # One D4 node per worker, and one more for a rollout's new revision beside the old ones;
+    # the web app runs on the consumption plan, outside the profile.
+    [ "$MAX_NODES" -ge $((WORKER_MAX_REPLICAS + 1)) ] ||
+      die "MAX_NODES=$MAX_NODES: LAYOUT=distributed needs WORKER_MAX_REPLICAS + 1 = $((WORKER_MAX_REPLICAS + 1)) nodes (one per worker, one for a rollout)"
+  fi
   az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
   az acr create --name "$REGISTRY" --resource-group "$RESOURCE_GROUP" --location "$LOCATION" \
     --sku Basic --admin-enabled true --output none
@@ -83,6 +102,13 @@ provision() {
     --storage-name models-share --azure-file-account-name "$STORAGE_ACCOUNT" \
     --azure-file-account-key "$key" --azure-file-share-name "$SHARE_NAME" \
     --access-mode ReadWrite --output none
+  if [ "$LAYOUT" = distributed ]; then
+    # Standard C1: non-clustered (Celery's Redis transport and the job store's scripts need
+    # one keyspace), replicated, TLS on 6380.
+    az redis create --name "$REDIS_NAME" --resource-group "$RESOURCE_GROUP" \
+      --location "$LOCATION" --sku Standard --vm-size c1 --minimum-tls-version 1.2 \
+      --output none
+  fi
 }
 
 commit_tag() {
@@ -124,6 +150,37 @@ pinned() {
   echo "${image%:*}@$digest"
 }
 
+apply_app() {  # NAME TEMPLATE: create or update one app, read it back, wait for its revision
+  local name="$1" template="$2" spec
+  local where=(--name "$name" --resource-group "$RESOURCE_GROUP")
+  # The spec holds the secrets: private (mktemp), and removed however the script ends.
+  spec="$(mktemp --suffix .yaml)"
+  specs+=("$spec")
+  "$PYTHON" "$here/render.py" < "$template" > "$spec"
+  if az containerapp show "${where[@]}" --output none 2>/dev/null; then
+    az containerapp update "${where[@]}" --yaml "$spec" --output none
+  else
+    az containerapp create "${where[@]}" --yaml "$spec" --output none
+  fi
+  az containerapp show "${where[@]}" --output json | "$PYTHON" "$here/readback.py" "$spec"
+  PYTHONPATH="$here/.." "$PYTHON" -m imagegen.ops.platform wait-for-revision "${where[@]}" \
+    --revision "$name--$REVISION_SUFFIX" --timeout "$ROLLOUT_TIMEOUT" \
+    --interval "$ROLLOUT_INTERVAL"
+}
+
+redis_settings() {
+  # The job store and broker: TLS, the access key URL-quoted (it may hold / + =).
+  : "${REDIS_NAME:?set REDIS_NAME (the Azure Cache for Redis name) for LAYOUT=distributed}"
+  local where=(--name "$REDIS_NAME" --resource-group "$RESOURCE_GROUP") host port quoted
+  host="$(az redis show "${where[@]}" --query hostName --output tsv)"
+  port="$(az redis show "${where[@]}" --query sslPort --output tsv)"
+  REDIS_PASSWORD="$(az redis list-keys "${where[@]}" --query primaryKey --output tsv)"
+  quoted="$("$PYTHON" -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$REDIS_PASSWORD")"
+  REDIS_ADDRESS="$host:$port"
+  JOB_BROKER_URL="rediss://:$quoted@$host:$port/0?ssl_cert_reqs=required"
+  export REDIS_PASSWORD REDIS_ADDRESS JOB_BROKER_URL WORKER_APP_NAME WORKER_MAX_REPLICAS
+}
+
 deploy() {
   : "${IMAGE:?set IMAGE to the reference that deploy/azure.sh image printed}"
   : "${SECRET_KEY:?set SECRET_KEY}"
@@ -139,20 +196,16 @@ deploy() {
   export LOCATION APP_NAME IMAGE SECRET_KEY API_TOKEN MONGODB_URI ENVIRONMENT_ID REVISION_SUFFIX
   export REGISTRY_SERVER REGISTRY_USERNAME REGISTRY_PASSWORD WORKLOAD_PROFILE_NAME
   export MODEL_ID="${MODEL_ID:-stabilityai/stable-diffusion-xl-base-1.0}"
-  local where=(--name "$APP_NAME" --resource-group "$RESOURCE_GROUP")
-  # The spec holds the secrets: private (mktemp), and removed however the script ends.
-  spec="$(mktemp --suffix .yaml)"
-  trap 'rm -f "$spec"' EXIT
-  "$PYTHON" "$here/render.py" < "$here/containerapp.yaml" > "$spec"
-  if az containerapp show "${where[@]}" --output none 2>/dev/null; then
-    az containerapp update "${where[@]}" --yaml "$spec" --output none
+  specs=()
+  trap 'rm -f "${specs[@]}"' EXIT
+  if [ "$LAYOUT" = distributed ]; then
+    redis_settings
+    # Workers first: the web app then finds them (a pull reaches the running ones).
+    apply_app "$WORKER_APP_NAME" "$here/containerapp-worker.yaml"
+    apply_app "$APP_NAME" "$here/containerapp-web.yaml"
   else
-    az containerapp create "${where[@]}" --yaml "$spec" --output none
+    apply_app "$APP_NAME" "$here/containerapp.yaml"
   fi
-  az containerapp show "${where[@]}" --output json | "$PYTHON" "$here/readback.py" "$spec"
-  PYTHONPATH="$here/.." "$PYTHON" -m imagegen.ops.platform wait-for-revision "${where[@]}" \
-    --revision "$APP_NAME--$REVISION_SUFFIX" --timeout "$ROLLOUT_TIMEOUT" \
-    --interval "$ROLLOUT_INTERVAL"
 }
 
 gate() {

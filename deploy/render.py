@@ -18,8 +18,14 @@ import string
 import sys
 import time
 
-DEFAULTS = {"WORKLOAD_PROFILE_NAME": "d4", "CPU": "4", "MEMORY": "16Gi"}
-NUMBERS = {"CPU"}
+DEFAULTS = {
+    "WORKLOAD_PROFILE_NAME": "d4", "CPU": "4", "MEMORY": "16Gi",
+    # The distributed layout's web app: the consumption plan (it never loads the model;
+    # 2 vCPU give the replica room on local disk for the largest file of a pull in flight).
+    "WEB_WORKLOAD_PROFILE_NAME": "Consumption", "WEB_CPU": "2", "WEB_MEMORY": "4Gi",
+    "WEB_MAX_REPLICAS": "3", "WORKER_MAX_REPLICAS": "2",
+}  # fmt: skip
+NUMBERS = {"CPU", "WEB_CPU", "WEB_MAX_REPLICAS", "WORKER_MAX_REPLICAS"}
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
 

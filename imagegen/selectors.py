@@ -1,7 +1,6 @@
 """Reads of the image service: the model's state, jobs and stored images. Routes of every
 protocol call these; they raise imagegen.errors for what does not exist."""
 
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,8 +11,8 @@ from django.core import signing
 
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
 from imagegen.generation.images import ImageRecord, is_image_id
-from imagegen.generation.jobs import CANCELLING, FINISHED, Job, JobState, JobView, get_jobs
-from imagegen.model.loader import ModelStatus, get_loader
+from imagegen.generation.jobs import CANCELLING, FINISHED, JobState, JobView, get_jobs
+from imagegen.model.loader import ModelStatus, get_models
 
 # Image links are signed with SECRET_KEY under their own salt, so no other signed value of
 # the project can pass for one.
@@ -27,7 +26,7 @@ class ImagePage:
 
 
 def model_status() -> ModelStatus:
-    return get_loader().status()
+    return get_models().status()
 
 
 def generation_rules() -> dict[str, Any]:
@@ -39,11 +38,10 @@ def generation_rules() -> dict[str, Any]:
 
 
 def job_get(*, job_id: str) -> JobView:
-    jobs = get_jobs()
-    job = jobs.get(job_id)
+    job = get_jobs().lookup(job_id)
     if job is None:
         raise JobNotFound()
-    return jobs.view(job)
+    return job
 
 
 def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
@@ -57,8 +55,7 @@ def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
 
 
 def job_list(*, limit: int) -> list[JobView]:
-    jobs = get_jobs()
-    return [jobs.view(job) for job in jobs.recent(limit)]
+    return get_jobs().recent(limit)
 
 
 def image_get(*, image_id: str) -> ImageRecord:
@@ -101,10 +98,10 @@ def image_png_by_link(*, image_id: str, signature: str) -> Path:
     return image_png(image_id=image_id)
 
 
-def client_jobs(*, client: str) -> list[Job]:
+def client_jobs(*, client: str) -> list[JobView]:
     """The jobs this client's protocol requests submitted (config.auth.client_identity),
-    oldest first, as far as the process remembers them."""
-    return [job for job in reversed(get_jobs().recent(sys.maxsize)) if job.owner == client]
+    oldest first, as far as the jobs are remembered (JOBS_KEEP)."""
+    return get_jobs().client_jobs(client)
 
 
 @dataclass(frozen=True)
@@ -120,10 +117,9 @@ class BatchProgress:
 
 
 def client_progress(*, client: str) -> BatchProgress:
-    queue = get_jobs()
     mine = client_jobs(client=client)
     current = next((job.batch for job in mine if job.state not in FINISHED), None)
-    views = [queue.view(job) for job in mine if current and job.batch == current]
+    views = [job for job in mine if current and job.batch == current]
     if not views:
         return BatchProgress(
             jobs=[], done=0, current=None, fraction=0.0, eta_seconds=None, interrupted=False

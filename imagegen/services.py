@@ -29,49 +29,58 @@ from imagegen.errors import (
     SyncTimeout,
 )
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import FINISHED, Job, JobState, JobView, get_jobs
+from imagegen.generation.jobs import FINISHED, JobState, JobView, get_jobs
 from imagegen.generation.render import SEED_MAX, GenerationRequest
-from imagegen.model.loader import get_loader
+from imagegen.model.loader import get_models
 
 
 def model_pull() -> bool:
-    """Starts the download-and-load job unless one runs; False when already ready."""
-    return get_loader().pull()
+    """Starts the download-and-load job unless one runs; False when already ready. In
+    distributed mode the download runs here once and every running worker loads."""
+    return get_models().pull()
 
 
-def generation_submit(*, request: GenerationRequest) -> Job:
+def generation_submit(*, request: GenerationRequest) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full)."""
     return get_jobs().submit(request)
 
 
-def generation_result(*, job: Job, timeout: float | None) -> ImageRecord:
+def _failure(job: JobView) -> ServiceError:
+    return job.failure or JobFailed(job.error)
+
+
+def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
     """Waits for the job's image. A client that stops waiting (the timeout) has its job
     cancelled, since nobody will collect the image; a job that finished in the meantime
     still answers with its image."""
-    if not job.done.wait(timeout):
+    jobs = get_jobs()
+    job = jobs.wait(job.id, timeout) or job
+    if job.state not in FINISHED:
         with contextlib.suppress(JobFinished):  # it may have finished just now
-            get_jobs().cancel(job.id)
-        if not job.done.is_set() or job.state is JobState.CANCELLED:
+            jobs.cancel(job.id)
+        job = jobs.lookup(job.id) or job
+        if job.state not in FINISHED or job.state is JobState.CANCELLED:
             raise SyncTimeout(job.id)
     if job.state is JobState.CANCELLED:
         raise JobCancelled()
     if job.state is JobState.FAILED:
-        raise job.failure or JobFailed(job.error)
+        raise _failure(job)
     return job.image
 
 
-def generation_run(*, request: GenerationRequest, timeout: float | None) -> tuple[Job, ImageRecord]:
+def generation_run(
+    *, request: GenerationRequest, timeout: float | None
+) -> tuple[JobView, ImageRecord]:
     """A synchronous generation: submitted as a job like any other, then waited for."""
     job = generation_submit(request=request)
     return job, generation_result(job=job, timeout=timeout)
 
 
 def job_cancel(*, job_id: str) -> JobView:
-    jobs = get_jobs()
-    job = jobs.cancel(job_id)
+    job = get_jobs().cancel(job_id)
     if job is None:
         raise JobNotFound()
-    return jobs.view(job)
+    return job
 
 
 @cache
@@ -105,7 +114,7 @@ class _SharedRun:
     one, and identical ones that joined it (an SDK's retry after its own timeout)."""
 
     key: str
-    jobs: list[Job]
+    jobs: list[str]  # their ids
     waiters: int = 0
 
 
@@ -130,25 +139,36 @@ def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
     return request.model_copy(update={"seed": (request.seed + index) % (SEED_MAX + 1)})
 
 
-def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[Job]:
+def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[str]:
     """`count` jobs or none: when the queue fills part-way, the ones queued are cancelled
     (they never run) and the request is refused as a whole."""
     jobs_queue, batch, jobs = get_jobs(), secrets.token_hex(8), []
     try:
         for index in range(count):
-            jobs.append(jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch))
+            job = jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch)
+            jobs.append(job.id)
     except ServiceError:  # the queue filled up (or the model went away) part-way
-        for job in jobs:
+        for job_id in jobs:
             with contextlib.suppress(JobFinished):
-                jobs_queue.cancel(job.id)
+                jobs_queue.cancel(job_id)
         raise
     return jobs
+
+
+def _views(job_ids: list[str]) -> list[JobView]:
+    """The jobs as they are now; one forgotten meanwhile (JOBS_KEEP) counts as failed."""
+    jobs = get_jobs()
+    return [jobs.lookup(job_id) or _forgotten(job_id) for job_id in job_ids]
+
+
+def _forgotten(job_id: str) -> JobView:
+    raise JobFailed(f"job {job_id} is no longer known")
 
 
 def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> _SharedRun:
     with _runs_lock:
         run = _runs.get(key)
-        if run is None or all(job.done.is_set() for job in run.jobs):
+        if run is None or all(job.state in FINISHED for job in _views(run.jobs)):
             run = _runs[key] = _SharedRun(key, _submit_batch(request, count, client))
         run.waiters += 1
         return run
@@ -165,22 +185,23 @@ def _leave(run: _SharedRun) -> bool:
         return True
 
 
-def _wait(jobs: list[Job], timeout: float | None, *, partial: bool) -> None:
+def _wait(job_ids: list[str], timeout: float | None, *, partial: bool) -> None:
     """Until every job is done, one fails, or (unless `partial`) one is cancelled."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    for job in jobs:
+    for job_id in job_ids:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not job.done.wait(remaining) or job.state is JobState.FAILED:
+        job = get_jobs().wait(job_id, remaining)
+        if job is None or job.state not in FINISHED or job.state is JobState.FAILED:
             return
         if job.state is JobState.CANCELLED and not partial:
             return
 
 
-def _cancel_unfinished(jobs: list[Job]) -> list[str]:
+def _cancel_unfinished(jobs: list[JobView]) -> list[str]:
     """Cancels the jobs still queued or running; returns their ids."""
     cancelled = []
     for job in jobs:
-        if not job.done.is_set():
+        if job.state not in FINISHED:
             with contextlib.suppress(JobFinished):  # it may have finished just now
                 get_jobs().cancel(job.id)
                 cancelled.append(job.id)
@@ -213,18 +234,19 @@ def generation_run_shared(
         _wait(run.jobs, timeout, partial=partial)
     finally:
         last = _leave(run)
-    jobs = run.jobs
+    jobs = _views(run.jobs)
     failed = next((job for job in jobs if job.state is JobState.FAILED), None)
     cancelled = any(job.state is JobState.CANCELLED for job in jobs)
     if failed is not None or (cancelled and not partial):
         if last:
             _cancel_unfinished(jobs)
-        raise (failed.failure or JobFailed(failed.error)) if failed else JobCancelled()
-    if not all(job.done.is_set() for job in jobs):  # the timeout
+        raise _failure(failed) if failed else JobCancelled()
+    if not all(job.state in FINISHED for job in jobs):  # the timeout
         if not last:
             raise BatchTimeout([j.id for j in jobs if j.state not in FINISHED], cancelled=False)
         if stopped := _cancel_unfinished(jobs):
             raise BatchTimeout(stopped, cancelled=True)
+        jobs = _views(run.jobs)  # every one finished just now
     return [job.image for job in jobs if job.state is JobState.SUCCEEDED]
 
 

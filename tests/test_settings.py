@@ -56,6 +56,11 @@ def environment() -> Iterator[dict[str, str]]:
         ({"EVENT_STREAM_SECONDS": "0"}, "EVENT_STREAM_SECONDS must be at least 0.1, got 0"),
         ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
         (
+            {"JOB_BROKER_URL": "amqp://guest@rabbit//"},
+            "JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got 'amqp://guest@rabbit//'",
+        ),
+        ({"JOB_HEARTBEAT_TTL": "0.5"}, "JOB_HEARTBEAT_TTL must be at least 1, got 0.5"),
+        (
             {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
             "DOWNLOAD_CACHE_DIR must be outside MODEL_DIR",
         ),

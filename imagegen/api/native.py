@@ -14,7 +14,7 @@ from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage
 from imagegen.errors import JobNotFound
 from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import Job, JobView
+from imagegen.generation.jobs import JobView
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelStatus
 
@@ -83,7 +83,7 @@ def wants_async(request: HttpRequest) -> bool:
     return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
 
 
-def png_answer(record: ImageRecord, job: Job) -> HttpResponse:
+def png_answer(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
     X-Guidance and X-Scheduler are what ran, X-Adjusted names what was changed from what
@@ -96,8 +96,8 @@ def png_answer(record: ImageRecord, job: Job) -> HttpResponse:
     png["X-Steps"] = str(parameters.steps)
     png["X-Guidance"] = f"{parameters.guidance:g}"
     png["X-Scheduler"] = parameters.scheduler
-    if job.request.adjusted:
-        png["X-Adjusted"] = ", ".join(change.header() for change in job.request.adjusted)
+    if job.parameters.adjusted:
+        png["X-Adjusted"] = ", ".join(change.header() for change in job.parameters.adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"

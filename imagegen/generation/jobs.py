@@ -9,7 +9,9 @@ Cancelling a queued job takes it out of the queue; cancelling the running one st
 the end of the current denoising step.
 
 Jobs live as long as the process, like the model's state; the images they produce are
-stored (imagegen.generation.images) and outlive it.
+stored (imagegen.generation.images) and outlive it. With JOB_BROKER_URL set, get_jobs() gives
+the distributed board instead (imagegen.distributed.board): the same calls, answered from a
+store every web replica reads, the jobs run by Celery workers.
 """
 
 import gc
@@ -18,20 +20,26 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
-from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.execution import generate
+from imagegen.generation.images import ImageRecord, ImageStore
 from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
-from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve, with_defaults
+from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
 from imagegen.model.loader import ModelLoader, describe
+
+if TYPE_CHECKING:
+    from imagegen.distributed.board import RedisJobBoard
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +130,14 @@ class JobView:
     finished_at: datetime | None
     error: str | None
     image: ImageRecord | None
-    revision: int = 0  # the job's revision when this picture was taken (Job.revision)
+    # Not answered as such (JobOut picks its fields): who submitted it and with which others
+    # (the protocol routes' lookups), and the error a synchronous request raises for it.
+    owner: str | None = None
+    batch: str | None = None
+    failure: ServiceError | None = None
+    # Grows with every change a client can see (state, phase, position, each step); the
+    # distributed store keeps it per job, for waiting on changes (wait_change).
+    revision: int = 0
 
 
 class JobQueue:
@@ -152,7 +167,7 @@ class JobQueue:
 
     def submit(
         self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
-    ) -> Job:
+    ) -> JobView:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
@@ -166,15 +181,33 @@ class JobQueue:
             self._forget_old_jobs()
             self._start_worker()
             self._lock.notify_all()  # the worker, among the watchers waiting on the lock
-        return job
+        return self.view(job)
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def recent(self, limit: int) -> list[Job]:
+    def lookup(self, job_id: str) -> JobView | None:
+        job = self.get(job_id)
+        return None if job is None else self.view(job)
+
+    def recent(self, limit: int) -> list[JobView]:
+        """Newest first."""
         with self._lock:
-            return list(reversed(self._jobs.values()))[:limit]
+            return [self.view(job) for job in list(reversed(self._jobs.values()))[:limit]]
+
+    def client_jobs(self, client: str) -> list[JobView]:
+        """The jobs `client`'s protocol requests submitted, oldest first."""
+        with self._lock:
+            return [self.view(job) for job in self._jobs.values() if job.owner == client]
+
+    def wait(self, job_id: str, timeout: float | None) -> JobView | None:
+        """The job's view once it has finished, or as it is when `timeout` runs out."""
+        job = self.get(job_id)
+        if job is None:
+            return None
+        job.done.wait(timeout)
+        return self.view(job)
 
     def view(self, job: Job) -> JobView:
         with self._lock:
@@ -193,6 +226,9 @@ class JobQueue:
                 error=job.error,
                 image=job.image,
                 revision=job.revision,
+                owner=job.owner,
+                batch=job.batch,
+                failure=job.failure,
             )
 
     def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
@@ -207,7 +243,7 @@ class JobQueue:
                 self._lock.wait(remaining)
             return None if job is None else self.view(job)
 
-    def cancel(self, job_id: str) -> Job | None:
+    def cancel(self, job_id: str) -> JobView | None:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
@@ -220,7 +256,7 @@ class JobQueue:
             else:
                 job.cancel_requested.set()
                 self._changed(job)  # its phase now says it is stopping
-        return job
+        return self.view(job)
 
     def _changed(self, job: Job) -> None:
         """Records a change a client could see and wakes its watchers. Lock held."""
@@ -266,51 +302,15 @@ class JobQueue:
                 gc.collect()  # a cancelled or failed run's tensors go now, not later
 
     def _run(self, job: Job) -> None:
-        started = time.monotonic()
         try:
-            pipe = self.loader.pipeline(self.load_timeout)
-            if job.cancel_requested.is_set():
-                raise Cancelled()
-            model_wait = time.monotonic() - started
-            parameters = resolve(
-                pipe,
-                job.request,
-                model_id=self.loader.source.model_id,
-                revision=self.loader.loaded_commit,
+            job.image = generate(
+                loader=self.loader,
+                store=self.store,
+                request=job.request,
+                queued_seconds=(job.started_at - job.created_at).total_seconds(),
+                load_timeout=self.load_timeout,
+                report=_LocalReport(self._lock, job, self._changed),
             )
-            with self._lock:
-                job.steps = parameters.steps
-                job.phase = "denoising"
-                job.denoise_started = time.monotonic()
-                self._changed(job)
-
-            def on_step(done_steps: int, total: int) -> None:
-                with self._lock:
-                    job.step, job.steps = done_steps, total
-                    if done_steps == total:
-                        job.phase = "decoding"
-                    self._changed(job)
-                if job.cancel_requested.is_set():
-                    raise Cancelled()
-
-            device = "cpu" if job.request.force_cpu else self.loader.device
-            rendered = render(
-                pipe, parameters, device=device, home=self.loader.device, on_step=on_step
-            )
-            generation = time.monotonic() - job.denoise_started
-            with self._lock:
-                job.phase = "saving"
-                self._changed(job)
-            encoding = time.monotonic()
-            png = png_bytes(rendered.image, parameters)
-            timings = {
-                "queued_seconds": (job.started_at - job.created_at).total_seconds(),
-                "model_wait_seconds": model_wait,
-                "generation_seconds": generation,
-                **rendered.stages,
-                "png_seconds": time.monotonic() - encoding,
-            }
-            job.image = self.store.save(png, parameters, device=device, timings=timings)
             self._finish(job, JobState.SUCCEEDED, phase="done")
         except Cancelled:
             self._finish(job, JobState.CANCELLED, phase="cancelled while running")
@@ -335,13 +335,53 @@ class JobQueue:
             del self._jobs[job.id]
 
 
+@dataclass
+class _LocalReport:
+    """A running job's progress, written to the Job under the queue's lock; each write is a
+    change its watchers are woken for (`changed`: JobQueue._changed)."""
+
+    lock: threading.Condition
+    job: Job
+    changed: Callable[[Job], None]
+
+    def stop_requested(self) -> bool:
+        return self.job.cancel_requested.is_set()
+
+    def denoising(self, steps: int) -> None:
+        with self.lock:
+            self.job.steps = steps
+            self.job.phase = "denoising"
+            self.job.denoise_started = time.monotonic()
+            self.changed(self.job)
+
+    def step(self, done: int, total: int) -> None:
+        with self.lock:
+            self.job.step, self.job.steps = done, total
+            if done == total:
+                self.job.phase = "decoding"
+            self.changed(self.job)
+        if self.job.cancel_requested.is_set():
+            raise Cancelled()
+
+    def phase(self, text: str) -> None:
+        with self.lock:
+            self.job.phase = text
+            self.changed(self.job)
+
+
 @cache
-def get_jobs() -> JobQueue:
-    """The process's queue; first made in ImagegenConfig.ready(), before any request thread."""
+def get_jobs() -> "JobQueue | RedisJobBoard":
+    """The process's jobs, picked once from the settings: the in-process queue, or with
+    JOB_BROKER_URL the distributed board (the same calls). First made in
+    ImagegenConfig.ready(), before any request thread."""
     from django.conf import settings
 
     from imagegen.model.loader import get_loader
 
+    if settings.JOB_BROKER_URL:
+        from imagegen.distributed.board import board_from_settings
+
+        return board_from_settings()
     return JobQueue(
         get_loader(),
         ImageStore(settings.OUTPUT_DIR),

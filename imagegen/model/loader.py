@@ -14,7 +14,7 @@ import threading
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from pydantic import BaseModel, Field
@@ -25,6 +25,9 @@ from imagegen.model.adapters import Adapter
 from imagegen.model.cpu import torch_threads
 from imagegen.model.device import compute_device
 from imagegen.model.pipeline import LoadOptions, load_pipeline
+
+if TYPE_CHECKING:
+    from imagegen.distributed.models import SharedModel
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,15 @@ class DecoderView(BaseModel):
     )
 
 
+class WorkerModel(BaseModel):
+    """One Celery worker process's own model state (distributed mode)."""
+
+    name: str
+    state: str = Field(description="not_started, loading, ready or failed: this worker's")
+    error: str | None
+    job: str | None = Field(description="the job it runs; null when idle")
+
+
 class ModelStatus(BaseModel):
     """The seed's model status object (state, device, model_path) and what an operator
     needs beside it; answered by GET /model/status as it is."""
@@ -79,6 +91,13 @@ class ModelStatus(BaseModel):
         description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
     )
     decoder: DecoderView = Field(description="the decoder this process loads (VAE_DECODER)")
+    # Absent (not null) in the in-process mode, whose answers stay as they were.
+    workers: list[WorkerModel] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="distributed mode only (JOB_BROKER_URL): every live worker process; "
+        "`state` above is then ready when at least one of them is",
+    )
 
 
 class ModelLoader:
@@ -280,3 +299,15 @@ def get_loader() -> ModelLoader:
             vae_tile=settings.VAE_TILE_SIZE,
         ),
     )
+
+
+@cache
+def get_models() -> "ModelLoader | SharedModel":
+    """What POST /model/pull and GET /model/status act on, picked once from the settings:
+    this process's loader, or with JOB_BROKER_URL the shared model (downloaded once by a web
+    process, loaded by every worker process)."""
+    if settings.JOB_BROKER_URL:
+        from imagegen.distributed.models import shared_model_from_settings
+
+        return shared_model_from_settings()
+    return get_loader()

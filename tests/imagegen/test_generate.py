@@ -11,13 +11,17 @@ import requests
 from PIL import Image
 
 from imagegen.generation.schedulers import NAMES
-from tests.support.model_service import ready_app
+from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
 
 
-@pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    with ready_app(hub_root, tmp_path_factory.mktemp("generate"), GEN_QUEUE_MAX="1") as server:
+@pytest.fixture(scope="module", params=MODES)
+def app(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
+    """Every test here runs in both modes: in process, and distributed (Redis, a worker)."""
+    work = tmp_path_factory.mktemp(f"generate-{request.param}")
+    with ready_app(hub_root, work, mode=request.param, GEN_QUEUE_MAX="1") as server:
         yield server
 
 

@@ -11,17 +11,21 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.model_service import SD_REPO, pull_until_ready, ready_app
+from tests.support.model_service import MODES, SD_REPO, pull_until_ready, ready_app
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 
-@pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+@pytest.fixture(scope="module", params=MODES)
+def app(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
+    """Every test here runs in both modes: in process, and distributed (Redis, a worker)."""
     env = {"GEN_QUEUE_MAX": str(QUEUE_MAX), "GEN_MAX_STEPS": "500"}
-    with ready_app(hub_root, tmp_path_factory.mktemp("jobs"), **env) as server:
+    work = tmp_path_factory.mktemp(f"jobs-{request.param}")
+    with ready_app(hub_root, work, mode=request.param, **env) as server:
         yield server
 
 

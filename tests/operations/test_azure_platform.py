@@ -464,3 +464,74 @@ def test_readme_settings_table_holds_the_scripts_defaults():
     rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", section, re.M))
     assert {"MAX_NODES", "CPU", "MEMORY", "ROLLOUT_TIMEOUT"} <= set(rows)
     assert rows == {name: defaults[name] for name in rows}
+
+
+# -- the distributed layout (LAYOUT=distributed) ----------------------------------------------
+
+DISTRIBUTED = {"LAYOUT": "distributed", "REDIS_NAME": "imagegenjobs", "MAX_NODES": "3"}
+
+
+def test_fake_az_control_plane_distributed_layout_provisions_redis_and_deploys_two_apps(fake):
+    image = provision(fake, **DISTRIBUTED)
+    assert any(c.startswith("redis create --name imagegenjobs") for c in fake.calls())
+    result = azure_sh(fake, "deploy", IMAGE=image, **DISTRIBUTED)
+    assert result.returncode == 0, result.stderr
+    apps = fake.state()["apps"]
+    assert set(apps) == {"imagegen", "imagegen-worker"}
+    web, worker = (apps[name]["properties"] for name in ("imagegen", "imagegen-worker"))
+    images = set()
+    for app in (web, worker):  # one image, the role by its environment, no override
+        (container,) = app["template"]["containers"]
+        images.add(container["image"])
+        assert "command" not in container and "args" not in container
+    assert len(images) == 1 and "@sha256:" in images.pop()
+    env = {e["name"]: e for e in web["template"]["containers"][0]["env"]}
+    assert env["ROLE"]["value"] == "web" and env["JOB_BROKER_URL"]["secretRef"]
+    assert web["workloadProfileName"] == "Consumption"
+    assert web["template"]["scale"]["maxReplicas"] == 3  # any replica answers for any job
+    worker_env = {e["name"]: e for e in worker["template"]["containers"][0]["env"]}
+    assert worker_env["ROLE"]["value"] == "worker"
+    assert worker["workloadProfileName"] == "d4"
+    assert "targetPort" not in worker["configuration"].get("ingress", {})  # no way in
+    secrets = {s["name"]: s["value"] for s in worker["configuration"]["secrets"]}
+    # The key holds / + =: quoted in the URL, TLS with certificate checks (Celery needs it).
+    assert secrets["job-broker-url"] == (
+        "rediss://:fake%2Fredis%2Bkey%3D@imagegenjobs.redis.cache.windows.net:6380/0"
+        "?ssl_cert_reqs=required"
+    )
+    assert secrets["redis-password"] == "fake/redis+key="
+    for name in ("imagegen", "imagegen-worker"):
+        assert fake.latest_revision(name)["ready"]
+
+
+def test_fake_az_control_plane_distributed_layout_needs_a_node_per_worker_and_one_more(fake):
+    result = azure_sh(fake, "provision", **{**DISTRIBUTED, "MAX_NODES": "2"})
+    assert result.returncode != 0
+    assert "needs WORKER_MAX_REPLICAS + 1 = 3 nodes" in result.stderr
+    assert not any(c.startswith("group create") for c in fake.calls())
+
+
+def test_the_worker_app_scales_on_unfinished_jobs_from_one_with_keda_redis():
+    values = {
+        "LOCATION": "westeurope", "WORKER_APP_NAME": "imagegen-worker", "ENVIRONMENT_ID": "e",
+        "IMAGE": "r.azurecr.io/imagegen@sha256:1", "REGISTRY_SERVER": "r.azurecr.io",
+        "REGISTRY_USERNAME": "r", "REGISTRY_PASSWORD": "p", "SECRET_KEY": "k",
+        "JOB_BROKER_URL": "rediss://:k@h:6380/0", "REDIS_PASSWORD": "k",
+        "REDIS_ADDRESS": "h:6380", "MODEL_ID": "org/model",
+    }  # fmt: skip
+    template = (ROOT / "deploy" / "containerapp-worker.yaml").read_text()
+    spec = yaml.safe_load(render.render(template, values))["properties"]
+    scale = spec["template"]["scale"]
+    assert scale["minReplicas"] == 1 and scale["maxReplicas"] == 2
+    (rule,) = scale["rules"]
+    assert rule["custom"]["type"] == "redis"
+    # The list the job store keeps (imagegen.distributed.store.UNFINISHED), not Celery's.
+    from imagegen.distributed.store import UNFINISHED
+
+    assert rule["custom"]["metadata"]["listName"] == UNFINISHED
+    assert rule["custom"]["metadata"]["address"] == "h:6380"
+    auth = [{"secretRef": "redis-password", "triggerParameter": "password"}]
+    assert rule["custom"]["auth"] == auth
+    (container,) = spec["template"]["containers"]
+    assert container["resources"] == {"cpu": 4, "memory": "16Gi"}  # one D4 node per worker
+    assert spec["template"]["terminationGracePeriodSeconds"] == 600

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import requests
@@ -25,29 +26,40 @@ def dockerfile_env() -> dict[str, str]:
     return dict(pairs)
 
 
-def test_the_default_command_is_the_application_under_gunicorn():
-    assert dockerfile_cmd() == ["gunicorn", "--config", "python:config.gunicorn"]
+def test_the_default_command_is_the_role_script_and_starts_the_application():
+    assert dockerfile_cmd() == ["scripts/start"]
+    assert "COPY scripts/start scripts/start" in DOCKERFILE
+    assert "!scripts/start" in (ROOT / ".dockerignore").read_text().split()
+    start = (ROOT / "scripts" / "start").read_text()
+    assert "web) exec gunicorn --config python:config.gunicorn" in start
+    assert "worker) exec python manage.py run_worker" in start
     assert "ENTRYPOINT" not in DOCKERFILE
     assert re.search(r"^USER \d+:\d+$", DOCKERFILE, re.M)  # not root
     assert "HEALTHCHECK" in DOCKERFILE and "/health" in DOCKERFILE
 
 
-def test_the_image_command_serves_health_outside_docker(tmp_path: Path):
-    port = free_port()
-    env = {
+def image_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The image's environment, paths moved into the test's folder, the venv on PATH."""
+    bin_dir = str(Path(os.sys.executable).parent)
+    return {
         **os.environ,
         **dockerfile_env(),
-        "BIND": f"127.0.0.1:{port}",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "MODEL_DIR": str(tmp_path / "models"),
         "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache"),
         "DATA_DIR": str(tmp_path / "data"),
         "HF_HOME": str(tmp_path / "hf"),
         "SECRET_KEY": "image-test",
         "DEVICE": "cpu",
+        "PRELOAD_MODEL_CODE": "0",
+        **extra,
     }
-    command = dockerfile_cmd()
-    bin_dir = Path(os.sys.executable).parent
-    server = subprocess.Popen([str(bin_dir / command[0]), *command[1:]], cwd=ROOT, env=env)
+
+
+def test_the_image_command_serves_health_outside_docker(tmp_path: Path):
+    port = free_port()
+    env = image_env(tmp_path, BIND=f"127.0.0.1:{port}")
+    server = subprocess.Popen(dockerfile_cmd(), cwd=ROOT, env=env)
     try:
         wait_for_http(f"http://127.0.0.1:{port}/health", 60, server)
         health = requests.get(f"http://127.0.0.1:{port}/health").json()
@@ -125,3 +137,31 @@ def test_the_container_app_spec_matches_the_seeds_limits_and_rules():
     startup = probes["Startup"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # boot, not the load
     assert properties["template"]["scale"]["maxReplicas"] == 1  # state is per process
+
+
+def test_role_worker_runs_a_generation_worker_from_the_same_command(tmp_path: Path):
+    from tests.support.distributed import RedisServer
+
+    with RedisServer(tmp_path / "redis") as server:
+        env = image_env(tmp_path, ROLE="worker", JOB_BROKER_URL=server.url)
+        with (tmp_path / "worker.log").open("wb") as log:
+            worker = subprocess.Popen(
+                dockerfile_cmd(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while not server.client().smembers("imagegen:workers"):  # it beats
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            worker.terminate()
+            worker.wait(30)
+
+
+def test_an_unknown_role_refuses_to_start_naming_it(tmp_path: Path):
+    done = subprocess.run(
+        dockerfile_cmd(), cwd=ROOT, env=image_env(tmp_path, ROLE="db"), capture_output=True
+    )
+    assert done.returncode == 2
+    assert b"ROLE must be web or worker, got 'db'" in done.stderr

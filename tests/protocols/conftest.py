@@ -1,6 +1,7 @@
 """Two apps under gunicorn with the tiny model pulled, shared by this package's tests: one
 with API_TOKEN set behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a
-short GEN_SYNC_TIMEOUT for the retry and timeout cases."""
+short GEN_SYNC_TIMEOUT for the retry and timeout cases. Every test runs in both job modes
+(in process; distributed, with Redis and a worker)."""
 
 import time
 from collections.abc import Iterator
@@ -10,7 +11,14 @@ import pytest
 import requests
 
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env, ready_app, wait_for_state
+from tests.support.model_service import (
+    MODES,
+    PULL_TIMEOUT,
+    model_service_env,
+    ready_app,
+    serving,
+    wait_for_state,
+)
 from tests.support.processes import AppServer
 
 TOKEN = "protocol-test-token"
@@ -19,8 +27,15 @@ LINK_TTL = 4  # seconds an image link of the token app lives
 OPEN_SYNC_TIMEOUT = 30  # seconds the open app's synchronous requests wait
 
 
+@pytest.fixture(scope="package", params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="package")
-def token_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+def token_app(
+    mode: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
     env = {
         "API_TOKEN": TOKEN,
         "TRUSTED_PROXIES": "127.0.0.1",
@@ -28,20 +43,24 @@ def token_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "GEN_MAX_STEPS": "500",
         "GEN_SYNC_TIMEOUT": "60",
     }
-    work = tmp_path_factory.mktemp("token-app")
+    work = tmp_path_factory.mktemp(f"token-app-{mode}")
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
-        with AppServer({**base, **env}, work / "app.log") as app:
+        with serving(mode, {**base, **env}, work) as app:
             pulled = requests.post(app.url("/model/pull"), headers=BEARER, timeout=10)
             assert pulled.status_code == 202, pulled.text
-            assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
+            status = wait_for_state(app, {"ready", "failed"}, PULL_TIMEOUT[mode])
+            assert status["state"] == "ready"
             yield app
 
 
 @pytest.fixture(scope="package")
-def open_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+def open_app(
+    mode: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
     env = {"GEN_MAX_STEPS": "500", "GEN_SYNC_TIMEOUT": str(OPEN_SYNC_TIMEOUT)}
-    with ready_app(hub_root, tmp_path_factory.mktemp("open-app"), **env) as app:
+    work = tmp_path_factory.mktemp(f"open-app-{mode}")
+    with ready_app(hub_root, work, mode=mode, **env) as app:
         yield app
 
 

@@ -504,7 +504,12 @@ def run(command: str, options: dict, state: dict) -> None:
         properties = {k: revision[k] for k in ("template", "active", "runningState")}
         properties["runningStateDetails"] = revision["runningStateDetails"]
         emit({"name": options["--revision"], "properties": properties}, options)
-    # group, registry and storage creation: recorded in calls.log, nothing to answer
+    elif command == "redis show":
+        host = f"{options['--name']}.redis.cache.windows.net"
+        emit({"name": options["--name"], "hostName": host, "sslPort": 6380}, options)
+    elif command == "redis list-keys":
+        emit({"primaryKey": "fake/redis+key=", "secondaryKey": "other"}, options)
+    # group, registry, storage and Redis creation: recorded in calls.log, nothing to answer
 
 
 def main(directory: str, argv: list[str]) -> int:

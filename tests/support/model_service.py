@@ -24,10 +24,10 @@ def wait_for_state(app: AppServer, states: set[str], timeout: float = 60) -> dic
         time.sleep(0.05)
 
 
-def pull_until_ready(app: AppServer) -> dict:
+def pull_until_ready(app: AppServer, timeout: float = 60) -> dict:
     response = requests.post(app.url("/model/pull"), timeout=10)
     assert response.status_code in (200, 202), response.text
-    status = wait_for_state(app, {"ready", "failed"})
+    status = wait_for_state(app, {"ready", "failed"}, timeout)
     assert status["state"] == "ready", status
     return status
 
@@ -48,12 +48,38 @@ def model_service_env(hub_url: str, share: Path, work: Path) -> dict[str, str]:
     }
 
 
+# The two ways the service runs jobs: the same tests run against both.
+MODES = ("in-process", "distributed")
+
+
 @contextmanager
-def ready_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
+def serving(mode: str, env: dict[str, str], work: Path) -> Iterator[AppServer]:
+    """The service in one of MODES, not pulled yet. Distributed: its own redis-server and
+    one worker process behind one web replica (the queue's order and bound as in process)."""
+    if mode == "in-process":
+        with AppServer(env, work / "app.log") as app:
+            yield app
+        return
+    from tests.support.distributed import Stack
+
+    with Stack(env, work) as stack:
+        stack.start(replicas=1, workers=1)
+        yield stack.apps[0]
+
+
+# How long a pull may take: in distributed mode the worker imports the model code at its
+# first load (PRELOAD_MODEL_CODE=0), on a busy 2-core machine.
+PULL_TIMEOUT = {"in-process": 60, "distributed": 180}
+
+
+@contextmanager
+def ready_app(
+    hub_root: Path, work: Path, *, mode: str = "in-process", **env: str
+) -> Iterator[AppServer]:
     """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
-    test module that shares one ready app across its tests."""
+    test module that shares one ready app across its tests; in either of MODES."""
     with LocalHub(hub_root) as hub:
-        base = model_service_env(hub.url, work / "share", work)
-        with AppServer({**base, **env}, work / "app.log") as app:
-            pull_until_ready(app)
+        base = {**model_service_env(hub.url, work / "share", work), **env}
+        with serving(mode, base, work) as app:
+            pull_until_ready(app, timeout=PULL_TIMEOUT[mode])
             yield app

@@ -1,0 +1,44 @@
+"""The Celery app of distributed mode (JOB_BROKER_URL): web processes send to it, worker
+processes (`manage.py run_worker`) take from it.
+
+A message only wakes one worker; the job itself, its order and its state live in the shared
+store (imagegen.distributed.store). So the settings favour "never twice" and "no job stuck
+behind a busy worker" over anything Celery would redeliver:
+
+- early ack (`task_acks_late` off): a message is acknowledged when its task starts, so a
+  worker killed mid-job never has it delivered again; the job is failed by its heartbeat
+  instead (JOB_HEARTBEAT_TTL), saying so.
+- one job at a time per process (`--pool solo`, concurrency 1) and no prefetch
+  (`worker_disable_prefetch`, prefetch multiplier 1): a busy worker holds no message, so an
+  idle one takes the next job; KEDA counts the waiting messages in the Redis list `imagegen`.
+"""
+
+from celery import Celery
+from django.conf import settings
+
+QUEUE = "imagegen"
+
+app = Celery("imagegen", set_as_current=False)
+app.conf.update(
+    broker_url=settings.JOB_BROKER_URL,
+    task_default_queue=QUEUE,
+    task_ignore_result=True,
+    task_acks_late=False,
+    worker_prefetch_multiplier=1,
+    worker_disable_prefetch=True,
+    worker_concurrency=1,
+    worker_pool="solo",
+    worker_hijack_root_logger=False,
+    worker_enable_remote_control=False,
+    worker_send_task_events=False,
+    broker_connection_retry_on_startup=True,
+    broker_connection_max_retries=None,
+    broker_transport_options={"socket_connect_timeout": 2},
+    # A submit while Redis is away answers 503 within about a second, not after a minute.
+    task_publish_retry_policy={
+        "max_retries": 2,
+        "interval_start": 0,
+        "interval_step": 0.5,
+        "interval_max": 0.5,
+    },
+)

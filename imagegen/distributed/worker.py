@@ -1,0 +1,224 @@
+"""A Celery worker process of distributed mode: one pipeline, one job at a time.
+
+Each message wakes the worker to run the oldest waiting job (imagegen.distributed.store's
+claim); the generation itself is the in-process queue's (imagegen.generation.execution), its
+progress written to the store at every step end (one small Redis call, which also tells the
+worker whether a cancel was asked for).
+
+A thread beats while the process lives, every JOB_HEARTBEAT_TTL / 3 seconds at most once a
+second: it refreshes this worker's key (its model state, for GET /model/status) and the
+running job's heartbeat key, both with JOB_HEARTBEAT_TTL. A worker killed mid-job stops
+beating; the first web replica that reads the job afterwards fails it ("worker lost"), so a
+job is never left `running` longer than the TTL after its worker died, and, acknowledged
+when it started, its message is never delivered again. The same thread follows the pull
+count: when a pull was asked for after this worker started, it loads the model.
+"""
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+
+from config.errors import ServiceError
+from imagegen.distributed.store import IDLE, PULLS, WORKERS, JobStore, failure_text, worker_key
+from imagegen.generation.execution import generate
+from imagegen.generation.images import ImageStore
+from imagegen.generation.render import Cancelled
+from imagegen.model.loader import ModelLoader, describe
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class _StoreReport:
+    """A running job's progress, written to the shared store."""
+
+    store: JobStore
+    job_id: str
+
+    def _write(self, **fields) -> int:
+        try:
+            return self.store.update(self.job_id, **fields)
+        except redis.RedisError as exc:  # a blip must not fail a generation of minutes
+            log.warning("job %s: progress not written: %s", self.job_id, exc)
+            return 0
+
+    def stop_requested(self) -> bool:
+        return self._write() != 0
+
+    def denoising(self, steps: int) -> None:
+        self._write(steps=steps, phase="denoising", denoise_started=repr(time.time()))
+
+    def step(self, done: int, total: int) -> None:
+        fields = {"step": done, "steps": total}
+        if done == total:
+            fields["phase"] = "decoding"
+        if self._write(**fields) != 0:  # cancelled, or found lost: it stops here either way
+            raise Cancelled()
+
+    def phase(self, text: str) -> None:
+        self._write(phase=text)
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        store: JobStore,
+        loader: ModelLoader,
+        images: ImageStore,
+        *,
+        name: str,
+        load_timeout: float,
+    ) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.loader = loader
+        self.images = images
+        self.name = name
+        self.load_timeout = load_timeout
+        self.interval = min(1.0, store.heartbeat_ttl / 3)
+        self.job_id: str | None = None
+        self.pulls: int | None = None  # the pull count this worker has followed
+        self._stop = threading.Event()
+        # Held while a job is claimed and while a beat says "idle", so a beat never puts a
+        # worker that just took a job back among the idle ones (the queue's bound).
+        self._claiming = threading.Lock()
+
+    # -- the heartbeat ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(redis.RedisError):
+            self.redis.srem(IDLE, self.name)
+            self.redis.delete(worker_key(self.name))
+
+    def _beat_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+            except redis.RedisError as exc:  # Redis away: beat again when it is back
+                log.warning("worker %s: heartbeat not written: %s", self.name, exc)
+            self._stop.wait(self.interval)
+
+    def beat(self) -> None:
+        pulls = int(self.redis.get(PULLS) or 0)
+        if self.pulls is None:
+            self.pulls = pulls  # pulls asked before this process started do not reach it
+        elif pulls > self.pulls:
+            if self.loader.source.complete_manifest() is not None:
+                self.loader.pull()  # in the background; False (nothing to do) when ready
+            self.pulls = pulls
+        status = self.loader.status()
+        with self._claiming:
+            job_id = self.job_id
+            record = {"name": self.name, "state": status.state, "error": status.error,
+                      "job": job_id, "pulls": self.pulls}  # fmt: skip
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(worker_key(self.name), json.dumps(record), px=self.store.ttl_ms)
+                pipe.sadd(WORKERS, self.name)
+                if job_id is None:
+                    pipe.sadd(IDLE, self.name)
+                pipe.execute()
+        if job_id is not None:
+            self.store.beat(job_id, self.name)
+
+    # -- one job ------------------------------------------------------------------------------
+
+    def run_next_job(self) -> str | None:
+        """Runs the oldest waiting job, if any is left (a cancelled one's message finds
+        none); returns its id."""
+        with self._claiming:
+            claimed = self.store.claim(self.name)
+            if claimed is None:
+                return None
+            self.job_id = job_id = claimed.job_id
+        log.info("job %s: running on %s", job_id, self.name)
+        try:
+            self._run(job_id, claimed.request, claimed.created_at, claimed.started_at)
+        finally:
+            with self._claiming:
+                self.job_id = None
+            with contextlib.suppress(redis.RedisError):
+                self.redis.sadd(IDLE, self.name)
+            gc.collect()  # a cancelled or failed run's tensors go now, not later
+        return job_id
+
+    def _run(self, job_id: str, request, created_at: datetime, started_at: datetime) -> None:
+        try:
+            image = generate(
+                loader=self.loader,
+                store=self.images,
+                request=request,
+                queued_seconds=(started_at - created_at).total_seconds(),
+                load_timeout=self.load_timeout,
+                report=_StoreReport(self.store, job_id),
+            )
+            outcome = {"state": "succeeded", "phase": "done", "image": image.model_dump_json()}
+        except Cancelled:
+            outcome = {"state": "cancelled", "phase": "cancelled while running"}
+        except ServiceError as error:
+            outcome = {"state": "failed", "phase": "failed", "error": error.message,
+                       "failure": failure_text(error)}  # fmt: skip
+        except Exception as error:
+            log.exception("job %s failed", job_id)
+            outcome = {"state": "failed", "phase": "failed", "error": describe(error)}
+        self._finish(job_id, outcome)
+
+    def _finish(self, job_id: str, outcome: dict) -> None:
+        """Writes the outcome, retrying while Redis is away (up to the heartbeat's TTL: past
+        it, a replica has failed the job as lost, and this outcome is refused anyway)."""
+        deadline = time.monotonic() + self.store.heartbeat_ttl
+        while True:
+            try:
+                if not self.store.finish(job_id, **outcome):
+                    log.warning("job %s: no longer running (found lost); outcome dropped", job_id)
+                return
+            except redis.RedisError as exc:
+                if time.monotonic() > deadline:
+                    log.error("job %s: outcome not written: %s", job_id, exc)
+                    return
+                time.sleep(self.interval)
+
+
+_runtime: WorkerRuntime | None = None
+
+
+def set_runtime(runtime: WorkerRuntime) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def get_runtime() -> WorkerRuntime:
+    if _runtime is None:
+        raise RuntimeError("not a worker process: start it with `manage.py run_worker`")
+    return _runtime
+
+
+def runtime_from_settings(name: str) -> WorkerRuntime:
+    from django.conf import settings
+
+    from imagegen.distributed.connection import job_store
+    from imagegen.model.loader import get_loader
+
+    return WorkerRuntime(
+        job_store(),
+        get_loader(),
+        ImageStore(settings.OUTPUT_DIR),
+        name=name,
+        load_timeout=settings.GEN_LOAD_TIMEOUT,
+    )

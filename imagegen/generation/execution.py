@@ -1,0 +1,63 @@
+"""One job's generation from start to stored image, whoever runs it: the in-process queue's
+worker thread (imagegen.generation.jobs) or a Celery worker process (imagegen.distributed).
+Both must make the same image, record and timings from the same request, so the steps live
+here once and each runner only says where progress goes (a Report).
+"""
+
+import time
+from typing import Any, Protocol
+
+from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve
+from imagegen.model.loader import ModelLoader
+
+
+class Report(Protocol):
+    """Where a running generation's progress goes, and how it learns to stop."""
+
+    def stop_requested(self) -> bool: ...
+
+    def denoising(self, steps: int) -> None: ...
+
+    def step(self, done: int, total: int) -> None:
+        """After each denoising step; raises Cancelled when the job is to stop there."""
+
+    def phase(self, text: str) -> None: ...
+
+
+def generate(
+    *,
+    loader: ModelLoader,
+    store: ImageStore,
+    request: GenerationRequest,
+    queued_seconds: float,
+    load_timeout: float,
+    report: Report,
+) -> ImageRecord:
+    """Loads the model if this process has not (bounded by `load_timeout`), renders, and
+    stores the PNG and its record. Raises Cancelled, a ServiceError (the model) or whatever
+    the pipeline raised."""
+    started = time.monotonic()
+    pipe: Any = loader.pipeline(load_timeout)
+    if report.stop_requested():
+        raise Cancelled()
+    model_wait = time.monotonic() - started
+    parameters = resolve(
+        pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
+    )
+    report.denoising(parameters.steps)
+    denoise_started = time.monotonic()
+    device = "cpu" if request.force_cpu else loader.device
+    rendered = render(pipe, parameters, device=device, home=loader.device, on_step=report.step)
+    generation = time.monotonic() - denoise_started
+    report.phase("saving")
+    encoding = time.monotonic()
+    png = png_bytes(rendered.image, parameters)
+    timings = {
+        "queued_seconds": queued_seconds,
+        "model_wait_seconds": model_wait,
+        "generation_seconds": generation,
+        **rendered.stages,
+        "png_seconds": time.monotonic() - encoding,
+    }
+    return store.save(png, parameters, device=device, timings=timings)

@@ -1,0 +1,60 @@
+"""manage.py run_worker: a generation worker of distributed mode (JOB_BROKER_URL)."""
+
+import logging
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from imagegen.distributed.worker import default_worker_name, runtime_from_settings, set_runtime
+
+
+class Command(BaseCommand):
+    help = (
+        "Run generations from the shared queue (JOB_BROKER_URL): Celery's worker with one "
+        "process, one job at a time and no prefetch, and one pipeline, loaded from the share "
+        "by the first job or a pull (WARM_START: at start). TORCH_THREADS=auto takes this "
+        "process's CPU budget (its affinity and the container's quota)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--name", default=None, help="default: <host>-<pid>")
+        parser.add_argument("--loglevel", default=settings.LOGGING["root"]["level"])
+
+    def handle(self, *args, **options) -> None:
+        if not settings.JOB_BROKER_URL:
+            raise CommandError(
+                "JOB_BROKER_URL is not set: without it the web process runs the jobs itself "
+                "and no worker is needed"
+            )
+        from config.celery import QUEUE, app
+        from imagegen.distributed import tasks  # noqa: F401  (registers the task)
+
+        name = options["name"] or default_worker_name()
+        runtime = runtime_from_settings(name)
+        set_runtime(runtime)
+        if settings.PRELOAD_MODEL_CODE:
+            from imagegen.model.preload import import_loading_code
+
+            import_loading_code()
+        runtime.start()
+        if settings.WARM_START:
+            runtime.loader.warm_start()
+        logging.getLogger(__name__).info("worker %s: taking jobs from %s", name, QUEUE)
+        try:
+            app.worker_main(
+                [
+                    "worker",
+                    "--pool=solo",
+                    "--concurrency=1",
+                    "--prefetch-multiplier=1",
+                    "--disable-prefetch",
+                    f"--queues={QUEUE}",
+                    f"--hostname={name}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    f"--loglevel={options['loglevel']}",
+                ]
+            )
+        finally:
+            runtime.stop()

@@ -1,0 +1,168 @@
+"""The shared job store against a real redis-server, in process: revisions and waiting for a
+change (what the progress stream reads), the heartbeat's atomic "worker lost", and answers
+byte for byte the same as the in-process queue's."""
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imagegen.api.schemas import JobOut
+from imagegen.distributed.board import RedisJobBoard
+from imagegen.distributed.store import JobStore
+from imagegen.generation.images import ImageStore
+from imagegen.generation.jobs import JobState
+from imagegen.generation.render import GenerationRequest
+from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
+from tests.support.distributed import RedisServer
+
+REQUEST = GenerationRequest(prompt="q", negative_prompt="n", steps=4, guidance=0.0, seed=7)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def store(redis_server: RedisServer) -> JobStore:
+    client = redis_server.client()
+    client.flushdb()
+    return JobStore(client, heartbeat_ttl=1.0)
+
+
+@pytest.fixture
+def board(store: JobStore, tmp_path: Path) -> RedisJobBoard:
+    return RedisJobBoard(
+        store, ImageStore(tmp_path), models=None, queue_max=8, keep=200, rules=None
+    )
+
+
+def add(store: JobStore, job_id: str, *, queue_max: int = 8, owner: str | None = None) -> bool:
+    return store.add(job_id, REQUEST, owner=owner, batch=None, queue_max=queue_max, keep=200)
+
+
+def test_every_write_a_client_can_see_raises_the_revision(store):
+    add(store, "a")
+    add(store, "b")
+    seen = [store.view("b").revision]
+    store.claim("w1")  # "a" runs: "b" moves up the queue
+    seen.append(store.view("b").revision)
+    assert store.view("b").position == 1
+    store.claim("w2")
+    seen.append(store.view("b").revision)
+    for step in (1, 2):
+        store.update("b", step=step, steps=4)
+        seen.append(store.view("b").revision)
+    store.cancel("b")  # running: marked, stops at its next step end
+    seen.append(store.view("b").revision)
+    store.finish("b", state="cancelled", phase="cancelled while running")
+    seen.append(store.view("b").revision)
+    assert seen == sorted(set(seen)), seen  # strictly increasing
+    assert store.view("b").state is JobState.CANCELLED
+
+
+def test_wait_change_answers_at_the_next_write_or_with_the_current_view_at_the_timeout(board):
+    store = board.jobs
+    add(store, "a")
+    store.claim("w1")
+    now = store.view("a").revision
+
+    started = time.monotonic()
+    same = board.wait_change("a", now, timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < 1.0
+    assert same.revision == now and same.state is JobState.RUNNING
+
+    threading.Timer(0.2, lambda: store.update("a", step=1, steps=4)).start()
+    started = time.monotonic()
+    changed = board.wait_change("a", now, timeout=10)
+    assert time.monotonic() - started < 1.0  # as soon as it changed, not at the timeout
+    assert changed.revision > now and changed.progress.step == 1
+
+    assert board.wait_change("missing", 0, timeout=0.1) is None
+
+
+def test_a_running_job_without_heartbeat_fails_once_even_with_readers_racing(store):
+    add(store, "a")
+    store.claim("w1")
+    assert store.view("a").state is JobState.RUNNING  # its heartbeat is there
+    time.sleep(1.2)  # the TTL passes without a beat
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda: results.append(store.fail_lost("a")))
+               for _ in range(8)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results.count(True) == 1  # one rewrite, whoever came first
+    view = store.view("a")
+    assert view.state is JobState.FAILED and view.error.startswith("worker lost: job a ")
+    assert not store.finish("a", state="succeeded", phase="done")  # a late outcome is refused
+
+
+def test_a_beating_job_is_not_lost(store):
+    add(store, "a")
+    store.claim("w1")
+    for _ in range(4):
+        time.sleep(0.4)
+        store.beat("a", "w1")
+        assert store.view("a").state is JobState.RUNNING
+
+
+def test_the_bound_counts_waiting_jobs_beyond_idle_workers(store):
+    assert add(store, "a", queue_max=1)
+    assert not add(store, "b", queue_max=1)  # no worker: "a" waits, the queue is full
+    store.redis.set("imagegen:worker:w1", "{}")
+    store.redis.sadd("imagegen:idle", "w1")
+    assert add(store, "b", queue_max=1)  # an idle worker is about to take one
+    store.redis.delete("imagegen:worker:w1")  # its heartbeat is gone: not idle any more
+    assert not add(store, "c", queue_max=1)
+
+
+def test_answers_are_byte_for_byte_those_of_the_in_process_queue(store):
+    """The in-process views of tests/imagegen/test_answer_shapes.py, stored and read back."""
+    for job_id in ("x", "y"):
+        add(store, job_id)  # two ahead of QUEUED: its position is 3
+    store.add(QUEUED.id, QUEUED.parameters, owner=None, batch=None, queue_max=8, keep=200)
+    store.redis.hset(f"imagegen:job:{QUEUED.id}", "created_at", QUEUED.created_at.isoformat())
+    assert answer(JobOut, store.view(QUEUED.id)) == answer(JobOut, QUEUED)
+
+    store.add(SUCCEEDED.id, SUCCEEDED.parameters, owner=None, batch=None, queue_max=8, keep=200)
+    store.redis.zrem("imagegen:queued", SUCCEEDED.id)
+    store.redis.hset(
+        f"imagegen:job:{SUCCEEDED.id}",
+        mapping={
+            "state": "succeeded", "phase": "done", "step": 20, "steps": 20,
+            "created_at": SUCCEEDED.created_at.isoformat(),
+            "started_at": SUCCEEDED.started_at.isoformat(),
+            "finished_at": SUCCEEDED.finished_at.isoformat(),
+            "image": RECORD.model_dump_json(),
+        },
+    )  # fmt: skip
+    assert answer(JobOut, store.view(SUCCEEDED.id)) == answer(JobOut, SUCCEEDED)
+
+
+def test_a_reader_that_saw_no_beat_does_not_fail_a_job_whose_worker_beat_again(store):
+    add(store, "a")
+    store.claim("w1")
+    time.sleep(1.2)  # a reader finds the heartbeat gone here ...
+    store.beat("a", "w1")  # ... and the worker, only late, beats before the rewrite
+    assert not store.fail_lost("a")  # the check and the rewrite are one step
+    assert store.view("a").state is JobState.RUNNING
+
+
+def test_the_list_keda_scales_on_holds_each_queued_or_running_job_until_it_ends(store):
+    unfinished = lambda: [i.decode() for i in store.redis.lrange("imagegen:unfinished", 0, -1)]  # noqa: E731
+    for job_id in ("a", "b", "c", "d"):
+        add(store, job_id)
+    store.claim("w1")  # "a" runs: still counted, its worker must not be scaled away
+    assert unfinished() == ["a", "b", "c", "d"]
+    store.finish("a", state="succeeded", phase="done")
+    store.cancel("b")
+    store.claim("w2")  # "c"
+    time.sleep(1.2)
+    store.fail_lost("c")  # its worker died
+    assert unfinished() == ["d"]

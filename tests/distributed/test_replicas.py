@@ -1,0 +1,237 @@
+"""Distributed mode with real parts: one redis-server, two web replicas under gunicorn on
+different ports (A and B) and two Celery worker processes, on the tiny pipeline. Any replica
+answers for any job; the queue and its bound are shared; a killed worker's job fails with a
+reason within the heartbeat's TTL; Redis can stop and start again under the service."""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.distributed import Stack
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import model_service_env, pull_until_ready
+
+QUEUE_MAX = 2
+TTL = 3.0  # JOB_HEARTBEAT_TTL of this stack
+LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+
+
+@pytest.fixture(scope="module")
+def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("replicas")
+    with LocalHub(hub_root) as hub:
+        env = {
+            **model_service_env(hub.url, work / "share", work),
+            "GEN_QUEUE_MAX": str(QUEUE_MAX),
+            "GEN_MAX_STEPS": "500",
+            "JOB_HEARTBEAT_TTL": str(TTL),
+        }
+        with Stack(env, work, persistent=True) as running:
+            running.start(replicas=2, workers=2)
+            yield running
+
+
+@pytest.fixture(scope="module")
+def ready(stack: Stack) -> Stack:
+    status = pull_until_ready(stack.apps[0], timeout=180)
+    deadline = time.monotonic() + 120
+    while {w["state"] for w in status["workers"]} != {"ready"}:  # both load, not only one
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+        status = requests.get(stack.apps[1].url("/model/status")).json()
+    return stack
+
+
+@pytest.fixture
+def a(ready: Stack):
+    return ready.apps[0]
+
+
+@pytest.fixture
+def b(ready: Stack):
+    return ready.apps[1]
+
+
+@pytest.fixture(autouse=True)
+def idle_queue(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test that uses the stack ends with nothing queued or running."""
+    yield
+    if "ready" not in request.fixturenames:
+        return
+    app = request.getfixturevalue("ready").apps[1]
+    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
+        if job["state"] in ("queued", "running"):
+            requests.delete(app.url(f"/jobs/{job['id']}"))
+    deadline = time.monotonic() + 60
+    while any(j["state"] in ("queued", "running") for j in requests.get(app.url("/jobs")).json()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def submit(app, **fields: str) -> dict:
+    response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def job(app, job_id: str) -> dict:
+    response = requests.get(app.url(f"/jobs/{job_id}"))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_until(app, job_id: str, predicate, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while not predicate(current := job(app, job_id)):
+        assert time.monotonic() < deadline, current
+        time.sleep(0.02)
+    return current
+
+
+def finished(j: dict) -> bool:
+    return j["state"] in ("succeeded", "failed", "cancelled")
+
+
+def busy_workers(app) -> dict[str, str]:
+    """Worker name -> the job it runs, from GET /model/status."""
+    workers = requests.get(app.url("/model/status")).json()["workers"]
+    return {w["name"]: w["job"] for w in workers if w["job"]}
+
+
+def test_a_job_taken_by_a_is_followed_and_cancelled_through_b(a, b):
+    taken = submit(a, **LONG)
+    seen = wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 2)
+    assert seen["id"] == taken["id"] and seen["parameters"] == taken["parameters"]
+    later = wait_until(b, taken["id"], lambda j: j["progress"]["step"] > seen["progress"]["step"])
+    assert later["state"] == "running"  # per-step progress, from the worker, read on B
+    cancel = requests.delete(b.url(f"/jobs/{taken['id']}"))
+    assert cancel.status_code == 200
+    final = wait_until(a, taken["id"], finished, timeout=30)
+    assert final["state"] == "cancelled" and final["image"] is None
+    assert final["progress"]["step"] <= cancel.json()["progress"]["step"] + 1  # at a step end
+    again = requests.delete(a.url(f"/jobs/{taken['id']}"))
+    assert again.status_code == 409 and "already cancelled" in again.json()["error"]["message"]
+
+
+def test_a_queued_job_cancelled_on_b_never_runs(a, b):
+    running = [submit(a, **LONG) for _ in range(2)]
+    for j in running:
+        wait_until(b, j["id"], lambda j: j["state"] == "running")
+    queued = submit(a, prompt="never", seed="9", size="64x64")
+    assert job(b, queued["id"])["position"] == 1
+    cancelled = requests.post(b.url(f"/jobs/{queued['id']}/cancel"))
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    for j in running:
+        requests.delete(a.url(f"/jobs/{j['id']}"))
+    for j in running:
+        wait_until(a, j["id"], finished)
+    time.sleep(1)  # its message reached a worker by now, which found nothing to run
+    final = job(a, queued["id"])
+    assert final["state"] == "cancelled" and final["started_at"] is None
+
+
+def test_two_jobs_run_at_once_on_two_workers(a, b):
+    first, second = submit(a, **LONG), submit(b, **LONG)
+    deadline = time.monotonic() + 120
+    while sorted(busy_workers(a).values()) != sorted([first["id"], second["id"]]):
+        assert time.monotonic() < deadline, busy_workers(a)
+        time.sleep(0.05)
+    both = [job(b, first["id"]), job(b, second["id"])]
+    assert [j["state"] for j in both] == ["running", "running"]
+    assert len(busy_workers(b)) == 2  # one job on each worker
+
+
+def test_the_queue_bound_holds_across_replicas(a, b):
+    running = [submit(a, **LONG), submit(b, **LONG)]
+    for j in running:
+        wait_until(a, j["id"], lambda j: j["state"] == "running")
+    waiting = [submit(a, **LONG), submit(b, **LONG)][:QUEUE_MAX]
+    assert [job(a, j["id"])["position"] for j in waiting] == [1, 2]
+    for app in (a, b):
+        refused = requests.post(app.url("/generate"), data={**LONG, "async": "true"})
+        assert refused.status_code == 503, refused.text
+        assert int(refused.headers["Retry-After"]) > 0
+        assert "waiting" in refused.json()["error"]["message"]
+
+
+def test_a_web_replica_killed_and_restarted_loses_nothing(a, b):
+    taken = submit(a, prompt="outlives its replica", steps="30", size="64x64", seed="5")
+    a.kill()
+    final = wait_until(b, taken["id"], finished)
+    assert final["state"] == "succeeded"  # the worker went on without the replica
+    a.start()
+    assert job(a, taken["id"]) == job(b, taken["id"])
+    png = requests.get(a.url(final["image_url"]))
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+
+def test_kill_9_of_a_worker_mid_job_fails_it_with_the_reason_within_the_ttl(ready, a, b):
+    taken = submit(a, **LONG)
+    wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 1)
+    deadline = time.monotonic() + 10  # workers report their job with each beat
+    while taken["id"] not in busy_workers(b).values():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    owner = next(name for name, job_id in busy_workers(b).items() if job_id == taken["id"])
+    worker = next(w for w in ready.workers if w.name == owner)
+    worker.kill()
+    killed = time.monotonic()
+    final = wait_until(b, taken["id"], finished, timeout=TTL + 10)
+    noticed = time.monotonic() - killed
+    assert final["state"] == "failed"
+    assert final["error"].startswith(f"worker lost: job {taken['id']} was running")
+    assert "it was not run again" in final["error"]
+    assert noticed <= TTL + 2, noticed
+    # Never run twice: the other worker does not take it up, and it stays failed.
+    time.sleep(TTL)
+    assert job(a, taken["id"]) == final
+    assert taken["id"] not in busy_workers(a).values()
+    synchronous = requests.post(a.url("/generate"), data={"prompt": "after", "size": "64x64"})
+    assert synchronous.status_code == 200  # the other worker still runs jobs
+    ready.workers.remove(worker)
+    ready.add_worker(len(ready.workers) + 10)
+
+
+def test_a_new_worker_is_not_started_until_a_pull_reaches_it_and_status_lists_all(ready, a, b):
+    late = ready.add_worker(20)
+    status = requests.get(b.url("/model/status")).json()
+    states = {w["name"]: w["state"] for w in status["workers"]}
+    assert states[late.name] == "not_started"  # even on a warm share
+    assert status["state"] == "ready"  # this deployment can generate
+    assert status["weights_on_share"] is True
+    pulled = requests.post(a.url("/model/pull"))
+    assert pulled.status_code == 202
+    deadline = time.monotonic() + 300  # two processes import and load, on a busy machine
+    expected = {w.name for w in ready.workers}
+    while True:  # every worker listed (a beat late on a busy machine drops one for a moment)
+        status = requests.get(b.url("/model/status")).json()
+        listed = {w["name"] for w in status["workers"]}
+        if listed >= expected and all(w["state"] == "ready" for w in status["workers"]):
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    assert requests.post(a.url("/model/pull")).status_code == 200  # every worker is ready
+
+
+def test_redis_stopped_answers_503_and_the_service_recovers_when_it_is_back(ready, a, b):
+    before = submit(a, prompt="kept", steps="3", size="64x64", seed="1")
+    done = wait_until(b, before["id"], finished)
+    ready.redis.stop()
+    try:
+        for response in (
+            requests.get(a.url(f"/jobs/{before['id']}"), timeout=30),
+            requests.get(b.url("/jobs"), timeout=30),
+            requests.post(b.url("/generate"), data={"prompt": "x", "async": "true"}, timeout=30),
+        ):
+            assert response.status_code == 503, response.text
+            assert int(response.headers["Retry-After"]) > 0
+            assert "job store" in response.json()["error"]["message"]
+        assert requests.get(a.url("/health"), timeout=5).status_code == 200
+    finally:
+        ready.redis.start()
+    assert job(a, before["id"]) == done  # nothing was lost
+    after = requests.post(b.url("/generate"), data={"prompt": "back", "size": "64x64"}, timeout=120)
+    assert after.status_code == 200, after.text  # the workers took work again by themselves

@@ -1,0 +1,177 @@
+"""Real parts of distributed mode for the tests: Debian's redis-server on a free port with its
+data in a temporary folder, and Celery workers (`manage.py run_worker`) as processes."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from tests.support.processes import ROOT, free_port
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+class RedisServer:
+    """A redis-server of its own. `persistent` keeps its data in an append-only file fsynced
+    at every write, so a stop and a start on the same port and folder lose nothing."""
+
+    def __init__(self, data_dir: Path, *, persistent: bool = False) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.data_dir = data_dir
+        self.persistent = persistent
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 20) -> "RedisServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else []
+        with (self.data_dir / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--dir", str(self.data_dir), "--save", "", *durability],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        client = self.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on {self.port}") from None
+                time.sleep(0.05)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class WorkerProcess:
+    """`manage.py run_worker` with the given settings, started and seen beating."""
+
+    def __init__(
+        self, env: dict[str, str], log_path: Path, name: str, *, prefix: list[str] = ()
+    ) -> None:
+        self.name = name
+        self.prefix = list(prefix)  # e.g. taskset, for a worker's share of the cores
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            "SECRET_KEY": "test-secret",
+            "PRELOAD_MODEL_CODE": "0",
+            "TORCH_THREADS": "1",
+            **env,
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> "WorkerProcess":
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*self.prefix, sys.executable, "manage.py", "run_worker", "--name", self.name],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        client = redis.Redis.from_url(self.env["JOB_BROKER_URL"])
+        deadline = time.monotonic() + timeout
+        # Beating, and its Celery consumer ready (it says so in its log).
+        while not (client.exists(f"imagegen:worker:{self.name}") and b"ready." in self.log()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"worker {self.name} did not start:\n{self.log_tail()}")
+            time.sleep(0.1)
+        return self
+
+    def state(self, client: redis.Redis) -> dict | None:
+        value = client.get(f"imagegen:worker:{self.name}")
+        return json.loads(value) if value else None
+
+    def log(self) -> bytes:
+        return self.log_path.read_bytes() if self.log_path.exists() else b""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().decode(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL, as an out-of-memory kill or a lost node would end it."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+class Stack:
+    """Redis, web replicas (the app under gunicorn) and workers, all on one share and one
+    Redis: the distributed layout on one machine."""
+
+    def __init__(self, env: dict[str, str], work: Path, *, persistent: bool = False) -> None:
+        self.work = work
+        self.redis = RedisServer(work / "redis", persistent=persistent)
+        self.env = {**env, "JOB_BROKER_URL": self.redis.url}
+        self.apps: list = []
+        self.workers: list[WorkerProcess] = []
+
+    def start(self, *, replicas: int = 1, workers: int = 1) -> "Stack":
+        from tests.support.processes import AppServer
+
+        try:
+            self.redis.start()
+            for n in range(workers):
+                self.add_worker(n)
+            for n in range(replicas):
+                app = AppServer(self.env, self.work / f"web-{n}.log")
+                self.apps.append(app)
+                app.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_worker(self, n: int, **env: str) -> WorkerProcess:
+        worker = WorkerProcess({**self.env, **env}, self.work / f"worker-{n}.log", f"w{n}")
+        self.workers.append(worker)
+        return worker.start()
+
+    def stop(self) -> None:
+        for app in self.apps:
+            app.stop()
+        for worker in self.workers:
+            worker.stop()
+        self.redis.stop()
+
+    def __enter__(self) -> "Stack":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
