@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.model_service import ready_app
+from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
 from tests.support.sse import Event, open_stream, read_events
 
@@ -21,15 +21,20 @@ LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 FINAL = {"succeeded", "failed", "cancelled"}
 
 
-@pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+@pytest.fixture(scope="module", params=MODES)
+def app(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
+    """Every test here runs in both modes: in process, and distributed (Redis, a worker),
+    where the stream waits on the shared store's revisions."""
     env = {
         "GEN_MAX_STEPS": "500",
         "EVENT_STREAMS_MAX": str(STREAMS_MAX),
         "EVENT_STREAM_SECONDS": str(STREAM_SECONDS),
         "EVENT_STREAM_KEEPALIVE": "0.5",
     }
-    with ready_app(hub_root, tmp_path_factory.mktemp("events"), **env) as server:
+    work = tmp_path_factory.mktemp(f"events-{request.param}")
+    with ready_app(hub_root, work, mode=request.param, **env) as server:
         yield server
 
 
