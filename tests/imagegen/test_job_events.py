@@ -92,6 +92,7 @@ def wait_running(app: AppServer, job_id: str, min_step: int = 1) -> None:
 
 def test_a_job_streams_its_states_in_order_each_step_once_and_the_stream_ends(app):
     ahead = submit(app, prompt="ahead", steps="40", size="64x64", seed="1")
+    wait_running(app, ahead, min_step=0)  # taken by the worker: the watched job waits first
     job_id = submit(app, prompt="watched", steps="12", size="64x64", seed="2")
     events = [event for stream in follow(app, job_id) for event in stream]
     names = [event.name for event in events]
