@@ -71,18 +71,27 @@ def status_digest(view: JobView) -> str:
 def events_since(
     view: JobView, seen: Seen, describe: Callable[[JobView], dict[str, Any]]
 ) -> tuple[list[Event], Seen]:
-    """The events that bring a client from `seen` to `view`: one `step` event per step it
-    has not been sent, then, when the state, position or phase changed, one event named
-    after the state carrying the whole job (`describe`), whose progress is the latest."""
+    """The events that bring a client from `seen` to `view`: when the state, position or
+    phase changed, one event named after the state carrying the whole job (`describe`, its
+    progress the latest), and one `step` event per step it has not been sent. A job still
+    under way announces its state first, so a client sees `running` before the steps of a
+    job it saw queued (a store that is polled may show both at once); a finished one sends
+    the steps first, so its final state is the last event."""
     events = []
     progress = view.progress
+    digest = status_digest(view)
+    changed = digest != seen.status
+    if changed and view.state not in FINISHED:
+        seen = Seen(seen.step, digest)
+        events.append(Event(view.state.value, seen.event_id, describe(view)))
+        changed = False
     for step in range(seen.step + 1, progress.step + 1):
         seen = Seen(step, seen.status)
         fraction = round(step / progress.steps, 4) if progress.steps else 0.0
         data = {"step": step, "steps": progress.steps, "fraction": fraction,
                 "eta_seconds": progress.eta_seconds}  # fmt: skip
         events.append(Event("step", seen.event_id, data))
-    if (digest := status_digest(view)) != seen.status:
+    if changed:
         seen = Seen(seen.step, digest)
         events.append(Event(view.state.value, seen.event_id, describe(view)))
     return events, seen
