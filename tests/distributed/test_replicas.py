@@ -13,6 +13,7 @@ import requests
 from tests.support.distributed import Stack
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
+from tests.support.processes import AppServer
 
 QUEUE_MAX = 2
 TTL = 3.0  # JOB_HEARTBEAT_TTL of this stack
@@ -20,18 +21,23 @@ LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 
 @pytest.fixture(scope="module")
-def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    work = tmp_path_factory.mktemp("replicas")
+def replica_hub(hub_root: Path) -> Iterator[LocalHub]:
     with LocalHub(hub_root) as hub:
-        env = {
-            **model_service_env(hub.url, work / "share", work),
-            "GEN_QUEUE_MAX": str(QUEUE_MAX),
-            "GEN_MAX_STEPS": "500",
-            "JOB_HEARTBEAT_TTL": str(TTL),
-        }
-        with Stack(env, work, persistent=True) as running:
-            running.start(replicas=2, workers=2)
-            yield running
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def stack(replica_hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("replicas")
+    env = {
+        **model_service_env(replica_hub.url, work / "share", work),
+        "GEN_QUEUE_MAX": str(QUEUE_MAX),
+        "GEN_MAX_STEPS": "500",
+        "JOB_HEARTBEAT_TTL": str(TTL),
+    }
+    with Stack(env, work, persistent=True) as running:
+        running.start(replicas=2, workers=2)
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +101,14 @@ def finished(j: dict) -> bool:
     return j["state"] in ("succeeded", "failed", "cancelled")
 
 
+def listed_workers(app) -> list[dict]:
+    """The workers GET /model/status lists."""
+    return requests.get(app.url("/model/status")).json()["workers"]
+
+
 def busy_workers(app) -> dict[str, str]:
     """Worker name -> the job it runs, from GET /model/status."""
-    workers = requests.get(app.url("/model/status")).json()["workers"]
-    return {w["name"]: w["job"] for w in workers if w["job"]}
+    return {w["name"]: w["job"] for w in listed_workers(app) if w["job"]}
 
 
 def test_a_job_taken_by_a_is_followed_and_cancelled_through_b(a, b):
@@ -214,6 +224,31 @@ def test_a_new_worker_is_not_started_until_a_pull_reaches_it_and_status_lists_al
         assert time.monotonic() < deadline, status
         time.sleep(0.1)
     assert requests.post(a.url("/model/pull")).status_code == 200  # every worker is ready
+
+
+def maps_torch(pid: int) -> bool:
+    """Whether the process or any of its children (gunicorn's workers) has torch loaded."""
+    pids = [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    return any("libtorch" in Path(f"/proc/{p}/maps").read_text() for p in pids)
+
+
+def test_warm_start_loads_a_new_worker_from_the_share_and_never_a_web_replica(
+    ready, replica_hub, b
+):
+    replica_hub.reset_log()
+    web = AppServer({**ready.env, "WARM_START": "1"}, ready.work / "web-warm.log")
+    ready.apps.append(web)
+    web.start()
+    warm = ready.add_worker(30, WARM_START="1")
+    deadline = time.monotonic() + 300
+    while (state := {w["name"]: w["state"] for w in listed_workers(b)}).get(warm.name) != "ready":
+        assert state.get(warm.name) in (None, "not_started", "loading"), state
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
+    assert replica_hub.requests == []  # from the share alone, without any pull
+    assert maps_torch(warm.process.pid)
+    assert not maps_torch(web.process.pid)  # the web replica loaded no model, not even torch
+    assert requests.get(web.url("/model/status")).json()["state"] == "ready"
 
 
 def test_redis_stopped_answers_503_and_the_service_recovers_when_it_is_back(ready, a, b):
