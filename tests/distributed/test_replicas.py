@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from tests.support.distributed import Stack
+from tests.support.jobs import cancel_all, finished, job, wait_until
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
 from tests.support.processes import AppServer
@@ -67,38 +68,13 @@ def idle_queue(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "ready" not in request.fixturenames:
         return
-    app = request.getfixturevalue("ready").apps[1]
-    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
-        if job["state"] in ("queued", "running"):
-            requests.delete(app.url(f"/jobs/{job['id']}"))
-    deadline = time.monotonic() + 60
-    while any(j["state"] in ("queued", "running") for j in requests.get(app.url("/jobs")).json()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    cancel_all(request.getfixturevalue("ready").apps[1], timeout=60)
 
 
 def submit(app, **fields: str) -> dict:
     response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
     assert response.status_code == 202, response.text
     return response.json()
-
-
-def job(app, job_id: str) -> dict:
-    response = requests.get(app.url(f"/jobs/{job_id}"))
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait_until(app, job_id: str, predicate, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while not predicate(current := job(app, job_id)):
-        assert time.monotonic() < deadline, current
-        time.sleep(0.02)
-    return current
-
-
-def finished(j: dict) -> bool:
-    return j["state"] in ("succeeded", "failed", "cancelled")
 
 
 def listed_workers(app) -> list[dict]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.jobs import cancel_all
 from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
 from tests.support.sse import Event, open_stream, read_events
@@ -42,13 +43,7 @@ def app(
 def idle_queue(app: AppServer) -> Iterator[None]:
     """Each test ends with no job queued or running (and so with no stream left open)."""
     yield
-    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
-        if job["state"] in ("queued", "running"):
-            requests.delete(app.url(f"/jobs/{job['id']}"))
-    deadline = time.monotonic() + 30
-    while any(j["state"] == "running" for j in requests.get(app.url("/jobs")).json()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    cancel_all(app)
 
 
 def submit(app: AppServer, **fields: str) -> str:

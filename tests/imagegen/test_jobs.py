@@ -11,6 +11,7 @@ import pytest
 import requests
 from PIL import Image
 
+from tests.support.jobs import cancel_all, finished, job, wait_until
 from tests.support.model_service import MODES, SD_REPO, pull_until_ready, ready_app
 from tests.support.processes import AppServer
 
@@ -33,13 +34,7 @@ def app(
 def idle_queue(app: AppServer) -> Iterator[None]:
     """Each test starts and ends with no job queued or running."""
     yield
-    for job in requests.get(app.url("/jobs"), params={"limit": 200}).json():
-        if job["state"] in ("queued", "running"):
-            requests.delete(app.url(f"/jobs/{job['id']}"))
-    deadline = time.monotonic() + 30
-    while any(j["state"] == "running" for j in requests.get(app.url("/jobs")).json()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    cancel_all(app)
 
 
 def submit(app: AppServer, **fields: str) -> dict:
@@ -49,24 +44,6 @@ def submit(app: AppServer, **fields: str) -> dict:
     assert response.status_code == 202, response.text
     assert response.headers["Location"] == f"/jobs/{response.json()['id']}"
     return response.json()
-
-
-def job(app: AppServer, job_id: str) -> dict:
-    response = requests.get(app.url(f"/jobs/{job_id}"))
-    assert response.status_code == 200
-    return response.json()
-
-
-def wait_until(app: AppServer, job_id: str, predicate, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while not predicate(current := job(app, job_id)):
-        assert time.monotonic() < deadline, current
-        time.sleep(0.02)
-    return current
-
-
-def finished(j: dict) -> bool:
-    return j["state"] in ("succeeded", "failed", "cancelled")
 
 
 def test_jobs_advance_through_positions_and_real_progress_to_succeeded(app):
