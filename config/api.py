@@ -13,7 +13,7 @@ from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from config.errors import NOT_FOUND, ServiceError, error_response
+from config.errors import NOT_FOUND, ServiceError, error_response, takes_basic_auth
 from config.logs import first_part
 from config.version import app_version
 
@@ -67,10 +67,16 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         details = [{"field": "body", "message": "must be a JSON document"}]
         return error_response(request, 400, _describe(details), details=details)
     if exc.status_code == 401:
-        response = error_response(
-            request, 401, "A valid 'Authorization: Bearer <token>' is required"
-        )
-        response["WWW-Authenticate"] = "Bearer"
+        if takes_basic_auth(request.path):  # webuiapi and A1111 front ends send Basic
+            message = (
+                "A valid 'Authorization: Bearer <token>' (or Basic, with the token as the "
+                "password) is required"
+            )
+            challenge = 'Bearer, Basic realm="imagegen"'
+        else:
+            message, challenge = "A valid 'Authorization: Bearer <token>' is required", "Bearer"
+        response = error_response(request, 401, message)
+        response["WWW-Authenticate"] = challenge
         return response
     return error_response(request, exc.status_code, exc.message)
 

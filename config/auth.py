@@ -3,8 +3,9 @@ who a client is.
 
 With API_TOKEN unset the service stays open (and says so in the log at start when DEBUG is
 off); /health and /model/status always stay open for the platform's probes and the gate.
-The AUTOMATIC1111 and OpenAI routes take the same token, as a bearer token or as HTTP Basic's
-password (A1111 clients only know `--api-auth user:password`).
+The OpenAI routes take the token as a bearer token (the SDK's api_key); the AUTOMATIC1111
+routes also as HTTP Basic's password (A1111 clients only know `--api-auth user:password`),
+and their 401 offers both schemes.
 
 Forwarded headers (X-Forwarded-For, -Proto, -Host) are believed only from TRUSTED_PROXIES:
 anyone else could write them to pass for another client or to point image links elsewhere.

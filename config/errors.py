@@ -14,6 +14,7 @@ from django.http import HttpRequest, JsonResponse
 TODO_PREFIXES = ("/todo/", "/todos/")
 TODO_PATHS = ("/", "/todo", "/todos")
 OPENAI_PREFIX = "/v1/"
+A1111_PREFIX = "/sdapi/v1/"
 NOT_FOUND = "Not Found"
 # OpenAI's error `code` by status, as its API writes them (the SDK picks its exception
 # class by status alone).
@@ -41,6 +42,11 @@ def is_todo_path(path: str) -> bool:
 
 def is_openai_path(path: str) -> bool:
     return path.startswith(OPENAI_PREFIX)
+
+
+def takes_basic_auth(path: str) -> bool:
+    """The AUTOMATIC1111 routes, which take the token as Basic's password too (config.auth)."""
+    return path.startswith(A1111_PREFIX)
 
 
 def openai_error(status: int, message: str, details: list[dict[str, str]] | None) -> dict:

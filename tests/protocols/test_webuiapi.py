@@ -190,7 +190,11 @@ def test_without_the_token_txt2img_is_refused(app, username, password):
         api.txt2img(prompt="webui refused", steps=1, width=64, height=64)
     assert refused.value.args[0] == 401
     for headers in ({}, {"Authorization": "Basic "}, {"Authorization": TOKEN}):
-        assert requests.get(app.url("/sdapi/v1/progress"), headers=headers).status_code == 401
+        refusal = requests.get(app.url("/sdapi/v1/progress"), headers=headers)
+        assert refusal.status_code == 401
+        # Both schemes these routes take are offered, Basic with its realm.
+        assert refusal.headers["WWW-Authenticate"] == 'Bearer, Basic realm="imagegen"'
+        assert "Basic" in refusal.json()["error"]["message"]
     assert jobs(app, "webui refused") == []
 
 
