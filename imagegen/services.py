@@ -12,7 +12,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 
 from django.conf import settings
@@ -31,6 +30,7 @@ from imagegen.errors import (
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.jobs import FINISHED, JobState, JobView, get_jobs
 from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.shared_runs import LocalRuns, RunRegistry, SharedRun
 from imagegen.model.loader import get_models
 
 
@@ -108,18 +108,16 @@ def event_stream_place() -> Callable[[], None]:
 # --- synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111) ----------------
 
 
-@dataclass
-class _SharedRun:
-    """The jobs of one synchronous request, and how many requests wait for them: the first
-    one, and identical ones that joined it (an SDK's retry after its own timeout)."""
+@cache
+def shared_runs() -> RunRegistry:
+    """Where synchronous requests' runs are registered: this process, or Redis for every
+    web replica in distributed mode."""
+    if not settings.JOB_BROKER_URL:
+        return LocalRuns()
+    from imagegen.distributed.connection import redis_client
+    from imagegen.distributed.runs import RedisRuns
 
-    key: str
-    jobs: list[str]  # their ids
-    waiters: int = 0
-
-
-_runs_lock = threading.Lock()
-_runs: dict[str, _SharedRun] = {}
+    return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
 
 
 def _run_key(
@@ -165,24 +163,12 @@ def _forgotten(job_id: str) -> JobView:
     raise JobFailed(f"job {job_id} is no longer known")
 
 
-def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> _SharedRun:
-    with _runs_lock:
-        run = _runs.get(key)
-        if run is None or all(job.state in FINISHED for job in _views(run.jobs)):
-            run = _runs[key] = _SharedRun(key, _submit_batch(request, count, client))
-        run.waiters += 1
-        return run
-
-
-def _leave(run: _SharedRun) -> bool:
-    """One request stops waiting; True when it was the last one."""
-    with _runs_lock:
-        run.waiters -= 1
-        if run.waiters:
-            return False
-        if _runs.get(run.key) is run:
-            del _runs[run.key]
-        return True
+def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> SharedRun:
+    return shared_runs().join_or_submit(
+        key,
+        submit=lambda: _submit_batch(request, count, client),
+        unfinished=lambda jobs: not all(job.state in FINISHED for job in _views(jobs)),
+    )
 
 
 def _wait(job_ids: list[str], timeout: float | None, *, partial: bool) -> None:
@@ -233,7 +219,7 @@ def generation_run_shared(
     try:
         _wait(run.jobs, timeout, partial=partial)
     finally:
-        last = _leave(run)
+        last = shared_runs().leave(run)
     jobs = _views(run.jobs)
     failed = next((job for job in jobs if job.state is JobState.FAILED), None)
     cancelled = any(job.state is JobState.CANCELLED for job in jobs)

@@ -3,6 +3,7 @@ different ports (A and B) and two Celery worker processes, on the tiny pipeline.
 answers for any job; the queue and its bound are shared; a killed worker's job fails with a
 reason within the heartbeat's TTL; Redis can stop and start again under the service."""
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,35 @@ def test_a_web_replica_killed_and_restarted_loses_nothing(a, b):
     assert job(a, taken["id"]) == job(b, taken["id"])
     png = requests.get(a.url(final["image_url"]))
     assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+
+def jobs_for(app, prompt: str) -> list[dict]:
+    listed = requests.get(app.url("/jobs"), params={"limit": 200}).json()
+    return [j for j in listed if j["parameters"]["prompt"] == prompt]
+
+
+def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(a, b):
+    """An SDK's retry that the ingress sends to another replica gets the same image from the
+    same job, as it would from the replica that took the first attempt."""
+    body = {"prompt": "one job for both", "size": "64x64", "steps": 400, "seed": 3}
+    answers: dict[str, requests.Response] = {}
+
+    def ask(name: str, app) -> None:
+        answers[name] = requests.post(app.url("/v1/images/generations"), json=body, timeout=120)
+
+    first = threading.Thread(target=ask, args=("a", a))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not (found := jobs_for(b, body["prompt"])) or found[0]["state"] != "running":
+        assert time.monotonic() < deadline, found
+        time.sleep(0.02)
+    twin = threading.Thread(target=ask, args=("b", b))
+    twin.start()
+    first.join(120)
+    twin.join(120)
+    assert answers["a"].status_code == answers["b"].status_code == 200, answers
+    assert answers["a"].json()["data"] == answers["b"].json()["data"]
+    assert len(jobs_for(a, body["prompt"])) == 1  # the work was queued once
 
 
 def test_kill_9_of_a_worker_mid_job_fails_it_with_the_reason_within_the_ttl(ready, a, b):

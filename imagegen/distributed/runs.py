@@ -1,0 +1,62 @@
+"""The registry of synchronous protocol requests' runs in Redis (imagegen.generation.
+shared_runs), shared by every web replica: an SDK's retry that Azure's ingress sends to
+another replica joins the jobs its first attempt queued.
+
+One hash per request identity (its run's token and job ids) and one counter of waiters per
+run. Both expire GEN_SYNC_TIMEOUT plus a minute after the last join, so a replica that dies
+while waiting leaves nothing behind for long; until then its count keeps the run's jobs from
+being cancelled by a twin that gives up (they finish, and nobody collects them).
+"""
+
+import json
+
+import redis
+
+from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished
+
+RUN = "imagegen:run:{key}"
+WAITERS = "imagegen:run-waiters:{token}"
+LOCK = "imagegen:run-lock:{key}"
+
+# Removes the key's run only if it is still this one (a newer run may have replaced it).
+_DELETE_IF_CURRENT = """
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisRuns:
+    def __init__(self, client: redis.Redis, ttl_seconds: int) -> None:
+        self.client = client
+        self.ttl = ttl_seconds
+        self._delete_if_current = client.register_script(_DELETE_IF_CURRENT)
+
+    def join_or_submit(self, key: str, submit: Submit, unfinished: Unfinished) -> SharedRun:
+        """As LocalRuns.join_or_submit, for every replica: one request at a time per key
+        (a Redis lock), so two replicas never both submit for the same request."""
+        run_key = RUN.format(key=key)
+        with self.client.lock(LOCK.format(key=key), timeout=60, blocking_timeout=60):
+            stored = self.client.hgetall(run_key)
+            run = None
+            if stored:
+                jobs = json.loads(stored[b"jobs"])
+                run = SharedRun(key, jobs, stored[b"token"].decode())
+            if run is None or not unfinished(run.jobs):
+                run = SharedRun(key, submit())
+                self.client.hset(
+                    run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)}
+                )
+            waiters = WAITERS.format(token=run.token)
+            with self.client.pipeline() as pipe:
+                pipe.incr(waiters).expire(waiters, self.ttl).expire(run_key, self.ttl).execute()
+        return run
+
+    def leave(self, run: SharedRun) -> bool:
+        waiters = WAITERS.format(token=run.token)
+        if self.client.decr(waiters) > 0:
+            return False
+        self.client.delete(waiters)
+        self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
+        return True

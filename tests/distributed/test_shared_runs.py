@@ -1,0 +1,80 @@
+"""The registry of synchronous protocol requests in Redis, against a real redis-server, and
+the in-process one beside it: a twin joins while the jobs are unfinished, only the last
+waiter to leave may cancel, a finished run gives way to a new one that the old run's last
+waiter cannot remove, and in Redis nothing outlives its expiry."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from imagegen.distributed.runs import RUN, WAITERS, RedisRuns
+from imagegen.generation.shared_runs import LocalRuns, RunRegistry
+from tests.support.distributed import RedisServer
+
+TTL = 90
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=["in-process", "redis"])
+def runs(request: pytest.FixtureRequest) -> RunRegistry:
+    if request.param == "in-process":
+        return LocalRuns()
+    client = request.getfixturevalue("redis_server").client()
+    client.flushdb()
+    return RedisRuns(client, ttl_seconds=TTL)
+
+
+class Jobs:
+    """Stands in for the job queue: submits numbered jobs, and says which are finished."""
+
+    def __init__(self) -> None:
+        self.submitted: list[list[str]] = []
+        self.finished: set[str] = set()
+
+    def submit(self) -> list[str]:
+        self.submitted.append([f"job-{len(self.submitted)}"])
+        return self.submitted[-1]
+
+    def unfinished(self, ids: list[str]) -> bool:
+        return not set(ids) <= self.finished
+
+
+def join(runs: RunRegistry, jobs: Jobs, key: str = "k"):
+    return runs.join_or_submit(key, jobs.submit, jobs.unfinished)
+
+
+def test_a_twin_joins_and_only_the_last_to_leave_is_last(runs):
+    jobs = Jobs()
+    first, twin = join(runs, jobs), join(runs, jobs)
+    assert twin == first and jobs.submitted == [["job-0"]]
+    assert join(runs, jobs, key="other").jobs == ["job-1"]  # another request: its own jobs
+    assert runs.leave(twin) is False  # the first still waits: the jobs must not be cancelled
+    assert runs.leave(first) is True
+    assert join(runs, jobs).jobs == ["job-2"]  # nobody waited any more: a new run
+
+
+def test_a_finished_run_gives_way_and_its_last_waiter_leaves_the_new_one_alone(runs):
+    jobs = Jobs()
+    old = join(runs, jobs)
+    jobs.finished.add("job-0")
+    new = join(runs, jobs)  # the same request again, after the jobs finished: queued anew
+    assert new.jobs == ["job-1"] and new.token != old.token
+    assert runs.leave(old) is True
+    assert join(runs, jobs) == new  # still registered: a third twin joins the new run
+    assert runs.leave(new) is False and runs.leave(new) is True
+
+
+def test_in_redis_every_key_expires(redis_server):
+    client = redis_server.client()
+    client.flushdb()
+    runs, jobs = RedisRuns(client, ttl_seconds=TTL), Jobs()
+    run = join(runs, jobs)
+    for key in (RUN.format(key="k"), WAITERS.format(token=run.token)):
+        assert 0 < client.ttl(key) <= TTL
+    runs.leave(run)
+    assert client.keys("imagegen:run*") == []
