@@ -31,7 +31,7 @@ from tests.support.processes import free_port  # noqa: E402
 
 
 def microseconds_each(call: Callable[[], object], count: int) -> float:
-    """The median of five rounds of `count` calls, per call."""
+    """Per call: the median of five rounds of `count / 5` calls each."""
     rounds = []
     for _ in range(5):
         started = time.perf_counter()
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="calls per row (2000)")
     parser.add_argument("--json", type=Path, help="where to write results")
     args = parser.parse_args(argv)
+    if args.requests < 5:
+        parser.error("--requests must be at least 5 (five rounds)")
     machine = common.machine_info()
     common.print_machine(machine)
     with (

@@ -18,7 +18,8 @@ from config.auth import warn_if_open  # noqa: E402  (needs the settings loaded a
 
 warn_if_open()
 
-if settings.PRELOAD_MODEL_CODE:
+# A web process of distributed mode (JOB_BROKER_URL) never loads the model: nothing to preload.
+if settings.PRELOAD_MODEL_CODE and not settings.JOB_BROKER_URL:
     from imagegen.model.preload import import_loading_code
 
     try:

@@ -167,8 +167,14 @@ def _join_or_submit(key: str, request: GenerationRequest, count: int, client: st
     return shared_runs().join_or_submit(
         key,
         submit=lambda: _submit_batch(request, count, client),
-        unfinished=lambda jobs: not all(job.state in FINISHED for job in _views(jobs)),
+        unfinished=lambda jobs: any(_unfinished(job_id) for job_id in jobs),
     )
+
+
+def _unfinished(job_id: str) -> bool:
+    """A job forgotten meanwhile (JOBS_KEEP) counts as finished: the request queues anew."""
+    job = get_jobs().lookup(job_id)
+    return job is not None and job.state not in FINISHED
 
 
 def _wait(job_ids: list[str], timeout: float | None, *, partial: bool) -> None:

@@ -11,6 +11,7 @@ being cancelled by a twin that gives up (they finish, and nobody collects them).
 import json
 
 import redis
+from redis.lock import Lock
 
 from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished
 
@@ -37,26 +38,32 @@ class RedisRuns:
         """As LocalRuns.join_or_submit, for every replica: one request at a time per key
         (a Redis lock), so two replicas never both submit for the same request."""
         run_key = RUN.format(key=key)
-        with self.client.lock(LOCK.format(key=key), timeout=60, blocking_timeout=60):
+        with self._locked(key):
             stored = self.client.hgetall(run_key)
             run = None
             if stored:
                 jobs = json.loads(stored[b"jobs"])
                 run = SharedRun(key, jobs, stored[b"token"].decode())
-            if run is None or not unfinished(run.jobs):
-                run = SharedRun(key, submit())
-                self.client.hset(
-                    run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)}
-                )
-            waiters = WAITERS.format(token=run.token)
-            with self.client.pipeline() as pipe:
+            with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
+                if run is None or not unfinished(run.jobs):
+                    run = SharedRun(key, submit())
+                    stored = {"token": run.token, "jobs": json.dumps(run.jobs)}
+                    pipe.delete(run_key).hset(run_key, mapping=stored)
+                waiters = WAITERS.format(token=run.token)
                 pipe.incr(waiters).expire(waiters, self.ttl).expire(run_key, self.ttl).execute()
         return run
 
     def leave(self, run: SharedRun) -> bool:
+        """Under the key's lock too: a twin joining on another replica between the count's
+        last decrement and the run's removal would otherwise wait on jobs cancelled as
+        nobody's."""
         waiters = WAITERS.format(token=run.token)
-        if self.client.decr(waiters) > 0:
-            return False
-        self.client.delete(waiters)
-        self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
-        return True
+        with self._locked(run.key):
+            if self.client.decr(waiters) > 0:
+                return False
+            self.client.delete(waiters)
+            self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
+            return True
+
+    def _locked(self, key: str) -> Lock:
+        return self.client.lock(LOCK.format(key=key), timeout=60, blocking_timeout=60)

@@ -19,6 +19,7 @@ from tests.support.processes import AppServer
 
 QUEUE_MAX = 2
 TTL = 3.0  # JOB_HEARTBEAT_TTL of this stack
+SYNC_TIMEOUT = 230  # GEN_SYNC_TIMEOUT of this stack
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
 
@@ -36,6 +37,7 @@ def stack(replica_hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> It
         "GEN_QUEUE_MAX": str(QUEUE_MAX),
         "GEN_MAX_STEPS": "500",
         "JOB_HEARTBEAT_TTL": str(TTL),
+        "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
     }
     with Stack(env, work, persistent=True) as running:
         running.start(replicas=2, workers=2)
@@ -160,14 +162,17 @@ def jobs_for(app, prompt: str) -> list[dict]:
     return [j for j in listed if j["parameters"]["prompt"] == prompt]
 
 
-def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(a, b):
+def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(ready, a, b):
     """An SDK's retry that the ingress sends to another replica gets the same image from the
     same job, as it would from the replica that took the first attempt."""
     body = {"prompt": "one job for both", "size": "64x64", "steps": 400, "seed": 3}
-    answers: dict[str, requests.Response] = {}
+    answers: dict[str, requests.Response | Exception] = {}
 
     def ask(name: str, app) -> None:
-        answers[name] = requests.post(app.url("/v1/images/generations"), json=body, timeout=120)
+        try:
+            answers[name] = requests.post(app.url("/v1/images/generations"), json=body, timeout=120)
+        except Exception as error:  # reported by the assertion below, not lost with the thread
+            answers[name] = error
 
     first = threading.Thread(target=ask, args=("a", a))
     first.start()
@@ -175,10 +180,13 @@ def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(a, b):
     while not (found := jobs_for(b, body["prompt"])) or found[0]["state"] != "running":
         assert time.monotonic() < deadline, found
         time.sleep(0.02)
+    (registered,) = ready.redis.client().keys("imagegen:run:*")
+    assert SYNC_TIMEOUT < ready.redis.client().ttl(registered) <= SYNC_TIMEOUT + 60
     twin = threading.Thread(target=ask, args=("b", b))
     twin.start()
     first.join(120)
     twin.join(120)
+    assert all(isinstance(r, requests.Response) for r in answers.values()), answers
     assert answers["a"].status_code == answers["b"].status_code == 200, answers
     assert answers["a"].json()["data"] == answers["b"].json()["data"]
     assert len(jobs_for(a, body["prompt"])) == 1  # the work was queued once
@@ -242,7 +250,9 @@ def test_warm_start_loads_a_new_worker_from_the_share_and_never_a_web_replica(
     ready, replica_hub, b
 ):
     replica_hub.reset_log()
-    web = AppServer({**ready.env, "WARM_START": "1"}, ready.work / "web-warm.log")
+    # The service's defaults for a web replica: the model code's preload on, as in the image.
+    web_env = {**ready.env, "WARM_START": "1", "PRELOAD_MODEL_CODE": "1"}
+    web = AppServer(web_env, ready.work / "web-warm.log")
     ready.apps.append(web)
     web.start()
     warm = ready.add_worker(30, WARM_START="1")

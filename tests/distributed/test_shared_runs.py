@@ -3,7 +3,10 @@ the in-process one beside it: a twin joins while the jobs are unfinished, only t
 waiter to leave may cancel, a finished run gives way to a new one that the old run's last
 waiter cannot remove, and in Redis nothing outlives its expiry."""
 
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -30,17 +33,21 @@ def runs(request: pytest.FixtureRequest) -> RunRegistry:
 
 
 class Jobs:
-    """Stands in for the job queue: submits numbered jobs, and says which are finished."""
+    """Stands in for the job queue: submits numbered jobs, and says which are finished,
+    each taking `delay` seconds (as a round trip to a busy store would)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0) -> None:
+        self.delay = delay
         self.submitted: list[list[str]] = []
         self.finished: set[str] = set()
 
     def submit(self) -> list[str]:
+        time.sleep(self.delay)
         self.submitted.append([f"job-{len(self.submitted)}"])
         return self.submitted[-1]
 
     def unfinished(self, ids: list[str]) -> bool:
+        time.sleep(self.delay)
         return not set(ids) <= self.finished
 
 
@@ -69,12 +76,37 @@ def test_a_finished_run_gives_way_and_its_last_waiter_leaves_the_new_one_alone(r
     assert runs.leave(new) is False and runs.leave(new) is True
 
 
-def test_in_redis_every_key_expires(redis_server):
+def test_identical_requests_at_once_submit_once(runs):
+    jobs = Jobs(delay=0.2)
+    with ThreadPoolExecutor(6) as pool:
+        joined = list(pool.map(lambda _: join(runs, jobs), range(6)))
+    assert jobs.submitted == [["job-0"]]
+    assert all(run == joined[0] for run in joined)
+
+
+def test_the_last_waiter_leaving_while_a_twin_joins_is_not_the_last(runs):
+    jobs = Jobs()
+    waiting = join(runs, jobs)
+    twin: list = []
+    joining = threading.Thread(target=lambda: twin.append(join(runs, Jobs(delay=0.5), "k")))
+    joining.start()
+    time.sleep(0.2)  # the twin has read the run and is checking its jobs
+    assert runs.leave(waiting) is False  # so the giving-up request cancels nothing
+    joining.join()
+    assert twin == [waiting]
+
+
+def test_in_redis_every_key_expires_after_the_last_join(redis_server):
     client = redis_server.client()
     client.flushdb()
     runs, jobs = RedisRuns(client, ttl_seconds=TTL), Jobs()
     run = join(runs, jobs)
-    for key in (RUN.format(key="k"), WAITERS.format(token=run.token)):
+    keys = (RUN.format(key="k"), WAITERS.format(token=run.token))
+    for key in keys:
         assert 0 < client.ttl(key) <= TTL
+        client.expire(key, 5)
+    assert join(runs, jobs) == run
+    assert all(TTL - 5 < client.ttl(key) <= TTL for key in keys)  # renewed by each join
+    runs.leave(run)
     runs.leave(run)
     assert client.keys("imagegen:run*") == []

@@ -159,6 +159,10 @@ def test_a_wrong_token_is_an_authentication_error(app):
         with pytest.raises(openai.AuthenticationError):
             client(app, api_key).models.list()
     assert jobs(app, "sdk no") == []
+    # The token as Basic's password is for the A1111 routes only: here the challenge is Bearer.
+    refused = requests.get(app.url("/v1/models"), auth=("user", TOKEN))
+    assert refused.status_code == 401
+    assert refused.headers["WWW-Authenticate"] == "Bearer"
 
 
 def test_models_lists_the_configured_model(app):
