@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from imagegen import services
 from imagegen.distributed.runs import RUN, WAITERS, RedisRuns
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
 from tests.support.distributed import RedisServer
@@ -110,3 +111,7 @@ def test_in_redis_every_key_expires_after_the_last_join(redis_server):
     runs.leave(run)
     runs.leave(run)
     assert client.keys("imagegen:run*") == []
+
+
+def test_a_job_the_store_forgot_counts_as_finished_so_a_twin_queues_anew():
+    assert services._unfinished("a-job-nobody-knows") is False
