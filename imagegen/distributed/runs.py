@@ -48,7 +48,7 @@ class RedisRuns:
                 if run is None or not unfinished(run.jobs):
                     run = SharedRun(key, submit())
                     stored = {"token": run.token, "jobs": json.dumps(run.jobs)}
-                    pipe.delete(run_key).hset(run_key, mapping=stored)
+                    pipe.hset(run_key, mapping=stored)  # both fields: the old run's are gone
                 waiters = WAITERS.format(token=run.token)
                 pipe.incr(waiters).expire(waiters, self.ttl).expire(run_key, self.ttl).execute()
         return run

@@ -162,15 +162,24 @@ def jobs_for(app, prompt: str) -> list[dict]:
     return [j for j in listed if j["parameters"]["prompt"] == prompt]
 
 
-def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(ready, a, b):
-    """An SDK's retry that the ingress sends to another replica gets the same image from the
-    same job, as it would from the replica that took the first attempt."""
-    body = {"prompt": "one job for both", "size": "64x64", "steps": 400, "seed": 3}
+# Each protocol's synchronous route, a body for a long job, and where its answer has images.
+PROTOCOLS = {
+    "openai": ("/v1/images/generations", {"size": "64x64"}, "data"),
+    "a1111": ("/sdapi/v1/txt2img", {"width": 64, "height": 64}, "images"),
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_identical_protocol_request_on_b_joins_the_job_it_queued_on_a(ready, a, b, protocol):
+    """A client's retry that the ingress sends to another replica gets the same image from
+    the same job, as it would from the replica that took the first attempt."""
+    path, fields, images = PROTOCOLS[protocol]
+    body = {"prompt": f"one {protocol} job for both", "steps": 400, "seed": 3, **fields}
     answers: dict[str, requests.Response | Exception] = {}
 
     def ask(name: str, app) -> None:
         try:
-            answers[name] = requests.post(app.url("/v1/images/generations"), json=body, timeout=120)
+            answers[name] = requests.post(app.url(path), json=body, timeout=120)
         except Exception as error:  # reported by the assertion below, not lost with the thread
             answers[name] = error
 
@@ -188,7 +197,7 @@ def test_an_identical_openai_request_on_b_joins_the_job_it_queued_on_a(ready, a,
     twin.join(120)
     assert all(isinstance(r, requests.Response) for r in answers.values()), answers
     assert answers["a"].status_code == answers["b"].status_code == 200, answers
-    assert answers["a"].json()["data"] == answers["b"].json()["data"]
+    assert answers["a"].json()[images] == answers["b"].json()[images]
     assert len(jobs_for(a, body["prompt"])) == 1  # the work was queued once
 
 
