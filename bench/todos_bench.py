@@ -20,10 +20,14 @@ targets: list of 100 >= 0.8x the combined floor, create and get >= 0.95x, every 
 
 With `--during-generation` it also measures GET /todo/<id> p50/p99 while the image service
 generates (SD 1.5, full-size random weights from bench/model_fixture.py, 256x256) in the same
-worker process, against the same load on the idle service.
+worker process, against the same load on the idle service, and the image's time under that
+load and alone; for the service as shipped (the generation at GEN_NICE=10) and, as the
+baseline, a second service with GEN_NICE=0 (the generation at the requests' priority), their
+rounds taken in turns.
 
     .venv/bin/python bench/todos_bench.py                       # 1-2 min on 2 cores
-    .venv/bin/python bench/todos_bench.py --during-generation   # plus about 3 min (2 GB model)
+    .venv/bin/python bench/todos_bench.py --during-generation   # plus about 8 min (2 GB model)
+    .venv/bin/python bench/todos_bench.py --generation-only     # only those rows
     .venv/bin/python bench/todos_bench.py --quick               # a smaller run
 """
 
@@ -124,6 +128,8 @@ class Result:
 class GenerationRow:
     """GET /todo/<id> while the worker is idle, or while it generates an image."""
 
+    setting: str  # "GEN_NICE=10" (as shipped) or "GEN_NICE=0" (the baseline)
+    load: str  # LOADS' names
     phase: str
     requests: int
     concurrency: int
@@ -133,6 +139,8 @@ class GenerationRow:
     errors: int
     seconds: float
     ratio_p99_to_idle: float | None = None
+    generation_seconds: float | None = None  # one image under this load, mean of the rounds
+    generation_alone_seconds: float | None = None  # one image with no request load
 
 
 @dataclass
@@ -144,6 +152,8 @@ class Config:
     rounds: int
     peer: bool
     during_generation: bool
+    generation_only: bool
+    generation_rounds: int
     generation_size: int
     generation_steps: int
     json_path: Path
@@ -594,10 +604,14 @@ def pull_model(base_url: str, timeout: float = 900.0) -> float:
 
 
 class Sampler:
-    """Threads doing back-to-back GET /todo/<id> until stopped; each sample keeps its start."""
+    """Threads doing GET /todo/<id> until stopped, back to back or paced; each sample keeps
+    its start."""
 
-    def __init__(self, base_url: str, paths: Sequence[str], concurrency: int) -> None:
+    def __init__(
+        self, base_url: str, paths: Sequence[str], concurrency: int, interval: float = 0.0
+    ) -> None:
         self.base_url, self.paths = base_url, list(paths)
+        self.interval = interval  # each thread's request starts this far apart; 0: back to back
         self.samples: list[tuple[float, float, bool]] = []  # (started, ms, ok)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -608,9 +622,13 @@ class Sampler:
     def _run(self, offset: int) -> None:
         with requests.Session() as session:
             index = offset
+            due = time.perf_counter()
             while not self._stop.is_set():
                 path = self.paths[index % len(self.paths)]
                 index += len(self._threads)
+                if self.interval:
+                    due += self.interval
+                    self._stop.wait(max(0.0, due - time.perf_counter()))
                 started = time.perf_counter()
                 try:
                     ok = session.get(self.base_url + path, timeout=60).status_code == 200
@@ -629,20 +647,27 @@ class Sampler:
         for thread in self._threads:
             thread.join()
 
-    def row(self, phase: str, start: float, end: float) -> GenerationRow:
-        """The samples that started within [start, end) (perf_counter seconds)."""
-        window = [(ms, ok) for at, ms, ok in self.samples if start <= at < end]
-        latencies = sorted(ms for ms, _ in window)
-        return GenerationRow(
-            phase=phase,
-            requests=len(window),
-            concurrency=len(self._threads),
-            p50_ms=percentile(latencies, 0.50),
-            p99_ms=percentile(latencies, 0.99),
-            max_ms=max(latencies, default=float("nan")),
-            errors=sum(not ok for _, ok in window),
-            seconds=round(end - start, 1),
-        )
+    def window(self, start: float, end: float) -> list[tuple[float, bool]]:
+        """The samples (ms, ok) that started within [start, end) (perf_counter seconds)."""
+        return [(ms, ok) for at, ms, ok in self.samples if start <= at < end]
+
+
+def generation_row(
+    setting: str, load: "Load", phase: str, window: list[tuple[float, bool]], seconds: float
+) -> "GenerationRow":
+    latencies = sorted(ms for ms, _ in window)
+    return GenerationRow(
+        setting=setting,
+        load=load.name,
+        phase=phase,
+        requests=len(window),
+        concurrency=load.clients,
+        p50_ms=percentile(latencies, 0.50),
+        p99_ms=percentile(latencies, 0.99),
+        max_ms=max(latencies, default=float("nan")),
+        errors=sum(not ok for _, ok in window),
+        seconds=round(seconds, 1),
+    )
 
 
 def generate_async(base_url: str, size: int, steps: int) -> str:
@@ -658,41 +683,118 @@ def job_state(base_url: str, job_id: str) -> dict[str, Any]:
     return requests.get(f"{base_url}/jobs/{job_id}", timeout=60).json()
 
 
-def measure_during_generation(service: Service, config: Config) -> list[GenerationRow]:
-    """GET /todo/<id> on the idle worker, then while it generates one image."""
-    seconds = pull_model(service.base_url)
-    print(f"  model pulled and loaded in {seconds:.1f} s", flush=True)
-    seed_todos(service.base_url, 100)
-    todos = requests.get(service.base_url + "/todos", timeout=60).json()["data"]
-    paths = [f"/todo/{todo['id']}" for todo in todos]
-    concurrency = 2  # light traffic: what one generation does to a few users' requests
-    idle_seconds = 3.0 if config.quick else 10.0
-    with Sampler(service.base_url, paths, concurrency) as sampler:
-        time.sleep(1.0)  # the threads' first requests open their connections
-        started = time.perf_counter()
-        time.sleep(idle_seconds)
-        idle_end = time.perf_counter()
-        job_id = generate_async(service.base_url, config.generation_size, config.generation_steps)
-        running_at = finished_at = None
-        while (job := job_state(service.base_url, job_id))["state"] not in (
-            "succeeded", "failed", "cancelled",
-        ):  # fmt: skip
-            if job["state"] == "running" and running_at is None:
-                running_at = time.perf_counter()
-            time.sleep(0.2)
-        finished_at = time.perf_counter()
+def generate_and_wait(base_url: str, config: Config) -> tuple[float, float]:
+    """One image: (perf_counter when its job started running, when it finished)."""
+    job_id = generate_async(base_url, config.generation_size, config.generation_steps)
+    running_at = None
+    while (job := job_state(base_url, job_id))["state"] not in (
+        "succeeded", "failed", "cancelled",
+    ):  # fmt: skip
+        if job["state"] == "running" and running_at is None:
+            running_at = time.perf_counter()
+        time.sleep(0.1)
+    finished_at = time.perf_counter()
     if job["state"] != "succeeded":
         raise RuntimeError(f"the generation {job['state']}: {job.get('error')}")
-    idle = sampler.row("idle", started, idle_end)
-    generating = sampler.row("generating", running_at or idle_end, finished_at)
-    generating.ratio_p99_to_idle = generating.p99_ms / idle.p99_ms
-    for row in (idle, generating):
-        print(
-            f"  {row.phase:<10} GET /todo/<id> x{row.requests}: p50 {row.p50_ms:.1f} ms, "
-            f"p99 {row.p99_ms:.1f} ms, max {row.max_ms:.1f} ms, errors {row.errors}",
-            flush=True,
-        )
-    return [idle, generating]
+    return running_at or finished_at, finished_at
+
+
+@dataclass(frozen=True)
+class Load:
+    """The requests sent during those rows: a few users' clients, back to back (as much as the
+    machine serves) or paced (the traffic a small deployment sees)."""
+
+    name: str
+    clients: int
+    interval: float  # seconds between one client's request starts; 0: back to back
+
+
+LOADS = (Load("2 clients back to back", 2, 0.0), Load("2 clients x 50/s", 2, 0.02))
+
+
+@dataclass
+class Windows:
+    """The samples one service's rounds collected under one load."""
+
+    idle: list[tuple[float, bool]] = field(default_factory=list)
+    generating: list[tuple[float, bool]] = field(default_factory=list)
+    idle_seconds: float = 0.0
+    loaded_seconds: list[float] = field(default_factory=list)  # each image under the load
+
+
+@dataclass
+class GeneratingService:
+    """One service of the during-generation rows, with what its rounds collected."""
+
+    setting: str  # the GEN_NICE it runs with, as the rows name it
+    base_url: str
+    paths: list[str] = field(default_factory=list)
+    windows: dict[Load, Windows] = field(default_factory=lambda: {x: Windows() for x in LOADS})
+    alone_seconds: list[float] = field(default_factory=list)  # each image with no request load
+
+    def prepare(self) -> None:
+        seconds = pull_model(self.base_url)
+        print(f"  {self.setting}: model pulled and loaded in {seconds:.1f} s", flush=True)
+        seed_todos(self.base_url, 100)
+        todos = requests.get(self.base_url + "/todos", timeout=60).json()["data"]
+        self.paths = [f"/todo/{todo['id']}" for todo in todos]
+
+    def rows(self) -> list["GenerationRow"]:
+        rows = []
+        for load, seen in self.windows.items():
+            idle = generation_row(self.setting, load, "idle", seen.idle, seen.idle_seconds)
+            generating = generation_row(
+                self.setting, load, "generating", seen.generating, sum(seen.loaded_seconds)
+            )
+            generating.ratio_p99_to_idle = generating.p99_ms / idle.p99_ms
+            generating.generation_seconds = mean(seen.loaded_seconds)
+            generating.generation_alone_seconds = mean(self.alone_seconds)
+            rows += [idle, generating]
+        return rows
+
+
+def mean(values: Sequence[float]) -> float:
+    return round(sum(values) / len(values), 1) if values else float("nan")
+
+
+def measure_round(service: GeneratingService, config: Config) -> None:
+    """Under each load: GET /todo/<id> for a while on the idle service, then while it
+    generates one image. Then one image with no request load, for its time alone."""
+    idle_seconds = 3.0 if config.quick else 8.0
+    for load, seen in service.windows.items():
+        with Sampler(service.base_url, service.paths, load.clients, load.interval) as sampler:
+            time.sleep(1.0)  # the threads' first requests open their connections
+            started = time.perf_counter()
+            time.sleep(idle_seconds)
+            idle_end = time.perf_counter()
+            running_at, finished_at = generate_and_wait(service.base_url, config)
+        seen.idle += sampler.window(started, idle_end)
+        seen.idle_seconds += idle_end - started
+        seen.generating += sampler.window(running_at, finished_at)
+        seen.loaded_seconds.append(finished_at - running_at)
+    running_at, finished_at = generate_and_wait(service.base_url, config)
+    service.alone_seconds.append(finished_at - running_at)
+    loaded = ", ".join(f"{seen.loaded_seconds[-1]:.1f} s" for seen in service.windows.values())
+    print(
+        f"  {service.setting}: image under the loads {loaded}, alone "
+        f"{service.alone_seconds[-1]:.1f} s",
+        flush=True,
+    )
+
+
+def measure_during_generation(
+    services: Sequence[GeneratingService], config: Config
+) -> list[GenerationRow]:
+    """Each service's rows, its rounds taken in turns with the others' (so a change in the
+    machine's load over the run falls on every service alike); the first generation of each
+    (one-time costs) is not measured."""
+    for service in services:
+        service.prepare()
+        generate_and_wait(service.base_url, config)
+    for _ in range(config.generation_rounds):
+        for service in services:
+            measure_round(service, config)
+    return [row for service in services for row in service.rows()]
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -701,6 +803,9 @@ def measure_during_generation(service: Service, config: Config) -> list[Generati
 def print_header(machine: dict[str, Any], config: Config) -> None:
     print(f"machine: nproc {machine['nproc']} | {machine['cpu']} | python {machine['python']}")
     print(f"load average at start: {machine['load_average_at_start']}")
+    if config.generation_only:
+        print(f"run: the during-generation rows only | rounds {config.generation_rounds}")
+        return
     print(
         f"run: concurrency {config.concurrency} | {config.requests} requests per operation "
         f"(fewer for long lists) | lists of {', '.join(map(str, config.list_sizes))} todos | "
@@ -762,15 +867,18 @@ def print_targets(checks: Sequence[dict[str, Any]]) -> None:
 
 def print_generation(rows: Sequence[GenerationRow]) -> None:
     header = (
-        f"{'GET /todo/<id> during':<22} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8} {'p99/idle':>8} {'seconds':>8}"
+        f"{'GET /todo/<id>':<48} {'requests':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+        f"{'p99/idle':>8} {'image s':>7} {'alone s':>7}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
+        image = "" if r.generation_seconds is None else f"{r.generation_seconds:.1f}"
+        alone = "" if r.generation_alone_seconds is None else f"{r.generation_alone_seconds:.1f}"
+        label = f"{r.setting}, {r.load}, {r.phase}"
         print(
-            f"{r.phase:<22} {r.requests:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f} "
-            f"{ratio(r.ratio_p99_to_idle):>8} {r.seconds:>8.1f}"
+            f"{label:<48} {r.requests:>8} {r.p50_ms:>7.1f} {r.p99_ms:>7.1f} {r.max_ms:>7.1f} "
+            f"{ratio(r.ratio_p99_to_idle):>8} {image:>7} {alone:>7}"
         )
     print()
 
@@ -785,13 +893,13 @@ def summary_line(
         if r.kind == "service"
     ]
     met = sum(c["met"] for c in checks)
-    generation = ""
-    if rows:
-        idle, generating = rows
-        generation = (
-            f" | get p99 idle {idle.p99_ms:.1f} ms, generating {generating.p99_ms:.1f} ms "
-            f"({ratio(generating.ratio_p99_to_idle)})"
-        )
+    generation = "".join(
+        f" | {r.setting}, {r.load}: get p99 generating {r.p99_ms:.1f} ms "
+        f"({ratio(r.ratio_p99_to_idle)} idle), image {r.generation_seconds:.1f} s (alone "
+        f"{r.generation_alone_seconds:.1f} s)"
+        for r in rows
+        if r.phase == "generating"
+    )
     errors = sum(r.errors for r in results) + sum(r.errors for r in rows)
     return (
         f"summary: {' | '.join(parts)} | targets met {met}/{len(checks)}{generation} | "
@@ -836,8 +944,17 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--rounds", type=int, default=1, help="repeat and pool (1)")
     parser.add_argument("--no-peer", action="store_true", help="skip Express + Mongoose")
     parser.add_argument(
-        "--during-generation", action="store_true", help="also todo latency while generating"
-    )
+        "--during-generation", action="store_true",
+        help="also todo latency while generating, as shipped (GEN_NICE=10) and with GEN_NICE=0",
+    )  # fmt: skip
+    parser.add_argument(
+        "--generation-only", action="store_true",
+        help="only the during-generation rows (implies --during-generation)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--generation-rounds", type=int, default=2,
+        help="images per service for those rows, pooled (2; 1 with --quick)",
+    )  # fmt: skip
     parser.add_argument("--size", type=int, default=256, help="generation side (256)")
     parser.add_argument("--steps", type=int, default=4, help="generation steps (4)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
@@ -848,8 +965,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         sizes = tuple(int(size) for size in args.list_sizes.split(","))
     except ValueError:
         parser.error("--list-sizes: comma-separated integers")
-    if count < 1 or args.concurrency < 1 or args.rounds < 1 or min(sizes) < 1:
-        parser.error("--requests, --concurrency, --rounds and --list-sizes must be positive")
+    if min(count, args.concurrency, args.rounds, args.generation_rounds, *sizes) < 1:
+        parser.error(
+            "--requests, --concurrency, --rounds, --generation-rounds and --list-sizes must be "
+            "positive"
+        )
     return Config(
         requests=count,
         concurrency=args.concurrency,
@@ -857,7 +977,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         warmup=max(args.concurrency * 5, count // 20),
         rounds=args.rounds,
         peer=not args.no_peer,
-        during_generation=args.during_generation,
+        during_generation=args.during_generation or args.generation_only,
+        generation_only=args.generation_only,
+        generation_rounds=1 if args.quick else args.generation_rounds,
         generation_size=args.size,
         generation_steps=args.steps,
         json_path=args.json,
@@ -889,28 +1011,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     print_header(machine, config)
     started = time.monotonic()
+    results: list[Result] = []
     rows: list[GenerationRow] = []
     try:
         with ExitStack() as stack:
             extra_env = stack.enter_context(generation_settings(stack, config.during_generation))
             print("starting the service (scripts/serve.py, embedded database)...", flush=True)
             service = stack.enter_context(running_service(extra_env))
-            peer_url = None
-            if config.peer:
-                peer_url = stack.enter_context(express_mongoose(
-                    service.mongo_uri(PEER_DB), free_port(), service.data_dir / "peer.log"
-                ))  # fmt: skip
-            print(f"service at {service.base_url}, peer at {peer_url}; measuring:", flush=True)
-            results = run_benchmark(service, peer_url, config)
+            if not config.generation_only:
+                peer_url = None
+                if config.peer:
+                    peer_url = stack.enter_context(express_mongoose(
+                        service.mongo_uri(PEER_DB), free_port(), service.data_dir / "peer.log"
+                    ))  # fmt: skip
+                print(f"service at {service.base_url}, peer at {peer_url}; measuring:", flush=True)
+                results = run_benchmark(service, peer_url, config)
             if config.during_generation:
-                print("todo latency while an image generates:", flush=True)
-                rows = measure_during_generation(service, config)
+                print("todo latency while an image generates (a second service: GEN_NICE=0)...")
+                baseline = stack.enter_context(running_service(extra_env | {"GEN_NICE": "0"}))
+                shipped = os.environ.get("GEN_NICE", "10")
+                rows = measure_during_generation(
+                    [GeneratingService(f"GEN_NICE={shipped}", service.base_url),
+                     GeneratingService("GEN_NICE=0", baseline.base_url)],
+                    config,
+                )  # fmt: skip
     except Interrupted:
         print("\ninterrupted; the service and the peer were stopped", file=sys.stderr)
         return 130
     checks = targets(results)
-    print_table(results)
-    print_targets(checks)
+    if results:
+        print_table(results)
+        print_targets(checks)
     if rows:
         print_generation(rows)
     write_json(config.json_path, machine, config, results, checks, rows)

@@ -34,7 +34,9 @@ def env_bool(name: str, default: bool) -> bool:
     return value
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -44,6 +46,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, got {value}")
     return value
 
 

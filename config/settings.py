@@ -155,6 +155,11 @@ TORCH_THREADS = env_str("TORCH_THREADS", "auto")
 if TORCH_THREADS != "auto" and not (TORCH_THREADS.isdigit() and int(TORCH_THREADS) >= 1):
     raise ImproperlyConfigured(f"TORCH_THREADS must be auto or at least 1, got {TORCH_THREADS!r}")
 
+# How far below the request threads the generating thread and its torch threads run (Linux
+# nice values, 0 to 19): requests then get a core as soon as they wake during a generation;
+# a generation alone still has every core (imagegen/generation/priority.py). 0: the same.
+GEN_NICE = env_int("GEN_NICE", 10, minimum=0, maximum=19)
+
 # Defaults of omitted fields. Unset (None): the configured model's preset, else 20 steps,
 # guidance 7 and the model's own scheduler (imagegen/generation/presets.py).
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)

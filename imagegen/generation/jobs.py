@@ -35,6 +35,7 @@ from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.execution import generate
 from imagegen.generation.images import ImageRecord, ImageStore
 from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
+from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
 from imagegen.model.loader import ModelLoader, describe
 
@@ -150,8 +151,10 @@ class JobQueue:
         load_timeout: float,
         keep: int,
         rules: GenerationRules,
+        nice: int = 0,
     ) -> None:
         self.loader = loader
+        self.nice = nice  # GEN_NICE: how far below the request threads the generation runs
         self.rules = rules
         self.store = store
         self.queue_max = queue_max
@@ -283,6 +286,7 @@ class JobQueue:
             self._worker.start()
 
     def _work(self) -> None:
+        lower_this_thread(self.nice)  # before torch starts its threads for this one
         while True:
             with self._lock:
                 while not self._queued:
@@ -299,7 +303,12 @@ class JobQueue:
             finally:
                 with self._lock:
                     self._running = None
-                gc.collect()  # a cancelled or failed run's tensors go now, not later
+                if job.state is not JobState.SUCCEEDED:
+                    # A failed or cancelled run's tensors, held in cycles by its traceback, go
+                    # now. Not after a success, which leaves none: with a model loaded a full
+                    # collection holds the GIL for about 250 ms (SD 1.5), and every request
+                    # of the process waits for it.
+                    gc.collect()
 
     def _run(self, job: Job) -> None:
         try:
@@ -389,6 +398,7 @@ def get_jobs() -> "JobQueue | RedisJobBoard":
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         keep=settings.JOBS_KEEP,
         rules=rules_from_settings(),
+        nice=settings.GEN_NICE,
     )
 
 

@@ -1,0 +1,71 @@
+"""GEN_NICE: the generating thread and the torch threads it starts run below the threads that
+serve requests, so a request that wakes during a generation gets a core first. Read from the
+running worker's threads in /proc (their speed is bench/todos_bench.py's to measure)."""
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+
+from imagegen.generation.priority import lower_this_thread
+from tests.support.model_service import ready_app
+from tests.support.processes import AppServer
+
+
+def thread_nices(pid: int) -> dict[int, int]:
+    """Each thread's nice value (field 19 of its stat line; the name before it may hold spaces)."""
+    nices = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rpartition(")")[2].split()
+        nices[int(task.name)] = int(fields[16])
+    return nices
+
+
+def worker_pid(app: AppServer) -> int:
+    """gunicorn's one worker process, the one that generates."""
+    (child,) = Path(f"/proc/{app.process.pid}/task/{app.process.pid}/children").read_text().split()
+    return int(child)
+
+
+def generate_one(app: AppServer) -> None:
+    fields = {"prompt": "a red cube", "size": "256x256", "steps": "2", "seed": "1"}
+    response = requests.post(app.url("/generate"), data=fields, timeout=120)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("nice", [7, 0])
+def test_the_generation_runs_gen_nice_below_the_request_threads(hub_root, tmp_path, nice):
+    with ready_app(hub_root, tmp_path, GEN_NICE=str(nice), TORCH_THREADS="2") as app:
+        pid = worker_pid(app)
+        generate_one(app)
+        for _ in range(20):  # requests on gunicorn's pool threads after the generation
+            assert requests.get(app.url("/health"), timeout=10).status_code == 200
+        nices = thread_nices(pid)
+
+    lowered = [tid for tid, value in nices.items() if value == nice and nice]
+    others = {tid: value for tid, value in nices.items() if tid not in lowered}
+    assert set(others.values()) == {0}  # the main thread, gunicorn's and the loader's
+    if nice:
+        # the generating thread and the native threads torch started from it (its second
+        # intra-op thread among them; no other thread of ours starts in that thread)
+        assert len(lowered) >= 2, nices
+        assert pid not in lowered
+
+
+def test_a_thread_lowers_itself_relative_to_where_it_runs_and_no_further_than_19():
+    seen: dict[str, int] = {}
+
+    def lower_twice() -> None:
+        lower_this_thread(4)
+        seen["first"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        lower_this_thread(40)
+        seen["second"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    start = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=lower_twice)
+    thread.start()
+    thread.join()
+    assert seen == {"first": min(19, start + 4), "second": 19}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == start  # not the caller's
