@@ -167,7 +167,7 @@ def measure(
 
 def row(server: str, operation: str, samples: list[tuple]) -> Row:
     """Several rounds of `measure` pooled."""
-    count = sum(s[0] for s in samples)
+    count = max(1, sum(s[0] for s in samples))  # none answered: every figure per one request
     seconds = sum(s[1] for s in samples)
     latencies = sorted(ms for s in samples for ms in s[2])
     user = sum(s[4][0] for s in samples) * TICK_US / count
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     by = {(r.server, r.operation): r for r in rows}
     ratios = {
-        op: by[("service", op)].server_total_us / by[("peer", op)].server_total_us
+        op: by[("service", op)].server_total_us / max(by[("peer", op)].server_total_us, 1e-9)
         for op in ("get", "create")
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -626,9 +626,10 @@ class Sampler:
             while not self._stop.is_set():
                 path = self.paths[index % len(self.paths)]
                 index += len(self._threads)
-                if self.interval:
-                    due += self.interval
-                    self._stop.wait(max(0.0, due - time.perf_counter()))
+                if self.interval:  # after a stall, no burst to catch up: the pace goes on
+                    due = max(due + self.interval, time.perf_counter())
+                    if self._stop.wait(due - time.perf_counter()):
+                        break
                 started = time.perf_counter()
                 try:
                     ok = session.get(self.base_url + path, timeout=60).status_code == 200
@@ -1029,7 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if config.during_generation:
                 print("todo latency while an image generates (a second service: GEN_NICE=0)...")
                 baseline = stack.enter_context(running_service(extra_env | {"GEN_NICE": "0"}))
-                shipped = os.environ.get("GEN_NICE", "10")
+                shipped = os.environ.get("GEN_NICE") or "10"  # what the service runs with
                 rows = measure_during_generation(
                     [GeneratingService(f"GEN_NICE={shipped}", service.base_url),
                      GeneratingService("GEN_NICE=0", baseline.base_url)],

@@ -305,9 +305,8 @@ class JobQueue:
                     self._running = None
                 if job.state is not JobState.SUCCEEDED:
                     # A failed or cancelled run's tensors, held in cycles by its traceback, go
-                    # now. Not after a success, which leaves none: with a model loaded a full
-                    # collection holds the GIL for about 250 ms (SD 1.5), and every request
-                    # of the process waits for it.
+                    # now. Not after a success: with a model loaded a full collection walks
+                    # every object of it, and every request of the process waits meanwhile.
                     gc.collect()
 
     def _run(self, job: Job) -> None:

@@ -46,12 +46,13 @@ def queue(hub, share: Path, tmp_path: Path) -> JobQueue:
 
 def run(queue: JobQueue, request: GenerationRequest, *, cancel_after: float | None = None) -> str:
     job_id = queue.submit(request).id
+    deadline = time.monotonic() + 120
     if cancel_after is not None:
-        while queue.get(job_id).state.value != "running":
+        while (state := queue.get(job_id).state.value) != "running":
+            assert state == "queued" and time.monotonic() < deadline, state
             time.sleep(0.01)
         time.sleep(cancel_after)
         queue.cancel(job_id)
-    deadline = time.monotonic() + 120
     while (job := queue.get(job_id)).state not in FINISHED:
         assert time.monotonic() < deadline
         time.sleep(0.01)
