@@ -82,30 +82,26 @@ def serving_pid(port: int) -> int:
     return pids[0]
 
 
+def exchange(method: str, path: str, body: str | None = None) -> Request:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+
+    def send(connection: http.client.HTTPConnection) -> bool:
+        connection.request(method, path, body, headers)
+        response = connection.getresponse()
+        response.read()
+        return 200 <= response.status < 300
+
+    return send
+
+
 def get(path_of: Callable[[int], str]) -> Callable[[int], Request]:
-    def request_for(index: int) -> Request:
-        def send(connection: http.client.HTTPConnection) -> bool:
-            connection.request("GET", path_of(index))
-            response = connection.getresponse()
-            response.read()
-            return 200 <= response.status < 300
-
-        return send
-
-    return request_for
+    return lambda index: exchange("GET", path_of(index))
 
 
 def create(prefix: str) -> Callable[[int], Request]:
     def request_for(index: int) -> Request:
-        body = json.dumps({"todo": {"title": f"{prefix}{index}"[:40], "description": "cpu"}})
-
-        def send(connection: http.client.HTTPConnection) -> bool:
-            connection.request("POST", "/todo", body, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            response.read()
-            return 200 <= response.status < 300
-
-        return send
+        todo = {"title": f"{prefix}{index}"[:40], "description": "cpu"}
+        return exchange("POST", "/todo", json.dumps({"todo": todo}))
 
     return request_for
 

@@ -163,7 +163,9 @@ GEN_NICE = env_int("GEN_NICE", 10, minimum=0, maximum=19)
 # Defaults of omitted fields. Unset (None): the configured model's preset, else 20 steps,
 # guidance 7 and the model's own scheduler (imagegen/generation/presets.py).
 GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)
-GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1)
+# At most 500: schedulers step through 1,000 training timesteps, and some add warm-up steps
+# (PNDM): 1,000 asked-for steps ran off the end of the schedule and failed every such job.
+GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1, maximum=500)
 GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", None)
 GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0, minimum=0)
 GEN_DEFAULT_SCHEDULER = env_str("GEN_DEFAULT_SCHEDULER", "") or None
@@ -228,10 +230,6 @@ if JOB_BROKER_URL and not JOB_BROKER_URL.startswith(("redis://", "rediss://", "u
 # ("worker lost"); its worker refreshes the job's heartbeat every third of it.
 JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=1.0)
 
-if GEN_MAX_STEPS > 500:
-    # Schedulers step through 1,000 training timesteps, and some add warm-up steps (PNDM):
-    # 1,000 asked-for steps ran off the end of the schedule and failed every such job.
-    raise ImproperlyConfigured(f"GEN_MAX_STEPS must be at most 500, got {GEN_MAX_STEPS}")
 if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")
 if GEN_DEFAULT_GUIDANCE is not None and not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:

@@ -13,7 +13,7 @@ import pytest
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import FINISHED, JobQueue, rules_from_settings
 from imagegen.generation.render import GenerationRequest
-from tests.imagegen.test_services import new_loader, wait_for
+from tests.support.loaders import new_loader, wait_for
 
 
 @pytest.fixture
@@ -59,6 +59,21 @@ def run(queue: JobQueue, request: GenerationRequest, *, cancel_after: float | No
     return job.state.value
 
 
+def wait_for_one(collections: list[str]) -> None:
+    """The worker collects after marking the job finished: give it a moment to start."""
+    deadline = time.monotonic() + 10
+    while not collections and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_full_collection_follows_a_failed_job(queue, full_collections):
+    # diffusers refuses a side that is not a multiple of 8 (the routes refuse it earlier)
+    odd = GenerationRequest(prompt="an odd one", steps=2, size=(64, 60), seed=3)
+    assert run(queue, odd) == "failed"
+    wait_for_one(full_collections)
+    assert full_collections == ["generation"]
+
+
 def test_a_full_collection_follows_a_cancelled_job_but_not_a_successful_one(
     queue, full_collections
 ):
@@ -68,7 +83,5 @@ def test_a_full_collection_follows_a_cancelled_job_but_not_a_successful_one(
     # next job runs, a collection after the first would be on the list.
     long = GenerationRequest(prompt="a long one", steps=400, size=(64, 64), seed=2)
     assert run(queue, long, cancel_after=0.3) == "cancelled"
-    deadline = time.monotonic() + 10
-    while not full_collections and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for_one(full_collections)
     assert full_collections == ["generation"]  # the cancelled job's, and only that one
