@@ -62,15 +62,17 @@ def test_the_generation_runs_gen_nice_below_the_request_threads(hub_root, tmp_pa
 def test_a_thread_lowers_itself_relative_to_where_it_runs_and_no_further_than_19():
     seen: dict[str, int] = {}
 
-    def lower_twice() -> None:
+    def lower_thrice() -> None:
         lower_this_thread(4)
         seen["first"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        lower_this_thread(40)
+        lower_this_thread(3)  # from where it runs now: 4 + 3, not 3
         seen["second"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        lower_this_thread(40)
+        seen["third"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     start = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    thread = threading.Thread(target=lower_twice)
+    thread = threading.Thread(target=lower_thrice)
     thread.start()
     thread.join()
-    assert seen == {"first": min(19, start + 4), "second": 19}
+    assert seen == {"first": min(19, start + 4), "second": min(19, start + 7), "third": 19}
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == start  # not the caller's
