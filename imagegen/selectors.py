@@ -9,10 +9,11 @@ from typing import Any
 from django.conf import settings
 from django.core import signing
 
+from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
 from imagegen.generation.images import ImageRecord, is_image_id
-from imagegen.generation.jobs import CANCELLING, FINISHED, JobState, JobView, get_jobs
-from imagegen.model.loader import ModelStatus, get_models
+from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
+from imagegen.model.status import ModelStatus
 
 # Image links are signed with SECRET_KEY under their own salt, so no other signed value of
 # the project can pass for one.
@@ -26,19 +27,19 @@ class ImagePage:
 
 
 def model_status() -> ModelStatus:
-    return get_models().status()
+    return backend.models().status()
 
 
 def generation_rules() -> dict[str, Any]:
     """The defaults and caps a generation request meets here (GET /api shows them, so a
     client can see which model preset applies without sending a request)."""
-    rules = asdict(get_jobs().rules)
+    rules = asdict(backend.jobs().rules)
     rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
     return rules
 
 
 def job_get(*, job_id: str) -> JobView:
-    job = get_jobs().lookup(job_id)
+    job = backend.jobs().lookup(job_id)
     if job is None:
         raise JobNotFound()
     return job
@@ -48,32 +49,32 @@ def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
     """The job as soon as it changes past revision `after` (a state, a phase, its place in
     the queue, a step), or as it is after `timeout` seconds: what the event stream watches,
     so it wakes for changes instead of polling."""
-    view = get_jobs().wait_change(job_id, after, timeout)
+    view = backend.jobs().wait_change(job_id, after, timeout)
     if view is None:
         raise JobNotFound()
     return view
 
 
 def job_list(*, limit: int) -> list[JobView]:
-    return get_jobs().recent(limit)
+    return backend.jobs().recent(limit)
 
 
 def image_get(*, image_id: str) -> ImageRecord:
-    record = get_jobs().store.get(image_id)
+    record = backend.image_store().get(image_id)
     if record is None:
         raise ImageNotFound()
     return record
 
 
 def image_png(*, image_id: str) -> Path:
-    path = get_jobs().store.png_path(image_id)
+    path = backend.image_store().png_path(image_id)
     if not is_image_id(image_id) or not path.is_file():
         raise ImageNotFound()
     return path
 
 
 def image_page(*, limit: int, before: str | None) -> ImagePage:
-    records = get_jobs().store.page(limit=limit, before=before)
+    records = backend.image_store().page(limit=limit, before=before)
     more = len(records) == limit
     return ImagePage(
         items=records,
@@ -101,7 +102,7 @@ def image_png_by_link(*, image_id: str, signature: str) -> Path:
 def client_jobs(*, client: str) -> list[JobView]:
     """The jobs this client's protocol requests submitted (config.auth.client_identity),
     oldest first, as far as the jobs are remembered (JOBS_KEEP)."""
-    return get_jobs().client_jobs(client)
+    return backend.jobs().client_jobs(client)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from functools import cache
 from django.conf import settings
 
 from config.errors import ServiceError
-from imagegen import selectors
+from imagegen import backend, selectors
 from imagegen.errors import (
     BatchTimeout,
     EventStreamsBusy,
@@ -28,21 +28,20 @@ from imagegen.errors import (
     SyncTimeout,
 )
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import FINISHED, JobState, JobView, get_jobs
+from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
-from imagegen.generation.shared_runs import LocalRuns, RunRegistry, SharedRun
-from imagegen.model.loader import get_models
+from imagegen.generation.shared_runs import SharedRun
 
 
 def model_pull() -> bool:
     """Starts the download-and-load job unless one runs; False when already ready. In
     distributed mode the download runs here once and every running worker loads."""
-    return get_models().pull()
+    return backend.models().pull()
 
 
 def generation_submit(*, request: GenerationRequest) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full)."""
-    return get_jobs().submit(request)
+    return backend.jobs().submit(request)
 
 
 def _failure(job: JobView) -> ServiceError:
@@ -53,7 +52,7 @@ def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
     """Waits for the job's image. A client that stops waiting (the timeout) has its job
     cancelled, since nobody will collect the image; a job that finished in the meantime
     still answers with its image."""
-    jobs = get_jobs()
+    jobs = backend.jobs()
     job = jobs.wait(job.id, timeout) or job
     if job.state not in FINISHED:
         with contextlib.suppress(JobFinished):  # it may have finished just now
@@ -77,7 +76,7 @@ def generation_run(
 
 
 def job_cancel(*, job_id: str) -> JobView:
-    job = get_jobs().cancel(job_id)
+    job = backend.jobs().cancel(job_id)
     if job is None:
         raise JobNotFound()
     return job
@@ -108,18 +107,6 @@ def event_stream_place() -> Callable[[], None]:
 # --- synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111) ----------------
 
 
-@cache
-def shared_runs() -> RunRegistry:
-    """Where synchronous requests' runs are registered: this process, or Redis for every
-    web replica in distributed mode."""
-    if not settings.JOB_BROKER_URL:
-        return LocalRuns()
-    from imagegen.distributed.connection import redis_client
-    from imagegen.distributed.runs import RedisRuns
-
-    return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
-
-
 def _run_key(
     request: GenerationRequest, count: int, client: str, idempotency_key: str | None
 ) -> str:
@@ -140,7 +127,7 @@ def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
 def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[str]:
     """`count` jobs or none: when the queue fills part-way, the ones queued are cancelled
     (they never run) and the request is refused as a whole."""
-    jobs_queue, batch, jobs = get_jobs(), secrets.token_hex(8), []
+    jobs_queue, batch, jobs = backend.jobs(), secrets.token_hex(8), []
     try:
         for index in range(count):
             job = jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch)
@@ -155,7 +142,7 @@ def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[s
 
 def _views(job_ids: list[str]) -> list[JobView]:
     """The jobs as they are now; one forgotten meanwhile (JOBS_KEEP) counts as failed."""
-    jobs = get_jobs()
+    jobs = backend.jobs()
     return [jobs.lookup(job_id) or _forgotten(job_id) for job_id in job_ids]
 
 
@@ -164,7 +151,7 @@ def _forgotten(job_id: str) -> JobView:
 
 
 def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> SharedRun:
-    return shared_runs().join_or_submit(
+    return backend.runs().join_or_submit(
         key,
         submit=lambda: _submit_batch(request, count, client),
         unfinished=lambda jobs: any(_unfinished(job_id) for job_id in jobs),
@@ -173,7 +160,7 @@ def _join_or_submit(key: str, request: GenerationRequest, count: int, client: st
 
 def _unfinished(job_id: str) -> bool:
     """A job forgotten meanwhile (JOBS_KEEP) counts as finished: the request queues anew."""
-    job = get_jobs().lookup(job_id)
+    job = backend.jobs().lookup(job_id)
     return job is not None and job.state not in FINISHED
 
 
@@ -182,7 +169,7 @@ def _wait(job_ids: list[str], timeout: float | None, *, partial: bool) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     for job_id in job_ids:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        job = get_jobs().wait(job_id, remaining)
+        job = backend.jobs().wait(job_id, remaining)
         if job is None or job.state not in FINISHED or job.state is JobState.FAILED:
             return
         if job.state is JobState.CANCELLED and not partial:
@@ -195,7 +182,7 @@ def _cancel_unfinished(jobs: list[JobView]) -> list[str]:
     for job in jobs:
         if job.state not in FINISHED:
             with contextlib.suppress(JobFinished):  # it may have finished just now
-                get_jobs().cancel(job.id)
+                backend.jobs().cancel(job.id)
                 cancelled.append(job.id)
     return cancelled
 
@@ -225,7 +212,7 @@ def generation_run_shared(
     try:
         _wait(run.jobs, timeout, partial=partial)
     finally:
-        last = shared_runs().leave(run)
+        last = backend.runs().leave(run)
     jobs = _views(run.jobs)
     failed = next((job for job in jobs if job.state is JobState.FAILED), None)
     cancelled = any(job.state is JobState.CANCELLED for job in jobs)
@@ -245,7 +232,7 @@ def generation_run_shared(
 def generation_interrupt(*, client: str, running_only: bool = False) -> list[str]:
     """Cancels this client's unfinished jobs (A1111's interrupt), or only its running one
     (A1111's skip: the rest of its batch goes on); never another client's. Returns their ids."""
-    jobs = get_jobs()
+    jobs = backend.jobs()
     stopped = []
     for job in selectors.client_jobs(client=client):
         if job.state in FINISHED or (running_only and job.state is not JobState.RUNNING):

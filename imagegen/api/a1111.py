@@ -25,7 +25,7 @@ from imagegen import selectors, services
 from imagegen.api.native import errors
 from imagegen.api.schemas import PROMPT_MAX
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import JobState
+from imagegen.generation.job_board import JobState
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import (
     A1111_SAMPLERS,

@@ -14,9 +14,9 @@ from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage
 from imagegen.errors import JobNotFound
 from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import JobView
+from imagegen.generation.job_board import JobView
 from imagegen.model.device import compute_device
-from imagegen.model.loader import ModelStatus
+from imagegen.model.status import ModelStatus
 
 router = Router(tags=["imagegen"])
 

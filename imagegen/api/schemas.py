@@ -17,7 +17,7 @@ from config.openapi import plain_optional
 from config.text import NOT_BLANK, is_blank
 from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
-from imagegen.generation.jobs import JobProgress, JobView
+from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
 from imagegen.generation.schedulers import scheduler_named

@@ -1,5 +1,6 @@
-"""The job calls of a web process in distributed mode (JOB_BROKER_URL set): the same ones the
-in-process JobQueue offers, so services, selectors and routes do not know the mode.
+"""The JobBoard of a web process in distributed mode (JOB_BROKER_URL set): the same calls the
+in-process JobQueue answers (imagegen.generation.job_board), so services, selectors and routes
+do not know the mode.
 
 A web process only accepts, looks up and cancels jobs; Celery workers run them
 (imagegen.distributed.worker). Everything a client sees lives in the shared store
@@ -16,10 +17,10 @@ from kombu.exceptions import OperationalError
 
 from imagegen.distributed.store import JobStore
 from imagegen.errors import JobFinished, QueueFull
-from imagegen.generation.images import ImageStore
-from imagegen.generation.jobs import FINISHED, JobView
+from imagegen.generation.job_board import FINISHED, JobView
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.render import GenerationRequest, with_defaults
+from imagegen.model.status import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +33,13 @@ class RedisJobBoard:
     def __init__(
         self,
         store: JobStore,
-        images: ImageStore,
         *,
-        models,
+        models: ModelHandle,
         queue_max: int,
         keep: int,
         rules: GenerationRules,
     ) -> None:
         self.jobs = store
-        self.store = images  # the stored images, as JobQueue.store
         self.models = models
         self.queue_max = queue_max
         self.keep = keep
@@ -119,20 +118,3 @@ class RedisJobBoard:
                     return view
                 next_full = now + 1.0
             time.sleep(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
-
-
-def board_from_settings() -> RedisJobBoard:
-    from django.conf import settings
-
-    from imagegen.distributed.connection import job_store
-    from imagegen.generation.jobs import rules_from_settings
-    from imagegen.model.loader import get_models
-
-    return RedisJobBoard(
-        job_store(),
-        ImageStore(settings.OUTPUT_DIR),
-        models=get_models(),
-        queue_max=settings.GEN_QUEUE_MAX,
-        keep=settings.JOBS_KEEP,
-        rules=rules_from_settings(),
-    )

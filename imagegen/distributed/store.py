@@ -27,8 +27,9 @@ from typing import Any
 import redis
 
 from config.errors import ServiceError
+from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.jobs import CANCELLING, JobProgress, JobState, JobView
+from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
 from imagegen.generation.render import GenerationRequest
 
 PREFIX = "imagegen:"
@@ -196,6 +197,18 @@ def failure_text(error: ServiceError) -> str:
     )
 
 
+def outcome_fields(outcome: Outcome) -> dict[str, str]:
+    """A finished job's outcome as the fields of its hash (what _view reads back)."""
+    fields = {"state": outcome.state.value, "phase": outcome.phase}
+    if outcome.image is not None:
+        fields["image"] = outcome.image.model_dump_json()
+    if outcome.error is not None:
+        fields["error"] = outcome.error
+    if outcome.failure is not None:
+        fields["failure"] = failure_text(outcome.failure)
+    return fields
+
+
 def failure_from_text(text: str | None) -> ServiceError | None:
     """The ServiceError a worker's job failed with, as the web replica raises it (its status,
     message and Retry-After: what the answer is made of)."""
@@ -356,15 +369,16 @@ def _text(fields: dict, name: str) -> str | None:
 def _view(fields: dict, rank: int | None) -> JobView:
     state = JobState(_text(fields, "state"))
     started, finished = _time(_text(fields, "started_at")), _time(_text(fields, "finished_at"))
-    step, steps = int(_text(fields, "step") or 0), int(_text(fields, "steps") or 0)
-    elapsed = None
-    if started is not None:
-        elapsed = round(((finished or datetime.now(UTC)) - started).total_seconds(), 3)
-    eta = None
-    denoise_started = _text(fields, "denoise_started")
-    if state is JobState.RUNNING and step and denoise_started:
-        per_step = (time.time() - float(denoise_started)) / step
-        eta = round(per_step * (steps - step), 3)
+    denoise_started = _text(fields, "denoise_started")  # the worker's wall clock
+    progress = job_progress(
+        state=state,
+        step=int(_text(fields, "step") or 0),
+        steps=int(_text(fields, "steps") or 0),
+        started_at=started,
+        finished_at=finished,
+        now=datetime.now(UTC),
+        denoise_seconds=time.time() - float(denoise_started) if denoise_started else None,
+    )
     phase = _text(fields, "phase") or ""
     if state is JobState.RUNNING and _text(fields, "cancel") == "1":
         phase = CANCELLING
@@ -374,13 +388,7 @@ def _view(fields: dict, rank: int | None) -> JobView:
         state=state,
         position=rank + 1 if state is JobState.QUEUED and rank is not None else None,
         phase=phase,
-        progress=JobProgress(
-            step=step,
-            steps=steps,
-            fraction=round(step / steps if steps else 0.0, 4),
-            elapsed_seconds=elapsed,
-            eta_seconds=eta,
-        ),
+        progress=progress,
         parameters=GenerationRequest.model_validate_json(_text(fields, "request")),
         created_at=_time(_text(fields, "created_at")),
         started_at=started,

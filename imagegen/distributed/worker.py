@@ -27,12 +27,11 @@ from datetime import datetime
 
 import redis
 
-from config.errors import ServiceError
-from imagegen.distributed.store import IDLE, PULLS, WORKERS, JobStore, failure_text, worker_key
-from imagegen.generation.execution import generate
+from imagegen.distributed.store import IDLE, PULLS, WORKERS, JobStore, outcome_fields, worker_key
+from imagegen.generation.execution import run_job
 from imagegen.generation.images import ImageStore
 from imagegen.generation.render import Cancelled
-from imagegen.model.loader import ModelLoader, describe
+from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
 
@@ -159,25 +158,16 @@ class WorkerRuntime:
         return job_id
 
     def _run(self, job_id: str, request, created_at: datetime, started_at: datetime) -> None:
-        try:
-            image = generate(
-                loader=self.loader,
-                store=self.images,
-                request=request,
-                queued_seconds=(started_at - created_at).total_seconds(),
-                load_timeout=self.load_timeout,
-                report=_StoreReport(self.store, job_id),
-            )
-            outcome = {"state": "succeeded", "phase": "done", "image": image.model_dump_json()}
-        except Cancelled:
-            outcome = {"state": "cancelled", "phase": "cancelled while running"}
-        except ServiceError as error:
-            outcome = {"state": "failed", "phase": "failed", "error": error.message,
-                       "failure": failure_text(error)}  # fmt: skip
-        except Exception as error:
-            log.exception("job %s failed", job_id)
-            outcome = {"state": "failed", "phase": "failed", "error": describe(error)}
-        self._finish(job_id, outcome)
+        outcome = run_job(
+            job_id=job_id,
+            loader=self.loader,
+            store=self.images,
+            request=request,
+            queued_seconds=(started_at - created_at).total_seconds(),
+            load_timeout=self.load_timeout,
+            report=_StoreReport(self.store, job_id),
+        )
+        self._finish(job_id, outcome_fields(outcome))
 
     def _finish(self, job_id: str, outcome: dict) -> None:
         """Writes the outcome, retrying while Redis is away (up to the heartbeat's TTL: past
@@ -207,18 +197,3 @@ def get_runtime() -> WorkerRuntime:
     if _runtime is None:
         raise RuntimeError("not a worker process: start it with `manage.py run_worker`")
     return _runtime
-
-
-def runtime_from_settings(name: str) -> WorkerRuntime:
-    from django.conf import settings
-
-    from imagegen.distributed.connection import job_store
-    from imagegen.model.loader import get_loader
-
-    return WorkerRuntime(
-        job_store(),
-        get_loader(),
-        ImageStore(settings.OUTPUT_DIR),
-        name=name,
-        load_timeout=settings.GEN_LOAD_TIMEOUT,
-    )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from imagegen.generation.jobs import FINISHED, JobView
+from imagegen.generation.job_board import FINISHED, JobView
 
 # `<last step sent>.<digest of the status sent>`; documented as opaque. Empty: none (a new
 # stream), as a header a client sends without a value.

@@ -1,15 +1,23 @@
 """One job's generation from start to stored image, whoever runs it: the in-process queue's
 worker thread (imagegen.generation.jobs) or a Celery worker process (imagegen.distributed).
-Both must make the same image, record and timings from the same request, so the steps live
-here once and each runner only says where progress goes (a Report).
+Both must make the same image, record, timings and outcome from the same request, so the steps
+live here once and each runner only says where progress goes (a Report) and where the outcome
+is written.
 """
 
+import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from config.errors import ServiceError
 from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.job_board import JobState
 from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve
 from imagegen.model.loader import ModelLoader
+from imagegen.model.status import describe
+
+log = logging.getLogger(__name__)
 
 
 class Report(Protocol):
@@ -61,3 +69,46 @@ def generate(
         "png_seconds": time.monotonic() - encoding,
     }
     return store.save(png, parameters, device=device, timings=timings)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended, as both job modes record it."""
+
+    state: JobState
+    phase: str
+    image: ImageRecord | None = None
+    error: str | None = None  # what a client reads
+    failure: ServiceError | None = None  # what a synchronous request raises, when known
+
+
+def run_job(
+    *,
+    job_id: str,
+    loader: ModelLoader,
+    store: ImageStore,
+    request: GenerationRequest,
+    queued_seconds: float,
+    load_timeout: float,
+    report: Report,
+) -> Outcome:
+    """generate(), with every way it can end turned into the job's outcome: a cancel, a
+    ServiceError (its message and status kept for the waiting request) or any other error
+    (logged here, its first line for the client)."""
+    try:
+        image = generate(
+            loader=loader,
+            store=store,
+            request=request,
+            queued_seconds=queued_seconds,
+            load_timeout=load_timeout,
+            report=report,
+        )
+        return Outcome(JobState.SUCCEEDED, "done", image=image)
+    except Cancelled:
+        return Outcome(JobState.CANCELLED, "cancelled while running")
+    except ServiceError as error:
+        return Outcome(JobState.FAILED, "failed", error=error.message, failure=error)
+    except Exception as error:
+        log.exception("job %s failed", job_id)
+        return Outcome(JobState.FAILED, "failed", error=describe(error))

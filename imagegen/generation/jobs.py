@@ -9,9 +9,10 @@ Cancelling a queued job takes it out of the queue; cancelling the running one st
 the end of the current denoising step.
 
 Jobs live as long as the process, like the model's state; the images they produce are
-stored (imagegen.generation.images) and outlive it. With JOB_BROKER_URL set, get_jobs() gives
-the distributed board instead (imagegen.distributed.board): the same calls, answered from a
-store every web replica reads, the jobs run by Celery workers.
+stored (imagegen.generation.images) and outlive it. This is the in-process JobBoard
+(imagegen.generation.job_board); with JOB_BROKER_URL set, imagegen.backend builds the
+distributed one instead (imagegen.distributed.board): the same calls, answered from a store
+every web replica reads, the jobs run by Celery workers.
 """
 
 import gc
@@ -23,39 +24,26 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
-from functools import cache
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
-from imagegen.generation.execution import generate
+from imagegen.generation.execution import Outcome, run_job
 from imagegen.generation.images import ImageRecord, ImageStore
-from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
+from imagegen.generation.job_board import (
+    CANCELLING,
+    FINISHED,
+    JobProgress,
+    JobState,
+    JobView,
+    job_progress,
+)
+from imagegen.generation.presets import GenerationRules
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
-from imagegen.model.loader import ModelLoader, describe
-
-if TYPE_CHECKING:
-    from imagegen.distributed.board import RedisJobBoard
+from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-# The phase of a running job asked to stop: it stays `running` until its current step ends.
-CANCELLING = "cancelling: stops at the end of the current step"
 
 
 @dataclass
@@ -86,59 +74,17 @@ class Job:
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
-    def progress(self) -> "JobProgress":
-        elapsed = None
-        if self.started_at is not None:
-            end = self.finished_at or utc_now()
-            elapsed = round((end - self.started_at).total_seconds(), 3)
-        eta = None
-        if self.state is JobState.RUNNING and self.step and self.denoise_started is not None:
-            per_step = (time.monotonic() - self.denoise_started) / self.step
-            eta = round(per_step * (self.steps - self.step), 3)
-        fraction = self.step / self.steps if self.steps else 0.0
-        return JobProgress(
+    def progress(self) -> JobProgress:
+        denoising = self.denoise_started is not None
+        return job_progress(
+            state=self.state,
             step=self.step,
             steps=self.steps,
-            fraction=round(fraction, 4),
-            elapsed_seconds=elapsed,
-            eta_seconds=eta,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            now=utc_now(),
+            denoise_seconds=time.monotonic() - self.denoise_started if denoising else None,
         )
-
-
-class JobProgress(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    step: int
-    steps: int = Field(description="0 until the job starts denoising")
-    fraction: float
-    elapsed_seconds: float | None
-    eta_seconds: float | None
-
-
-@dataclass(frozen=True)
-class JobView:
-    """A job as one consistent picture (state, position and progress read together under
-    the queue's lock): what every route answers about a job."""
-
-    id: str
-    state: JobState
-    position: int | None  # 1 = runs next; None unless queued
-    phase: str
-    progress: JobProgress
-    parameters: GenerationRequest
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str | None
-    image: ImageRecord | None
-    # Not answered as such (JobOut picks its fields): who submitted it and with which others
-    # (the protocol routes' lookups), and the error a synchronous request raises for it.
-    owner: str | None = None
-    batch: str | None = None
-    failure: ServiceError | None = None
-    # Grows with every change a client can see (state, phase, position, each step); the
-    # distributed store keeps it per job, for waiting on changes (wait_change).
-    revision: int = 0
 
 
 class JobQueue:
@@ -255,7 +201,7 @@ class JobQueue:
                 raise JobFinished(job.state.value)
             if job.state is JobState.QUEUED:
                 self._leave_queue(job)
-                self._finish(job, JobState.CANCELLED, phase="cancelled before it ran")
+                self._finish(job, Outcome(JobState.CANCELLED, "cancelled before it ran"))
             else:
                 job.cancel_requested.set()
                 self._changed(job)  # its phase now says it is stopping
@@ -310,28 +256,21 @@ class JobQueue:
                     gc.collect()
 
     def _run(self, job: Job) -> None:
-        try:
-            job.image = generate(
-                loader=self.loader,
-                store=self.store,
-                request=job.request,
-                queued_seconds=(job.started_at - job.created_at).total_seconds(),
-                load_timeout=self.load_timeout,
-                report=_LocalReport(self._lock, job, self._changed),
-            )
-            self._finish(job, JobState.SUCCEEDED, phase="done")
-        except Cancelled:
-            self._finish(job, JobState.CANCELLED, phase="cancelled while running")
-        except ServiceError as error:
-            job.failure = error
-            self._finish(job, JobState.FAILED, phase="failed", error=error.message)
-        except Exception as error:
-            log.exception("job %s failed", job.id)
-            self._finish(job, JobState.FAILED, phase="failed", error=describe(error))
+        outcome = run_job(
+            job_id=job.id,
+            loader=self.loader,
+            store=self.store,
+            request=job.request,
+            queued_seconds=(job.started_at - job.created_at).total_seconds(),
+            load_timeout=self.load_timeout,
+            report=_LocalReport(self._lock, job, self._changed),
+        )
+        self._finish(job, outcome)
 
-    def _finish(self, job: Job, state: JobState, *, phase: str, error: str | None = None) -> None:
+    def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
-            job.state, job.phase, job.error = state, phase, error
+            job.state, job.phase, job.error = outcome.state, outcome.phase, outcome.error
+            job.image, job.failure = outcome.image, outcome.failure
             job.finished_at = utc_now()
             self._changed(job)
         job.done.set()
@@ -375,47 +314,3 @@ class _LocalReport:
         with self.lock:
             self.job.phase = text
             self.changed(self.job)
-
-
-@cache
-def get_jobs() -> "JobQueue | RedisJobBoard":
-    """The process's jobs, picked once from the settings: the in-process queue, or with
-    JOB_BROKER_URL the distributed board (the same calls). First made in
-    ImagegenConfig.ready(), before any request thread."""
-    from django.conf import settings
-
-    from imagegen.model.loader import get_loader
-
-    if settings.JOB_BROKER_URL:
-        from imagegen.distributed.board import board_from_settings
-
-        return board_from_settings()
-    return JobQueue(
-        get_loader(),
-        ImageStore(settings.OUTPUT_DIR),
-        queue_max=settings.GEN_QUEUE_MAX,
-        load_timeout=settings.GEN_LOAD_TIMEOUT,
-        keep=settings.JOBS_KEEP,
-        rules=rules_from_settings(),
-        nice=settings.GEN_NICE,
-    )
-
-
-def rules_from_settings() -> GenerationRules:
-    """The generation rules of this process's settings: the configured model's preset
-    (MODEL_ID, MODEL_ADAPTERS; none with GEN_FOLLOW_MODEL off) under the GEN_* settings."""
-    from django.conf import settings
-
-    preset = None
-    if settings.GEN_FOLLOW_MODEL:
-        preset = preset_for(model_id=settings.MODEL_ID, adapters=settings.MODEL_ADAPTERS)
-    return generation_rules(
-        preset=preset,
-        default_steps=settings.GEN_DEFAULT_STEPS,
-        default_guidance=settings.GEN_DEFAULT_GUIDANCE,
-        default_scheduler=settings.GEN_DEFAULT_SCHEDULER,
-        steps_cap=settings.GEN_STEPS_CAP,
-        guidance_cap=settings.GEN_GUIDANCE_CAP,
-        max_steps=settings.GEN_MAX_STEPS,
-        max_guidance=settings.GEN_MAX_GUIDANCE,
-    )

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,8 +49,6 @@ MODEL_INDEX = "model_index.json"
 # folder without safetensors weights is fetched whole: `scheduler/*`).
 NEVER = ["*.bin", "*.ckpt", "*.pt", "*.pth", "*.msgpack", "*.onnx", "*.onnx_data", "*.pb",
          "*openvino_model.*"]  # fmt: skip
-WEIGHTS_SUFFIX = ".safetensors"
-_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
 
 
 @dataclass(frozen=True)
@@ -239,14 +236,6 @@ def _in_pipeline(path: str, components: set[str]) -> bool:
     variant weights of folders model_index does not name (SDXL base's `vae_1_0`) and
     transformers-style files at the repo root, which the pipeline never reads."""
     return path == MODEL_INDEX or path.split("/", 1)[0] in components
-
-
-def weight_variant(filename: str) -> str | None:
-    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None.
-    Not used to choose what to fetch: the streaming loader (imagegen.model.weights) names the
-    files of a component on the share with it."""
-    stem = _SHARD.sub("", filename[: -len(WEIGHTS_SUFFIX)])
-    return stem.rsplit(".", 1)[1] if "." in stem else None
 
 
 # --- the transfer -------------------------------------------------------------------------

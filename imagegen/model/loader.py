@@ -11,93 +11,23 @@ then load); concurrent and repeated pulls share that job.
 
 import logging
 import threading
-from enum import StrEnum
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from django.conf import settings
-from pydantic import BaseModel, Field
+from typing import Any
 
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, share
 from imagegen.model.adapters import Adapter
-from imagegen.model.cpu import torch_threads
-from imagegen.model.device import compute_device
 from imagegen.model.pipeline import LoadOptions, load_pipeline
-
-if TYPE_CHECKING:
-    from imagegen.distributed.models import SharedModel
+from imagegen.model.status import (
+    AdapterView,
+    DecoderView,
+    DownloadBytes,
+    ModelStatus,
+    State,
+    describe,
+)
 
 log = logging.getLogger(__name__)
-
-
-class State(StrEnum):
-    NOT_STARTED = "not_started"
-    DOWNLOADING = "downloading"
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-
-
-def describe(exc: BaseException) -> str:
-    first_line = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
-
-
-class DownloadBytes(BaseModel):
-    bytes_done: int
-    bytes_total: int
-
-
-class AdapterView(BaseModel):
-    repo: str
-    file: str
-    scale: float
-
-
-class DecoderView(BaseModel):
-    kind: str = Field(description="full: the pipeline's own VAE; tiny: a tiny autoencoder")
-    repo: str | None = Field(
-        description="the tiny decoder's hub repo; null for full, or while the default "
-        "(chosen from the pipeline's type at the pull) is not known yet"
-    )
-
-
-class WorkerModel(BaseModel):
-    """One Celery worker process's own model state (distributed mode)."""
-
-    name: str
-    state: str = Field(description="not_started, loading, ready or failed: this worker's")
-    error: str | None
-    job: str | None = Field(description="the job it runs; null when idle")
-
-
-class ModelStatus(BaseModel):
-    """The seed's model status object (state, device, model_path) and what an operator
-    needs beside it; answered by GET /model/status as it is."""
-
-    state: str = Field(description="not_started, downloading, loading, ready or failed")
-    device: str
-    model_path: str
-    model_id: str
-    revision: str
-    variant: str | None
-    commit: str | None = Field(description="the commit on the share, when complete")
-    weights_on_share: bool
-    error: str | None
-    download: DownloadBytes
-    adapters: list[AdapterView] = Field(
-        description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
-    )
-    decoder: DecoderView = Field(description="the decoder this process loads (VAE_DECODER)")
-    # Absent (not null) in the in-process mode, whose answers stay as they were.
-    workers: list[WorkerModel] | None = Field(
-        default=None,
-        exclude_if=lambda value: value is None,
-        description="distributed mode only (JOB_BROKER_URL): every live worker process; "
-        "`state` above is then ready when at least one of them is",
-    )
 
 
 class ModelLoader:
@@ -269,45 +199,3 @@ class ModelLoader:
         order MODEL_ADAPTERS names them."""
         placed = {(a.repo, a.file): a.path for a in manifest.adapters}
         return [(a, self.source.path / placed[(a.repo, a.file)]) for a in self.source.adapters]
-
-
-def source_from_settings() -> hub.ModelSource:
-    return hub.ModelSource(
-        model_id=settings.MODEL_ID,
-        revision=settings.MODEL_REVISION,
-        variant=settings.MODEL_VARIANT or None,
-        model_dir=settings.MODEL_DIR,
-        cache_dir=settings.DOWNLOAD_CACHE_DIR,
-        endpoint=settings.HF_ENDPOINT,
-        token=settings.HF_TOKEN,
-        workers=settings.DOWNLOAD_WORKERS,
-        adapters=settings.MODEL_ADAPTERS,
-        decoder=settings.VAE_DECODER,
-    )
-
-
-@cache
-def get_loader() -> ModelLoader:
-    """The process's loader; first made in ImagegenConfig.ready(), before any request thread."""
-    return ModelLoader(
-        source_from_settings(),
-        compute_device(),
-        LoadOptions(
-            threads=torch_threads(settings.TORCH_THREADS),
-            streaming=settings.MODEL_LOADER == "streaming",
-            attention_slicing=settings.ATTENTION_SLICING,
-            vae_tile=settings.VAE_TILE_SIZE,
-        ),
-    )
-
-
-@cache
-def get_models() -> "ModelLoader | SharedModel":
-    """What POST /model/pull and GET /model/status act on, picked once from the settings:
-    this process's loader, or with JOB_BROKER_URL the shared model (downloaded once by a web
-    process, loaded by every worker process)."""
-    if settings.JOB_BROKER_URL:
-        from imagegen.distributed.models import shared_model_from_settings
-
-        return shared_model_from_settings()
-    return get_loader()

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -34,7 +35,6 @@ from accelerate.utils import set_module_tensor_to_device
 from transformers.initialization import no_init_weights
 
 from imagegen.model.components import pipeline_components
-from imagegen.model.hub import weight_variant
 
 log = logging.getLogger(__name__)
 _CONSTRUCTION = threading.Lock()
@@ -47,8 +47,19 @@ DTYPES = {
 FLOATS = {torch.float64, torch.float32, torch.float16, torch.bfloat16}
 
 
+WEIGHTS_SUFFIX = ".safetensors"
+_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
+
 CHUNK_BYTES = 64 * 2**20
 ALIGN_BYTES = 64  # what torch's CPU allocator gives a tensor of its own
+
+
+def weight_variant(filename: str) -> str | None:
+    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None.
+    Not used to choose what to fetch: the streaming loader names the files of a component on
+    the share with it."""
+    stem = _SHARD.sub("", filename[: -len(WEIGHTS_SUFFIX)])
+    return stem.rsplit(".", 1)[1] if "." in stem else None
 
 
 @dataclass(frozen=True)

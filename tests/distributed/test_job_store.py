@@ -12,8 +12,7 @@ import pytest
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
-from imagegen.generation.images import ImageStore
-from imagegen.generation.jobs import JobState
+from imagegen.generation.job_board import JobState
 from imagegen.generation.render import GenerationRequest
 from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
 from tests.support.distributed import RedisServer
@@ -37,7 +36,7 @@ def store(redis_server: RedisServer) -> JobStore:
 @pytest.fixture
 def board(store: JobStore, tmp_path: Path) -> RedisJobBoard:
     return RedisJobBoard(
-        store, ImageStore(tmp_path), models=None, queue_max=8, keep=200, rules=None
+        store, models=None, queue_max=8, keep=200, rules=None
     )
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from config.api import api
 from imagegen.api.schemas import ImagePage, JobOut
 from imagegen.generation.images import GenerationParameters, ImageRecord
-from imagegen.generation.jobs import JobProgress, JobState, JobView
+from imagegen.generation.job_board import JobProgress, JobState, JobView
 from imagegen.generation.presets import Adjustment
 from imagegen.generation.render import GenerationRequest
 from imagegen.selectors import ImagePage as ImagePageView

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from imagegen.model.hub import MODEL_INDEX, wanted_files, weight_variant
+from imagegen.model.hub import MODEL_INDEX, wanted_files
 from imagegen.model.share import ModelFile
+from imagegen.model.weights import weight_variant
 from tests.support.local_hub import LocalHub
 from tests.support.processes import ROOT
 

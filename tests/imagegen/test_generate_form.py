@@ -6,8 +6,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from imagegen import backend
 from imagegen.api.schemas import GenerateForm
-from imagegen.generation.jobs import get_jobs
 from imagegen.generation.schedulers import NAMES
 
 
@@ -55,7 +55,7 @@ def test_each_bad_field_is_a_400_naming_field_and_rule(fields, field, rule):
     details = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
     assert rule in details[field]
     assert field in response.json()["error"]["message"]
-    assert get_jobs().recent(1) == []  # refused before anything was queued
+    assert backend.jobs().recent(1) == []  # refused before anything was queued
 
 
 def test_several_bad_fields_are_each_named():

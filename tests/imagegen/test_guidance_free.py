@@ -7,8 +7,8 @@ step time it saves at full size."""
 
 import pytest
 
+from imagegen.backend import rules_from_settings
 from imagegen.generation.images import GenerationParameters
-from imagegen.generation.jobs import rules_from_settings
 from imagegen.generation.render import GenerationRequest, render, resolve, with_defaults
 from imagegen.model.attention import SlicedSdpaProcessor
 from imagegen.model.pipeline import load_pipeline

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from imagegen.backend import rules_from_settings
 from imagegen.generation.images import ImageStore
-from imagegen.generation.jobs import FINISHED, JobQueue, rules_from_settings
+from imagegen.generation.job_board import FINISHED
+from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
 from tests.support.loaders import new_loader, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import config.settings
-from imagegen.generation.jobs import rules_from_settings
+from imagegen.backend import rules_from_settings
 from imagegen.generation.presets import Adjustment, generation_rules, preset_for
 from imagegen.generation.render import GenerationRequest, with_defaults
 from imagegen.model.adapters import parse_adapters

@@ -6,7 +6,8 @@ import re
 import pytest
 from django.test import Client
 
-from imagegen.generation.jobs import get_jobs, rules_from_settings
+from imagegen import backend
+from imagegen.backend import rules_from_settings
 from imagegen.generation.schedulers import NAMES
 
 
@@ -28,7 +29,7 @@ def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings):
 def turbo(settings, monkeypatch):
     """The rules of a process configured for SDXL-Turbo (its preset), in this process."""
     settings.MODEL_ID = "stabilityai/sdxl-turbo"
-    monkeypatch.setattr(get_jobs(), "rules", rules_from_settings())
+    monkeypatch.setattr(backend.jobs(), "rules", rules_from_settings())
 
 
 def test_a_model_preset_narrows_the_schedulers_and_sets_the_defaults(turbo):

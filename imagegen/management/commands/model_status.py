@@ -5,8 +5,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from imagegen.backend import model_source
 from imagegen.model import share
-from imagegen.model.loader import source_from_settings
 from imagegen.ops.client import ServiceClient, Unreachable
 
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         return answer.json()
 
     def local(self) -> dict:
-        source = source_from_settings()
+        source = model_source()
         complete = source.complete_manifest()
         found = complete or share.read_manifest(source.path)
         return {

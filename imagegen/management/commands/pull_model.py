@@ -14,8 +14,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
 
+from imagegen.backend import model_source
 from imagegen.model import hub, share
-from imagegen.model.loader import describe, source_from_settings
+from imagegen.model.status import describe
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
-        source = source_from_settings()
+        source = model_source()
         if options["check"]:
             self.verify(source)
             return

@@ -5,7 +5,8 @@ import logging
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from imagegen.distributed.worker import default_worker_name, runtime_from_settings, set_runtime
+from imagegen.backend import worker_runtime
+from imagegen.distributed.worker import default_worker_name, set_runtime
 
 
 class Command(BaseCommand):
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         from imagegen.distributed import tasks  # noqa: F401  (registers the task)
 
         name = options["name"] or default_worker_name()
-        runtime = runtime_from_settings(name)
+        runtime = worker_runtime(name)
         set_runtime(runtime)
         if settings.PRELOAD_MODEL_CODE:
             from imagegen.model.preload import import_loading_code

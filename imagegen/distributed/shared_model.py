@@ -1,5 +1,5 @@
-"""The model of a distributed deployment, as a web process sees it: the share, and every
-worker process's own model state.
+"""The ModelHandle of a web process in distributed mode (imagegen.model.status): the model of
+the deployment as that process sees it, the share and every worker process's own model state.
 
 Each worker is a process in the seed's sense: `not_started` when it starts, even on a warm
 share, until a pull reaches it or its first job loads the model from the share. A pull is
@@ -27,7 +27,8 @@ import redis
 from imagegen.distributed.store import PULLS, WORKERS, worker_key
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
-from imagegen.model.loader import ModelLoader, ModelStatus, WorkerModel, describe
+from imagegen.model.loader import ModelLoader
+from imagegen.model.status import ModelStatus, WorkerModel, describe
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +131,3 @@ class SharedModel:
             ],
         )
         return ModelStatus(**base)
-
-
-def shared_model_from_settings() -> SharedModel:
-    from imagegen.distributed.connection import redis_client
-    from imagegen.model.loader import get_loader
-
-    return SharedModel(get_loader(), redis_client())

@@ -1,0 +1,163 @@
+"""The process's backend, built once from the settings: the one place that reads
+JOB_BROKER_URL and chooses a job mode.
+
+- In process (the default): jobs run on a thread of this process (imagegen.generation.jobs),
+  the model is this process's own (imagegen.model.loader), identical protocol requests meet in
+  this process's memory (imagegen.generation.shared_runs).
+- Distributed (JOB_BROKER_URL): jobs live in Redis and run on Celery workers
+  (imagegen.distributed.board), the model is the deployment's, downloaded by a web process and
+  loaded by every worker (imagegen.distributed.shared_model), and identical requests meet in
+  Redis whichever replica each reaches (imagegen.distributed.runs).
+
+Services, selectors, the apps' start-up and the management commands import this module;
+nothing below them does, so the layers stay a tree (api -> services/selectors -> backend ->
+distributed -> generation -> model) and a lower module never asks which mode it runs in. The
+distributed modules are imported only in that mode.
+"""
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+from imagegen.generation.images import ImageStore
+from imagegen.generation.job_board import JobBoard
+from imagegen.generation.jobs import JobQueue
+from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
+from imagegen.generation.shared_runs import LocalRuns, RunRegistry
+from imagegen.model import hub
+from imagegen.model.cpu import torch_threads
+from imagegen.model.device import compute_device
+from imagegen.model.loader import ModelLoader
+from imagegen.model.pipeline import LoadOptions
+from imagegen.model.status import ModelHandle
+
+if TYPE_CHECKING:
+    from imagegen.distributed.worker import WorkerRuntime
+
+
+def is_distributed() -> bool:
+    return bool(settings.JOB_BROKER_URL)
+
+
+def model_source() -> hub.ModelSource:
+    """The configured model (MODEL_ID, its adapters and decoder) and where it lives."""
+    return hub.ModelSource(
+        model_id=settings.MODEL_ID,
+        revision=settings.MODEL_REVISION,
+        variant=settings.MODEL_VARIANT or None,
+        model_dir=settings.MODEL_DIR,
+        cache_dir=settings.DOWNLOAD_CACHE_DIR,
+        endpoint=settings.HF_ENDPOINT,
+        token=settings.HF_TOKEN,
+        workers=settings.DOWNLOAD_WORKERS,
+        adapters=settings.MODEL_ADAPTERS,
+        decoder=settings.VAE_DECODER,
+    )
+
+
+@cache
+def loader() -> ModelLoader:
+    """This process's own model: the one an in-process web process or a worker loads. A web
+    process of distributed mode keeps one too, for its source and status fields only."""
+    return ModelLoader(
+        model_source(),
+        compute_device(),
+        LoadOptions(
+            threads=torch_threads(settings.TORCH_THREADS),
+            streaming=settings.MODEL_LOADER == "streaming",
+            attention_slicing=settings.ATTENTION_SLICING,
+            vae_tile=settings.VAE_TILE_SIZE,
+        ),
+    )
+
+
+@cache
+def image_store() -> ImageStore:
+    """The stored images (OUTPUT_DIR): on the share in distributed mode, so every replica and
+    worker reads and writes the same ones."""
+    return ImageStore(settings.OUTPUT_DIR)
+
+
+def rules_from_settings() -> GenerationRules:
+    """The generation rules of this process's settings: the configured model's preset
+    (MODEL_ID, MODEL_ADAPTERS; none with GEN_FOLLOW_MODEL off) under the GEN_* settings."""
+    preset = None
+    if settings.GEN_FOLLOW_MODEL:
+        preset = preset_for(model_id=settings.MODEL_ID, adapters=settings.MODEL_ADAPTERS)
+    return generation_rules(
+        preset=preset,
+        default_steps=settings.GEN_DEFAULT_STEPS,
+        default_guidance=settings.GEN_DEFAULT_GUIDANCE,
+        default_scheduler=settings.GEN_DEFAULT_SCHEDULER,
+        steps_cap=settings.GEN_STEPS_CAP,
+        guidance_cap=settings.GEN_GUIDANCE_CAP,
+        max_steps=settings.GEN_MAX_STEPS,
+        max_guidance=settings.GEN_MAX_GUIDANCE,
+    )
+
+
+@cache
+def models() -> ModelHandle:
+    """What POST /model/pull and GET /model/status act on: this process's loader, or with
+    JOB_BROKER_URL the shared model (downloaded once by a web process, loaded by every
+    worker process)."""
+    if is_distributed():
+        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.shared_model import SharedModel
+
+        return SharedModel(loader(), redis_client())
+    return loader()
+
+
+@cache
+def jobs() -> JobBoard:
+    """The process's job board; first made in ImagegenConfig.ready(), before any request
+    thread."""
+    if is_distributed():
+        from imagegen.distributed.board import RedisJobBoard
+        from imagegen.distributed.connection import job_store
+
+        return RedisJobBoard(
+            job_store(),
+            models=models(),
+            queue_max=settings.GEN_QUEUE_MAX,
+            keep=settings.JOBS_KEEP,
+            rules=rules_from_settings(),
+        )
+    return JobQueue(
+        loader(),
+        image_store(),
+        queue_max=settings.GEN_QUEUE_MAX,
+        load_timeout=settings.GEN_LOAD_TIMEOUT,
+        keep=settings.JOBS_KEEP,
+        rules=rules_from_settings(),
+        nice=settings.GEN_NICE,
+    )
+
+
+@cache
+def runs() -> RunRegistry:
+    """Where synchronous protocol requests' runs are registered: this process, or Redis for
+    every web replica in distributed mode."""
+    if is_distributed():
+        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.runs import RedisRuns
+
+        return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
+    return LocalRuns()
+
+
+def worker_runtime(name: str) -> "WorkerRuntime":
+    """A Celery worker process's runtime (manage.py run_worker): its own loader, the shared
+    job store and the shared images."""
+    from imagegen.distributed.connection import job_store
+    from imagegen.distributed.worker import WorkerRuntime
+
+    return WorkerRuntime(
+        job_store(),
+        loader(),
+        image_store(),
+        name=name,
+        load_timeout=settings.GEN_LOAD_TIMEOUT,
+    )

@@ -1,0 +1,128 @@
+"""What a job is to its clients, and the calls every job board answers.
+
+Two boards implement JobBoard: the in-process queue (imagegen.generation.jobs), whose worker
+thread runs the jobs, and the distributed one (imagegen.distributed.board), whose jobs live in
+Redis and run on Celery workers. Services, selectors and routes hold a JobBoard and never ask
+which one it is: imagegen.backend chooses once, from JOB_BROKER_URL. So the types both boards
+answer with live here, below both, and each rule a client can see (what progress and the ETA
+are) is computed here once.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from config.errors import ServiceError
+from imagegen.generation.images import ImageRecord
+from imagegen.generation.presets import GenerationRules
+from imagegen.generation.render import GenerationRequest
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+# The phase of a running job asked to stop: it stays `running` until its current step ends.
+CANCELLING = "cancelling: stops at the end of the current step"
+
+
+class JobProgress(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    steps: int = Field(description="0 until the job starts denoising")
+    fraction: float
+    elapsed_seconds: float | None
+    eta_seconds: float | None
+
+
+def job_progress(
+    *,
+    state: JobState,
+    step: int,
+    steps: int,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    now: datetime,
+    denoise_seconds: float | None,
+) -> JobProgress:
+    """A job's progress as every board reports it. `denoise_seconds` is how long it has been
+    denoising (each board keeps its own clock for that); the ETA is the remaining steps at
+    the mean pace of the steps done."""
+    elapsed = None
+    if started_at is not None:
+        elapsed = round(((finished_at or now) - started_at).total_seconds(), 3)
+    eta = None
+    if state is JobState.RUNNING and step and denoise_seconds is not None:
+        eta = round(denoise_seconds / step * (steps - step), 3)
+    return JobProgress(
+        step=step,
+        steps=steps,
+        fraction=round(step / steps if steps else 0.0, 4),
+        elapsed_seconds=elapsed,
+        eta_seconds=eta,
+    )
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as one consistent picture (state, position and progress read together): what
+    every route answers about a job."""
+
+    id: str
+    state: JobState
+    position: int | None  # 1 = runs next; None unless queued
+    phase: str
+    progress: JobProgress
+    parameters: GenerationRequest
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    image: ImageRecord | None
+    # Not answered as such (JobOut picks its fields): who submitted it and with which others
+    # (the protocol routes' lookups), and the error a synchronous request raises for it.
+    owner: str | None = None
+    batch: str | None = None
+    failure: ServiceError | None = None
+    # Grows with every change a client can see (state, phase, position, each step), for
+    # waiting on changes (wait_change).
+    revision: int = 0
+
+
+class JobBoard(Protocol):
+    """The job calls of a web process, in either job mode."""
+
+    @property
+    def rules(self) -> GenerationRules:
+        """The defaults and bounds a request meets here (the configured model's preset)."""
+
+    def submit(
+        self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
+    ) -> JobView:
+        """Queues a generation, or refuses it at once with nothing queued (ServiceError)."""
+
+    def lookup(self, job_id: str) -> JobView | None: ...
+
+    def recent(self, limit: int) -> list[JobView]:
+        """Newest first."""
+
+    def client_jobs(self, client: str) -> list[JobView]:
+        """The jobs `client`'s protocol requests submitted, oldest first."""
+
+    def wait(self, job_id: str, timeout: float | None) -> JobView | None:
+        """The job's view once it has finished, or as it is when `timeout` runs out."""
+
+    def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
+        """The view as soon as its revision passes `after`, or as it is at `timeout`."""
+
+    def cancel(self, job_id: str) -> JobView | None:
+        """None for an unknown job; raises JobFinished for a finished one."""

@@ -1,0 +1,92 @@
+"""A model's readiness as clients read it, and the calls that move it.
+
+Two handles implement ModelHandle: a process's own loader (imagegen.model.loader), and in
+distributed mode the shared model a web process reports for its workers
+(imagegen.distributed.shared_model). POST /model/pull and GET /model/status act on whichever
+imagegen.backend built, so the answer's type lives here, below both.
+"""
+
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+
+class State(StrEnum):
+    NOT_STARTED = "not_started"
+    DOWNLOADING = "downloading"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+def describe(exc: BaseException) -> str:
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+
+class DownloadBytes(BaseModel):
+    bytes_done: int
+    bytes_total: int
+
+
+class AdapterView(BaseModel):
+    repo: str
+    file: str
+    scale: float
+
+
+class DecoderView(BaseModel):
+    kind: str = Field(description="full: the pipeline's own VAE; tiny: a tiny autoencoder")
+    repo: str | None = Field(
+        description="the tiny decoder's hub repo; null for full, or while the default "
+        "(chosen from the pipeline's type at the pull) is not known yet"
+    )
+
+
+class WorkerModel(BaseModel):
+    """One Celery worker process's own model state (distributed mode)."""
+
+    name: str
+    state: str = Field(description="not_started, loading, ready or failed: this worker's")
+    error: str | None
+    job: str | None = Field(description="the job it runs; null when idle")
+
+
+class ModelStatus(BaseModel):
+    """The seed's model status object (state, device, model_path) and what an operator
+    needs beside it; answered by GET /model/status as it is."""
+
+    state: str = Field(description="not_started, downloading, loading, ready or failed")
+    device: str
+    model_path: str
+    model_id: str
+    revision: str
+    variant: str | None
+    commit: str | None = Field(description="the commit on the share, when complete")
+    weights_on_share: bool
+    error: str | None
+    download: DownloadBytes
+    adapters: list[AdapterView] = Field(
+        description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
+    )
+    decoder: DecoderView = Field(description="the decoder this process loads (VAE_DECODER)")
+    # Absent (not null) in the in-process mode, whose answers stay as they were.
+    workers: list[WorkerModel] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="distributed mode only (JOB_BROKER_URL): every live worker process; "
+        "`state` above is then ready when at least one of them is",
+    )
+
+
+class ModelHandle(Protocol):
+    """What POST /model/pull, GET /model/status and a job's submission act on."""
+
+    def pull(self) -> bool:
+        """Starts acquiring and loading the model; False when it is ready already."""
+
+    def status(self) -> ModelStatus: ...
+
+    def check_loadable(self) -> None:
+        """Refuses at once (a ServiceError) what cannot be loaded soon; starts nothing."""
