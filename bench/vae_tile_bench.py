@@ -3,8 +3,9 @@
 above the loaded VAE.
 
 Why it exists: SDXL's own tile is the whole 1024x1024 image, whose decode needs about 3.9 GiB
-of activations on top of 12.9 GiB of fp32 weights, past a 16 GiB container; README's figures
-for VAE_TILE_SIZE come from here (the whole decode is the baseline of the same run).
+of activations on top of 12.9 GiB of fp32 weights, past a 16 GiB container; the figures for
+VAE_TILE_SIZE in docs/performance.md come from here (the whole decode is the baseline of the
+same run).
 
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/vae_tile_bench.py   # about 5 min
 """

@@ -1,4 +1,4 @@
-"""The OpenAPI document is the contract: what README promises is declared there."""
+"""The OpenAPI document is the contract: what the docs (docs/*.md) promise is declared there."""
 
 import json
 
@@ -9,7 +9,7 @@ from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
 
 SCHEMA = json.loads(json.dumps(api.get_openapi_schema()))  # as served: string keys
 
-PROTECTED = [  # README, "Access control"
+PROTECTED = [  # docs/operations.md, "Access control"
     ("post", "/model/pull"),
     ("post", "/generate"),
     ("get", "/jobs"),
@@ -25,7 +25,7 @@ PROTECTED = [  # README, "Access control"
     ("delete", "/todo/{todo_id}"),
     ("patch", "/todos"),
     ("delete", "/todos"),
-    # README, "OpenAI-compatible images API" and "AUTOMATIC1111 API": every protocol route
+    # docs/protocols.md, "OpenAI-compatible images API" and "AUTOMATIC1111 API": each route
     ("post", "/v1/images/generations"),
     ("get", "/v1/models"),
     ("post", "/sdapi/v1/txt2img"),

@@ -307,7 +307,7 @@ def test_fake_az_control_plane_provision_refuses_a_single_node_profile(fake):
 
 
 # The seed's reference (the whole D4 node) and the memory-optimised fallback for a runtime
-# reservation (README): 0.5 vCPU and 8 GiB of each E4 node left to the runtime.
+# reservation (docs/azure.md): 0.5 vCPU and 8 GiB of each E4 node left to the runtime.
 REFERENCE = {}
 FALLBACK = {
     "WORKLOAD_PROFILE_TYPE": "E4",
@@ -447,20 +447,20 @@ def test_new_revision_suffixes_follow_the_platforms_rules():
         assert len("imagegen--" + suffix) <= 54
 
 
-def test_readme_states_the_az_versions_azure_sh_requires():
+def test_docs_state_the_az_versions_azure_sh_requires():
     script = (ROOT / "deploy" / "azure.sh").read_text()
     cli = re.search(r"^MIN_AZ_CLI=(\S+)$", script, re.M).group(1)
     extension = re.search(r"^MIN_CONTAINERAPP_EXTENSION=(\S+)$", script, re.M).group(1)
-    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    section = (ROOT / "docs" / "azure.md").read_text()
     assert f"azure-cli {cli}" in section and f"containerapp extension {extension}" in section
 
 
-def test_readme_settings_table_holds_the_scripts_defaults():
+def test_docs_settings_table_holds_the_scripts_defaults():
     script = (ROOT / "deploy" / "azure.sh").read_text()
     defaults = dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"$', script, re.M))
     assert defaults["WORKLOAD_PROFILE_NAME"] == render.DEFAULTS["WORKLOAD_PROFILE_NAME"]
     defaults.update(render.DEFAULTS)  # CPU and MEMORY are the template's
-    section = (ROOT / "README.md").read_text().split("## Deploying to Azure Container Apps")[1]
+    section = (ROOT / "docs" / "azure.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", section, re.M))
     assert {"MAX_NODES", "CPU", "MEMORY", "ROLLOUT_TIMEOUT"} <= set(rows)
     assert rows == {name: defaults[name] for name in rows}

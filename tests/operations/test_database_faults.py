@@ -19,7 +19,7 @@ from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.processes import AppServer, free_port
 
 TIMEOUT_MS = 400
-BOUND = 5 * TIMEOUT_MS / 1000  # README: a hung database, five times MONGODB_TIMEOUT_MS
+BOUND = 5 * TIMEOUT_MS / 1000  # docs/configuration.md: a hung database, 5x MONGODB_TIMEOUT_MS
 SLACK = 1.5
 
 
