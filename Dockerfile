@@ -1,6 +1,6 @@
 # The service image: CPU-only, non-root, the application started by default.
 #   docker build --build-arg TORCH_INDEX_URL=<the PyTorch CPU wheel index> -t imagegen .
-# (the CPU index keeps the CUDA libraries out of the image; see README, "Container image")
+# (the CPU index keeps the CUDA libraries out of the image; see docs/operations.md, "Container image")
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_INDEX_URL

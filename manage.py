@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Django's command-line utility: runs the operator commands (pull_model, model_status, gate)."""
+"""Django's command-line utility: runs the operator commands
+(pull_model, model_status, gate, generate, run_worker: docs/operations.md)."""
 
 import os
 import secrets

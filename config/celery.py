@@ -10,7 +10,9 @@ behind a busy worker" over anything Celery would redeliver:
   instead (JOB_HEARTBEAT_TTL), saying so.
 - one job at a time per process (`--pool solo`, concurrency 1) and no prefetch
   (`worker_disable_prefetch`, prefetch multiplier 1): a busy worker holds no message, so an
-  idle one takes the next job; KEDA counts the waiting messages in the Redis list `imagegen`.
+  idle one takes the next job. KEDA scales the workers on the store's list
+  `imagegen:unfinished` (one entry per queued or running job: store.UNFINISHED), not on
+  Celery's list `imagegen` of waiting messages, which would remove a worker mid-job.
 """
 
 from celery import Celery

@@ -10,7 +10,7 @@
 # LAYOUT=distributed (default: single) provisions an Azure Cache for Redis too and deploys two
 # apps from the one image: the web app (deploy/containerapp-web.yaml, APP_NAME) and the
 # workers (deploy/containerapp-worker.yaml, WORKER_APP_NAME), scaled by KEDA on the jobs.
-# Settings come from the environment; see README.md, "Deploying to Azure Container Apps" and
+# Settings come from the environment; see docs/azure.md and
 # "Beyond one replica".
 set -euo pipefail
 
@@ -41,7 +41,7 @@ WORKER_APP_NAME="${WORKER_APP_NAME:-$APP_NAME-worker}"
 WORKER_MAX_REPLICAS="${WORKER_MAX_REPLICAS:-2}"
 REDIS_NAME="${REDIS_NAME:-}"
 # The oldest az that reads every field of deploy/containerapp.yaml and sends empty lists and
-# secret values in `update --yaml` (README: "az versions"); the containerapp extension, when
+# secret values in `update --yaml` (docs/azure.md: "az versions"); the containerapp extension, when
 # installed, replaces the built-in commands and must be at least as new.
 MIN_AZ_CLI=2.53.0
 MIN_CONTAINERAPP_EXTENSION=0.3.43
@@ -122,7 +122,7 @@ commit_tag() {
 }
 
 image() {
-  : "${TORCH_INDEX_URL:?set TORCH_INDEX_URL, the PyTorch CPU wheel index (README, Container image)}"
+  : "${TORCH_INDEX_URL:?set TORCH_INDEX_URL, the PyTorch CPU wheel index (docs/operations.md, Container image)}"
   local tag="${1:-$(commit_tag)}" server digest
   # A reused tag is a new image under an old name: an update with the same image string is no
   # template change, so no new revision and the old container keeps running.

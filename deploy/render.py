@@ -2,7 +2,7 @@
 JSON-quoted (a JSON string is a YAML string), so secrets with `#`, `:` or `&` stay intact.
 
 The sizing settings have defaults (the seed's reference: the whole D4 node), so the same
-template serves the memory-optimised fallback (README, "Deploying to Azure Container Apps")
+template serves the memory-optimised fallback (docs/azure.md)
 by settings alone. CPU is the one number: it is checked and written bare, since the platform
 reads `cpu` as a number.
 

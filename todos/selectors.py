@@ -56,7 +56,7 @@ def todo_list() -> list[Document]:
     The whole collection is read either way, so it is filtered and sorted here, in C, rather
     than by the server: the same result, and on the embedded server a plain read of 100 todos
     costs 1.0 ms where the filtered, sorted one costs 2.6 ms. A real MongoDB would sort through
-    the index; this saves it that work too. The cost grows with the collection (README:
+    the index; this saves it that work too. The cost grows with the collection (docs/todo-api.md:
     "the unbounded list"); `todo_page` is the bounded read.
     """
     documents = [document for document in todos_collection().find() if is_committed(document)]

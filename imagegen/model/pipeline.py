@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """The settings that change how (not what) the pipeline is built; see README."""
+    """The settings that change how (not what) the pipeline is built; see docs/configuration.md."""
 
     threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.model.cpu)
     streaming: bool = True  # MODEL_LOADER=streaming: imagegen.model.weights, peak near fp32 size
@@ -105,7 +105,7 @@ def decode_in_tiles_of(vae, side: int) -> None:
     its activations at full resolution (about 3.9 GiB) come on top of the 12.9 GiB of fp32
     weights: 1.43x the weights, past a 16 GiB container. In tiles of 512 pixels it needs 1.2
     GiB (tiles of 256: 0.5 GiB, for 1.1x the time of 512; the tiles overlap by a quarter;
-    README, Performance). 512 leaves SD 1.x's 512x512 decode whole. The tiny decoder
+    docs/performance.md). 512 leaves SD 1.x's 512x512 decode whole. The tiny decoder
     (AutoencoderTiny) has tiles of its own and a small peak: left as it is."""
     from diffusers import AutoencoderKL
 

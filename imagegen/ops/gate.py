@@ -19,7 +19,7 @@ UNREACHABLE_POLLS = 3
 
 class ExitCode(IntEnum):
     """The gate's exit codes, each with its meaning: the one definition that `gate --help`
-    lists and README's table repeats (a test holds them equal)."""
+    lists and docs/operations.md's table repeats (a test holds them equal)."""
 
     meaning: str
 

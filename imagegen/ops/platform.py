@@ -4,7 +4,7 @@ read and removed with the `az` CLI, through its show / edit / `update --yaml` cy
 step ends only when a new revision without it is the ready one. deploy/azure.sh uses the
 same wait for the revision a deployment creates (`python -m imagegen.ops.platform`).
 
-What the platform and the CLI do, and where that is written (README cites the same):
+What the platform and the CLI do, and where that is written (docs/azure.md cites the same):
 - `update --yaml` is a PATCH and the CLI drops null fields, so a field left out of the YAML
   can survive (microsoft/azure-container-apps#516): the override is cleared with explicit
   empty lists, which the CLI sends as they are since containerapp 0.3.29.

@@ -35,9 +35,7 @@ def store(redis_server: RedisServer) -> JobStore:
 
 @pytest.fixture
 def board(store: JobStore, tmp_path: Path) -> RedisJobBoard:
-    return RedisJobBoard(
-        store, models=None, queue_max=8, keep=200, rules=None
-    )
+    return RedisJobBoard(store, models=None, queue_max=8, keep=200, rules=None)
 
 
 def add(store: JobStore, job_id: str, *, queue_max: int = 8, owner: str | None = None) -> bool:
