@@ -9,17 +9,32 @@ from django.http import Http404, HttpRequest, HttpResponse
 from kombu.exceptions import OperationalError
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
 from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from config.errors import NOT_FOUND, ServiceError, error_response, takes_basic_auth
 from config.logs import first_part
+from config.openapi import declare_method_not_allowed
 from config.version import app_version
 
 log = logging.getLogger(__name__)
 
-api = NinjaAPI(
+
+class ProjectAPI(NinjaAPI):
+    """The NinjaAPI whose OpenAPI document also states what the middleware answers for every
+    path (405 to a method it does not take)."""
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        declare_method_not_allowed(schema)
+        return schema
+
+
+api = ProjectAPI(
     title="imagegen + todos",
     version=app_version(),
     description="A self-hosted text-to-image service and a todo record API.",

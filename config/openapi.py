@@ -42,3 +42,45 @@ def form_request_body(model: type[BaseModel], **extra: dict[str, Any]) -> dict[s
             "multipart/form-data": {"schema": multipart},
         }
     }
+
+
+def png_answer(description: str) -> dict[str, Any]:
+    """The `openapi_extra` of a route whose 200 is a PNG file, not JSON."""
+    content = {"image/png": {"schema": {"type": "string", "format": "binary"}}}
+    return {"responses": {200: {"description": description, "content": content}}}
+
+
+METHOD_NOT_ALLOWED = "another method than this path takes: the Allow header lists them"
+
+
+def declare_method_not_allowed(schema: dict[str, Any]) -> None:
+    """Adds the 405 every path answers to a method it does not take (config.middleware), in
+    the error shape of the path's own routes (the todo envelope, the image service's or
+    OpenAI's error object): the shape of the operation's first declared 4xx answer."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            shaped = next(
+                (r for code, r in sorted(responses.items()) if str(code).startswith("4")), None
+            )
+            content = shaped["content"] if shaped and "content" in shaped else _PLAIN_ERROR
+            if 405 not in responses and "405" not in responses:
+                responses[405] = {"description": METHOD_NOT_ALLOWED, "content": content}
+
+
+# The image service's error object, for its routes that declare no other error (/health).
+_PLAIN_ERROR = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["message"],
+                    "properties": {"message": {"type": "string"}},
+                }
+            },
+        }
+    }
+}

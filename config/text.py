@@ -7,6 +7,9 @@ joiners, the BOM, bidi marks) and combining marks with no base character to sit 
 """
 
 import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 _INVISIBLE = {"Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"}
 
@@ -15,3 +18,16 @@ NOT_BLANK = "must contain a visible character (not only spaces, zero-width or co
 
 def is_blank(text: str) -> bool:
     return all(char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text)
+
+
+def _not_blank(value: str) -> str:
+    if is_blank(value):
+        raise ValueError(NOT_BLANK)
+    return value
+
+
+# Text that must show something: a todo's title, an image's prompt. Its length bounds are the
+# field's own, given as its `= Field(...)` default so they are checked first ("" is too short,
+# not blank); the refusal is a ValueError, which each service's error handler shapes (the todo
+# envelope, the image service's `error` object, OpenAI's).
+NotBlank = Annotated[str, AfterValidator(_not_blank)]

@@ -13,9 +13,9 @@ TodoOut resolves its keys with pydantic's own aliases and validators, in one pas
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
-from config.text import NOT_BLANK, is_blank
+from config.text import NOT_BLANK, NotBlank
 from config.timestamps import iso_ms
 from todos.cursors import Cursor
 from todos.documents import DESCRIPTION_MAX, TITLE_MAX
@@ -24,17 +24,6 @@ BATCH_MAX = 1000
 PAGE_MAX = 1000
 
 
-def _not_blank(value: str) -> str:
-    if is_blank(value):
-        raise ValueError(NOT_BLANK)
-    return value
-
-
-Title = Annotated[
-    str,
-    Field(min_length=1, max_length=TITLE_MAX, description=f"unique; {NOT_BLANK}"),
-    AfterValidator(_not_blank),
-]
 Description = Annotated[str, Field(max_length=DESCRIPTION_MAX)]
 
 
@@ -43,7 +32,8 @@ class StrictIn(BaseModel):
 
 
 class TodoIn(StrictIn):
-    title: Title
+    # The bounds before the not-blank rule, as a Field default: "" is too short, not blank.
+    title: NotBlank = Field(min_length=1, max_length=TITLE_MAX, description=f"unique; {NOT_BLANK}")
     description: Description | None = None
 
 

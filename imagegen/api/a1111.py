@@ -9,7 +9,6 @@ and /progress reports) is config.auth.client_identity: its credential and its ad
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
 
-import base64
 import json
 from typing import Any
 
@@ -22,8 +21,8 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from config.auth import client_identity, token_or_basic_required
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.native import errors
-from imagegen.api.schemas import PROMPT_MAX
+from imagegen.api.protocol import png_base64, run_for_client
+from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobState
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -182,9 +181,23 @@ class SdModel(Schema):
     title: str
     model_name: str
     hash: str | None
-    sha256: str | None
+    sha256: str | None = None
     filename: str
-    config: str | None
+    config: str | None = None
+
+
+class Sampler(Schema):
+    name: str
+    aliases: list[str] = []
+    options: dict[str, str] = {}
+
+
+class ScheduleType(Schema):
+    name: str
+    label: str
+    aliases: list[str] | None = None
+    default_rho: int = -1
+    need_inner_model: bool = False
 
 
 def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
@@ -230,17 +243,9 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
     summary="A1111 txt2img: batch_size x n_iter images, each a job in the queue",
 )
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
-    records = services.generation_run_shared(
-        request=payload.to_request(),
-        count=payload.count,
-        client=client_identity(request),
-        idempotency_key=request.headers.get("Idempotency-Key"),
-        timeout=settings.GEN_SYNC_TIMEOUT,
-        partial=True,  # an interrupt answers the images made so far, as A1111 does
-    )
-    images = [
-        base64.b64encode(selectors.image_png(image_id=r.id).read_bytes()).decode() for r in records
-    ]
+    # partial: an interrupt answers the images made so far, as A1111 does.
+    records = run_for_client(request, payload.to_request(), count=payload.count, partial=True)
+    images = [png_base64(record) for record in records]
     first = records[0].parameters if records else None
     parameters = payload.model_dump() | {
         "steps": first.steps if first else payload.steps,
@@ -248,11 +253,11 @@ def txt2img(request: HttpRequest, payload: Txt2ImgIn):
         "width": first.width if first else payload.width,
         "height": first.height if first else payload.height,
     }
-    return {
-        "images": images if payload.send_images is not False else [],
-        "parameters": parameters,
-        "info": json.dumps(_info(payload, records)),
-    }
+    return Txt2ImgOut(
+        images=images if payload.send_images is not False else [],
+        parameters=parameters,
+        info=json.dumps(_info(payload, records)),
+    )
 
 
 @router.get("/progress", auth=auth, response={200: ProgressOut, **errors()})
@@ -262,23 +267,23 @@ def progress(request: HttpRequest):
     current, count = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
     waiting = f" (queue position {current.position})" if current and current.position else ""
-    return {
-        "progress": batch.fraction,
-        "eta_relative": batch.eta_seconds or 0.0,
-        "state": {
-            "skipped": False,
-            "interrupted": batch.interrupted,
-            "stopping_generation": False,
-            "job": f"Batch {batch.done + 1} out of {count}" if count else "",
-            "job_count": count,
-            "job_timestamp": batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
-            "job_no": batch.done,
-            "sampling_step": running.progress.step if running else 0,
-            "sampling_steps": running.progress.steps if running else 0,
-        },
-        "current_image": None,
-        "textinfo": current.phase + waiting if current else None,
-    }
+    return ProgressOut(
+        progress=batch.fraction,
+        eta_relative=batch.eta_seconds or 0.0,
+        state=ProgressState(
+            skipped=False,
+            interrupted=batch.interrupted,
+            stopping_generation=False,
+            job=f"Batch {batch.done + 1} out of {count}" if count else "",
+            job_count=count,
+            job_timestamp=batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
+            job_no=batch.done,
+            sampling_step=running.progress.step if running else 0,
+            sampling_steps=running.progress.steps if running else 0,
+        ),
+        current_image=None,
+        textinfo=current.phase + waiting if current else None,
+    )
 
 
 @router.post("/interrupt", auth=auth, response={200: dict, **errors()})
@@ -299,10 +304,23 @@ def skip(request: HttpRequest):
 @router.get("/options", auth=auth, response={200: OptionsOut, **errors()})
 def options_get(request: HttpRequest):
     status = selectors.model_status()
-    return {"sd_model_checkpoint": status.model_id, "sd_checkpoint_hash": status.commit}
+    return OptionsOut(sd_model_checkpoint=status.model_id, sd_checkpoint_hash=status.commit)
 
 
-@router.post("/options", auth=auth, response={200: None, **errors(400, 413)})
+NULL_ANSWER = {"type": "null"}
+
+
+@router.post(
+    "/options",
+    auth=auth,
+    response={200: None, **errors(400, 413)},
+    summary="Accepts the served model only; answers null",
+    openapi_extra={
+        "responses": {
+            200: {"description": "null", "content": {"application/json": {"schema": NULL_ANSWER}}}
+        }
+    },
+)
 def options_set(request: HttpRequest, payload: OptionsIn):
     """Accepts the served model (a no-op: nothing is loaded or swapped here); any other is
     refused with 400. Answers JSON null, as A1111 does (webuiapi parses the answer)."""
@@ -313,14 +331,12 @@ def options_set(request: HttpRequest, payload: OptionsIn):
 def sd_models(request: HttpRequest):
     status = selectors.model_status()
     return [
-        {
-            "title": status.model_id,
-            "model_name": model_titles()[-1],
-            "hash": status.commit[:10] if status.commit else None,
-            "sha256": None,
-            "filename": status.model_path,
-            "config": None,
-        }
+        SdModel(
+            title=status.model_id,
+            model_name=model_titles()[-1],
+            hash=status.commit[:10] if status.commit else None,
+            filename=status.model_path,
+        )
     ]
 
 
@@ -338,20 +354,17 @@ def _empty(path: str, what: str) -> None:
         return []
 
 
-@router.get("/samplers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+@router.get("/samplers", auth=auth, response={200: list[Sampler], **errors()})
 def samplers(request: HttpRequest):
     """The A1111 sampler names txt2img maps onto this service's schedulers."""
-    return [{"name": name, "aliases": [], "options": {}} for name in A1111_SAMPLERS]
+    return [Sampler(name=name) for name in A1111_SAMPLERS]
 
 
-@router.get("/schedulers", auth=auth, response={200: list[dict[str, Any]], **errors()})
+@router.get("/schedulers", auth=auth, response={200: list[ScheduleType], **errors()})
 def schedulers(request: HttpRequest):
     """A1111's schedule types (Karras and SGM Uniform not with every sampler)."""
-    return [
-        {"name": label.lower().replace(" ", "_"), "label": label, "aliases": None,
-         "default_rho": -1, "need_inner_model": False}
-        for label in A1111_SCHEDULES
-    ]  # fmt: skip
+    return [ScheduleType(name=label.lower().replace(" ", "_"), label=label)
+            for label in A1111_SCHEDULES]  # fmt: skip
 
 
 for _path, _what in [

@@ -5,12 +5,21 @@ from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpRe
 from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
+from config.api import api
 from config.auth import token_required
 from config.env import parse_bool
-from config.openapi import form_request_body
+from config.openapi import form_request_body, png_answer
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.schemas import GenerateForm, Health, ImageErrorBody, ImagePage, JobOut
+from imagegen.api.schemas import (
+    ApiIndex,
+    GenerateForm,
+    Health,
+    ImagePage,
+    JobOut,
+    RouteEntry,
+    errors,
+)
 from imagegen.errors import JobNotFound
 from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
@@ -20,45 +29,41 @@ from imagegen.model.status import ModelStatus
 
 router = Router(tags=["imagegen"])
 
-ROUTES = [
-    ("GET", "/health", "liveness and device; answers at once, always"),
-    ("GET", "/model/status", "this process's model state"),
-    ("POST", "/model/pull", "download (if needed) and load the model in the background"),
-    ("POST", "/generate", "text to PNG (form fields); async=true for a job"),
-    ("GET", "/jobs", "recent generation jobs"),
-    ("GET", "/jobs/{id}", "one job: state, queue position, progress, result"),
-    ("GET", "/jobs/{id}/events", "that job's progress as Server-Sent Events"),
-    ("DELETE", "/jobs/{id}", "cancel that job (also POST /jobs/{id}/cancel)"),
-    ("GET", "/images", "stored images, newest first"),
-    ("GET", "/images/{id}", "one image's record"),
-    ("GET", "/images/{id}.png", "one image"),
-    ("GET", "/api", "this index"),
-    ("GET", "/api/docs", "interactive API documentation"),
-    ("GET", "/api/openapi.json", "OpenAPI schema"),
-]
-
-
-def errors(*statuses: int) -> dict[int, type[ImageErrorBody]]:
-    """The error answers a route declares; every token-protected route answers 401 when
-    API_TOKEN is set, so it declares it whether or not the token is set now."""
-    return dict.fromkeys((401, *statuses), ImageErrorBody)
-
 
 @router.get("/health", response=Health, summary="Liveness; touches neither model nor database")
 def health(request: HttpRequest):
     return {"status": "healthy", "device": compute_device(), "version": app_version()}
 
 
-@router.get("/api", summary="Service index")
+def route_entries() -> list[RouteEntry]:
+    """This router's routes as declared (their summaries), so the index cannot drift from
+    them, and the API's documentation routes."""
+    entries = [
+        RouteEntry(method=method, path=path, description=operation.summary or "")
+        for path, view in router.path_operations.items()
+        for operation in view.operations
+        if operation.include_in_schema
+        for method in operation.methods
+    ]
+    return [
+        *entries,
+        RouteEntry(
+            method="GET", path=str(api.docs_url), description="interactive API documentation"
+        ),
+        RouteEntry(method="GET", path=api.openapi_url, description="OpenAPI schema"),
+    ]
+
+
+@router.get("/api", response=ApiIndex, summary="This index: the routes and generation rules")
 def index(request: HttpRequest):
-    return {
-        "service": "imagegen",
-        "version": app_version(),
-        "docs": "/api/docs",
-        "openapi": "/api/openapi.json",
-        "routes": [{"method": m, "path": p, "description": d} for m, p, d in ROUTES],
-        "generation": selectors.generation_rules(),
-    }
+    return ApiIndex(
+        service="imagegen",
+        version=app_version(),
+        docs=str(api.docs_url),
+        openapi=api.openapi_url,
+        routes=route_entries(),
+        generation=selectors.generation_rules(),
+    )
 
 
 @router.get("/model/status", response=ModelStatus, summary="Model state of this process")
@@ -69,7 +74,7 @@ def model_status(request: HttpRequest):
 @router.post(
     "/model/pull",
     auth=token_required(),
-    response={200: ModelStatus, 202: ModelStatus, **errors()},
+    response={200: ModelStatus, 202: ModelStatus, **errors(503)},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
 def model_pull(request: HttpRequest):
@@ -83,7 +88,7 @@ def wants_async(request: HttpRequest) -> bool:
     return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
 
 
-def png_answer(record: ImageRecord, job: JobView) -> HttpResponse:
+def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
     X-Guidance and X-Scheduler are what ran, X-Adjusted names what was changed from what
@@ -117,7 +122,10 @@ ASYNC_FIELD = {
     auth=token_required(),
     response={200: None, 202: JobOut, **errors(400, 409, 413, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
-    openapi_extra={"requestBody": form_request_body(GenerateForm, **{"async": ASYNC_FIELD})},
+    openapi_extra={
+        "requestBody": form_request_body(GenerateForm, **{"async": ASYNC_FIELD}),
+        **png_answer("the PNG; its parameters in X-Seed, X-Steps, ... headers"),
+    },
 )  # fmt: skip
 def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
     fields = [name for name in request.POST if name != "async"]
@@ -130,15 +138,25 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     job, record = services.generation_run(
         request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT
     )
-    return png_answer(record, job)
+    return png_with_headers(record, job)
 
 
-@router.get("/jobs", auth=token_required(), response={200: list[JobOut], **errors(400)})
+@router.get(
+    "/jobs",
+    auth=token_required(),
+    response={200: list[JobOut], **errors(400)},
+    summary="Recent generation jobs, newest first",
+)
 def job_list(request: HttpRequest, limit: int = Query(20, ge=1, le=200)):
     return selectors.job_list(limit=limit)
 
 
-@router.get("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404)})
+@router.get(
+    "/jobs/{job_id}",
+    auth=token_required(),
+    response={200: JobOut, **errors(404)},
+    summary="One job: state, queue position, progress, result",
+)
 def job_get(request: HttpRequest, job_id: str):
     return selectors.job_get(job_id=job_id)
 
@@ -200,19 +218,32 @@ def job_events(
     return StreamingHttpResponse(body, content_type="text/event-stream", headers=headers)
 
 
-@router.delete("/jobs/{job_id}", auth=token_required(), response={200: JobOut, **errors(404, 409)})
+@router.delete(
+    "/jobs/{job_id}",
+    auth=token_required(),
+    response={200: JobOut, **errors(404, 409)},
+    summary="Cancel a job: a queued one never runs, a running one stops at its step's end",
+)
 def job_cancel(request: HttpRequest, job_id: str):
     return services.job_cancel(job_id=job_id)
 
 
 @router.post(
-    "/jobs/{job_id}/cancel", auth=token_required(), response={200: JobOut, **errors(404, 409)}
+    "/jobs/{job_id}/cancel",
+    auth=token_required(),
+    response={200: JobOut, **errors(404, 409)},
+    summary="Cancel a job (as DELETE /jobs/{job_id}, for clients that cannot send DELETE)",
 )
 def job_cancel_post(request: HttpRequest, job_id: str):
     return services.job_cancel(job_id=job_id)
 
 
-@router.get("/images", auth=token_required(), response={200: ImagePage, **errors(400)})
+@router.get(
+    "/images",
+    auth=token_required(),
+    response={200: ImagePage, **errors(400)},
+    summary="Stored images, newest first",
+)
 def image_list(
     request: HttpRequest,
     limit: int = Query(20, ge=1, le=100),
@@ -221,11 +252,22 @@ def image_list(
     return selectors.image_page(limit=limit, before=before)
 
 
-@router.get("/images/{image_id}.png", auth=token_required(), response={200: None, **errors(404)})
+@router.get(
+    "/images/{image_id}.png",
+    auth=token_required(),
+    response={200: None, **errors(404)},
+    summary="One stored image, as PNG",
+    openapi_extra=png_answer("the PNG"),
+)
 def image_png(request: HttpRequest, image_id: str):
     return FileResponse(selectors.image_png(image_id=image_id).open("rb"), content_type="image/png")
 
 
-@router.get("/images/{image_id}", auth=token_required(), response={200: ImageRecord, **errors(404)})
+@router.get(
+    "/images/{image_id}",
+    auth=token_required(),
+    response={200: ImageRecord, **errors(404)},
+    summary="One stored image's record: its parameters and timings",
+)
 def image_get(request: HttpRequest, image_id: str):
     return selectors.image_get(image_id=image_id)

@@ -5,7 +5,6 @@ A thin translator: the generation is services.generation_run_shared, the same qu
 jobs as POST /generate; errors take OpenAI's shape in config/errors.py (by path).
 """
 
-import base64
 import time
 from typing import Any, Literal
 from urllib.parse import quote
@@ -15,10 +14,13 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, field_validator
 
-from config.auth import client_identity, public_origin, token_required
-from config.text import NOT_BLANK, is_blank
-from imagegen import selectors, services
+from config.auth import public_origin, token_required
+from config.openapi import png_answer
+from config.text import NOT_BLANK, NotBlank
+from imagegen import selectors
+from imagegen.api.protocol import png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, check_size, size_pattern
+from imagegen.api.schemas import errors as declared_errors
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 
@@ -37,9 +39,8 @@ class OpenAIErrorBody(Schema):
     error: OpenAIError
 
 
-def errors(*statuses: int) -> dict[int, type[OpenAIErrorBody]]:
-    """Every route here answers 401 when API_TOKEN is set, so each declares it."""
-    return dict.fromkeys((401, *statuses), OpenAIErrorBody)
+def errors(*statuses: int) -> dict[int, type[Schema]]:
+    return declared_errors(*statuses, body=OpenAIErrorBody)
 
 
 def _size_schema(schema: dict[str, Any]) -> None:
@@ -56,7 +57,9 @@ class ImageGenerationIn(Schema):
 
     model_config = ConfigDict(extra="ignore")
 
-    prompt: str = Field(min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}")
+    prompt: NotBlank = Field(
+        min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
+    )
     model: str | None = Field(None, description="any name; the configured model answers")
     n: int | None = Field(None, ge=1, le=settings.GEN_MAX_N, description="default 1")
     size: str | None = Field(
@@ -76,13 +79,6 @@ class ImageGenerationIn(Schema):
         None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt_not_blank(cls, value: str) -> str:
-        if is_blank(value):
-            raise ValueError(NOT_BLANK)
-        return value
 
     @field_validator("size")
     @classmethod
@@ -125,13 +121,12 @@ class ModelList(Schema):
     data: list[Model]
 
 
-def _datum(request: HttpRequest, record: ImageRecord, response_format: str | None) -> dict:
+def _datum(request: HttpRequest, record: ImageRecord, response_format: str | None) -> ImageDatum:
     if response_format == "url":
         signature = selectors.image_link_signature(image_id=record.id)
         path = f"/v1/images/{record.id}.png?signature={quote(signature)}"
-        return {"url": public_origin(request) + path}
-    png = selectors.image_png(image_id=record.id).read_bytes()
-    return {"b64_json": base64.b64encode(png).decode()}
+        return ImageDatum(url=public_origin(request) + path)
+    return ImageDatum(b64_json=png_base64(record))
 
 
 @router.post(
@@ -142,21 +137,16 @@ def _datum(request: HttpRequest, record: ImageRecord, response_format: str | Non
     summary="OpenAI images.generate: n images, as base64 PNGs or signed links",
 )
 def images_generations(request: HttpRequest, payload: ImageGenerationIn):
-    records = services.generation_run_shared(
-        request=payload.to_request(),
-        count=payload.n or 1,
-        client=client_identity(request),
-        idempotency_key=request.headers.get("Idempotency-Key"),
-        timeout=settings.GEN_SYNC_TIMEOUT,
-    )
+    records = run_for_client(request, payload.to_request(), count=payload.n or 1)
     data = [_datum(request, record, payload.response_format) for record in records]
-    return {"created": int(time.time()), "data": data}
+    return ImagesResponse(created=int(time.time()), data=data)
 
 
 @router.get(
     "/images/{image_id}.png",
     response={200: None, **dict.fromkeys((400, 403, 404), OpenAIErrorBody)},
     summary="One generated PNG by its signed link (no token: the signature is the credential)",
+    openapi_extra=png_answer("the PNG"),
 )
 def image_by_link(request: HttpRequest, image_id: str, signature: str = Query(...)):
     path = selectors.image_png_by_link(image_id=image_id, signature=signature)
@@ -166,4 +156,4 @@ def image_by_link(request: HttpRequest, image_id: str, signature: str = Query(..
 @router.get("/models", auth=token_required(), response={200: ModelList, **errors()})
 def models(request: HttpRequest):
     """The one configured model (`created` is 0: not known)."""
-    return {"data": [{"id": settings.MODEL_ID, "created": 0, "owned_by": "imagegen"}]}
+    return ModelList(data=[Model(id=settings.MODEL_ID, created=0, owned_by="imagegen")])

@@ -14,7 +14,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from config.openapi import plain_optional
-from config.text import NOT_BLANK, is_blank
+from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
@@ -97,7 +97,9 @@ Number = BeforeValidator(_ascii_number)
 class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}")
+    prompt: NotBlank = Field(
+        min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
+    )
     negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional] = (
         None
     )
@@ -127,13 +129,6 @@ class GenerateForm(Schema):
     )
     seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, *Optional] = None
     force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt_not_blank(cls, value: str) -> str:
-        if is_blank(value):
-            raise ValueError(NOT_BLANK)
-        return value
 
     @field_validator("scheduler")
     @classmethod
@@ -173,6 +168,24 @@ class GenerateForm(Schema):
         )
 
 
+class RouteEntry(Schema):
+    method: str
+    path: str
+    description: str
+
+
+class ApiIndex(Schema):
+    """GET /api: where the documentation is, every route of the image service, and the
+    generation rules in force (which model preset applies, without sending a request)."""
+
+    service: str
+    version: str
+    docs: str
+    openapi: str
+    routes: list[RouteEntry]
+    generation: dict[str, Any]
+
+
 class Health(Schema):
     status: str
     device: str
@@ -186,6 +199,13 @@ class ImageError(Schema):
 
 class ImageErrorBody(Schema):
     error: ImageError
+
+
+def errors(*statuses: int, body: type[Schema] = ImageErrorBody) -> dict[int, type[Schema]]:
+    """The error answers a route declares, in its protocol's error shape; every
+    token-protected route answers 401 when API_TOKEN is set, so it declares it whether or not
+    the token is set now."""
+    return dict.fromkeys((401, *statuses), body)
 
 
 class ImagePage(Schema):

@@ -1,0 +1,37 @@
+"""What the protocol adapters (OpenAI, AUTOMATIC1111) do alike: a synchronous request for n
+images through the shared runs, and an image as the base64 text both protocols answer with.
+
+Each protocol module keeps only its own shapes; the call into the service is written once, so
+who "this client" is (config.auth.client_identity), which header names a retry
+(Idempotency-Key) and how long a request waits (GEN_SYNC_TIMEOUT) cannot differ between them.
+"""
+
+import base64
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from config.auth import client_identity
+from imagegen import selectors, services
+from imagegen.generation.images import ImageRecord
+from imagegen.generation.render import GenerationRequest
+
+
+def run_for_client(
+    request: HttpRequest, generation: GenerationRequest, *, count: int, partial: bool = False
+) -> list[ImageRecord]:
+    """`count` images for this client; an identical request or a retry joins its twin's jobs
+    (services.generation_run_shared). `partial`: a cancelled job leaves its image out
+    instead of failing the request (A1111's interrupt)."""
+    return services.generation_run_shared(
+        request=generation,
+        count=count,
+        client=client_identity(request),
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        timeout=settings.GEN_SYNC_TIMEOUT,
+        partial=partial,
+    )
+
+
+def png_base64(record: ImageRecord) -> str:
+    return base64.b64encode(selectors.image_png(image_id=record.id).read_bytes()).decode()
