@@ -207,7 +207,7 @@ def test_a_resumed_stream_loses_and_repeats_no_step(new_page, ui_app):
     page = open_ui(new_page, ui_app)
     sent: list[Request] = []
     page.on("request", lambda r: r.url.endswith("/events") and sent.append(r))
-    fill(page, prompt="outlives its streams", steps="60", size="128x128")
+    fill(page, prompt="outlives its streams", steps="24", size="128x128")
     page.click("#generate")
     expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
     page.wait_for_load_state("networkidle")
