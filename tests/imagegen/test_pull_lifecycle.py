@@ -1,13 +1,22 @@
-"""The model's lifecycle through the real app: cold pull, warm restart, lazy load, failures;
-then the transfer itself, in this process."""
+"""The model's lifecycle: cold pull, warm restart, lazy load, failures; then the transfer itself.
 
+Under gunicorn, only what takes a real process: a cold pull answered over HTTP (on a share
+where every lock fails), a new process on a warm share, WARM_START at a process's start.
+The rest of the state machine runs in this process: each "process" is a new ModelLoader on
+the test's share with a fresh download cache (start_loader), and what a route answers is the
+return value or the ServiceError of the service call it makes (tests.support.loaders.serve)."""
+
+import contextlib
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
+import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,10 +27,15 @@ from huggingface_hub import hf_hub_download
 from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
 from PIL import Image
 
+from imagegen import selectors, services
+from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
+from imagegen.generation.render import GenerationRequest
 from imagegen.model import share
 from imagegen.model.decoder import DecoderChoice
 from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place
+from imagegen.model.loader import ModelLoader
 from imagegen.model.share import ModelFile
+from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready, wait_for_state
 from tests.support.tiny_adapters import (
@@ -36,6 +50,7 @@ from tests.support.tiny_adapters import (
 from tests.support.tiny_model import SD_FP16_FILES
 
 WANTED = set(SD_FP16_FILES)
+NOT_PULLED = "The model is not on the share yet: POST /model/pull first"
 
 
 def fetched(hub) -> list[str]:
@@ -47,12 +62,32 @@ def files_on(share: Path) -> set[str]:
     return {p.relative_to(share).as_posix() for p in share.rglob("*") if p.is_file()}
 
 
-def test_cold_pull_downloads_only_the_variant_files_then_is_ready(start_app, hub, share):
-    app = start_app()
+def warm(hub, tmp_path: Path) -> None:
+    """What a process's pull leaves on the test's share (ModelLoader's job downloads with
+    download_to_share, then loads), done here: the next process finds a complete copy."""
+    download_to_share(source_for(hub.url, SD_REPO, tmp_path), DownloadProgress())
+    hub.reset_log()
+
+
+# --- under gunicorn: what takes a real process ----------------------------------------------
+
+
+def test_cold_pull_on_a_share_without_locks_fetches_only_the_variant_files_then_is_ready(
+    start_app, hub, share, tmp_path
+):
+    # The share refuses every lock, as SMB does (a module on PYTHONPATH traps them).
+    lock_log = tmp_path / "locks.log"
+    support = Path(__file__).parents[1] / "support" / "share_without_locks"
+    app = start_app(PYTHONPATH=str(support), NO_LOCKS_UNDER=str(share), NO_LOCKS_LOG=str(lock_log))
     before = requests.get(app.url("/model/status")).json()
     assert before["state"] == "not_started" and before["weights_on_share"] is False
     assert before["device"] == "cpu"
     assert before["model_path"] == str(share / "testorg--tiny-sd")
+
+    refused = requests.post(app.url("/generate"), data={"prompt": "anything"})
+    assert refused.status_code == 409
+    assert refused.json() == {"error": {"message": NOT_PULLED}}
+    assert requests.get(app.url("/model/status")).json()["state"] == "not_started"
 
     response = requests.post(app.url("/model/pull"))
     assert response.status_code == 202
@@ -70,56 +105,95 @@ def test_cold_pull_downloads_only_the_variant_files_then_is_ready(start_app, hub
     assert {f["path"] for f in manifest["files"]} == WANTED
     assert requests.post(app.url("/model/pull")).status_code == 200  # already ready
 
+    assert lock_log.read_text().splitlines() == ["active"]  # the trap was set, never sprung
+    assert not [p for p in share.rglob("*") if "lock" in p.name.lower()]
 
-def test_a_new_process_on_a_warm_share_starts_not_started_and_skips_the_download(start_app, hub):
-    pull_until_ready(start_app())
-    hub.reset_log()
 
-    second = start_app()
-    status = requests.get(second.url("/model/status")).json()
+def test_a_new_process_on_a_warm_share_starts_not_started_and_skips_the_download(
+    start_app, hub, tmp_path, no_telemetry
+):
+    warm(hub, tmp_path)
+    app = start_app()
+    status = requests.get(app.url("/model/status")).json()
     assert status["state"] == "not_started"
     assert status["weights_on_share"] is True
-    pull_until_ready(second)
+    pull_until_ready(app)
     assert hub.requests == []  # no metadata call, no file GET: loaded from the share alone
 
 
-def test_generate_loads_the_model_from_a_warm_share_first(start_app, hub):
-    pull_until_ready(start_app())
-    hub.reset_log()
-    app = start_app()
-    response = requests.post(app.url("/generate"), data={"prompt": "a red fox", "size": "64x64"})
-    assert response.status_code == 200, response.text
-    assert response.content.startswith(b"\x89PNG")
-    assert requests.get(app.url("/model/status")).json()["state"] == "ready"
+def test_warm_start_loads_from_the_share_at_process_start(start_app, hub, tmp_path, no_telemetry):
+    warm(hub, tmp_path)
+    app = start_app(WARM_START="1")  # a restarted process, asked to load at once
+    status = wait_for_state(app, {"ready", "failed"})
+    assert status["state"] == "ready"
+    assert hub.requests == []  # from the share alone, without any pull
+
+
+# --- the state machine in this process: each loader is a new process -------------------------
+
+
+@pytest.fixture
+def start_loader(
+    hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_telemetry
+) -> Callable[..., ModelLoader]:
+    """Starts "processes" on this test's share: each a new loader with a fresh download
+    cache, which the service calls then act on (the last one started)."""
+    count = itertools.count()
+
+    def start(*, load_timeout: float = 60, **settings: str) -> ModelLoader:
+        loader = new_loader(hub, share, tmp_path / f"cache-{next(count)}", **settings)
+        serve(loader, tmp_path / "images", monkeypatch, load_timeout=load_timeout)
+        return loader
+
+    return start
+
+
+def generate(prompt: str, size: tuple[int, int] | None = None) -> bytes:
+    """POST /generate's service call (synchronous); the PNG it answers."""
+    request = GenerationRequest(prompt=prompt, size=size)
+    _, record = services.generation_run(request=request, timeout=120)
+    return selectors.image_png(image_id=record.id).read_bytes()
+
+
+def pulled(loader: ModelLoader) -> dict:
+    """pull_until_ready, in process: the status once ready, as GET /model/status shows it."""
+    loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "ready", loader.status()
+    return loader.status().model_dump(mode="json")
+
+
+def test_generate_loads_the_model_from_a_warm_share_first(start_loader, hub, tmp_path):
+    warm(hub, tmp_path)
+    loader = start_loader()
+    assert generate("a red fox", (64, 64)).startswith(b"\x89PNG")
+    assert loader.status().state == "ready"
     assert hub.requests == []
 
 
-def test_generate_without_weights_on_the_share_asks_for_a_pull(start_app):
-    app = start_app()
-    response = requests.post(app.url("/generate"), data={"prompt": "anything"})
-    assert response.status_code == 409
-    assert response.json() == {
-        "error": {"message": "The model is not on the share yet: POST /model/pull first"}
-    }
-    assert requests.get(app.url("/model/status")).json()["state"] == "not_started"
+def test_generate_without_weights_on_the_share_asks_for_a_pull(start_loader):
+    loader = start_loader()
+    with pytest.raises(ModelNotPulled) as refused:
+        generate("anything")
+    assert refused.value.status == 409 and refused.value.message == NOT_PULLED
+    assert loader.status().state == "not_started"
 
 
-def test_concurrent_pulls_share_one_download(start_app, hub):
-    app = start_app()
+def test_concurrent_pulls_share_one_download(start_loader, hub):
+    loader = start_loader()
     barrier = threading.Barrier(8)
-    codes: list[int] = []
+    started: list[bool] = []
 
     def pull() -> None:
         barrier.wait()
-        codes.append(requests.post(app.url("/model/pull"), timeout=10).status_code)
+        started.append(services.model_pull())  # 202 when True, 200 when False
 
     threads = [threading.Thread(target=pull) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert set(codes) <= {200, 202}
-    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
+    assert len(started) == 8
+    assert wait_for(loader, {"ready", "failed"}) == "ready"
     assert fetched(hub) == sorted(WANTED)
     # One job: the revision was resolved once (a second job would ask again, even if the
     # hub client's cache spared it the file bodies).
@@ -127,101 +201,105 @@ def test_concurrent_pulls_share_one_download(start_app, hub):
     assert len(resolved) == 1
 
 
-def test_a_download_killed_midway_is_never_complete_and_the_next_pull_repairs_it(
-    start_app, hub, share
+def copy_as_it_is(source: Path, target: Path) -> None:
+    """A copy of `source` as it is while a download writes into it (a file renamed or
+    removed meanwhile is left out)."""
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            copy = target / path.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                shutil.copy2(path, copy)
+
+
+def test_a_download_cut_off_midway_is_never_complete_and_the_next_pull_repairs_it(
+    start_loader, hub, share, tmp_path
 ):
     hub.throttle_bytes_per_sec = 200_000
-    app = start_app()
-    requests.post(app.url("/model/pull"))
+    first = start_loader()
+    assert first.pull()
     deadline = time.monotonic() + 60
-    while requests.get(app.url("/model/status")).json()["download"]["bytes_done"] < 300_000:
+    while first.status().download.bytes_done < 300_000:
         assert time.monotonic() < deadline
-        time.sleep(0.1)
-    app.kill()  # SIGKILL to gunicorn and its worker: no cleanup code runs
-
-    model = share / "testorg--tiny-sd"
-    assert not (model / ".manifest.json").exists()
-    hub.throttle_bytes_per_sec = None
+        time.sleep(0.02)
+    # A SIGKILL runs no code: the share stays as it is at that instant. A copy of it taken
+    # now is that share, and nothing of the first pull touches the copy again.
+    left = tmp_path / "left"
+    copy_as_it_is(share, left)
+    hub.throttle_bytes_per_sec = None  # the first pull ends on the first share, left alone
+    assert wait_for(first, {"ready", "failed"}) == "ready"
     hub.reset_log()
 
-    second = start_app()
-    status = requests.get(second.url("/model/status")).json()
-    assert status["state"] == "not_started" and status["weights_on_share"] is False
-    pull_until_ready(second)
+    model = left / "testorg--tiny-sd"
+    assert not (model / ".manifest.json").exists()
+    placed = files_on(model)
+    assert placed and not WANTED.issubset(placed)  # midway indeed
+    second = new_loader(hub, left, tmp_path / "cache-after")  # a new process on that share
+    status = second.status()
+    assert status.state == "not_started" and status.weights_on_share is False
+    pulled(second)
     assert files_on(model) == WANTED | {".manifest.json"}
 
 
-def test_failed_on_hub_error_then_a_new_pull_recovers(start_app, hub):
+def test_failed_on_hub_error_then_a_new_pull_recovers(start_loader, hub):
     hub.fail_status = 500
-    app = start_app()
-    requests.post(app.url("/model/pull"))
-    status = wait_for_state(app, {"ready", "failed"})
-    assert status["state"] == "failed"
-    assert status["error"] and "500" in status["error"]
-    assert status["weights_on_share"] is False
+    loader = start_loader()
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "failed"
+    status = loader.status()
+    assert status.error and "500" in status.error
+    assert status.weights_on_share is False
 
-    generate = requests.post(app.url("/generate"), data={"prompt": "x"})
-    assert generate.status_code == 503
-    assert status["error"] in generate.json()["error"]["message"]
+    with pytest.raises(ModelFailed) as refused:
+        generate("x")
+    assert refused.value.status == 503
+    assert status.error in refused.value.message
 
     hub.fail_status = None
-    retry = requests.post(app.url("/model/pull"))
-    assert retry.status_code == 202
-    assert retry.json()["state"] == "downloading" and retry.json()["error"] is None
-    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"
-    assert requests.get(app.url("/model/status")).json()["error"] is None
+    assert services.model_pull() is True  # 202
+    retry = selectors.model_status()  # the pull's answer
+    assert retry.state == "downloading" and retry.error is None
+    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    assert loader.status().error is None
 
 
-def test_pull_works_when_every_lock_on_the_share_fails_and_leaves_no_lock_file(
-    start_app, share, tmp_path
-):
-    lock_log = tmp_path / "locks.log"
-    support = Path(__file__).parents[1] / "support" / "share_without_locks"
-    app = start_app(PYTHONPATH=str(support), NO_LOCKS_UNDER=str(share), NO_LOCKS_LOG=str(lock_log))
-    pull_until_ready(app)
-    assert lock_log.read_text().splitlines() == ["active"]  # the trap was set, never sprung
-    assert not [p for p in share.rglob("*") if "lock" in p.name.lower()]
-
-
-def test_generate_during_a_download_is_refused_at_once_with_retry_after(start_app, hub):
+def test_generate_during_a_download_is_refused_at_once_with_retry_after(start_loader, hub):
     hub.throttle_bytes_per_sec = 200_000
-    app = start_app()
-    requests.post(app.url("/model/pull"))
-    assert wait_for_state(app, {"downloading"})["state"] == "downloading"
+    loader = start_loader()
+    assert loader.pull()
+    assert wait_for(loader, {"downloading"}) == "downloading"
     started = time.monotonic()
-    response = requests.post(app.url("/generate"), data={"prompt": "too early"})
-    assert response.status_code == 503
-    assert "downloading" in response.json()["error"]["message"]
-    assert int(response.headers["Retry-After"]) > 0
+    with pytest.raises(ModelDownloading) as refused:
+        generate("too early")
+    assert refused.value.status == 503
+    assert "downloading" in refused.value.message
+    assert refused.value.retry_after > 0  # config/api.py: the Retry-After header
     assert time.monotonic() - started < 2
+    hub.throttle_bytes_per_sec = None  # the pull ends within the test
+    assert wait_for(loader, {"ready", "failed"}) == "ready"
 
 
-def test_a_load_longer_than_gen_load_timeout_is_503_with_retry_after(start_app):
-    pull_until_ready(start_app())
-    app = start_app(GEN_LOAD_TIMEOUT="0.001")  # a new process: the load starts with the job
-    response = requests.post(app.url("/generate"), data={"prompt": "impatient", "size": "64x64"})
-    assert response.status_code == 503, response.text
-    assert response.json()["error"]["message"] == "The model is still loading; try again shortly"
-    assert int(response.headers["Retry-After"]) > 0
-    assert " ERROR " not in app.log_tail(200)  # an expected answer, not a fault
-    assert wait_for_state(app, {"ready", "failed"})["state"] == "ready"  # the load went on
-    again = requests.post(app.url("/generate"), data={"prompt": "patient", "size": "64x64"})
-    assert again.status_code == 200
+def test_a_load_longer_than_gen_load_timeout_is_503_with_retry_after(
+    start_loader, hub, tmp_path, caplog
+):
+    warm(hub, tmp_path)
+    loader = start_loader(load_timeout=0.001)  # a new process: the load starts with the job
+    with caplog.at_level(logging.INFO), pytest.raises(ModelLoading) as refused:
+        generate("impatient", (64, 64))
+    assert refused.value.status == 503
+    assert refused.value.message == "The model is still loading; try again shortly"
+    assert refused.value.retry_after > 0
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []  # an expected answer, not a fault
+    assert wait_for(loader, {"ready", "failed"}) == "ready"  # the load went on
+    assert generate("patient", (64, 64)).startswith(b"\x89PNG")
 
 
-def test_warm_start_loads_from_the_share_at_process_start(start_app, hub):
-    pull_until_ready(start_app())
-    hub.reset_log()
-    app = start_app(WARM_START="1")  # a restarted process, asked to load at once
-    status = wait_for_state(app, {"ready", "failed"})
-    assert status["state"] == "ready"
-    assert hub.requests == []  # from the share alone, without any pull
-
-
-def test_warm_start_on_an_empty_share_changes_nothing(start_app):
-    app = start_app(WARM_START="1")
-    status = requests.get(app.url("/model/status")).json()
-    assert status["state"] == "not_started" and status["weights_on_share"] is False
+def test_warm_start_on_an_empty_share_changes_nothing(start_loader):
+    loader = start_loader()
+    assert loader.warm_start() is False  # what config/wsgi.py calls with WARM_START
+    status = loader.status()
+    assert status.state == "not_started" and status.weights_on_share is False
 
 
 # --- adapters (MODEL_ADAPTERS) and the tiny decoder (VAE_DECODER=tiny) ------------------------
@@ -248,15 +326,15 @@ def fetched_from(hub, repo: str) -> list[str]:
 
 
 def test_adapters_and_the_tiny_decoder_are_pulled_beside_the_model_listed_and_loaded(
-    start_app, extras_hub, share
+    start_loader, extras_hub, share
 ):
     hub = extras_hub
-    app = start_app(MODEL_ADAPTERS=ADAPTER, VAE_DECODER="tiny")
-    before = requests.get(app.url("/model/status")).json()
+    loader = start_loader(adapters=ADAPTER, decoder="tiny")
+    before = loader.status().model_dump(mode="json")
     assert before["adapters"] == [{"repo": LORA_REPO, "file": KOHYA_FILE, "scale": 0.5}]
     assert before["decoder"] == {"kind": "tiny", "repo": None}  # chosen at the pull
 
-    status = pull_until_ready(app)
+    status = pulled(loader)
     assert status["decoder"] == {"kind": "tiny", "repo": TAESD_REPO}  # SD 1.x: taesd
     assert status["adapters"] == before["adapters"]
     assert fetched_from(hub, SD_REPO) == sorted(WANTED)
@@ -279,70 +357,71 @@ def test_adapters_and_the_tiny_decoder_are_pulled_beside_the_model_listed_and_lo
     total = sum(f["size"] for f in manifest["files"])
     assert status["download"] == {"bytes_done": total, "bytes_total": total}
 
-    response = requests.post(app.url("/generate"), data={"prompt": "a red fox", "size": "96x64"})
-    assert response.status_code == 200, response.text
-    assert Image.open(io.BytesIO(response.content)).size == (96, 64)
+    png = generate("a red fox", (96, 64))
+    assert Image.open(io.BytesIO(png)).size == (96, 64)
 
     hub.reset_log()
-    warm = start_app(MODEL_ADAPTERS=ADAPTER, VAE_DECODER="tiny")  # a new revision, same settings
-    assert requests.get(warm.url("/model/status")).json()["weights_on_share"] is True
-    assert pull_until_ready(warm)["decoder"]["repo"] == TAESD_REPO
+    warm_loader = start_loader(adapters=ADAPTER, decoder="tiny")  # a new revision, same settings
+    assert warm_loader.status().weights_on_share is True
+    assert pulled(warm_loader)["decoder"]["repo"] == TAESD_REPO
     assert hub.requests == []  # adapters and decoder loaded from the share alone
 
 
 @pytest.mark.parametrize(
     ("change", "fetched_files"),
     [
-        ({"MODEL_ADAPTERS": ADAPTER}, {LORA_REPO: [KOHYA_FILE]}),
-        ({"VAE_DECODER": "tiny"}, {TAESD_REPO: sorted(DECODER_FILES)}),
+        ({"adapters": ADAPTER}, {LORA_REPO: [KOHYA_FILE]}),
+        ({"decoder": "tiny"}, {TAESD_REPO: sorted(DECODER_FILES)}),
     ],
     ids=["MODEL_ADAPTERS", "VAE_DECODER"],
 )
 def test_a_changed_setting_makes_the_share_incomplete_until_a_pull_fetches_only_the_change(
-    start_app, extras_hub, share, change, fetched_files
+    start_loader, extras_hub, share, change, fetched_files
 ):
     hub = extras_hub
-    pull_until_ready(start_app())
+    pulled(start_loader())
     hub.reset_log()
 
-    changed = start_app(**change)
-    status = requests.get(changed.url("/model/status")).json()
-    assert status["state"] == "not_started" and status["weights_on_share"] is False
-    refused = requests.post(changed.url("/generate"), data={"prompt": "x", "size": "64x64"})
-    assert refused.status_code == 409  # the model alone is not what is configured
-    pull_until_ready(changed)
+    changed = start_loader(**change)
+    status = changed.status()
+    assert status.state == "not_started" and status.weights_on_share is False
+    with pytest.raises(ModelNotPulled) as refused:  # the model alone is not what is configured
+        generate("x", (64, 64))
+    assert refused.value.status == 409
+    pulled(changed)
     (repo, files), = fetched_files.items()  # fmt: skip
     assert [p for p in hub.file_gets() if not p.startswith(f"/{repo}/")] == []
     assert fetched_from(hub, repo) == files
 
     hub.reset_log()
-    back = start_app()  # the setting as it was: incomplete again, and nothing to fetch
-    assert requests.get(back.url("/model/status")).json()["weights_on_share"] is False
-    pull_until_ready(back)
+    back = start_loader()  # the setting as it was: incomplete again, and nothing to fetch
+    assert back.status().weights_on_share is False
+    pulled(back)
     assert hub.file_gets() == []
     assert files_on(share / "testorg--tiny-sd") == WANTED | {".manifest.json"}  # removed
 
 
-def test_an_adapter_the_hub_does_not_have_fails_the_pull_naming_it(start_app, extras_hub, share):
-    app = start_app(MODEL_ADAPTERS=f"{LORA_REPO}:missing.safetensors")
-    requests.post(app.url("/model/pull"))
-    status = wait_for_state(app, {"ready", "failed"})
-    assert status["state"] == "failed" and status["weights_on_share"] is False
+def test_an_adapter_the_hub_does_not_have_fails_the_pull_naming_it(start_loader, extras_hub, share):
+    loader = start_loader(adapters=f"{LORA_REPO}:missing.safetensors")
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "failed"
+    status = loader.status()
+    assert status.weights_on_share is False
     commit = extras_hub.commit(LORA_REPO)[:12]
-    assert status["error"] == (
+    assert status.error == (
         f"ExtraNotFound: MODEL_ADAPTERS: {LORA_REPO} has no file missing.safetensors "
         f"(at commit {commit})"
     )
     assert not (share / "testorg--tiny-sd" / ".manifest.json").exists()
 
 
-def test_an_adapter_for_another_model_fails_the_load_naming_it(start_app, extras_hub):
-    app = start_app(MODEL_ADAPTERS=f"{LORA_REPO}:{SDXL_FILE}")  # made for the SDXL UNet
-    requests.post(app.url("/model/pull"))
-    status = wait_for_state(app, {"ready", "failed"})
-    assert status["state"] == "failed"
-    assert status["weights_on_share"] is True  # the files are there; the load refused them
-    assert status["error"].startswith(f"AdapterError: MODEL_ADAPTERS {LORA_REPO}:{SDXL_FILE}: ")
+def test_an_adapter_for_another_model_fails_the_load_naming_it(start_loader, extras_hub):
+    loader = start_loader(adapters=f"{LORA_REPO}:{SDXL_FILE}")  # made for the SDXL UNet
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "failed"
+    status = loader.status()
+    assert status.weights_on_share is True  # the files are there; the load refused them
+    assert status.error.startswith(f"AdapterError: MODEL_ADAPTERS {LORA_REPO}:{SDXL_FILE}: ")
 
 
 # --- the transfer, in this process: local copies, shared blobs, progress, verification --------

@@ -3,18 +3,41 @@
 import time
 from pathlib import Path
 
+import pytest
+from django.test import override_settings
+
+from imagegen import backend
+from imagegen.generation.images import ImageStore
+from imagegen.generation.jobs import JobQueue
+from imagegen.model.adapters import parse_adapters
+from imagegen.model.decoder import parse_decoder
 from imagegen.model.hub import ModelSource
 from imagegen.model.loader import ModelLoader
+from imagegen.model.pipeline import LoadOptions
 from tests.support.model_service import SD_REPO
 
 
-def new_loader(hub, share: Path, cache: Path) -> ModelLoader:
-    """A process's loader on this share (every one starts not_started)."""
+def new_loader(
+    hub,
+    share: Path,
+    cache: Path,
+    *,
+    adapters: str = "",
+    decoder: str = "full",
+    decoder_repo: str = "",
+    options: LoadOptions | None = None,
+) -> ModelLoader:
+    """A process's loader on this share (every one starts not_started), with the settings
+    model_service_env gives the app (MODEL_ID, MODEL_REVISION, MODEL_VARIANT, DEVICE=cpu);
+    `adapters`, `decoder` and `decoder_repo` are MODEL_ADAPTERS, VAE_DECODER and
+    VAE_DECODER_REPO, parsed and passed as imagegen.backend.model_source does. A new process
+    is a new loader on the same share with a fresh `cache` (DOWNLOAD_CACHE_DIR)."""
     source = ModelSource(
         model_id=SD_REPO, revision="main", variant="fp16", model_dir=share, cache_dir=cache,
-        endpoint=hub.url,
+        endpoint=hub.url, adapters=parse_adapters(adapters),
+        decoder=parse_decoder(decoder, decoder_repo),
     )  # fmt: skip
-    return ModelLoader(source, "cpu")
+    return ModelLoader(source, "cpu", options)
 
 
 def wait_for(loader: ModelLoader, states: set[str], timeout: float = 60) -> str:
@@ -23,3 +46,32 @@ def wait_for(loader: ModelLoader, states: set[str], timeout: float = 60) -> str:
         assert time.monotonic() < deadline, loader.status()
         time.sleep(0.02)
     return state
+
+
+def serve(
+    loader: ModelLoader,
+    images: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    load_timeout: float = 60,
+) -> JobQueue:
+    """Makes `loader` this process's model for imagegen.services and imagegen.selectors, as
+    an in-process web process's backend is: backend.loader() and backend.models() answer
+    it, backend.jobs() a JobQueue on it (GEN_LOAD_TIMEOUT: `load_timeout`; the generation
+    rules the app has under model_service_env: its MODEL_ID and MODEL_ADAPTERS,
+    GEN_DEFAULT_STEPS=2), backend.image_store() the images in `images`. What a route answers
+    is then the service call's return value or its ServiceError (config/api.py turns that
+    into the status, message and Retry-After)."""
+    with override_settings(
+        MODEL_ID=loader.source.model_id,
+        MODEL_ADAPTERS=loader.source.adapters,
+        GEN_DEFAULT_STEPS=2,
+    ):
+        rules = backend.rules_from_settings()
+    store = ImageStore(images)
+    queue = JobQueue(loader, store, queue_max=2, load_timeout=load_timeout, keep=10, rules=rules)
+    monkeypatch.setattr(backend, "loader", lambda: loader)
+    monkeypatch.setattr(backend, "models", lambda: loader)
+    monkeypatch.setattr(backend, "jobs", lambda: queue)
+    monkeypatch.setattr(backend, "image_store", lambda: store)
+    return queue
