@@ -16,6 +16,15 @@ from imagegen.api.schemas import PROMPT_MAX
 from imagegen.generation.render import SEED_MAX
 from imagegen.generation.schedulers import SCHEDULERS
 
+# The page loads nothing from another origin: its script, stylesheet and every call are its
+# own; its images are blob: URLs of PNGs it fetched (with the token). No inline script, style
+# or handler runs (the config is a JSON data block, which is never executed), so none is
+# allowed. Set here, on the page alone: the API's answers are no documents.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data: blob:"
+)
+
 
 def _sizes(low: int, high: int) -> list[str]:
     """Square sizes worth offering in the size field's suggestions, within the bounds."""
@@ -43,6 +52,8 @@ def page(request: HttpRequest) -> HttpResponse:
         "seed_max": SEED_MAX,
     }
     config = {"tokenRequired": bool(settings.API_TOKEN), "galleryPage": 12}
-    return render(
+    response = render(
         request, "ui/index.html", {"form": form, "config": config, "version": app_version()}
     )
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response

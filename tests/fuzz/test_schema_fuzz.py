@@ -2,70 +2,200 @@
 sends them to the app under gunicorn (tiny pipeline, small generation bounds, a real
 wire-protocol database). Any 5xx, any status the document does not declare, and any
 schema-valid request the service refuses fails the test, except the reviewed entries of
-ALLOWED_REFUSALS, each of which says why refusing is right.
+ALLOWED_REFUSALS, each of which says why refusing is right. A refusal is let pass by its
+message only when its rule, run again here on what the request sent, confirms it: a rule
+broken to refuse everything with an allowed message still fails the test.
 
 Each operation gets a bounded number of examples, positive (schema-valid) and negative
 (schema-invalid), so the whole run takes a minute or two; they are derandomised, so a run is
 repeatable and CI does not pass or fail by chance.
 """
 
+import base64
 import re
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import schemathesis
+from bson import ObjectId
 from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
+from pydantic import ValidationError as PydanticError
+from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance, status_code_conformance
 
 from config.text import NOT_BLANK
-from imagegen.api.a1111 import SAMPLER_RULE, batch_limit
+from config.text import is_blank as text_is_blank
+from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
+from imagegen.generation.schedulers import (
+    A1111_SCHEDULES,
+    SCHEDULERS,
+    UnknownScheduler,
+    a1111_scheduler,
+)
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
-from todos.cursors import NOT_A_CURSOR
+from todos.cursors import NOT_A_CURSOR, Cursor
 
 EXAMPLES = 20  # per operation and generation mode
 CHECKS = [not_a_server_error, status_code_conformance, positive_data_acceptance]
 
+MISSING = object()
+
+
+def sent(case: Case, field: str) -> Any:
+    """What the case sent for a field as a refusal names it: `todos.3.title` walks the body,
+    `after` is a query parameter. MISSING when it sent none."""
+    for source in (case.body, case.query):
+        value = source
+        try:
+            for part in field.split("."):
+                value = value[int(part)] if isinstance(value, list) else value[part]
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        return value
+    return MISSING
+
+
+def sibling(field: str, name: str) -> str:
+    """The field `name` beside `field` (`todos.3.title`, "description": `todos.3.description`)."""
+    return ".".join([*field.split(".")[:-1], name])
+
+
+# The rules the allowed messages name, restated here from their documents rather than
+# imported, so that the code under test is not its own judge. Each answers: does the rule
+# refuse what this case sent for this field?
+
+_INVISIBLE = {"Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"}
+
+
+def is_blank(case: Case, field: str) -> bool:
+    """NOT_BLANK (config/text.py): nothing in the text would show, only spaces (every Unicode
+    one), control and format characters, and combining marks with no base to sit on."""
+    text = sent(case, field)
+    return isinstance(text, str) and all(
+        char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text
+    )
+
+
+def is_not_a_cursor(case: Case, field: str) -> bool:
+    """NOT_A_CURSOR (todos/cursors.py): a cursor is the one URL-safe base64 spelling, without
+    padding, of 20 bytes (createdAt in ms since the epoch, signed, then an ObjectId's 12
+    bytes), whose createdAt a datetime can hold."""
+    text = sent(case, field)
+    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]{27}", text):
+        return True
+    raw = base64.urlsafe_b64decode(text + "=")
+    if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") != text:
+        return True
+    try:
+        datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+            milliseconds=int.from_bytes(raw[:8], "big", signed=True)
+        )
+    except OverflowError:
+        return True
+    return False
+
+
+def exceeds_batch_limit(case: Case, field: str) -> bool:
+    """batch_limit (imagegen/api/a1111.py): batch_size x n_iter images at most GEN_MAX_N, an
+    omitted or null one counting 1."""
+    counts = [sent(case, sibling(field, name)) for name in ("batch_size", "n_iter")]
+    batch_size, n_iter = (1 if c in (MISSING, None) else c for c in counts)
+    return batch_size * n_iter > django_settings.GEN_MAX_N
+
+
+# The (sampler, schedule type) pairs offered: the schedulers' table that the A1111 mapping
+# reads (imagegen/generation/schedulers.py). No schedule type sent is "Automatic".
+_OFFERED_PAIRS = {pair for scheduler in SCHEDULERS.values() for pair in scheduler.a1111}
+_SCHEDULE_LABELS = {
+    **{label: label for label in A1111_SCHEDULES},
+    **{label.lower().replace(" ", "_"): label for label in A1111_SCHEDULES},
+}
+
+
+def is_unoffered_sampler(case: Case, field: str) -> bool:
+    """SAMPLER_RULE (imagegen/api/a1111.py): a sampler (sampler_name, else its older name
+    sampler_index) is refused unless it is offered with the schedule type sent."""
+    values = [sent(case, sibling(field, n)) for n in ("sampler_name", "sampler_index")]
+    sampler = next((v for v in values if v not in (MISSING, None, "")), None)
+    if sampler is None:
+        return False  # no sampler: the service's default scheduler, nothing to refuse
+    schedule = sent(case, sibling(field, "scheduler"))
+    schedule = "Automatic" if schedule in (MISSING, None, "") else schedule
+    return (sampler, _SCHEDULE_LABELS.get(schedule, schedule)) not in _OFFERED_PAIRS
+
+
+@dataclass(frozen=True)
+class Allowed:
+    why: str  # why refusing a schema-valid request with this message is right
+    holds: Callable[[Case, str], bool]  # its rule, run again on what the case sent
+
+
 # Refusals of schema-valid requests that are right, by (field, message) of the 400's details.
 ALLOWED_REFUSALS = {
-    ("prompt", NOT_BLANK): (
+    ("prompt", NOT_BLANK): Allowed(
         "the not-blank rule counts format characters and combining marks as invisible; JSON "
         "Schema's regular expressions have no Unicode-category classes to say so, so the "
-        "document states the rule in words (the description)"
+        "document states the rule in words (the description)",
+        is_blank,
     ),
-    ("title", NOT_BLANK): "a todo title's not-blank rule, the same rule as the prompt's",
-    ("after", NOT_A_CURSOR): (
+    ("title", NOT_BLANK): Allowed(
+        "a todo title's not-blank rule, the same rule as the prompt's", is_blank
+    ),
+    ("after", NOT_A_CURSOR): Allowed(
         "a page cursor is opaque: only one the service wrote into a Link header is valid, and "
-        "no schema can enumerate those"
+        "no schema can enumerate those",
+        is_not_a_cursor,
     ),
-    ("n_iter", batch_limit(django_settings.GEN_MAX_N)): (
+    ("n_iter", batch_limit(django_settings.GEN_MAX_N)): Allowed(
         "A1111's txt2img makes batch_size x n_iter images, at most GEN_MAX_N in all; JSON Schema "
-        "bounds each field but cannot bound their product, so n_iter's description states it"
+        "bounds each field but cannot bound their product, so n_iter's description states it",
+        exceeds_batch_limit,
     ),
-    ("sampler_name", SAMPLER_RULE): (
+    ("sampler_name", SAMPLER_RULE): Allowed(
         "A1111's sampler and schedule type are each one of a listed set (their enums), but not "
-        "every sampler has every schedule type; JSON Schema states no such pairs on a field"
+        "every sampler has every schedule type; JSON Schema states no such pairs on a field",
+        is_unoffered_sampler,
     ),
 }
 
 
-def allowed_refusal(response) -> bool:
-    """A 400 whose every refused field is an entry of ALLOWED_REFUSALS (a todo title is
-    named by its place, `todo.title` or `todos.3.title`)."""
+def allowed_refusal(response) -> list[dict[str, str]] | None:
+    """The details of a 400 whose every refused field is an entry of ALLOWED_REFUSALS (a todo
+    title is named by its place, `todo.title` or `todos.3.title`); None for any other answer."""
     if response.status_code != 400:
-        return False
+        return None
     details = response.json()["error"].get("details") or [{}]
-    return all(
-        (re.sub(r"^todos?\.(\d+\.)?", "", d.get("field", "")), d.get("message")) in ALLOWED_REFUSALS
+    if not all(entry(detail) in ALLOWED_REFUSALS for detail in details):
+        return None
+    return details
+
+
+def entry(detail: dict[str, str]) -> tuple[str, str | None]:
+    """A refused field's key in ALLOWED_REFUSALS: its name without a todo's place."""
+    return re.sub(r"^todos?\.(\d+\.)?", "", detail.get("field", "")), detail.get("message")
+
+
+def unconfirmed(case: Case, details: list[dict[str, str]]) -> list[str]:
+    """The allowed refusals whose rule, run on what the case sent, does not refuse it."""
+    return [
+        f"{d['field']} refused with the allowed {d['message']!r}, but that rule does not "
+        f"refuse what was sent: {sent(case, d['field'])!r}"
         for d in details
-    )
+        if not ALLOWED_REFUSALS[entry(d)].holds(case, d["field"])
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +228,11 @@ def fuzz(operation, mode: GenerationMode, base_url: str) -> list[str]:
         try:
             case.validate_response(response, checks=CHECKS)
         except (Failure, FailureGroup) as failure:
-            if not (mode is GenerationMode.POSITIVE and allowed_refusal(response)):
+            refused = allowed_refusal(response) if mode is GenerationMode.POSITIVE else None
+            if refused is None:
                 failures.append(f"{operation.label} [{mode.value}]: {failure}"[:2000])
+            elif wrong := unconfirmed(case, refused):
+                failures.append(f"{operation.label} [{mode.value}]: {'; '.join(wrong)}"[:2000])
 
     try:
         send()
@@ -116,3 +249,81 @@ def test_every_operation_keeps_its_documented_contract(fuzz_app: AppServer):
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             failures += fuzz(operation, mode, fuzz_app.base_url)
     assert not failures, "\n\n".join(failures)
+
+
+def _sent(body: Any = None, **query: str) -> Any:
+    """A stand-in for a case: what a request sent, as the confirming checks read it."""
+    return SimpleNamespace(body=body, query=query or None)
+
+
+def _a1111(**body: Any) -> Any:
+    return _sent(body)
+
+
+_CURSOR = Cursor(
+    datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=UTC), ObjectId("6638a1b2c3d4e5f607182930")
+)
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+# The same bytes in another spelling: the last character's two unused bits set otherwise.
+_RESPELT = _CURSOR.encode()[:-1] + _ALPHABET[_ALPHABET.index(_CURSOR.encode()[-1]) ^ 1]
+# A cursor's form whose createdAt (2**62 ms) is past what a datetime holds.
+_FAR = base64.urlsafe_b64encode((2**62).to_bytes(8, "big") + bytes(12)).decode().rstrip("=")
+_MAX_N = django_settings.GEN_MAX_N
+
+
+@pytest.mark.parametrize(
+    ("holds", "field", "case", "refused"),
+    [
+        (is_blank, "todo.title", _sent({"todo": {"title": "\u200b\u00a0 \u0301"}}), True),
+        (is_blank, "todos.1.title", _sent({"todos": [{"title": "a"}, {"title": "\t"}]}), True),
+        (is_blank, "todos.0.title", _sent({"todos": [{"title": "a"}, {"title": "\t"}]}), False),
+        (is_blank, "todo.title", _sent({"todo": {"title": " x "}}), False),
+        (is_blank, "prompt", _sent({"prompt": "\ufeff\u200d"}), True),
+        (is_blank, "prompt", _sent({"prompt": "\u0301e"}), False),
+        (is_not_a_cursor, "after", _sent(after=_CURSOR.encode()), False),
+        (is_not_a_cursor, "after", _sent(after=_RESPELT), True),
+        (is_not_a_cursor, "after", _sent(after=_CURSOR.encode() + "A"), True),
+        (is_not_a_cursor, "after", _sent(after=_FAR), True),
+        (exceeds_batch_limit, "n_iter", _a1111(batch_size=_MAX_N, n_iter=2), True),
+        (exceeds_batch_limit, "n_iter", _a1111(batch_size=None, n_iter=_MAX_N), False),
+        (exceeds_batch_limit, "n_iter", _a1111(n_iter=_MAX_N), False),
+        (
+            is_unoffered_sampler,
+            "sampler_name",
+            _a1111(sampler_name="Euler", scheduler="karras"),
+            True,
+        ),
+        (
+            is_unoffered_sampler,
+            "sampler_name",
+            _a1111(sampler_index="LCM", scheduler="SGM Uniform"),
+            True,
+        ),
+        (
+            is_unoffered_sampler,
+            "sampler_name",
+            _a1111(sampler_name="DPM++ 2M", scheduler="Karras"),
+            False,
+        ),
+        (is_unoffered_sampler, "sampler_name", _a1111(sampler_name="DDIM", scheduler=None), False),
+        (is_unoffered_sampler, "sampler_name", _a1111(scheduler="karras"), False),
+    ],
+)
+def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):
+    """The restated rules against a few inputs each, and against the service's own rule for
+    the same input (a check that drifted from its rule would pass or fail fuzzing wrongly)."""
+    assert holds(case, field) is refused
+    value = sent(case, field)
+    if holds is is_blank:
+        assert text_is_blank(value) is refused
+    elif holds is is_not_a_cursor:
+        with pytest.raises(ValueError) if refused else nullcontext():
+            Cursor.decode(value)
+    elif holds is exceeds_batch_limit:
+        with pytest.raises(PydanticError) if refused else nullcontext():
+            Txt2ImgIn(**case.body)
+    elif holds is is_unoffered_sampler:
+        body = case.body
+        sampler = body.get("sampler_name") or body.get("sampler_index")
+        with pytest.raises(UnknownScheduler) if refused else nullcontext():
+            a1111_scheduler(sampler, body.get("scheduler"))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from imagegen.generation.jobs import CANCELLING
 from tests.support.jobs import cancel_all
 from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
@@ -173,20 +174,52 @@ def test_a_finished_job_streams_its_final_state_once_and_nothing_after_its_id(ap
     assert events_of(app, job_id, last_event_id=again[0].id) == []
 
 
-def test_cancelling_ends_the_stream_with_cancelled(app):
-    job_id = submit(app, **LONG, seed="6")
-    wait_running(app, job_id, min_step=2)
-    result: list[Event] = []
-    reader = threading.Thread(target=lambda: result.extend(events_of(app, job_id)))
+def follow_live(app: AppServer, job_id: str, seen: list[Event], timeout: float = 120) -> None:
+    """`follow`, appending each event to `seen` as it arrives (another thread watches it)."""
+    last_id = None
+    deadline = time.monotonic() + timeout
+    while not seen or seen[-1].name not in FINAL:
+        assert time.monotonic() < deadline, seen
+        with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=last_id) as response:
+            assert response.status_code == 200, response.text
+            for event in read_events(response):
+                seen.append(event)
+        last_id = seen[-1].id if seen else None
+
+
+def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(app):
+    """What a client must see after cancelling a running job: the cancelling phase, then the
+    cancelled state as the stream's last event; no escape for a job that stops unseen. Steps
+    of half a second or more (256x256), and a cancel sent as soon as a step is seen, leave
+    the stream (a 50 ms poll of the store when distributed) most of a step to see the phase
+    before the job stops at that step's end."""
+    job_id = submit(app, **{**LONG, "size": "256x256"}, seed="6")
+    seen: list[Event] = []
+    reader = threading.Thread(target=follow_live, args=(app, job_id, seen), daemon=True)
     reader.start()
-    time.sleep(0.5)
-    assert requests.delete(app.url(f"/jobs/{job_id}")).status_code == 200
-    reader.join(30)
-    assert not reader.is_alive()
-    names = [event.name for event in result]
-    assert names[-1] == "cancelled" and "step" in names
-    cancelling = [e for e in result if e.name == "running" and e.data["phase"].startswith("canc")]
-    assert cancelling or names[-2] == "step"  # the running job may stop before it is seen
+    deadline = time.monotonic() + 120
+    while not any(event.name == "step" for event in seen):
+        assert reader.is_alive() and time.monotonic() < deadline, seen
+        time.sleep(0.005)
+    cancel = requests.delete(app.url(f"/jobs/{job_id}"), timeout=30)
+    assert cancel.status_code == 200, cancel.text
+    answer = cancel.json()
+    reader.join(60)
+    assert not reader.is_alive(), seen
+
+    statuses = [(e.name, e.data["phase"]) for e in seen if e.name != "step"]
+    cancelled = ("cancelled", "cancelled while running")
+    assert statuses[-1] == cancelled and statuses.count(cancelled) == 1, statuses
+    assert seen[-1].data["progress"]["step"] <= answer["progress"]["step"] + 1
+    if answer["state"] == "cancelled":
+        return  # it had stopped before the cancel answered: the stream shows the state
+    # The stream shows the cancelling phase, once, as the last status before cancelled; only
+    # the step then under way (at most one) comes between the two.
+    assert statuses[-2:] == [("running", CANCELLING), cancelled], statuses
+    assert statuses.count(("running", CANCELLING)) == 1, statuses
+    phase_at = max(i for i, e in enumerate(seen) if e.name == "running")
+    assert [e.name for e in seen[phase_at + 1 : -1]] in ([], ["step"]), seen[phase_at:]
+    assert (answer["state"], answer["phase"]) == ("running", CANCELLING), answer
 
 
 def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answers(app):

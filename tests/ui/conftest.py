@@ -2,17 +2,23 @@
 the app under gunicorn on the tiny pipeline. Nothing is downloaded: Playwright launches the
 system's chromium (scripts/system_packages.sh installs it), never a browser of its own.
 
+Every page is held to its app's own origin (the page promises no third-party asset): a request
+to any other origin fails the test, and one off the test machine never leaves the browser. So
+does a Content-Security-Policy violation, which the page's policy turns any such asset into.
+
 Screenshots of each state go to .artifacts/ui/ (kept out of git)."""
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env
@@ -85,27 +91,75 @@ class PageErrors(list):
     """Script errors of the page; a test that ends with any fails."""
 
 
+# The apps under test listen on 127.0.0.1 (tests.support.processes); a request for any other
+# host is aborted in the browser, so nothing the page asks for reaches the network.
+OFF_THE_MACHINE = re.compile(r"^(?!(blob:)?http://127\.0\.0\.1:[0-9]+/|data:)")
+
+
+def origin(url: str) -> str | None:
+    """A URL's origin; a blob: URL's is the page's that made it; a data: URL fetches nothing."""
+    if url.startswith("data:"):
+        return None
+    parts = urlsplit(url.removeprefix("blob:"))
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 @pytest.fixture
 def new_page(browser: Browser) -> Iterator:
     """Opens pages in fresh browser contexts (their own sessionStorage), each watched for
-    script errors, which fail the test."""
+    script errors, for Content-Security-Policy violations and for every request it makes:
+    any error, violation or request to an origin other than the app's own (the one the test
+    navigated to) fails the test."""
     contexts = []
     errors = PageErrors()
+    violations: list[str] = []
+    elsewhere: list[str] = []
 
     def open_page(*, width: int = 1280, height: int = 900) -> Page:
         context = browser.new_context(viewport={"width": width, "height": height})
         context.set_default_timeout(WAIT_MS)
+        context.route(OFF_THE_MACHINE, lambda route: route.abort())
         contexts.append(context)
         page = context.new_page()
+        # The apps the test opened in this page (one, or two one after the other): a set, so
+        # that a request the last page sent while the next one was loading is not counted.
+        own: set[str] = set()
+
+        def watch(request: Request) -> None:
+            if request.is_navigation_request() and request.frame.parent_frame is None:
+                if OFF_THE_MACHINE.match(request.url):
+                    elsewhere.append(f"{request.method} {request.url} (a navigation)")
+                else:
+                    own.add(origin(request.url))
+            elif (where := origin(request.url)) is not None and where not in own:
+                elsewhere.append(f"{request.method} {request.url} (from {page.url})")
+
+        def console(message: ConsoleMessage) -> None:
+            if message.type == "error" and "Content Security Policy" in message.text:
+                violations.append(message.text)
+            elif message.type == "error":
+                errors.append(message.text)
+
+        page.on("request", watch)
         page.on("pageerror", lambda error: errors.append(str(error)))
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("console", console)
         return page
 
     yield open_page
     for context in contexts:
         context.close()
-    # The browser logs every 4xx answer as "Failed to load resource"; refusals are expected.
-    assert not [e for e in errors if not e.startswith("Failed to load resource")], errors
+    problems = {
+        "requests to an origin other than the app's own": elsewhere,
+        "Content-Security-Policy violations": violations,
+        # The browser logs every 4xx answer as "Failed to load resource"; refusals are expected.
+        "script errors": [e for e in errors if not e.startswith("Failed to load resource")],
+    }
+    found = {what: items for what, items in problems.items() if items}
+    if found:
+        pytest.fail(
+            "\n".join(f"{what}:\n  " + "\n  ".join(items) for what, items in found.items()),
+            pytrace=False,
+        )
 
 
 def screenshot(page: Page, name: str, *, full_page: bool = False) -> Path:
