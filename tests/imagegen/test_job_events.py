@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from imagegen.generation.jobs import CANCELLING
+from imagegen.generation.job_board import CANCELLING
 from tests.support.jobs import cancel_all
 from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
