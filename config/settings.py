@@ -4,6 +4,7 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -249,7 +250,8 @@ if (
 if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
     raise ImproperlyConfigured("GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8, min <= max")
 
-LOGGING = {
+# logging.config.dictConfig's schema: values of every kind, nested.
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
