@@ -2,6 +2,7 @@
 
 import math
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -34,9 +35,18 @@ def env_bool(name: str, default: bool) -> bool:
     return value
 
 
+@overload
 def env_int(
     name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
-) -> int:
+) -> int: ...
+@overload
+def env_int(
+    name: str, default: None, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None: ...
+def env_int(
+    name: str, default: int | None, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    """The variable as an integer; unset or empty: default (None: the setting is optional)."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -51,7 +61,12 @@ def env_int(
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+@overload
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float: ...
+@overload
+def env_float(name: str, default: None, *, minimum: float | None = None) -> float | None: ...
+def env_float(name: str, default: float | None, *, minimum: float | None = None) -> float | None:
+    """The variable as a finite number; unset or empty: default (None: the setting is optional)."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default

@@ -54,7 +54,7 @@ def openai_error(status: int, message: str, details: list[dict[str, str]] | None
         kind = "server_error"
     else:
         kind = "rate_limit_error" if status == 429 else "invalid_request_error"
-    error = {
+    error: dict[str, Any] = {
         "message": message,
         "type": kind,
         "param": details[0]["field"] if details else None,

@@ -4,6 +4,7 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -234,14 +235,23 @@ if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")
 if GEN_DEFAULT_GUIDANCE is not None and not 0 <= GEN_DEFAULT_GUIDANCE <= GEN_MAX_GUIDANCE:
     raise ImproperlyConfigured("GEN_DEFAULT_GUIDANCE must be between 0 and GEN_MAX_GUIDANCE")
-if None not in (GEN_DEFAULT_STEPS, GEN_STEPS_CAP) and GEN_DEFAULT_STEPS > GEN_STEPS_CAP:
+if (
+    GEN_DEFAULT_STEPS is not None
+    and GEN_STEPS_CAP is not None
+    and GEN_DEFAULT_STEPS > GEN_STEPS_CAP
+):
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be at most GEN_STEPS_CAP")
-if None not in (GEN_DEFAULT_GUIDANCE, GEN_GUIDANCE_CAP) and GEN_DEFAULT_GUIDANCE > GEN_GUIDANCE_CAP:
+if (
+    GEN_DEFAULT_GUIDANCE is not None
+    and GEN_GUIDANCE_CAP is not None
+    and GEN_DEFAULT_GUIDANCE > GEN_GUIDANCE_CAP
+):
     raise ImproperlyConfigured("GEN_DEFAULT_GUIDANCE must be at most GEN_GUIDANCE_CAP")
 if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
     raise ImproperlyConfigured("GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8, min <= max")
 
-LOGGING = {
+# logging.config.dictConfig's schema: values of every kind, nested.
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},

@@ -5,6 +5,7 @@ the image service's jobs, records and manifests use the same form so clients par
 """
 
 from datetime import UTC, datetime
+from typing import overload
 
 
 def utc_now() -> datetime:
@@ -12,6 +13,12 @@ def utc_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+@overload
+def iso_ms(moment: datetime) -> str: ...
+@overload
+def iso_ms(moment: None) -> None: ...
+@overload
+def iso_ms(moment: datetime | None) -> str | None: ...
 def iso_ms(moment: datetime | None) -> str | None:
     """2026-11-22T07:46:15.728Z"""
     if moment is None:

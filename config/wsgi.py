@@ -2,11 +2,13 @@
 
 import logging
 import os
+from wsgiref.types import WSGIApplication
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_wsgi_application()
+# What gunicorn calls: Django's handler, then the same wrapped in ChunkedBodies.
+application: WSGIApplication = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402
 

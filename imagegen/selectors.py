@@ -119,8 +119,8 @@ class BatchProgress:
 
 def client_progress(*, client: str) -> BatchProgress:
     mine = client_jobs(client=client)
-    current = next((job.batch for job in mine if job.state not in FINISHED), None)
-    views = [job for job in mine if current and job.batch == current]
+    batch = next((job.batch for job in mine if job.state not in FINISHED), None)
+    views = [job for job in mine if batch and job.batch == batch]
     if not views:
         return BatchProgress(
             jobs=[], done=0, current=None, fraction=0.0, eta_seconds=None, interrupted=False

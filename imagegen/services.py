@@ -48,6 +48,12 @@ def _failure(job: JobView) -> ServiceError:
     return job.failure or JobFailed(job.error)
 
 
+def _image(job: JobView) -> ImageRecord:
+    """A succeeded job's image: every board sets it with the state (execution.run_job)."""
+    assert job.image is not None, f"job {job.id} succeeded without its image"
+    return job.image
+
+
 def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
     """Waits for the job's image. A client that stops waiting (the timeout) has its job
     cancelled, since nobody will collect the image; a job that finished in the meantime
@@ -64,7 +70,7 @@ def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
         raise JobCancelled()
     if job.state is JobState.FAILED:
         raise _failure(job)
-    return job.image
+    return _image(job)  # neither queued, running, cancelled nor failed: succeeded
 
 
 def generation_run(
@@ -226,7 +232,7 @@ def generation_run_shared(
         if stopped := _cancel_unfinished(jobs):
             raise BatchTimeout(stopped, cancelled=True)
         jobs = _views(run.jobs)  # every one finished just now
-    return [job.image for job in jobs if job.state is JobState.SUCCEEDED]
+    return [_image(job) for job in jobs if job.state is JobState.SUCCEEDED]
 
 
 def generation_interrupt(*, client: str, running_only: bool = False) -> list[str]:

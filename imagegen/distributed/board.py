@@ -69,7 +69,9 @@ class RedisJobBoard:
         except (OperationalError, redis.RedisError):
             self.jobs.forget(job_id)
             raise
-        return self.lookup(job_id)
+        view = self.lookup(job_id)
+        assert view is not None, f"job {job_id} was queued and is gone"  # only forget removes it
+        return view
 
     def lookup(self, job_id: str) -> JobView | None:
         return self.jobs.view(job_id)

@@ -13,6 +13,7 @@ import json
 import redis
 from redis.lock import Lock
 
+from imagegen.distributed.store import decoded
 from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished
 
 RUN = "imagegen:run:{key}"
@@ -43,14 +44,18 @@ class RedisRuns:
             run = None
             if stored:
                 jobs = json.loads(stored[b"jobs"])
-                run = SharedRun(key, jobs, stored[b"token"].decode())
+                run = SharedRun(key, jobs, decoded(stored[b"token"]))
             with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
                 if run is None or not unfinished(run.jobs):
                     run = SharedRun(key, submit())
-                    stored = {"token": run.token, "jobs": json.dumps(run.jobs)}
-                    pipe.hset(run_key, mapping=stored)  # both fields: the old run's are gone
+                    # Both fields: the old run's are gone.
+                    pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
                 waiters = WAITERS.format(token=run.token)
-                pipe.incr(waiters).expire(waiters, self.ttl).expire(run_key, self.ttl).execute()
+                # One call a line: redis-py types a pipeline's commands as the client's.
+                pipe.incr(waiters)
+                pipe.expire(waiters, self.ttl)
+                pipe.expire(run_key, self.ttl)
+                pipe.execute()
         return run
 
     def leave(self, run: SharedRun) -> bool:

@@ -24,7 +24,7 @@ import threading
 
 import redis
 
-from imagegen.distributed.store import PULLS, WORKERS, worker_key
+from imagegen.distributed.store import PULLS, WORKERS, decoded, worker_key
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
 from imagegen.model.loader import ModelLoader
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def live_workers(client: redis.Redis) -> list[dict]:
     """The workers whose heartbeat is there (the others are removed from the list)."""
-    names = sorted(name.decode() for name in client.smembers(WORKERS))
+    names = sorted(decoded(name) for name in client.smembers(WORKERS))
     if not names:
         return []
     values = client.mget([worker_key(name) for name in names])

@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -183,6 +183,12 @@ return 1
 """
 
 
+def decoded(reply: bytes | str) -> str:
+    """A string reply as str. The client decodes no replies (connection.redis_client), so it is
+    bytes; redis-py types a reply `bytes | str` whichever way a client is set."""
+    return reply.decode() if isinstance(reply, bytes) else reply
+
+
 def now_text() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -259,7 +265,7 @@ class JobStore:
         keep: int,
     ) -> bool:
         """Queues the job unless the shared queue is full; False when it is."""
-        fields = {
+        fields: dict[str, str | int] = {
             "id": job_id,
             "request": request.model_dump_json(),
             "owner": owner or "",
@@ -277,7 +283,11 @@ class JobStore:
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
         with self.redis.pipeline() as pipe:
-            pipe.zrem(QUEUED, job_id).zrem(RECENT, job_id).lrem(UNFINISHED, 0, job_id)
+            # One call a line: redis-py types a pipeline's commands as the client's (their
+            # replies), not as the pipeline they return.
+            pipe.zrem(QUEUED, job_id)
+            pipe.zrem(RECENT, job_id)
+            pipe.lrem(UNFINISHED, 0, job_id)
             pipe.delete(job_key(job_id))
             pipe.execute()
 
@@ -312,7 +322,10 @@ class JobStore:
     def recent_ids(self, limit: int | None = None) -> list[str]:
         """Newest first."""
         end = -1 if limit is None else limit - 1
-        return [i.decode() for i in self.redis.zrevrange(RECENT, 0, end)]
+        # Member names only (no WITHSCORES), undecoded (see decoded); redis-py's type for every
+        # form of the reply also holds (member, score) pairs.
+        members = cast(list[bytes], self.redis.zrevrange(RECENT, 0, end))
+        return [i.decode() for i in members]
 
     def fail_lost(self, job_id: str) -> bool:
         message = (
@@ -326,9 +339,11 @@ class JobStore:
     def _read(self, job_ids: list[str]) -> list[tuple[dict, int | None, bool]]:
         with self.redis.pipeline(transaction=True) as pipe:
             for job_id in job_ids:
-                pipe.hgetall(job_key(job_id)).zrank(QUEUED, job_id).exists(beat_key(job_id))
+                pipe.hgetall(job_key(job_id))
+                pipe.zrank(QUEUED, job_id)
+                pipe.exists(beat_key(job_id))
             replies = pipe.execute()
-        return [tuple(replies[i : i + 3]) for i in range(0, len(replies), 3)]  # type: ignore[misc]
+        return [(replies[i], replies[i + 1], replies[i + 2]) for i in range(0, len(replies), 3)]
 
     # -- the worker side --------------------------------------------------------------------
 
@@ -340,10 +355,12 @@ class JobStore:
             return None
         job_id = job_id.decode()
         request, created = self.redis.hmget(job_key(job_id), "request", "created_at")
+        if request is None or created is None:  # add writes both; only forget removes them
+            raise LookupError(f"job {job_id} was claimed without its request")
         return Claimed(
             job_id=job_id,
             request=GenerationRequest.model_validate_json(request),
-            created_at=datetime.fromisoformat(created.decode()),
+            created_at=datetime.fromisoformat(decoded(created)),
             started_at=datetime.fromisoformat(now),
         )
 
@@ -366,8 +383,13 @@ def _text(fields: dict, name: str) -> str | None:
     return value.decode() if value else None
 
 
+def _field(fields: dict, name: str) -> str:
+    """A field every job's hash has from the start (add writes it)."""
+    return fields[name.encode()].decode()
+
+
 def _view(fields: dict, rank: int | None) -> JobView:
-    state = JobState(_text(fields, "state"))
+    state = JobState(_field(fields, "state"))
     started, finished = _time(_text(fields, "started_at")), _time(_text(fields, "finished_at"))
     denoise_started = _text(fields, "denoise_started")  # the worker's wall clock
     progress = job_progress(
@@ -384,13 +406,13 @@ def _view(fields: dict, rank: int | None) -> JobView:
         phase = CANCELLING
     image = _text(fields, "image")
     return JobView(
-        id=_text(fields, "id"),
+        id=_field(fields, "id"),
         state=state,
         position=rank + 1 if state is JobState.QUEUED and rank is not None else None,
         phase=phase,
         progress=progress,
-        parameters=GenerationRequest.model_validate_json(_text(fields, "request")),
-        created_at=_time(_text(fields, "created_at")),
+        parameters=GenerationRequest.model_validate_json(_field(fields, "request")),
+        created_at=datetime.fromisoformat(_field(fields, "created_at")),
         started_at=started,
         finished_at=finished,
         error=_text(fields, "error"),

@@ -61,7 +61,7 @@ class _StoreReport:
         self._write(steps=steps, phase="denoising", denoise_started=repr(time.time()))
 
     def step(self, done: int, total: int) -> None:
-        fields = {"step": done, "steps": total}
+        fields: dict[str, int | str] = {"step": done, "steps": total}
         if done == total:
             fields["phase"] = "decoding"
         if self._write(**fields) != 0:  # cancelled, or found lost: it stops here either way

@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +104,7 @@ def job_event_stream(
     describe: Callable[[JobView], dict[str, Any]],
     life: float,
     keepalive: float,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The bytes of one stream. A new one (no `seen`) starts with the job as it is now; one
     resumed from `seen` sends what the client missed. It ends after the final state, after
     `life` seconds (the client resumes), or when the job is gone; a comment goes out after
@@ -134,7 +134,7 @@ class ClosingStream:
     it: it ended, the client left, or it never started (Django closes the response in every
     case; a generator that never started would skip its own `finally`)."""
 
-    def __init__(self, chunks: Iterator[bytes], on_close: Callable[[], None]) -> None:
+    def __init__(self, chunks: Generator[bytes, None, None], on_close: Callable[[], None]) -> None:
         self._chunks = chunks
         self._on_close = on_close
 

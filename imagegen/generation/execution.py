@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class Report(Protocol):
-    """Where a running generation's progress goes, and how it learns to stop."""
+    """Where a running generation's progress goes, and how it learns to stop. mypy checks
+    both (jobs._LocalReport, distributed.worker._StoreReport) where each is passed to run_job."""
 
     def stop_requested(self) -> bool: ...
 

@@ -99,7 +99,8 @@ class JobView:
 
 
 class JobBoard(Protocol):
-    """The job calls of a web process, in either job mode."""
+    """The job calls of a web process, in either job mode. mypy checks both boards (JobQueue,
+    RedisJobBoard) against it where imagegen.backend.jobs() returns them."""
 
     @property
     def rules(self) -> GenerationRules:

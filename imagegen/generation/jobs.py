@@ -75,7 +75,7 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
 
     def progress(self) -> JobProgress:
-        denoising = self.denoise_started is not None
+        denoise_started = self.denoise_started
         return job_progress(
             state=self.state,
             step=self.step,
@@ -83,7 +83,9 @@ class Job:
             started_at=self.started_at,
             finished_at=self.finished_at,
             now=utc_now(),
-            denoise_seconds=time.monotonic() - self.denoise_started if denoising else None,
+            denoise_seconds=(
+                None if denoise_started is None else time.monotonic() - denoise_started
+            ),
         )
 
 
@@ -256,6 +258,7 @@ class JobQueue:
                     gc.collect()
 
     def _run(self, job: Job) -> None:
+        assert job.started_at is not None, "a job runs once _work has started it"
         outcome = run_job(
             job_id=job.id,
             loader=self.loader,

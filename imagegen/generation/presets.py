@@ -162,6 +162,8 @@ class GenerationRules:
         if scheduler is None:
             scheduler = self.scheduler
         elif self.schedulers is not None and scheduler not in self.schedulers:
+            # Only a preset limits the schedulers, and then `scheduler` is set (generation_rules).
+            assert self.scheduler is not None, "limited schedulers without a default one"
             adjusted.append(Adjustment(field="scheduler", asked=scheduler, applied=self.scheduler))
             scheduler = self.scheduler
         steps_cap = _lowest(self.max_steps, _scheduler_max_steps(scheduler))

@@ -69,15 +69,18 @@ def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> Gene
 def resolve(
     pipe: Any, request: GenerationRequest, *, model_id: str, revision: str | None
 ) -> GenerationParameters:
+    steps, guidance, seed = request.steps, request.guidance, request.seed
+    if steps is None or guidance is None or seed is None:
+        raise ValueError("resolve takes a request with its defaults (with_defaults)")
     width, height = request.size or native_size(pipe)
     return GenerationParameters(
         prompt=request.prompt,
         negative_prompt=request.negative_prompt,
-        steps=request.steps,
-        guidance=request.guidance,
+        steps=steps,
+        guidance=guidance,
         width=width,
         height=height,
-        seed=request.seed,
+        seed=seed,
         # The chosen name, or the model's own scheduler's class name when none was chosen
         # (as every record before names were offered).
         scheduler=request.scheduler or type(pipe.scheduler).__name__,

@@ -24,6 +24,9 @@ class SharedRun:
 
 
 class RunRegistry(Protocol):
+    """mypy checks both (LocalRuns, RedisRuns) against it where imagegen.backend.runs()
+    returns them."""
+
     def join_or_submit(self, key: str, submit: Submit, unfinished: Unfinished) -> SharedRun: ...
 
     def leave(self, run: SharedRun) -> bool: ...

@@ -15,8 +15,8 @@ CGROUP = Path("/sys/fs/cgroup")
 def cgroup_quota(root: Path = CGROUP) -> float | None:
     """CPUs allowed by the cgroup (v2 `cpu.max`, else v1 CFS quota); None when unlimited."""
     try:
-        quota, period = (root / "cpu.max").read_text().split()
-        return None if quota == "max" else int(quota) / int(period)
+        limit, interval = (root / "cpu.max").read_text().split()
+        return None if limit == "max" else int(limit) / int(interval)
     except (OSError, ValueError):
         pass
     try:

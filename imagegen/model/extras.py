@@ -50,9 +50,18 @@ class Extras:
     decoder: DecoderRecord | None = None
 
 
+def commit_of(api: HfApi, repo: str, revision: str) -> str:
+    """The commit `revision` of `repo` is at. huggingface_hub types ModelInfo.sha as optional
+    (its dataclass takes any answer), but the hub's answer for a revision names its commit."""
+    sha = api.model_info(repo, revision=revision).sha
+    if sha is None:
+        raise OSError(f"the hub named no commit for {repo}@{revision}")
+    return sha
+
+
 def _commit(api: HfApi, repo: str, setting: str) -> str:
     try:
-        return api.model_info(repo, revision="main").sha
+        return commit_of(api, repo, "main")
     except GatedRepoError as exc:
         raise ExtraNotFound(f"{setting}: {repo} is gated: accept its terms, set HF_TOKEN") from exc
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
@@ -185,10 +186,12 @@ def download_patterns(
         for folder in map(posixpath.dirname, filter_model_files(filenames))
         if folder in components
     }
+    # The ignores: diffusers annotates these two list[str], and passes sets itself (0.42's
+    # DiffusionPipeline.download, whose call this is).
     ignore = _get_ignore_patterns(
         passed_components=[],
-        model_folder_names=model_folders,
-        model_filenames=filenames,
+        model_folder_names=model_folders,  # type: ignore[arg-type]
+        model_filenames=filenames,  # type: ignore[arg-type]
         use_safetensors=True,
         allow_pickle=False,
         use_onnx=False,
@@ -196,7 +199,11 @@ def download_patterns(
         use_flashpack=False,
         variant=variant,
     )
-    model_files, _ = variant_compatible_siblings(filenames, variant=variant, ignore_patterns=ignore)
+    # Annotated `list[os.PathLike] | str` in diffusers; it returns (usable, variant) name sets.
+    model_files, _ = cast(
+        tuple[set[str], set[str]],
+        variant_compatible_siblings(filenames, variant=variant, ignore_patterns=ignore),
+    )
     allow = [
         *model_files,
         *(f"{c}/*" for c in sorted(components - model_folders)),  # tokenizers, schedulers
@@ -301,7 +308,7 @@ def download_to_share(
     MODEL_ADAPTERS or VAE_DECODER only the new files travel. `pull_model --force` passes
     reuse=False."""
     api = HfApi(endpoint=source.endpoint, token=source.token)
-    commit = api.model_info(source.model_id, revision=source.revision).sha
+    commit = extras.commit_of(api, source.model_id, source.revision)
     entries = api.list_repo_tree(source.model_id, revision=commit, recursive=True)
     repo_files = [_model_file(e) for e in entries if isinstance(e, RepoFile)]
     path = source.path

@@ -109,9 +109,11 @@ def decode_in_tiles_of(vae, side: int) -> None:
     (AutoencoderTiny) has tiles of its own and a small peak: left as it is."""
     from diffusers import AutoencoderKL
 
-    if isinstance(vae, AutoencoderKL) and side < vae.tile_sample_min_size:
-        scale = 2 ** (len(vae.config.block_out_channels) - 1)
-        vae.tile_sample_min_size, vae.tile_latent_min_size = side, side // scale
+    # The ignores: diffusers' __init__ gives type checkers AutoencoderKL as its dummy placeholder
+    # (diffusers.utils.dummy_pt_objects), which has none of the model's attributes.
+    if isinstance(vae, AutoencoderKL) and side < vae.tile_sample_min_size:  # type: ignore[attr-defined]
+        scale = 2 ** (len(vae.config.block_out_channels) - 1)  # type: ignore[attr-defined]
+        vae.tile_sample_min_size, vae.tile_latent_min_size = side, side // scale  # type: ignore[attr-defined]
 
 
 def native_size(pipe) -> tuple[int, int]:

@@ -81,7 +81,8 @@ class ModelStatus(BaseModel):
 
 
 class ModelHandle(Protocol):
-    """What POST /model/pull, GET /model/status and a job's submission act on."""
+    """What POST /model/pull, GET /model/status and a job's submission act on. mypy checks
+    both (ModelLoader, SharedModel) against it where imagegen.backend.models() returns them."""
 
     def pull(self) -> bool:
         """Starts acquiring and loading the model; False when it is ready already."""

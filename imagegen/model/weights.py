@@ -163,7 +163,8 @@ def read_safetensors(path: Path, dtype: torch.dtype):
                 yield e.name, block[starts[e.name] : starts[e.name] + e.count].view(e.shape)
             else:
                 raw = torch.empty(e.length, dtype=torch.uint8)
-                _pread_exactly(f, memoryview(raw.numpy()), e.offset)
+                # .data: memoryview(array), typed (numpy's types give arrays __buffer__ on 3.12+)
+                _pread_exactly(f, raw.numpy().data, e.offset)
                 yield e.name, raw.view(e.stored).reshape(e.shape)
 
 
@@ -171,7 +172,7 @@ def read_entry(f, entry: Entry, dtype: torch.dtype) -> torch.Tensor:
     """One tensor of an open safetensors file (see read_header): floating point cast to
     `dtype`, the others as stored. For reading a file a few tensors at a time."""
     raw = torch.empty(entry.length, dtype=torch.uint8)
-    _pread_exactly(f, memoryview(raw.numpy()), entry.offset)
+    _pread_exactly(f, raw.numpy().data, entry.offset)
     tensor = raw.view(entry.stored).reshape(entry.shape)
     return tensor.to(dtype) if entry.stored in FLOATS else tensor
 
@@ -184,7 +185,7 @@ def _cast_chunks(f, chunks: list[Chunk], block: torch.Tensor) -> None:
     def read(index: int) -> torch.Tensor:
         offset, length, _, _ = chunks[index]
         raw = buffers[index % 2][:length]
-        _pread_exactly(f, memoryview(raw.numpy()), offset)
+        _pread_exactly(f, raw.numpy().data, offset)
         os.posix_fadvise(f.fileno(), offset, length, os.POSIX_FADV_DONTNEED)
         return raw
 

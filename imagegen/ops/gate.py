@@ -168,7 +168,7 @@ def wait_until_ready(
 ) -> dict:
     deadline = time.monotonic() + timings.timeout
     unanswered = 0
-    state = "no answer"
+    state: str | None = "no answer"  # the last answer's state (None: it had none)
     while True:
         try:
             status = read_status(client)
