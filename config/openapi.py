@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from config.errors import is_todo_path
+
 
 def plain_optional(schema: dict[str, Any]) -> None:
     """A field's JSON schema without its null option and null default (pydantic calls this)."""
@@ -57,30 +59,35 @@ def declare_method_not_allowed(schema: dict[str, Any]) -> None:
     """Adds the 405 every path answers to a method it does not take (config.middleware), in
     the error shape of the path's own routes (the todo envelope, the image service's or
     OpenAI's error object): the shape of the operation's first declared 4xx answer."""
-    for operations in schema.get("paths", {}).values():
+    for path, operations in schema.get("paths", {}).items():
+        fallback = _TODO_ERROR if is_todo_path(path) else _PLAIN_ERROR
         for operation in operations.values():
             responses = operation.get("responses", {})
             shaped = next(
                 (r for code, r in sorted(responses.items()) if str(code).startswith("4")), None
             )
-            content = shaped["content"] if shaped and "content" in shaped else _PLAIN_ERROR
+            content = shaped["content"] if shaped and "content" in shaped else fallback
             if 405 not in responses and "405" not in responses:
                 responses[405] = {"description": METHOD_NOT_ALLOWED, "content": content}
 
 
-# The image service's error object, for its routes that declare no other error (/health).
+# The error shapes of routes that declare no other error (/health; the todos' version at /).
+_MESSAGE = {
+    "type": "object",
+    "required": ["message"],
+    "properties": {"message": {"type": "string"}},
+}
 _PLAIN_ERROR = {
+    "application/json": {
+        "schema": {"type": "object", "required": ["error"], "properties": {"error": _MESSAGE}}
+    }
+}
+_TODO_ERROR = {
     "application/json": {
         "schema": {
             "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["message"],
-                    "properties": {"message": {"type": "string"}},
-                }
-            },
+            "required": ["data", "error"],
+            "properties": {"data": {"type": "null"}, "error": _MESSAGE},
         }
     }
 }

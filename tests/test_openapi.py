@@ -136,3 +136,20 @@ def test_the_index_lists_every_route_of_the_image_service(client):
     }
     assert declared <= listed
     assert listed - declared == {("GET", "/api/docs"), ("GET", "/api/openapi.json")}
+
+
+def test_the_todo_version_route_declares_its_405_in_the_todo_envelope():
+    schema = SCHEMA["paths"]["/"]["get"]["responses"]["405"]["content"]["application/json"]
+    assert schema["schema"]["required"] == ["data", "error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "fields"),
+    [
+        ("/sdapi/v1/sd-models", "SdModel", {"sha256", "config"}),
+        ("/sdapi/v1/samplers", "Sampler", {"aliases", "options"}),
+        ("/sdapi/v1/schedulers", "ScheduleType", {"aliases", "default_rho", "need_inner_model"}),
+    ],
+)
+def test_a1111_lists_declare_every_key_they_always_send_as_required(path, name, fields):
+    assert fields <= set(SCHEMA["components"]["schemas"][name]["required"])

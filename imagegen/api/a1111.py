@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
 from ninja.errors import ValidationError
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from config.auth import client_identity, token_or_basic_required
 from config.version import app_version
@@ -50,8 +50,12 @@ SAMPLER_RULE = (
 )
 # The documented names (the mapping also takes any case, `_` for a space, and the older
 # combined and k_ names): what a client picks from, and all a fuzzer sends.
-SAMPLER_NAMES = [*A1111_SAMPLERS, None]
-SCHEDULE_NAMES = [*A1111_SCHEDULES, *(s.lower().replace(" ", "_") for s in A1111_SCHEDULES), None]
+SAMPLER_NAMES: list[JsonValue] = [*A1111_SAMPLERS, None]
+SCHEDULE_NAMES: list[JsonValue] = [
+    *A1111_SCHEDULES,
+    *(s.lower().replace(" ", "_") for s in A1111_SCHEDULES),
+    None,
+]
 
 
 def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[str, Any]:
@@ -159,7 +163,9 @@ class OptionsIn(Schema):
 
     model_config = ConfigDict(extra="ignore")
 
-    sd_model_checkpoint: str | None = Field(None, json_schema_extra={"enum": model_titles()})
+    sd_model_checkpoint: str | None = Field(
+        None, json_schema_extra={"enum": list[JsonValue](model_titles())}
+    )
 
     @field_validator("sd_model_checkpoint")
     @classmethod
@@ -181,23 +187,23 @@ class SdModel(Schema):
     title: str
     model_name: str
     hash: str | None
-    sha256: str | None = None
+    sha256: str | None
     filename: str
-    config: str | None = None
+    config: str | None
 
 
 class Sampler(Schema):
     name: str
-    aliases: list[str] = []
-    options: dict[str, str] = {}
+    aliases: list[str]
+    options: dict[str, str]
 
 
 class ScheduleType(Schema):
     name: str
     label: str
-    aliases: list[str] | None = None
-    default_rho: int = -1
-    need_inner_model: bool = False
+    aliases: list[str] | None
+    default_rho: int
+    need_inner_model: bool
 
 
 def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
@@ -335,7 +341,9 @@ def sd_models(request: HttpRequest):
             title=status.model_id,
             model_name=model_titles()[-1],
             hash=status.commit[:10] if status.commit else None,
+            sha256=None,
             filename=status.model_path,
+            config=None,
         )
     ]
 
@@ -357,14 +365,17 @@ def _empty(path: str, what: str) -> None:
 @router.get("/samplers", auth=auth, response={200: list[Sampler], **errors()})
 def samplers(request: HttpRequest):
     """The A1111 sampler names txt2img maps onto this service's schedulers."""
-    return [Sampler(name=name) for name in A1111_SAMPLERS]
+    return [Sampler(name=name, aliases=[], options={}) for name in A1111_SAMPLERS]
 
 
 @router.get("/schedulers", auth=auth, response={200: list[ScheduleType], **errors()})
 def schedulers(request: HttpRequest):
     """A1111's schedule types (Karras and SGM Uniform not with every sampler)."""
-    return [ScheduleType(name=label.lower().replace(" ", "_"), label=label)
-            for label in A1111_SCHEDULES]  # fmt: skip
+    return [
+        ScheduleType(name=label.lower().replace(" ", "_"), label=label, aliases=None,
+                     default_rho=-1, need_inner_model=False)
+        for label in A1111_SCHEDULES
+    ]  # fmt: skip
 
 
 for _path, _what in [

@@ -50,7 +50,7 @@ def route_entries() -> list[RouteEntry]:
         RouteEntry(
             method="GET", path=str(api.docs_url), description="interactive API documentation"
         ),
-        RouteEntry(method="GET", path=api.openapi_url, description="OpenAPI schema"),
+        RouteEntry(method="GET", path=str(api.openapi_url), description="OpenAPI schema"),
     ]
 
 
@@ -60,7 +60,7 @@ def index(request: HttpRequest):
         service="imagegen",
         version=app_version(),
         docs=str(api.docs_url),
-        openapi=api.openapi_url,
+        openapi=str(api.openapi_url),
         routes=route_entries(),
         generation=selectors.generation_rules(),
     )

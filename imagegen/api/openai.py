@@ -19,7 +19,7 @@ from config.openapi import png_answer
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors
 from imagegen.api.protocol import png_base64, run_for_client
-from imagegen.api.schemas import PROMPT_MAX, check_size, size_pattern
+from imagegen.api.schemas import PROMPT_MAX, check_size, parse_size, size_pattern
 from imagegen.api.schemas import errors as declared_errors
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -88,13 +88,12 @@ class ImageGenerationIn(Schema):
         return check_size(value)
 
     def to_request(self) -> GenerationRequest:
-        size = tuple(int(side) for side in self.size.split("x")) if self.size else None
         return GenerationRequest(
             prompt=self.prompt,
             negative_prompt=self.negative_prompt or None,
             steps=self.steps,
             guidance=self.guidance_scale,
-            size=size,
+            size=parse_size(self.size) if self.size else None,
             seed=self.seed,
         )
 

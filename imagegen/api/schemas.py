@@ -55,6 +55,12 @@ def check_size(value: str) -> str:
     return f"{match.group(1)}x{match.group(2)}"
 
 
+def parse_size(checked: str) -> tuple[int, int]:
+    """The (width, height) of a size check_size passed."""
+    width, height = checked.lower().split("x")
+    return int(width), int(height)
+
+
 def _size_schema(schema: dict[str, Any]) -> None:
     plain_optional(schema)
     schema["pattern"] = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)
@@ -141,7 +147,7 @@ class GenerateForm(Schema):
         return None if value is None else check_size(value)
 
     @classmethod
-    def unknown_fields(cls, names: list[str], files: list[str]) -> list[dict[str, str]]:
+    def unknown_fields(cls, names: list[str], files: list[str]) -> list[dict[str, Any]]:
         """Pydantic errors for form fields this schema does not have (Ninja drops them), and
         for file parts, which no field of this form takes."""
         return [
@@ -155,14 +161,13 @@ class GenerateForm(Schema):
         ]  # fmt: skip
 
     def to_request(self) -> GenerationRequest:
-        size = tuple(int(s) for s in self.size.split("x")) if self.size else None
         return GenerationRequest(
             prompt=self.prompt,
             negative_prompt=self.negative_prompt,
             steps=self.steps,
             guidance=self.guidance,
             scheduler=self.scheduler,
-            size=size,
+            size=parse_size(self.size) if self.size else None,
             seed=self.seed,
             force_cpu=self.force_cpu,
         )
