@@ -15,7 +15,7 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env
-from tests.support.processes import ROOT, AppServer, free_port
+from tests.support.processes import AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
 
 
@@ -87,17 +87,3 @@ def start_app(tmp_path: Path, model_env: dict[str, str]) -> Iterator[Callable[..
     yield start
     for app in started:
         app.stop()
-
-
-# Packages whose apps are package-scoped fixtures: all their tests on one xdist worker.
-WHOLE_PACKAGES = {"protocols", "ui"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, as scripts/test runs it) each test file runs
-    whole on one worker, and so does each package of WHOLE_PACKAGES, so no module- or
-    package-scoped app is started on both workers."""
-    for item in items:
-        parts = item.path.relative_to(ROOT / "tests").parts
-        group = parts[0] if parts[0] in WHOLE_PACKAGES else "/".join(parts)
-        item.add_marker(pytest.mark.xdist_group(group))

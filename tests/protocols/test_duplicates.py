@@ -1,7 +1,7 @@
 """Clients of these protocols wait, and retry: a retry or an identical request that arrives
 while its twin is queued or running joins that job instead of queueing the work again; a
 request that cannot succeed by retrying says so (x-should-retry: false). Against the open
-app (GEN_SYNC_TIMEOUT 10 s), with a long job holding the worker so that what is submitted
+app (GEN_SYNC_TIMEOUT 15 s), with a long job holding the worker so that what is submitted
 waits in the queue for as long as a test needs."""
 
 import base64
@@ -79,7 +79,7 @@ def stored_png(app: AppServer, job: dict) -> bytes:
 def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(app):
     blocker = start_blocker(app)
     attempts: list[str] = []
-    client = sdk(app, attempts, timeout=4, max_retries=3)
+    client = sdk(app, attempts, timeout=8, max_retries=3)
     call = Call(client.images.generate, prompt="dup retry", size="64x64", extra_body={"seed": 5})
     wait_until(lambda: len(attempts) >= 2, timeout=30)  # the first attempt timed out
     time.sleep(0.5)  # the retry reaches the service, which has the job queued still
