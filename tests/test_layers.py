@@ -5,6 +5,9 @@ every change to either side then drags the other along. Read from the source wit
 import counted, the ones inside functions too."""
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.support.processes import ROOT
@@ -142,3 +145,30 @@ def test_only_the_backend_chooses_the_job_mode():
 def test_the_circle_finder_finds_a_circle():
     """The check above can fail: a graph with a circle is reported."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+BUILD_BACKEND = """
+import sys, django
+django.setup()
+from imagegen import backend
+backend.jobs(), backend.models(), backend.runs()
+print(sorted(m for m in sys.modules if m.startswith("imagegen.distributed")))
+"""
+
+
+def test_the_in_process_backend_imports_no_distributed_module():
+    """backend.py imports the distributed modules only when JOB_BROKER_URL chooses them."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DEVICE": "cpu"}
+    env.pop("JOB_BROKER_URL", None)
+    run = subprocess.run(
+        [sys.executable, "-c", BUILD_BACKEND], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
+
+
+def test_the_test_command_type_checks_and_ends_with_the_slowest_tests():
+    """README: ./scripts/test runs mypy (failing on its report) and prints the 25 slowest."""
+    script = (ROOT / "scripts" / "test").read_text()
+    assert 'if ! report="$(mypy 2>&1)"; then echo "$report" >&2; exit 1; fi' in script
+    assert 'exec python -m pytest --durations=25 "$@"' in script

@@ -34,44 +34,6 @@ class Report(Protocol):
     def phase(self, text: str) -> None: ...
 
 
-def generate(
-    *,
-    loader: ModelLoader,
-    store: ImageStore,
-    request: GenerationRequest,
-    queued_seconds: float,
-    load_timeout: float,
-    report: Report,
-) -> ImageRecord:
-    """Loads the model if this process has not (bounded by `load_timeout`), renders, and
-    stores the PNG and its record. Raises Cancelled, a ServiceError (the model) or whatever
-    the pipeline raised."""
-    started = time.monotonic()
-    pipe: Any = loader.pipeline(load_timeout)
-    if report.stop_requested():
-        raise Cancelled()
-    model_wait = time.monotonic() - started
-    parameters = resolve(
-        pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
-    )
-    report.denoising(parameters.steps)
-    denoise_started = time.monotonic()
-    device = "cpu" if request.force_cpu else loader.device
-    rendered = render(pipe, parameters, device=device, home=loader.device, on_step=report.step)
-    generation = time.monotonic() - denoise_started
-    report.phase("saving")
-    encoding = time.monotonic()
-    png = png_bytes(rendered.image, parameters)
-    timings = {
-        "queued_seconds": queued_seconds,
-        "model_wait_seconds": model_wait,
-        "generation_seconds": generation,
-        **rendered.stages,
-        "png_seconds": time.monotonic() - encoding,
-    }
-    return store.save(png, parameters, device=device, timings=timings)
-
-
 @dataclass(frozen=True)
 class Outcome:
     """How a job ended, as both job modes record it."""
@@ -93,18 +55,35 @@ def run_job(
     load_timeout: float,
     report: Report,
 ) -> Outcome:
-    """generate(), with every way it can end turned into the job's outcome: a cancel, a
-    ServiceError (its message and status kept for the waiting request) or any other error
+    """Loads the model if this process has not (bounded by `load_timeout`), renders, and
+    stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
+    a ServiceError (its message and status kept for the waiting request) or any other error
     (logged here, its first line for the client)."""
     try:
-        image = generate(
-            loader=loader,
-            store=store,
-            request=request,
-            queued_seconds=queued_seconds,
-            load_timeout=load_timeout,
-            report=report,
+        started = time.monotonic()
+        pipe: Any = loader.pipeline(load_timeout)
+        if report.stop_requested():
+            raise Cancelled()
+        model_wait = time.monotonic() - started
+        parameters = resolve(
+            pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
         )
+        report.denoising(parameters.steps)
+        denoise_started = time.monotonic()
+        device = "cpu" if request.force_cpu else loader.device
+        rendered = render(pipe, parameters, device=device, home=loader.device, on_step=report.step)
+        generation = time.monotonic() - denoise_started
+        report.phase("saving")
+        encoding = time.monotonic()
+        png = png_bytes(rendered.image, parameters)
+        timings = {
+            "queued_seconds": queued_seconds,
+            "model_wait_seconds": model_wait,
+            "generation_seconds": generation,
+            **rendered.stages,
+            "png_seconds": time.monotonic() - encoding,
+        }
+        image = store.save(png, parameters, device=device, timings=timings)
         return Outcome(JobState.SUCCEEDED, "done", image=image)
     except Cancelled:
         return Outcome(JobState.CANCELLED, "cancelled while running")
