@@ -1,7 +1,13 @@
 """Two apps under gunicorn with the tiny model pulled, shared by this package's tests: one
 with API_TOKEN set behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a
-short GEN_SYNC_TIMEOUT for the retry and timeout cases. Every test runs in both job modes
-(in process; distributed, with Redis and a worker)."""
+short GEN_SYNC_TIMEOUT for the retry and timeout cases.
+
+Every test runs in process. Those marked `both_modes` run in distributed mode too (Redis and a
+worker behind the token app): one smoke per protocol, and each protocol path that reads or
+changes the job board or the shared runs (progress, interrupt and skip, a joined retry, image
+links from the shared store). What the job mode changes beneath them has its own tests in both
+modes (tests/imagegen/test_jobs.py, test_job_events.py, tests/distributed/); a protocol's
+parsing and answers are the same code in either mode."""
 
 import time
 from collections.abc import Iterator
@@ -27,9 +33,10 @@ LINK_TTL = 4  # seconds an image link of the token app lives
 OPEN_SYNC_TIMEOUT = 15  # seconds the open app's synchronous requests wait
 
 
-@pytest.fixture(scope="package", params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return request.param
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "mode" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("both_modes") is not None
+        metafunc.parametrize("mode", MODES if both else ("in-process",), scope="package")
 
 
 @pytest.fixture(scope="package")

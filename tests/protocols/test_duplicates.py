@@ -1,8 +1,9 @@
 """Clients of these protocols wait, and retry: a retry or an identical request that arrives
 while its twin is queued or running joins that job instead of queueing the work again; a
 request that cannot succeed by retrying says so (x-should-retry: false). Against the open
-app (GEN_SYNC_TIMEOUT 15 s), with a long job holding the worker so that what is submitted
-waits in the queue for as long as a test needs."""
+app (GEN_SYNC_TIMEOUT 15 s; the SDK's retry against the token app, which runs in both job
+modes), with a long job holding the worker so that what is submitted waits in the queue for
+as long as a test needs."""
 
 import base64
 import threading
@@ -14,7 +15,9 @@ import pytest
 import requests
 
 from tests.protocols.conftest import (
+    BEARER,
     OPEN_SYNC_TIMEOUT,
+    TOKEN,
     cancel,
     jobs,
     settle,
@@ -29,6 +32,13 @@ def app(open_app: AppServer) -> Iterator[AppServer]:
     settle(open_app)
     yield open_app
     settle(open_app)
+
+
+@pytest.fixture
+def token(token_app: AppServer) -> Iterator[AppServer]:
+    settle(token_app)
+    yield token_app
+    settle(token_app)
 
 
 class Call(threading.Thread):
@@ -54,14 +64,14 @@ class Call(threading.Thread):
         return self.result
 
 
-def sdk(app: AppServer, attempts: list, **options) -> openai.OpenAI:
+def sdk(app: AppServer, attempts: list, api_key: str = "k", **options) -> openai.OpenAI:
     """The SDK with a hook that records each attempt it sends (its retry count header)."""
 
     def record(request) -> None:
         attempts.append(request.headers["x-stainless-retry-count"])
 
     http = openai.DefaultHttpxClient(event_hooks={"request": [record]})
-    return openai.OpenAI(base_url=app.url("/v1"), api_key="k", http_client=http, **options)
+    return openai.OpenAI(base_url=app.url("/v1"), api_key=api_key, http_client=http, **options)
 
 
 def post(app: AppServer, body: dict, **headers: str) -> requests.Response:
@@ -73,13 +83,15 @@ def queued(app: AppServer, prompt: str, count: int = 1) -> list[dict]:
 
 
 def stored_png(app: AppServer, job: dict) -> bytes:
-    return requests.get(app.url(job["image_url"])).content
+    return requests.get(app.url(job["image_url"]), headers=BEARER).content
 
 
-def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(app):
+@pytest.mark.both_modes
+def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(token):
+    app = token  # its requests wait 60 s: the SDK (8 s) gives up first, and retries
     blocker = start_blocker(app)
     attempts: list[str] = []
-    client = sdk(app, attempts, timeout=8, max_retries=3)
+    client = sdk(app, attempts, api_key=TOKEN, timeout=8, max_retries=3)
     call = Call(client.images.generate, prompt="dup retry", size="64x64", extra_body={"seed": 5})
     wait_until(lambda: len(attempts) >= 2, timeout=30)  # the first attempt timed out
     time.sleep(0.5)  # the retry reaches the service, which has the job queued still

@@ -104,6 +104,7 @@ def test_the_model_list_open_webui_builds(app):
     assert listed == [{"id": "testorg/tiny-sd", "name": "tiny-sd"}]
 
 
+@pytest.mark.both_modes
 @pytest.mark.parametrize("model", ["testorg/tiny-sd", "tiny-sd"])
 def test_automatic1111_engine_with_api_auth(app, model):
     prompt = f"owui a1111 {model}"
@@ -145,6 +146,7 @@ def test_openai_engine_with_a_gpt_image_model_sends_no_response_format(app, mode
     assert len(images) == 2 and all(is_png(image) for image in images)
 
 
+@pytest.mark.both_modes
 def test_openai_engine_fetching_a_url_with_its_headers(app):
     """A compatible server may answer links; Open WebUI fetches them with its Bearer header
     (and the SSRF check aside, nothing else)."""

@@ -31,6 +31,7 @@ def png_parameters(png: bytes) -> dict:
     return json.loads(Image.open(io.BytesIO(png)).text["imagegen"])
 
 
+@pytest.mark.both_modes
 def test_b64_json_is_a_png_made_by_an_ordinary_job(app):
     result = client(app).images.generate(
         prompt="sdk b64 lighthouse",
@@ -53,6 +54,7 @@ def test_b64_json_is_a_png_made_by_an_ordinary_job(app):
     assert stored.content == png
 
 
+@pytest.mark.both_modes
 def test_url_is_an_absolute_signed_link_that_works_without_headers(app):
     result = client(app).images.generate(prompt="sdk url", size="64x64", response_format="url")
     (image,) = result.data

@@ -50,6 +50,7 @@ class Background:
         return self.result
 
 
+@pytest.mark.both_modes
 def test_txt2img_answers_images_parameters_and_info(app):
     result = webui(app).txt2img(
         prompt="webui harbour", negative_prompt="people", seed=7, steps=3, cfg_scale=5,
@@ -89,6 +90,7 @@ def test_a1111_sampler_names_map_onto_the_services_schedulers(app):
     assert "Euler a" in unknown.json()["error"]["message"]  # the accepted names are listed
 
 
+@pytest.mark.both_modes
 def test_progress_follows_this_clients_job_and_interrupt_stops_it(app):
     api = webui(app)
     idle = api.get_progress()
@@ -144,6 +146,7 @@ def test_a_forwarded_address_from_an_untrusted_peer_changes_nothing(open_app):
     settle(open_app)
 
 
+@pytest.mark.both_modes
 def test_skip_stops_the_running_image_and_the_batch_goes_on(app):
     api = webui(app)
     call = Background(api, prompt="webui skip", batch_size=2, seed=100, steps=6, width=64,
