@@ -1,6 +1,7 @@
 """The compute device of this process, resolved once from DEVICE (auto, cpu or cuda)."""
 
 from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 
 from django.conf import settings
 
@@ -9,6 +10,18 @@ from django.conf import settings
 def compute_device() -> str:
     if settings.DEVICE != "auto":
         return settings.DEVICE
+    # A CPU build of torch (the pinned `+cpu` wheel) has no CUDA: knowing that from its
+    # version keeps the 2-3 s import of torch out of every process's start, so /health and
+    # the todo API answer sooner and a web replica of distributed mode never imports it.
+    if cpu_only_torch():
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_only_torch() -> bool:
+    try:
+        return version("torch").endswith("+cpu")
+    except PackageNotFoundError:
+        return False
