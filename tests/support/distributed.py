@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import redis
@@ -87,12 +88,19 @@ class WorkerProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> "WorkerProcess":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "WorkerProcess":
+        """Starts the process without waiting for it (several start at once: Stack)."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [*self.prefix, sys.executable, "manage.py", "run_worker", "--name", self.name],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> "WorkerProcess":
         client = redis.Redis.from_url(self.env["JOB_BROKER_URL"])
         deadline = time.monotonic() + timeout
         # Beating, and its Celery consumer ready (it says so in its log).
@@ -147,27 +155,32 @@ class Stack:
 
         try:
             self.redis.start()
-            for n in range(workers):
-                self.add_worker(n)
+            # All processes start at once and are then waited for: their imports overlap
+            # with each other's waits.
+            started = [self._worker(n).launch() for n in range(workers)]
             for n in range(replicas):
                 app = AppServer(self.env, self.work / f"web-{n}.log")
                 self.apps.append(app)
-                app.start()
+                started.append(app.launch())
+            for process in started:
+                process.wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
 
     def add_worker(self, n: int, **env: str) -> WorkerProcess:
+        return self._worker(n, **env).start()
+
+    def _worker(self, n: int, **env: str) -> WorkerProcess:
         worker = WorkerProcess({**self.env, **env}, self.work / f"worker-{n}.log", f"w{n}")
         self.workers.append(worker)
-        return worker.start()
+        return worker
 
     def stop(self) -> None:
-        for app in self.apps:
-            app.stop()
-        for worker in self.workers:
-            worker.stop()
+        # Each process's graceful stop takes about a second: they are stopped together.
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(lambda process: process.stop(), [*self.apps, *self.workers]))
         self.redis.stop()
 
     def __enter__(self) -> "Stack":

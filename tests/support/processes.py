@@ -55,12 +55,19 @@ class AppServer:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "AppServer":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "AppServer":
+        """Starts the process without waiting for it (several start at once: Stack)."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so kill() takes the worker too
             )  # fmt: skip
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> "AppServer":
         try:
             wait_for_http(self.url("/health"), timeout, self.process)
         except Exception as exc:
