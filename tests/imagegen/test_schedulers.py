@@ -200,6 +200,7 @@ def test_the_model_own_scheduler_is_named_as_a1111_names_it(sd, sdxl):
             diffusers.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++"),
             "DPM++ 2M SDE Uniform",
         ),
+        (diffusers.DPMSolverSinglestepScheduler(), "DPM++ SDE Uniform"),
         (diffusers.DPMSolverMultistepScheduler(solver_order=3), "DPMSolverMultistep"),
         (diffusers.DEISMultistepScheduler(), "DEISMultistep"),
     ]
