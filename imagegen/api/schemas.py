@@ -71,7 +71,7 @@ def _size_schema(schema: dict[str, Any]) -> None:
 
 def _scheduler_schema(schema: dict[str, Any]) -> None:
     plain_optional(schema)
-    schema["enum"] = SCHEDULER_NAMES
+    schema["enum"] = list(SCHEDULER_NAMES)
 
 
 def _blank_is_absent(value: Any) -> Any:
