@@ -111,8 +111,9 @@ class Config:
         """What the service must report having run, so both sides ran the same thing."""
         if self.name == "defaults":
             return {"X-Steps": str(self.steps), "X-Guidance": "7"}
+        # X-Scheduler: A1111's name for the table's `lcm`.
         return {"X-Steps": str(self.steps), "X-Guidance": f"{self.guidance:g}",
-                "X-Scheduler": "lcm"}  # fmt: skip
+                "X-Scheduler": "LCM"}  # fmt: skip
 
 
 DEFAULTS = Config("defaults", steps=2, guidance=7.0, scheduler=None)
@@ -389,6 +390,16 @@ def wait_ready(app: AppServer, timeout: float) -> float:
     return time.monotonic() - started
 
 
+# UNet calls beyond the steps asked for, by the sampler a record names: PNDM as SD 1.5 ships it
+# (A1111's "PLMS") warms up with one more call; the service's progress counts the steps asked.
+EXTRA_CALLS = {"PLMS": 1}
+
+
+def unet_calls(job: dict[str, Any]) -> int:
+    steps = job["image"]["parameters"]["steps"]
+    return steps + EXTRA_CALLS.get(job["image"]["parameters"]["scheduler"], 0)
+
+
 def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> Run:
     """One configuration's request to its own app (its settings: adapters, decoder)."""
     spec, config = spec_for(model), CONFIGS[name]
@@ -432,7 +443,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         model=model, config=name, variant="service", threads=args.threads,
         encode=timings["encode_seconds"], denoise=timings["denoise_seconds"],
         decode=timings["decode_seconds"], png_store=total - stages, total=total,
-        calls=job["progress"]["steps"], batch=1 if config.guidance <= 1 else 2,
+        calls=unet_calls(job), batch=1 if config.guidance <= 1 else 2,
         peak_rss_bytes=peak, cpu=cpu, load=load,
         detail={
             "timings": timings, "png": str(png), "headers": headers,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from config.urls import api
-from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
+from imagegen.generation.schedulers import A1111_NAMES, NAMES
 
 SCHEMA = json.loads(json.dumps(api.get_openapi_schema()))  # as served: string keys
 
@@ -79,7 +79,9 @@ def test_the_generate_form_is_documented_as_sent():
         }  # fmt: skip
         assert "anyOf" not in str(form)  # a form has no null
         scheduler = form["properties"]["scheduler"]
-        assert (scheduler["type"], scheduler["enum"]) == ("string", list(SCHEDULER_NAMES))
+        # The table's ids, then A1111's name for each (what records answer, taken back).
+        assert (scheduler["type"], scheduler["enum"]) == ("string", [*NAMES, *A1111_NAMES])
+        assert "Euler a" in scheduler["enum"] and "DPM++ 2M Karras" in scheduler["enum"]
         size = form["properties"]["size"]["pattern"]
         assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")
 

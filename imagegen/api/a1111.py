@@ -30,6 +30,7 @@ from imagegen.generation.schedulers import (
     A1111_SAMPLERS,
     A1111_SCHEDULES,
     UnknownScheduler,
+    a1111_parts,
     a1111_scheduler,
 )
 
@@ -223,7 +224,9 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
         "subseed_strength": 0,
         "width": first.width if first else payload.width,
         "height": first.height if first else payload.height,
-        "sampler_name": first.scheduler if first else None,
+        # A1111 1.9 and later answer the sampler alone ("DPM++ 2M"); its schedule type is in
+        # the infotexts ("Schedule type: Karras").
+        "sampler_name": a1111_parts(first.scheduler)[0] if first else None,
         "cfg_scale": first.guidance if first else payload.cfg_scale,
         "steps": first.steps if first else payload.steps,
         "batch_size": payload.batch_size or 1,

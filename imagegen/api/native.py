@@ -91,8 +91,9 @@ def wants_async(request: HttpRequest) -> bool:
 def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
-    X-Guidance and X-Scheduler are what ran, X-Adjusted names what was changed from what
-    the client sent (`steps 20->4, guidance 7->1`)."""
+    X-Guidance and X-Scheduler are what ran (the scheduler by A1111's name, as the record
+    says), X-Adjusted names what was changed from what the client sent
+    (`steps 20->4, guidance 7->1`)."""
     png = HttpResponse(
         selectors.image_png(image_id=record.id).read_bytes(), content_type="image/png"
     )
@@ -101,8 +102,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     png["X-Steps"] = str(parameters.steps)
     png["X-Guidance"] = f"{parameters.guidance:g}"
     png["X-Scheduler"] = parameters.scheduler
-    if job.parameters.adjusted:
-        png["X-Adjusted"] = ", ".join(change.header() for change in job.parameters.adjusted)
+    if adjusted := job.parameters.answered().adjusted:
+        png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"

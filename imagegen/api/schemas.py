@@ -19,8 +19,11 @@ from config.timestamps import iso_ms
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
-from imagegen.generation.schedulers import NAMES as SCHEDULER_NAMES
-from imagegen.generation.schedulers import scheduler_named
+from imagegen.generation.schedulers import A1111_NAMES, NAMES, scheduler_for_input
+
+# What the native `scheduler` field lists: the table's ids, then A1111's name for each (what
+# records and X-Scheduler answer, taken back in any case).
+SCHEDULER_NAMES = [*NAMES, *A1111_NAMES]
 
 PROMPT_MAX = 1000
 _SIZE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$", re.ASCII | re.IGNORECASE)
@@ -122,7 +125,7 @@ class GenerateForm(Schema):
         json_schema_extra=_scheduler_schema,
         description=(
             "default: the model's (its preset's, GEN_DEFAULT_SCHEDULER, or its own); "
-            "*_trailing: the timestep spacing few-step models need"
+            "*_trailing (A1111: SGM Uniform): the timestep spacing few-step models need"
         ),
     )
     size: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
@@ -139,7 +142,7 @@ class GenerateForm(Schema):
     @field_validator("scheduler")
     @classmethod
     def _scheduler(cls, value: str | None) -> str | None:
-        return None if value is None else scheduler_named(value.strip()).name
+        return None if value is None else scheduler_for_input(value.strip())
 
     @field_validator("size")
     @classmethod
@@ -233,6 +236,10 @@ class JobOut(Schema):
     error: str | None
     image: ImageRecord | None
     image_url: str | None
+
+    @staticmethod
+    def resolve_parameters(job: JobView) -> GenerationRequest:
+        return job.parameters.answered()
 
     @staticmethod
     def resolve_created_at(job: JobView) -> str:

@@ -71,7 +71,10 @@ def run_job(
         report.denoising(parameters.steps)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
-        rendered = render(pipe, parameters, device=device, home=loader.device, on_step=report.step)
+        rendered = render(
+            pipe, parameters, scheduler=request.scheduler, device=device, home=loader.device,
+            on_step=report.step,
+        )  # fmt: skip
         generation = time.monotonic() - denoise_started
         report.phase("saving")
         encoding = time.monotonic()

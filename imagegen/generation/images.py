@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
-from imagegen.generation.schedulers import SCHEDULERS
+from imagegen.generation.schedulers import infotext_sampler
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
@@ -40,7 +40,9 @@ class GenerationParameters(BaseModel):
     width: int
     height: int
     seed: int
-    scheduler: str  # a name of imagegen.generation.schedulers, or the model's own class name
+    # A1111's name for the sampler that ran ("Euler a", "DPM++ 2M Karras", "PLMS": the
+    # model's own); records written before these names hold a table id or a class name.
+    scheduler: str
     model_id: str
     revision: str | None
 
@@ -48,12 +50,10 @@ class GenerationParameters(BaseModel):
         lines = [self.prompt]
         if self.negative_prompt:
             lines.append(f"Negative prompt: {self.negative_prompt}")
-        # A1111's own words for a named scheduler, so its "PNG Info" restores the sampler.
-        sampler = (
-            SCHEDULERS[self.scheduler].label if self.scheduler in SCHEDULERS else self.scheduler
-        )
+        # A1111's own words, so its "PNG Info" restores the sampler and the schedule type.
         lines.append(
-            f"Steps: {self.steps}, Sampler: {sampler}, CFG scale: {self.guidance:g}, "
+            f"Steps: {self.steps}, Sampler: {infotext_sampler(self.scheduler)}, "
+            f"CFG scale: {self.guidance:g}, "
             f"Seed: {self.seed}, Size: {self.width}x{self.height}, Model: {self.model_id}"
             + (f", Model hash: {self.revision[:10]}" if self.revision else "")
         )

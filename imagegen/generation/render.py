@@ -1,6 +1,10 @@
 """One image generation: the request's defaults resolved, then the pipeline run with a
 step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these).
 
+Progress counts the steps the client asked for, whatever the scheduler makes of them: PNDM
+runs 21 model calls for 20 steps (its warm-up), Heun two per step, and a client that asked for
+20 reads "of 20" (asked_steps_done).
+
 The run is timed by stage (text encoders, denoising steps, decode) from two hooks that cost
 nothing per step: a forward pre-hook on the UNet marks the end of the prompt encoding (its
 first call), the step-end callback marks the end of the last step.
@@ -16,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.presets import Adjustment, GenerationRules
-from imagegen.generation.schedulers import is_scheduler_name, scheduler_applied
+from imagegen.generation.schedulers import SCHEDULERS, sampler_ran, scheduler_applied
 from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
@@ -42,6 +46,25 @@ class GenerationRequest(BaseModel):
         description="values changed from what the client sent (a cap, a scheduler the model "
         "cannot use), each with the value asked",
     )
+
+    def answered(self) -> "GenerationRequest":
+        """The request as clients read it: its scheduler, and a scheduler's `adjusted` values,
+        by A1111's names ("Euler a", not the table's `euler_a`), as records name them."""
+        adjusted = [
+            change.model_copy(
+                update={"asked": _a1111(change.asked), "applied": _a1111(change.applied)}
+            )
+            if change.field == "scheduler"
+            else change
+            for change in self.adjusted
+        ]
+        scheduler = None if self.scheduler is None else _a1111(self.scheduler)
+        return self.model_copy(update={"scheduler": scheduler, "adjusted": adjusted})
+
+
+def _a1111(value: Any) -> Any:
+    """A1111's name for a name of the table; anything else as it is."""
+    return SCHEDULERS[value].a1111_name if isinstance(value, str) and value in SCHEDULERS else value
 
 
 class Cancelled(Exception):
@@ -81,9 +104,8 @@ def resolve(
         width=width,
         height=height,
         seed=seed,
-        # The chosen name, or the model's own scheduler's class name when none was chosen
-        # (as every record before names were offered).
-        scheduler=request.scheduler or type(pipe.scheduler).__name__,
+        # A1111's name for what runs: the chosen scheduler, else the model's own.
+        scheduler=sampler_ran(pipe, request.scheduler),
         model_id=model_id,
         revision=revision,
     )
@@ -95,36 +117,46 @@ class Rendered:
     stages: dict[str, float]  # encode_seconds, denoise_seconds, decode_seconds
 
 
+def asked_steps_done(calls_done: int, calls: int, asked: int) -> int:
+    """How many of the `asked` steps `calls_done` of the scheduler's `calls` timesteps make:
+    in proportion, rounded down, so the count never goes back and reaches `asked` at the last
+    call and not before, whether the scheduler makes more timesteps than asked (PNDM's 21 for
+    20) or fewer."""
+    return asked if calls_done >= calls else calls_done * asked // calls
+
+
 def render(
     pipe: Any,
     parameters: GenerationParameters,
     *,
+    scheduler: str | None,
     device: str,
     home: str,
     on_step: Callable[[int, int], None],
 ) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
-    `home` afterwards) with the parameters' scheduler (the model's own one is put back after).
-    `on_step(done, total)` runs after each denoising step and may raise Cancelled; `total` is
-    the scheduler's real count (PNDM, for one, adds warm-up steps)."""
+    `home` afterwards) with `scheduler` from the table (None: the model's own; either way the
+    model's own one is in place after). `on_step(done, total)` runs after each of the
+    scheduler's timesteps and may raise Cancelled; both count the parameters' steps, the
+    steps asked for, however many timesteps the scheduler makes of them."""
     import torch
 
     marks: dict[str, float] = {}
 
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
         marks["steps_done"] = time.monotonic()
-        on_step(index + 1, getattr(pipe_, "num_timesteps", parameters.steps))
+        calls = getattr(pipe_, "num_timesteps", None) or parameters.steps
+        on_step(asked_steps_done(index + 1, calls, parameters.steps), parameters.steps)
         return tensors
 
     def unet_called(*_: Any) -> None:
         marks.setdefault("encoded", time.monotonic())
 
     hook = pipe.unet.register_forward_pre_hook(unet_called)
-    chosen = parameters.scheduler if is_scheduler_name(parameters.scheduler) else None
     try:
         if device != home:
             pipe.to(device)
-        with torch.inference_mode(), scheduler_applied(pipe, chosen):
+        with torch.inference_mode(), scheduler_applied(pipe, scheduler):
             started = time.monotonic()
             image = pipe(
                 prompt=parameters.prompt,

@@ -6,6 +6,11 @@ starts at the last training timestep, as they were distilled). The native API na
 scheduler with one short id (`euler_trailing`); the A1111 adapter receives a sampler and a
 schedule type ("DPM++ 2M" + "Karras") and maps them here, so both speak of the same table.
 
+What a client reads back is always A1111's name (`a1111_name`: "Euler a", "DPM++ 2M Karras",
+"Euler SGM Uniform"), for a scheduler of the table and for a model's own one (`sampler_of`:
+Stable Diffusion's PNDM is A1111's "PLMS"): people know samplers by those names, and the ids
+are only this service's spelling of its input.
+
 A scheduler is built per job from the model's own config (`from_config(config, **overrides)`,
 which copies it: the shipped config object is never changed), so the betas and training
 timesteps stay the model's and only the sampling rule and its spacing change.
@@ -39,15 +44,40 @@ class Scheduler:
         return getattr(diffusers, self.class_name).from_config(config, **self.overrides)
 
     @property
-    def label(self) -> str:
-        """The A1111 text: "DPM++ 2M, Schedule type: Karras" (the infotext's form)."""
-        sampler, schedule = self.a1111[0]
-        return sampler if schedule == "Automatic" else f"{sampler}, Schedule type: {schedule}"
+    def a1111_name(self) -> str:
+        """How clients read it: "DPM++ 2M Karras" (see a1111_name())."""
+        return a1111_name(*self.a1111[0])
+
+
+def a1111_name(sampler: str, schedule: str) -> str:
+    """One name for a sampler and its schedule type, for the places that hold one string (a
+    record, a header): the sampler, then the schedule type unless it is "Automatic", as A1111
+    named them before 1.9 split the two ("DPM++ 2M Karras"). Every input here reads it back
+    (a1111_scheduler), so a record's name can be sent again."""
+    return sampler if schedule == "Automatic" else f"{sampler} {schedule}"
+
+
+def a1111_parts(name: str) -> tuple[str, str]:
+    """The (sampler, schedule type) of an a1111_name: A1111 1.9 and later answer the two
+    apart (the info's `sampler_name`, the infotext's "Schedule type")."""
+    for schedule in _NAMED_SCHEDULES:
+        if name.endswith(" " + schedule):
+            return name[: -len(schedule) - 1], schedule
+    return name, "Automatic"
+
+
+def infotext_sampler(name: str) -> str:
+    """The infotext's words for an a1111_name: "DPM++ 2M, Schedule type: Karras", which
+    A1111's "PNG Info" reads back as the sampler and the schedule type."""
+    sampler, schedule = a1111_parts(name)
+    return sampler if schedule == "Automatic" else f"{sampler}, Schedule type: {schedule}"
 
 
 _TRAILING = {"timestep_spacing": "trailing"}
 _DPMPP_2M = {"algorithm_type": "dpmsolver++", "solver_order": 2, "use_karras_sigmas": False}
 _AUTO, _UNIFORM, _KARRAS, _SGM = A1111_SCHEDULES
+# The schedule types a name can end with, the longest first ("SGM Uniform" before "Uniform").
+_NAMED_SCHEDULES = (_SGM, _KARRAS, _UNIFORM)
 
 
 def _a1111(sampler: str, *schedules: str) -> tuple[tuple[str, str], ...]:
@@ -83,6 +113,7 @@ SCHEDULERS: dict[str, Scheduler] = {
     )
 }  # fmt: skip
 NAMES = tuple(SCHEDULERS)
+A1111_NAMES = tuple(s.a1111_name for s in SCHEDULERS.values())
 
 
 class UnknownScheduler(ValueError):
@@ -96,10 +127,22 @@ def scheduler_named(name: str) -> Scheduler:
         raise UnknownScheduler(f"unknown scheduler {name!r}; valid: {', '.join(NAMES)}") from None
 
 
-def is_scheduler_name(value: str | None) -> bool:
-    """True for a name of the table (a record's `scheduler` may instead be the model's own
-    scheduler's class name, when none was chosen)."""
-    return value in SCHEDULERS
+def scheduler_for_input(value: str) -> str:
+    """The table's name for what the native `scheduler` field takes: a name of the table, or
+    A1111's name for one, as records and X-Scheduler write it (any case, read as the A1111
+    API reads it: a1111_scheduler), so that a record's scheduler can be sent again."""
+    if value in SCHEDULERS:
+        return value
+    try:
+        name = a1111_scheduler(value)
+    except UnknownScheduler:
+        name = None
+    if name is None:
+        raise UnknownScheduler(
+            f"unknown scheduler {value!r}; valid: {', '.join(NAMES)}, or A1111's name for "
+            f"one: {', '.join(A1111_NAMES)}"
+        )
+    return name
 
 
 @contextmanager
@@ -116,6 +159,65 @@ def scheduler_applied(pipe: Any, name: str | None) -> Iterator[None]:
         yield
     finally:
         pipe.scheduler = original
+
+
+# --- a model's own scheduler, by A1111's name ------------------------------------------------
+
+# A1111's sampler for each diffusers class: the diffusers documentation's table of A1111
+# equivalents, and A1111's "PLMS" for PNDM without its Runge-Kutta warm-up (skip_prk_steps,
+# as Stable Diffusion ships it); DPMSolverMultistep is "DPM++ 2M" only as dpmsolver++ of
+# order 2 (sampler_of).
+_A1111_SAMPLER_OF_CLASS = {
+    "EulerDiscreteScheduler": "Euler",
+    "EulerAncestralDiscreteScheduler": "Euler a",
+    "DPMSolverSinglestepScheduler": "DPM++ SDE",
+    "DDIMScheduler": "DDIM",
+    "LMSDiscreteScheduler": "LMS",
+    "HeunDiscreteScheduler": "Heun",
+    "KDPM2DiscreteScheduler": "DPM2",
+    "KDPM2AncestralDiscreteScheduler": "DPM2 a",
+    "UniPCMultistepScheduler": "UniPC",
+    "LCMScheduler": "LCM",
+    "TCDScheduler": "TCD",
+}
+# Samplers whose Automatic schedule type in A1111 is not the model's own spacing (Karras or
+# exponential), so a model's own spacing is "Uniform" for them.
+_AUTOMATIC_IS_NOT_UNIFORM = {"DPM++ 2M", "DPM++ 2M SDE", "DPM++ SDE"}
+# Samplers that pick their own timesteps: no schedule type applies.
+_OWN_TIMESTEPS = {"LCM", "TCD"}
+
+
+def sampler_of(scheduler: Any) -> str:
+    """A1111's name for a scheduler object (the model's own, when a request chose none): its
+    class's sampler with the schedule type its config gives (Karras sigmas, trailing spacing
+    as "SGM Uniform"). A class A1111 has no sampler for keeps diffusers' name without
+    "Scheduler" ("PNDM" with its warm-up, "DEISMultistep")."""
+    class_name = type(scheduler).__name__
+    config = scheduler.config
+    sampler = _A1111_SAMPLER_OF_CLASS.get(class_name)
+    if class_name == "PNDMScheduler" and config.get("skip_prk_steps"):
+        sampler = "PLMS"
+    elif class_name == "DPMSolverMultistepScheduler" and config.get("solver_order") == 2:
+        sampler = {"dpmsolver++": "DPM++ 2M", "sde-dpmsolver++": "DPM++ 2M SDE"}.get(
+            config.get("algorithm_type")
+        )
+    if sampler is None:
+        return class_name.removesuffix("Scheduler")
+    if sampler in _OWN_TIMESTEPS:
+        return sampler
+    if config.get("use_karras_sigmas"):
+        schedule = _KARRAS
+    elif config.get("timestep_spacing") == "trailing":
+        schedule = _SGM
+    else:
+        schedule = _UNIFORM if sampler in _AUTOMATIC_IS_NOT_UNIFORM else _AUTO
+    return a1111_name(sampler, schedule)
+
+
+def sampler_ran(pipe: Any, name: str | None) -> str:
+    """A1111's name for the scheduler a generation runs with: the chosen one of the table,
+    else the model's own (`pipe.scheduler`)."""
+    return SCHEDULERS[name].a1111_name if name is not None else sampler_of(pipe.scheduler)
 
 
 # --- AUTOMATIC1111's names ---------------------------------------------------------------------

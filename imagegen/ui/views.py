@@ -43,8 +43,9 @@ def page(request: HttpRequest) -> HttpResponse:
         "guidance_default": rules["guidance"],
         "guidance_max": settings.GEN_MAX_GUIDANCE,
         "guidance_cap": rules["max_guidance"],
-        "scheduler_default": rules["scheduler"],
-        "schedulers": [(name, SCHEDULERS[name].label) for name in allowed],
+        # Each by A1111's name, as the gallery's records name them (the values are the ids).
+        "scheduler_default": rules["scheduler"] and SCHEDULERS[rules["scheduler"]].a1111_name,
+        "schedulers": [(name, SCHEDULERS[name].a1111_name) for name in allowed],
         "preset": rules["preset"],
         "min_side": settings.GEN_MIN_SIDE,
         "max_side": settings.GEN_MAX_SIDE,

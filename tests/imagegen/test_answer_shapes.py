@@ -2,10 +2,11 @@
 (JobView, ImageRecord) exactly as the hand-built dicts they replaced did. Each expected string
 was captured from the service before that change.
 
-One deliberate change since: a job's `parameters` gained `scheduler` (null: the model's own)
+Two deliberate changes since: a job's `parameters` gained `scheduler` (null: the model's own)
 and `adjusted` (what the service changed from what the client sent), because a job reports
-what will run. Records are unchanged: a record made without a chosen scheduler still names
-the model's own scheduler's class, byte for byte."""
+what will run; and every scheduler is answered by A1111's name (a record made without a
+chosen scheduler said the model's class, "EulerDiscreteScheduler", and now "Euler"; a chosen
+`lcm` is "LCM"). Everything else is byte for byte as it was."""
 
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from imagegen.selectors import ImagePage as ImagePageView
 
 PARAMETERS = GenerationParameters(
     prompt="a lighthouse", negative_prompt=None, steps=20, guidance=7.0, width=1024,
-    height=1024, seed=42, scheduler="EulerDiscreteScheduler", model_id="org/m",
+    height=1024, seed=42, scheduler="Euler", model_id="org/m",
     revision="abc123",
 )  # fmt: skip
 RECORD = ImageRecord(
@@ -70,7 +71,7 @@ def test_a_finished_job_answers_exactly_as_before():
         '11-22T09:33:02.728Z", "error": null, "image": {"id": "20261122T093302728900Z-a1b'
         '2c3", "created_at": "2026-11-22T09:33:02.728Z", "parameters": {"prompt": "a ligh'
         'thouse", "negative_prompt": null, "steps": 20, "guidance": 7.0, "width": 1024, "'
-        'height": 1024, "seed": 42, "scheduler": "EulerDiscreteScheduler", "model_id": "o'
+        'height": 1024, "seed": 42, "scheduler": "Euler", "model_id": "o'
         'rg/m", "revision": "abc123"}, "device": "cpu", "timings": {"queued_seconds": 0.0'
         '06, "model_wait_seconds": 0.0, "generation_seconds": 110.718}}, "image_url": "/i'
         'mages/20261122T093302728900Z-a1b2c3.png"}'
@@ -94,7 +95,7 @@ def test_an_image_record_answers_exactly_as_before():
         '{"id": "20261122T093302728900Z-a1b2c3", "created_at": "2026-11-22T09:33:02.728Z"'
         ', "parameters": {"prompt": "a lighthouse", "negative_prompt": null, "steps": 20,'
         ' "guidance": 7.0, "width": 1024, "height": 1024, "seed": 42, "scheduler": "Euler'
-        'DiscreteScheduler", "model_id": "org/m", "revision": "abc123"}, "device": "cpu",'
+        '", "model_id": "org/m", "revision": "abc123"}, "device": "cpu",'
         ' "timings": {"queued_seconds": 0.006, "model_wait_seconds": 0.0, "generation_sec'
         'onds": 110.718}}'
     )
@@ -106,7 +107,7 @@ def test_an_image_page_answers_exactly_as_before():
         '{"items": [{"id": "20261122T093302728900Z-a1b2c3", "created_at": "2026-11-22T09:'
         '33:02.728Z", "parameters": {"prompt": "a lighthouse", "negative_prompt": null, "'
         'steps": 20, "guidance": 7.0, "width": 1024, "height": 1024, "seed": 42, "schedul'
-        'er": "EulerDiscreteScheduler", "model_id": "org/m", "revision": "abc123"}, "devi'
+        'er": "Euler", "model_id": "org/m", "revision": "abc123"}, "devi'
         'ce": "cpu", "timings": {"queued_seconds": 0.006, "model_wait_seconds": 0.0, "gen'
         'eration_seconds": 110.718}}], "next": "/images?limit=1&before=20261122T093302728'
         '900Z-a1b2c3"}'
@@ -124,7 +125,7 @@ def test_a_job_with_a_chosen_scheduler_and_a_clamped_value_answers_them():
     job = replace(QUEUED, parameters=parameters)
     assert (
         '"parameters": {"prompt": "q", "negative_prompt": null, "steps": 8, "guidance": 1.0, '
-        '"scheduler": "lcm", "size": null, "seed": 7, "force_cpu": false, "adjusted": [{"field": '
-        '"steps", "asked": 20, "applied": 8}, {"field": "scheduler", "asked": "euler_a", '
-        '"applied": "lcm"}]}' in answer(JobOut, job)
+        '"scheduler": "LCM", "size": null, "seed": 7, "force_cpu": false, "adjusted": [{"field": '
+        '"steps", "asked": 20, "applied": 8}, {"field": "scheduler", "asked": "Euler a", '
+        '"applied": "LCM"}]}' in answer(JobOut, job)
     )

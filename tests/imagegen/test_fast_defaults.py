@@ -42,16 +42,16 @@ def applied(response: requests.Response) -> tuple[str, str, str]:
 
 def test_a_bare_prompt_gets_the_model_defaults_everywhere(app):
     response = generate(app, prompt="a lighthouse", seed="5")
-    assert applied(response) == ("1", "0", "euler_a_trailing")
+    assert applied(response) == ("1", "0", "Euler a SGM Uniform")  # euler_a_trailing
     assert "X-Adjusted" not in response.headers
     record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
     parameters = record["parameters"]
     assert (parameters["steps"], parameters["guidance"], parameters["scheduler"]) == (
-        1, 0.0, "euler_a_trailing"
+        1, 0.0, "Euler a SGM Uniform"
     )  # fmt: skip
     job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}")).json()["parameters"]
     assert (job["steps"], job["guidance"], job["scheduler"], job["adjusted"]) == (
-        1, 0.0, "euler_a_trailing", []
+        1, 0.0, "Euler a SGM Uniform", []
     )  # fmt: skip
 
 
@@ -59,15 +59,15 @@ def test_values_chosen_for_another_model_are_clamped_and_reported(app):
     response = generate(
         app, prompt="a lighthouse", seed="5", steps="20", guidance="7", scheduler="euler_a"
     )
-    assert applied(response) == ("4", "1", "euler_a_trailing")
+    assert applied(response) == ("4", "1", "Euler a SGM Uniform")
     assert response.headers["X-Adjusted"] == (
-        "scheduler euler_a->euler_a_trailing, steps 20->4, guidance 7->1"
+        "scheduler Euler a->Euler a SGM Uniform, steps 20->4, guidance 7->1"
     )
     record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
     assert (record["parameters"]["steps"], record["parameters"]["guidance"]) == (4, 1.0)
     job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}")).json()["parameters"]
     assert job["adjusted"] == [
-        {"field": "scheduler", "asked": "euler_a", "applied": "euler_a_trailing"},
+        {"field": "scheduler", "asked": "Euler a", "applied": "Euler a SGM Uniform"},
         {"field": "steps", "asked": 20, "applied": 4},
         {"field": "guidance", "asked": 7.0, "applied": 1.0},
     ]
@@ -77,7 +77,7 @@ def test_values_the_model_can_use_are_kept(app):
     response = generate(
         app, prompt="a lighthouse", steps="3", guidance="0.5", scheduler="ddim_trailing"
     )
-    assert applied(response) == ("3", "0.5", "ddim_trailing")
+    assert applied(response) == ("3", "0.5", "DDIM SGM Uniform")
     assert "X-Adjusted" not in response.headers
 
 
@@ -87,11 +87,12 @@ def test_a_queued_job_shows_what_will_run_from_the_start(app):
     )
     assert response.status_code == 202
     parameters = response.json()["parameters"]
-    assert (parameters["steps"], parameters["scheduler"]) == (4, "euler_a_trailing")
+    assert (parameters["steps"], parameters["scheduler"]) == (4, "Euler a SGM Uniform")
     assert parameters["adjusted"] == [{"field": "steps", "asked": 9, "applied": 4}]
 
 
 def test_the_index_names_the_preset_and_its_rules(app):
+    """The rules speak of what a request may send: the `scheduler` field's ids."""
     rules = requests.get(app.url("/api")).json()["generation"]
     assert rules == {
         "preset": "turbo", "steps": 1, "guidance": 0.0, "scheduler": "euler_a_trailing",

@@ -10,7 +10,7 @@ import pytest
 import requests
 from PIL import Image
 
-from imagegen.generation.schedulers import NAMES
+from imagegen.generation.schedulers import A1111_NAMES, NAMES
 from tests.support.model_service import MODES, ready_app
 from tests.support.processes import AppServer
 
@@ -41,7 +41,7 @@ def test_png_and_its_parameters_in_headers(app):
     assert response.headers["X-Seed"] == "7"
     assert response.headers["X-Steps"] == "3"
     assert response.headers["X-Guidance"] == "5.5"
-    assert response.headers["X-Scheduler"] == "PNDMScheduler"  # none chosen: the model's own
+    assert response.headers["X-Scheduler"] == "PLMS"  # none chosen: the model's own (PNDM)
     assert "X-Adjusted" not in response.headers  # no preset, no cap: nothing changed
     assert response.headers["X-Size"] == "72x64"
     assert response.headers["X-Device"] == "cpu"
@@ -53,18 +53,19 @@ def test_a_chosen_scheduler_runs_and_is_reported_in_headers_record_and_png(app):
     own = generate(app, **fields)
     response = generate(app, **fields, scheduler="euler_trailing")
     assert response.status_code == 200, response.text
-    assert response.headers["X-Scheduler"] == "euler_trailing"
+    assert response.headers["X-Scheduler"] == "Euler SGM Uniform"  # A1111's name
     assert response.headers["X-Steps"] == "3"
     record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
-    assert record["parameters"]["scheduler"] == "euler_trailing"
+    assert record["parameters"]["scheduler"] == "Euler SGM Uniform"
     job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}")).json()
     assert (
-        job["parameters"]["scheduler"] == "euler_trailing" and job["parameters"]["adjusted"] == []
+        job["parameters"]["scheduler"] == "Euler SGM Uniform"
+        and job["parameters"]["adjusted"] == []
     )
     text = Image.open(io.BytesIO(response.content)).text["parameters"]
     assert "Steps: 3, Sampler: Euler, Schedule type: SGM Uniform, CFG scale: 7," in text
     other = generate(app, **fields, scheduler="dpmpp_2m_karras")
-    assert other.headers["X-Scheduler"] == "dpmpp_2m_karras"
+    assert other.headers["X-Scheduler"] == "DPM++ 2M Karras"
     assert len({own.content, response.content, other.content}) == 3  # each its own image
     # Each job builds its scheduler afresh and the model's own one is put back after it.
     assert generate(app, **fields, scheduler="euler_trailing").content == response.content
@@ -72,12 +73,12 @@ def test_a_chosen_scheduler_runs_and_is_reported_in_headers_record_and_png(app):
 
 
 def test_an_unknown_scheduler_over_http_is_a_400_listing_the_valid_names(app):
-    response = generate(app, prompt="fine", scheduler="Euler a")
+    response = generate(app, prompt="fine", scheduler="Euler ancestral")
     assert response.status_code == 400
     message = response.json()["error"]["message"]
-    assert (
-        message
-        == f"Invalid request: scheduler: unknown scheduler 'Euler a'; valid: {', '.join(NAMES)}"
+    assert message == (
+        f"Invalid request: scheduler: unknown scheduler 'Euler ancestral'; valid: "
+        f"{', '.join(NAMES)}, or A1111's name for one: {', '.join(A1111_NAMES)}"
     )
 
 

@@ -24,7 +24,7 @@ def pipe(request, hub_root):
     return loaded
 
 
-def unet_batches(pipe, parameters: GenerationParameters) -> list[int]:
+def unet_batches(pipe, parameters: GenerationParameters, scheduler: str | None) -> list[int]:
     """The batch size of every UNet call of one generation through the service's render."""
     batches = []
     hook = pipe.unet.register_forward_pre_hook(
@@ -34,7 +34,10 @@ def unet_batches(pipe, parameters: GenerationParameters) -> list[int]:
         with_kwargs=True,
     )
     try:
-        render(pipe, parameters, device="cpu", home="cpu", on_step=lambda done, total: None)
+        render(
+            pipe, parameters, scheduler=scheduler, device="cpu", home="cpu",
+            on_step=lambda done, total: None,
+        )  # fmt: skip
     finally:
         hook.remove()
     return batches
@@ -49,12 +52,12 @@ def parameters(guidance: float, scheduler: str = "euler_trailing") -> Generation
 
 @pytest.mark.parametrize(("guidance", "batch"), [(0.0, 1), (0.5, 1), (1.0, 1), (1.01, 2), (7.0, 2)])
 def test_guidance_at_or_below_one_runs_one_unet_batch_of_one_per_step(pipe, guidance, batch):
-    assert unet_batches(pipe, parameters(guidance)) == [batch] * 3
+    assert unet_batches(pipe, parameters(guidance), "euler_trailing") == [batch] * 3
 
 
 @pytest.mark.parametrize("scheduler", ["lcm", "tcd", "ddim_trailing", "euler_a_trailing"])
 def test_the_few_step_schedulers_keep_it(pipe, scheduler):
-    assert unet_batches(pipe, parameters(0.0, scheduler)) == [1] * 3
+    assert unet_batches(pipe, parameters(0.0, scheduler), scheduler) == [1] * 3
 
 
 def test_the_model_following_defaults_take_the_guidance_free_path(pipe, settings):
@@ -64,5 +67,6 @@ def test_the_model_following_defaults_take_the_guidance_free_path(pipe, settings
         GenerationRequest(prompt="a fox", size=(64, 64)), rules=rules_from_settings()
     )
     resolved = resolve(pipe, request, model_id="stabilityai/sdxl-turbo", revision=None)
-    assert (resolved.steps, resolved.guidance, resolved.scheduler) == (1, 0.0, "euler_a_trailing")
-    assert unet_batches(pipe, resolved) == [1]
+    assert (resolved.steps, resolved.guidance) == (1, 0.0)
+    assert (request.scheduler, resolved.scheduler) == ("euler_a_trailing", "Euler a SGM Uniform")
+    assert unet_batches(pipe, resolved, request.scheduler) == [1]

@@ -101,6 +101,7 @@ def test_a_job_streams_its_states_in_order_each_step_once_and_the_stream_ends(ap
     assert names[-1] == "succeeded" and names.count("succeeded") == 1
     steps = [event.data["step"] for event in events if event.name == "step"]
     total = events[-1].data["progress"]["steps"]
+    assert total == 12  # the steps asked for, not PNDM's 13 timesteps
     assert steps == list(range(1, total + 1))  # each step once, in order
     assert all(e.data["steps"] == total for e in events if e.name == "step")
     assert events[-1].data["image_url"] == f"/images/{events[-1].data['image']['id']}.png"

@@ -1,19 +1,26 @@
 """The scheduler table, in-process: each name builds its class with its spacing from the
-model's own config (which stays untouched), A1111's sampler names map onto it, and each one
-runs a real generation on the tiny pipelines with the model's own scheduler put back after."""
+model's own config (which stays untouched), A1111's sampler names map onto it, every scheduler
+(the model's own included) is named back by A1111's name, and each one runs a real generation
+on the tiny pipelines with the model's own scheduler put back after."""
 
 import copy
 
+import diffusers
 import pytest
 
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.render import Cancelled, render
 from imagegen.generation.schedulers import (
+    A1111_NAMES,
     NAMES,
     SCHEDULERS,
     UnknownScheduler,
+    a1111_parts,
     a1111_scheduler,
+    infotext_sampler,
+    sampler_of,
     scheduler_applied,
+    scheduler_for_input,
     scheduler_named,
 )
 from imagegen.model.pipeline import load_pipeline
@@ -133,6 +140,73 @@ def test_every_a1111_label_maps_back_to_its_name():
             assert a1111_scheduler(sampler, schedule) == name
 
 
+# name -> A1111's name for it: what records, X-Scheduler and the page say of it.
+A1111_NAMED = {
+    "euler": "Euler",
+    "euler_trailing": "Euler SGM Uniform",
+    "euler_a": "Euler a",
+    "euler_a_trailing": "Euler a SGM Uniform",
+    "dpmpp_2m": "DPM++ 2M Uniform",
+    "dpmpp_2m_karras": "DPM++ 2M Karras",
+    "dpmpp_2m_trailing": "DPM++ 2M SGM Uniform",
+    "ddim": "DDIM",
+    "ddim_trailing": "DDIM SGM Uniform",
+    "lcm": "LCM",
+    "tcd": "TCD",
+}
+
+
+def test_each_scheduler_has_an_a1111_name_every_input_reads_back():
+    assert {name: SCHEDULERS[name].a1111_name for name in NAMES} == A1111_NAMED
+    assert tuple(A1111_NAMED[name] for name in NAMES) == A1111_NAMES
+    for name, a1111 in A1111_NAMED.items():
+        assert a1111_parts(a1111) == SCHEDULERS[name].a1111[0]  # info's sampler, schedule type
+        assert a1111_scheduler(a1111) == name  # the A1111 API's sampler_name
+        assert scheduler_for_input(a1111) == scheduler_for_input(a1111.upper()) == name
+        assert scheduler_for_input(name) == name  # the ids as before
+    assert infotext_sampler("DPM++ 2M Karras") == "DPM++ 2M, Schedule type: Karras"
+    assert infotext_sampler("Euler a") == "Euler a"
+
+
+def test_an_unknown_scheduler_input_lists_the_ids_and_the_a1111_names():
+    with pytest.raises(UnknownScheduler) as refused:
+        scheduler_for_input("Restart")
+    assert str(refused.value) == (
+        f"unknown scheduler 'Restart'; valid: {', '.join(NAMES)}, or A1111's name for one: "
+        f"{', '.join(A1111_NAMED.values())}"
+    )
+
+
+def test_the_model_own_scheduler_is_named_as_a1111_names_it(sd, sdxl):
+    assert type(sd.scheduler).__name__ == "PNDMScheduler" and sd.scheduler.config.skip_prk_steps
+    assert sampler_of(sd.scheduler) == "PLMS"  # PNDM without its Runge-Kutta warm-up
+    assert sampler_of(sdxl.scheduler) == "Euler"
+    # A scheduler of the table built from the model's config is named as the table names it.
+    for name in NAMES:
+        for pipe in (sd, sdxl):
+            assert (
+                sampler_of(scheduler_named(name).build(pipe.scheduler.config))
+                == (A1111_NAMED[name])
+            )
+    # Classes outside the table: A1111's sampler and the config's schedule type, else
+    # diffusers' own name.
+    others = [
+        (diffusers.PNDMScheduler(skip_prk_steps=False), "PNDM"),
+        (diffusers.KDPM2DiscreteScheduler(use_karras_sigmas=True), "DPM2 Karras"),
+        (diffusers.HeunDiscreteScheduler(), "Heun"),
+        (diffusers.KDPM2AncestralDiscreteScheduler(), "DPM2 a"),
+        (diffusers.UniPCMultistepScheduler(), "UniPC"),
+        (
+            diffusers.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++"),
+            "DPM++ 2M SDE Uniform",
+        ),
+        (diffusers.DPMSolverSinglestepScheduler(), "DPM++ SDE Uniform"),
+        (diffusers.DPMSolverMultistepScheduler(solver_order=3), "DPMSolverMultistep"),
+        (diffusers.DEISMultistepScheduler(), "DEISMultistep"),
+    ]
+    assert [sampler_of(scheduler) for scheduler, _ in others] == [name for _, name in others]
+
+
 def test_a_swapped_scheduler_is_put_back_even_when_the_body_fails(sd):
     original = sd.scheduler
     with pytest.raises(RuntimeError), scheduler_applied(sd, "lcm"):
@@ -164,7 +238,10 @@ def test_each_scheduler_renders_on_the_tiny_pipelines_and_the_model_own_comes_ba
 
     for steps in (1, 3):
         seen.clear()
-        rendered = render(pipe, parameters(name, steps), device="cpu", home="cpu", on_step=on_step)
+        rendered = render(
+            pipe, parameters(name, steps), scheduler=name, device="cpu", home="cpu",
+            on_step=on_step,
+        )  # fmt: skip
         assert rendered.image.size == (64, 64)
         assert seen == [(EXPECTED[name][0], i, steps) for i in range(1, steps + 1)]
     assert pipe.scheduler is original and dict(pipe.scheduler.config) == config
@@ -177,15 +254,18 @@ def test_a_cancelled_generation_puts_the_model_scheduler_back(sd):
         raise Cancelled()
 
     with pytest.raises(Cancelled):
-        render(sd, parameters("dpmpp_2m_karras"), device="cpu", home="cpu", on_step=cancel)
+        render(
+            sd, parameters("dpmpp_2m_karras"), scheduler="dpmpp_2m_karras", device="cpu",
+            home="cpu", on_step=cancel,
+        )  # fmt: skip
     assert sd.scheduler is original
 
 
 def test_the_model_own_scheduler_runs_when_none_is_named(sd):
-    """A record without a choice names the model's class; render does not look it up."""
+    """None chosen: the model's own runs, whatever name its record gives it."""
     names = []
     render(
-        sd, parameters(type(sd.scheduler).__name__), device="cpu", home="cpu",
+        sd, parameters("PLMS"), scheduler=None, device="cpu", home="cpu",
         on_step=lambda done, total: names.append(type(sd.scheduler).__name__),
     )  # fmt: skip
     assert set(names) == {"PNDMScheduler"}

@@ -57,10 +57,10 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     page = open_ui(new_page, ui_app)
     screenshot(page, "01-empty")
     fill(page, prompt="a lighthouse in fog", steps="20", size="64x64", seed="4242",
-         guidance="6.5")  # fmt: skip
+         guidance="6.5", scheduler="euler_a")  # fmt: skip
     page.click("#generate")
     progress_mid_run(page)
-    expect(page.locator("#job-steps")).to_have_text(re.compile(r"^Step \d+ of \d+"))
+    expect(page.locator("#job-steps")).to_have_text(re.compile(r"^Step \d+ of 20\b"))
     expect(page.locator("#job-status")).to_contain_text(re.compile("Running|Queued"))
     screenshot(page, "02-progress")
 
@@ -78,7 +78,9 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     first = page.locator("#gallery li").first
     expect(first).to_have_attribute("data-image-id", image_id)
     expect(first.locator(".prompt")).to_have_text("a lighthouse in fog")
-    expect(first.locator(".params")).to_contain_text("64x64 · 20 steps · guidance 6.5 · seed 4242")
+    expect(first.locator(".params")).to_contain_text(
+        "64x64 · 20 steps · guidance 6.5 · seed 4242 · sampler Euler a"  # A1111's name
+    )
     expect(first.locator(".download")).to_have_attribute("download", f"{image_id}.png")
 
     # A fresh page finds it first too, from the stored images (newest first).
@@ -93,9 +95,9 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     assert saved == png
     fresh_first.locator(".reuse").click()
     values = {name: fresh.input_value(f"#{name}") for name in
-              ("prompt", "steps", "guidance", "size", "seed")}  # fmt: skip
+              ("prompt", "steps", "guidance", "size", "seed", "scheduler")}  # fmt: skip
     assert values == {"prompt": "a lighthouse in fog", "steps": "20", "guidance": "6.5",
-                      "size": "64x64", "seed": "4242"}  # fmt: skip
+                      "size": "64x64", "seed": "4242", "scheduler": "euler_a"}  # fmt: skip
     expect(fresh.locator("#prompt")).to_be_focused()
     screenshot(fresh, "04-gallery", full_page=True)
 

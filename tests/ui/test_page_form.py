@@ -37,6 +37,7 @@ def test_a_model_preset_narrows_the_schedulers_and_sets_the_defaults(turbo):
     assert "Model preset: turbo." in html
     assert options(html) == ["", "ddim_trailing", "dpmpp_2m_trailing", "euler_a_trailing",
                              "euler_trailing"]  # fmt: skip
-    assert "Default (euler_a_trailing)" in html
+    assert "Default (Euler a SGM Uniform)" in html  # A1111's name, as records say it
+    assert '<option value="euler_a_trailing">Euler a SGM Uniform</option>' in html
     assert 'placeholder="1"' in html  # its one step
     assert "above 4 lowered to 4" in html

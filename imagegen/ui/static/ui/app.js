@@ -147,8 +147,11 @@
     $("guidance").value = String(parameters.guidance);
     $("size").value = `${parameters.width}x${parameters.height}`;
     $("seed").value = String(parameters.seed);
-    const known = [...$("scheduler").options].some((o) => o.value === parameters.scheduler);
-    $("scheduler").value = known ? parameters.scheduler : "";
+    // A record names its sampler as the options show it (A1111's name; older ones by id).
+    const option = [...$("scheduler").options].find(
+      (o) => o.value && (o.value === parameters.scheduler || o.text === parameters.scheduler),
+    );
+    $("scheduler").value = option ? option.value : "";
     clearErrors();
     $("prompt").focus();
     $("generate-panel").scrollIntoView({ block: "start" });
@@ -323,7 +326,7 @@
       `${p.steps} steps`,
       `guidance ${p.guidance}`,
       `seed ${p.seed}`,
-      p.scheduler,
+      `sampler ${p.scheduler}`,
     ].join(" · ");
   }
 
