@@ -24,7 +24,10 @@ class Report(Protocol):
     """Where a running generation's progress goes, and how it learns to stop. mypy checks
     both (jobs._LocalReport, distributed.worker._StoreReport) where each is passed to run_job."""
 
-    def stop_requested(self) -> bool: ...
+    def stop_requested(self) -> bool:
+        """Whether the job is to stop. Asked before every stoppable part of the model
+        (imagegen.generation.stop_points), hundreds of times a step: a flag read, never a
+        round trip; whoever learns of the cancel sets the flag."""
 
     def denoising(self, steps: int) -> None: ...
 
@@ -71,7 +74,14 @@ def run_job(
         report.denoising(parameters.steps)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
-        rendered = render(pipe, parameters, device=device, home=loader.device, on_step=report.step)
+        rendered = render(
+            pipe,
+            parameters,
+            device=device,
+            home=loader.device,
+            on_step=report.step,
+            stop_requested=report.stop_requested,
+        )
         generation = time.monotonic() - denoise_started
         report.phase("saving")
         encoding = time.monotonic()

@@ -1,5 +1,7 @@
 """One image generation: the request's defaults resolved, then the pipeline run with a
-step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these).
+step-end callback that reports progress, and stop points inside the model's blocks
+(imagegen.generation.stop_points) that end it within a block when it is cancelled
+(imagegen.generation.execution runs these).
 
 The run is timed by stage (text encoders, denoising steps, decode) from two hooks that cost
 nothing per step: a forward pre-hook on the UNet marks the end of the prompt encoding (its
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.presets import Adjustment, GenerationRules
 from imagegen.generation.schedulers import is_scheduler_name, scheduler_applied
+from imagegen.generation.stop_points import stop_points
 from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
@@ -45,7 +48,8 @@ class GenerationRequest(BaseModel):
 
 
 class Cancelled(Exception):
-    """Raised from the step-end callback to stop a generation between two steps."""
+    """Raised from the step-end callback, or from a stop point within a step or the decode,
+    to stop a generation."""
 
 
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
@@ -102,12 +106,19 @@ def render(
     device: str,
     home: str,
     on_step: Callable[[int, int], None],
+    stop_requested: Callable[[], bool],
 ) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
     `home` afterwards) with the parameters' scheduler (the model's own one is put back after).
     `on_step(done, total)` runs after each denoising step and may raise Cancelled; `total` is
-    the scheduler's real count (PNDM, for one, adds warm-up steps)."""
+    the scheduler's real count (PNDM, for one, adds warm-up steps). `stop_requested()` is
+    asked before every stoppable part of the UNet and the decoder, hundreds of times a
+    step, so it must be a flag read; True raises Cancelled there."""
     import torch
+
+    def check() -> None:
+        if stop_requested():
+            raise Cancelled()
 
     marks: dict[str, float] = {}
 
@@ -124,7 +135,11 @@ def render(
     try:
         if device != home:
             pipe.to(device)
-        with torch.inference_mode(), scheduler_applied(pipe, chosen):
+        with (
+            torch.inference_mode(),
+            scheduler_applied(pipe, chosen),
+            stop_points(pipe).watching(check),
+        ):
             started = time.monotonic()
             image = pipe(
                 prompt=parameters.prompt,
