@@ -64,7 +64,7 @@ class SyncTimeout(ServiceError):
     def __init__(self, job_id: str) -> None:
         super().__init__(
             f"No image within GEN_SYNC_TIMEOUT; job {job_id} is cancelled (a running job stops "
-            f"at the end of its current step: GET /jobs/{job_id} shows when). "
+            f"at the model's next block: GET /jobs/{job_id} shows when). "
             "Long generations: POST /generate with async=true and poll /jobs/<id>"
         )
 
@@ -85,7 +85,7 @@ class BatchTimeout(ServiceError):
         jobs = ", ".join(job_ids)
         if cancelled:
             what = (
-                "cancelled (a running job stops at the end of its current step: GET /jobs/<id> "
+                "cancelled (a running job stops at the model's next block: GET /jobs/<id> "
                 "shows when). Long generations: POST /generate with async=true and poll "
                 "/jobs/<id>"
             )

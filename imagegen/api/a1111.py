@@ -297,8 +297,8 @@ def progress(request: HttpRequest):
 
 @router.post("/interrupt", auth=auth, response={200: dict, **errors()})
 def interrupt(request: HttpRequest):
-    """Stops this client's jobs (queued ones never run; the running one stops at the end of
-    its current step), never another client's."""
+    """Stops this client's jobs (queued ones never run; the running one stops at the model's
+    next block), never another client's."""
     services.generation_interrupt(client=client_identity(request))
     return {}
 

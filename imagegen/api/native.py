@@ -223,7 +223,7 @@ def job_events(
     "/jobs/{job_id}",
     auth=token_required(),
     response={200: JobOut, **errors(404, 409)},
-    summary="Cancel a job: a queued one never runs, a running one stops at its step's end",
+    summary="Cancel a job: a queued one never runs, a running one stops at the next block",
 )
 def job_cancel(request: HttpRequest, job_id: str):
     return services.job_cancel(job_id=job_id)

@@ -293,7 +293,8 @@ class JobStore:
 
     def cancel(self, job_id: str) -> str | None:
         """The state the job was in when asked (None: unknown). A queued job is cancelled
-        and never runs; a running one is marked, and its worker stops at its next step end."""
+        and never runs; a running one is marked: its worker reads the mark with its next
+        heartbeat (within a second) or step, and stops at the model's next block."""
         state = self._cancel(keys=[job_key(job_id), QUEUED], args=[PREFIX, job_id, now_text()])
         return state.decode() if state else None
 
@@ -374,8 +375,14 @@ class JobStore:
         flat = [item for pair in fields.items() for item in pair]
         return bool(self._finish(keys=[job_key(job_id), beat_key(job_id), UNFINISHED], args=flat))
 
-    def beat(self, job_id: str, worker: str) -> None:
-        self.redis.set(beat_key(job_id), worker, px=self.ttl_ms)
+    def beat(self, job_id: str, worker: str) -> bool:
+        """Refreshes the running job's heartbeat; True when the job is to stop (a cancel was
+        asked for, or it is no longer running: found lost), read in the same round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(beat_key(job_id), worker, px=self.ttl_ms)
+            pipe.hmget(job_key(job_id), "state", "cancel")
+            _, (state, cancel) = pipe.execute()
+        return state != b"running" or cancel == b"1"
 
 
 def _text(fields: dict, name: str) -> str | None:

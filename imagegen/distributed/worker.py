@@ -7,7 +7,14 @@ worker whether a cancel was asked for).
 
 A thread beats while the process lives, every JOB_HEARTBEAT_TTL / 3 seconds at most once a
 second: it refreshes this worker's key (its model state, for GET /model/status) and the
-running job's heartbeat key, both with JOB_HEARTBEAT_TTL. A worker killed mid-job stops
+running job's heartbeat key, both with JOB_HEARTBEAT_TTL. The running job's beat reads back,
+in the same round trip, whether a cancel was asked for (or the job was found lost), and sets
+the job's stop flag, which the generation reads between the model's blocks
+(imagegen.generation.stop_points): a worker learns of a cancel within a second, without
+waiting for its next step's write, and the generation itself never waits on Redis for it
+(a Redis call from every stop point would stall it by the client's timeouts in an outage;
+a pubsub listener would need its own connection and still a poll for the messages lost
+while it reconnects). A worker killed mid-job stops
 beating; the first web replica that reads the job afterwards fails it ("worker lost"), so a
 job is never left `running` longer than the TTL after its worker died, and, acknowledged
 when it started, its message is never delivered again. The same thread follows the pull
@@ -22,7 +29,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import redis
@@ -42,10 +49,13 @@ def default_worker_name() -> str:
 
 @dataclass
 class _StoreReport:
-    """A running job's progress, written to the shared store."""
+    """A running job's progress, written to the shared store. `stopping` is set when the
+    worker learns that the job is to stop: from the heartbeat (WorkerRuntime.beat), or from a
+    step's write."""
 
     store: JobStore
     job_id: str
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def _write(self, **fields) -> int:
         try:
@@ -55,7 +65,7 @@ class _StoreReport:
             return 0
 
     def stop_requested(self) -> bool:
-        return self._write() != 0
+        return self.stopping.is_set()
 
     def denoising(self, steps: int) -> None:
         self._write(steps=steps, phase="denoising", denoise_started=repr(time.time()))
@@ -65,6 +75,8 @@ class _StoreReport:
         if done == total:
             fields["phase"] = "decoding"
         if self._write(**fields) != 0:  # cancelled, or found lost: it stops here either way
+            self.stopping.set()
+        if self.stopping.is_set():
             raise Cancelled()
 
     def phase(self, text: str) -> None:
@@ -89,6 +101,7 @@ class WorkerRuntime:
         self.load_timeout = load_timeout
         self.interval = min(1.0, store.heartbeat_ttl / 3)
         self.job_id: str | None = None
+        self.report: _StoreReport | None = None  # the running job's
         self.pulls: int | None = None  # the pull count this worker has followed
         self._stop = threading.Event()
         # Held while a job is claimed and while a beat says "idle", so a beat never puts a
@@ -124,7 +137,7 @@ class WorkerRuntime:
             self.pulls = pulls
         status = self.loader.status()
         with self._claiming:
-            job_id = self.job_id
+            job_id, report = self.job_id, self.report
             record = {"name": self.name, "state": status.state, "error": status.error,
                       "job": job_id, "pulls": self.pulls}  # fmt: skip
             with self.redis.pipeline(transaction=False) as pipe:
@@ -133,8 +146,8 @@ class WorkerRuntime:
                 if job_id is None:
                     pipe.sadd(IDLE, self.name)
                 pipe.execute()
-        if job_id is not None:
-            self.store.beat(job_id, self.name)
+        if report is not None and self.store.beat(report.job_id, self.name):
+            report.stopping.set()  # a cancel asked, or the job found lost
 
     # -- one job ------------------------------------------------------------------------------
 
@@ -146,28 +159,31 @@ class WorkerRuntime:
             if claimed is None:
                 return None
             self.job_id = job_id = claimed.job_id
+            self.report = report = _StoreReport(self.store, job_id)
         log.info("job %s: running on %s", job_id, self.name)
         try:
-            self._run(job_id, claimed.request, claimed.created_at, claimed.started_at)
+            self._run(report, claimed.request, claimed.created_at, claimed.started_at)
         finally:
             with self._claiming:
-                self.job_id = None
+                self.job_id, self.report = None, None
             with contextlib.suppress(redis.RedisError):
                 self.redis.sadd(IDLE, self.name)
             gc.collect()  # a cancelled or failed run's tensors go now, not later
         return job_id
 
-    def _run(self, job_id: str, request, created_at: datetime, started_at: datetime) -> None:
+    def _run(
+        self, report: _StoreReport, request, created_at: datetime, started_at: datetime
+    ) -> None:
         outcome = run_job(
-            job_id=job_id,
+            job_id=report.job_id,
             loader=self.loader,
             store=self.images,
             request=request,
             queued_seconds=(started_at - created_at).total_seconds(),
             load_timeout=self.load_timeout,
-            report=_StoreReport(self.store, job_id),
+            report=report,
         )
-        self._finish(job_id, outcome_fields(outcome))
+        self._finish(report.job_id, outcome_fields(outcome))
 
     def _finish(self, job_id: str, outcome: dict) -> None:
         """Writes the outcome, retrying while Redis is away (up to the heartbeat's TTL: past

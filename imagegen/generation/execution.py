@@ -24,7 +24,10 @@ class Report(Protocol):
     """Where a running generation's progress goes, and how it learns to stop. mypy checks
     both (jobs._LocalReport, distributed.worker._StoreReport) where each is passed to run_job."""
 
-    def stop_requested(self) -> bool: ...
+    def stop_requested(self) -> bool:
+        """Whether the job is to stop. Asked before every stoppable part of the model
+        (imagegen.generation.stop_points), hundreds of times a step: a flag read, never a
+        round trip; whoever learns of the cancel sets the flag."""
 
     def denoising(self, steps: int) -> None: ...
 
@@ -73,7 +76,7 @@ def run_job(
         device = "cpu" if request.force_cpu else loader.device
         rendered = render(
             pipe, parameters, scheduler=request.scheduler, device=device, home=loader.device,
-            on_step=report.step,
+            on_step=report.step, stop_requested=report.stop_requested,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
         report.phase("saving")

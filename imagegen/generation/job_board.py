@@ -30,8 +30,9 @@ class JobState(StrEnum):
 
 
 FINISHED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-# The phase of a running job asked to stop: it stays `running` until its current step ends.
-CANCELLING = "cancelling: stops at the end of the current step"
+# The phase of a running job asked to stop: it stays `running` until the model's next block
+# (imagegen.generation.stop_points) ends it, within seconds.
+CANCELLING = "cancelling: stops at the model's next block"
 
 
 class JobProgress(BaseModel):

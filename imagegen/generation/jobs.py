@@ -6,7 +6,7 @@ and waits for it; an asynchronous one answers 202 at once and the client polls
 GET /jobs/<id> or follows GET /jobs/<id>/events, which waits for the job's revision to move
 (wait_change) instead of polling. Progress comes from the pipeline's step-end callback.
 Cancelling a queued job takes it out of the queue; cancelling the running one stops it at
-the end of the current denoising step.
+the model's next block (imagegen.generation.stop_points), well inside a denoising step.
 
 Jobs live as long as the process, like the model's state; the images they produce are
 stored (imagegen.generation.images) and outlive it. This is the in-process JobBoard

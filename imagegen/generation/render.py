@@ -1,5 +1,7 @@
 """One image generation: the request's defaults resolved, then the pipeline run with a
-step-end callback that reports progress and can stop it (imagegen.generation.jobs runs these).
+step-end callback that reports progress, and stop points inside the model's blocks
+(imagegen.generation.stop_points) that end it within a block when it is cancelled
+(imagegen.generation.execution runs these).
 
 Progress counts the steps the client asked for, whatever the scheduler makes of them: PNDM
 runs 21 model calls for 20 steps (its warm-up), Heun two per step, and a client that asked for
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.presets import Adjustment, GenerationRules
 from imagegen.generation.schedulers import SCHEDULERS, sampler_ran, scheduler_applied
+from imagegen.generation.stop_points import stop_points
 from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
@@ -68,7 +71,8 @@ def _a1111(value: Any) -> Any:
 
 
 class Cancelled(Exception):
-    """Raised from the step-end callback to stop a generation between two steps."""
+    """Raised from the step-end callback, or from a stop point within a step or the decode,
+    to stop a generation."""
 
 
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
@@ -133,13 +137,20 @@ def render(
     device: str,
     home: str,
     on_step: Callable[[int, int], None],
+    stop_requested: Callable[[], bool],
 ) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
     `home` afterwards) with `scheduler` from the table (None: the model's own; either way the
     model's own one is in place after). `on_step(done, total)` runs after each of the
     scheduler's timesteps and may raise Cancelled; both count the parameters' steps, the
-    steps asked for, however many timesteps the scheduler makes of them."""
+    steps asked for, however many timesteps the scheduler makes of them. `stop_requested()`
+    is asked before every stoppable part of the UNet and the decoder, hundreds of times a
+    step, so it must be a flag read; True raises Cancelled there."""
     import torch
+
+    def check() -> None:
+        if stop_requested():
+            raise Cancelled()
 
     marks: dict[str, float] = {}
 
@@ -156,7 +167,11 @@ def render(
     try:
         if device != home:
             pipe.to(device)
-        with torch.inference_mode(), scheduler_applied(pipe, scheduler):
+        with (
+            torch.inference_mode(),
+            scheduler_applied(pipe, scheduler),
+            stop_points(pipe).watching(check),
+        ):
             started = time.monotonic()
             image = pipe(
                 prompt=parameters.prompt,

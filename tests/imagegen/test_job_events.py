@@ -189,11 +189,12 @@ def follow_live(app: AppServer, job_id: str, seen: list[Event], timeout: float =
 
 
 def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(app):
-    """What a client must see after cancelling a running job: the cancelling phase, then the
-    cancelled state as the stream's last event; no escape for a job that stops unseen. Steps
-    of half a second or more (256x256), and a cancel sent as soon as a step is seen, leave
-    the stream (a 50 ms poll of the store when distributed) most of a step to see the phase
-    before the job stops at that step's end."""
+    """What a client must see after cancelling a running job: the cancelled state as the
+    stream's last event, no escape for a job that stops unseen; and the cancelling phase, when
+    the stream sees it, once, right before. The job stops at the model's next block, on the
+    tiny model within milliseconds (distributed: within the worker's next heartbeat, a
+    second), so the stream may go from running to cancelled without seeing the phase
+    (tests/imagegen/test_cancel_mid_step.py times the stop itself)."""
     job_id = submit(app, **{**LONG, "size": "256x256"}, seed="6")
     seen: list[Event] = []
     reader = threading.Thread(target=follow_live, args=(app, job_id, seen), daemon=True)
@@ -214,13 +215,15 @@ def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(ap
     assert seen[-1].data["progress"]["step"] <= answer["progress"]["step"] + 1
     if answer["state"] == "cancelled":
         return  # it had stopped before the cancel answered: the stream shows the state
-    # The stream shows the cancelling phase, once, as the last status before cancelled; only
+    assert (answer["state"], answer["phase"]) == ("running", CANCELLING), answer
+    if ("running", CANCELLING) not in statuses:
+        return  # stopped before the stream looked again
+    # The stream shows the cancelling phase once, as the last status before cancelled; only
     # the step then under way (at most one) comes between the two.
     assert statuses[-2:] == [("running", CANCELLING), cancelled], statuses
     assert statuses.count(("running", CANCELLING)) == 1, statuses
     phase_at = max(i for i, e in enumerate(seen) if e.name == "running")
     assert [e.name for e in seen[phase_at + 1 : -1]] in ([], ["step"]), seen[phase_at:]
-    assert (answer["state"], answer["phase"]) == ("running", CANCELLING), answer
 
 
 def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answers(app):

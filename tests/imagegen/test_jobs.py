@@ -108,8 +108,8 @@ def test_cancelling_the_running_job_stops_it_within_a_step_and_the_next_starts(a
     cancel = requests.post(app.url(f"/jobs/{running['id']}/cancel"))
     assert cancel.status_code == 200
     step_at_cancel = cancel.json()["progress"]["step"]
-    if cancel.json()["state"] == "running":  # it stops at the end of its current step
-        assert cancel.json()["phase"] == "cancelling: stops at the end of the current step"
+    if cancel.json()["state"] == "running":  # it stops at the model's next block
+        assert cancel.json()["phase"] == "cancelling: stops at the model's next block"
     final = wait_until(app, running["id"], finished)
     assert final["state"] == "cancelled"
     assert final["progress"]["step"] <= step_at_cancel + 1
@@ -231,7 +231,7 @@ def test_a_synchronous_generation_past_gen_sync_timeout_is_504_and_its_job_cance
     assert message.startswith("No image within GEN_SYNC_TIMEOUT; job ")
     job_id = message.split("job ", 1)[1].split()[0]
     assert (
-        f"is cancelled (a running job stops at the end of its current step: GET /jobs/{job_id}"
+        f"is cancelled (a running job stops at the model's next block: GET /jobs/{job_id}"
         in message
     )
     assert "async=true" in message
