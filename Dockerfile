@@ -1,6 +1,7 @@
 # The service image: CPU-only, non-root, the application started by default.
 #   docker build --build-arg TORCH_INDEX_URL=<the PyTorch CPU wheel index> -t imagegen .
-# (the CPU index keeps the CUDA libraries out of the image; see docs/operations.md, "Container image")
+# requirements/base.txt pins torch's CPU build, found on that index (an extra index beside
+# pip's own) and never replaced by the CUDA one; see docs/operations.md, "Container image".
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_INDEX_URL
@@ -17,9 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY requirements/base.txt requirements/base.txt
-RUN test -n "$TORCH_INDEX_URL" \
-    && pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0 \
-    && pip install -r requirements/base.txt
+COPY scripts/install_requirements scripts/install_requirements
+RUN scripts/install_requirements python -r requirements/base.txt
 
 COPY pyproject.toml manage.py ./
 COPY scripts/start scripts/start

@@ -37,7 +37,9 @@ class ProjectAPI(NinjaAPI):
 api = ProjectAPI(
     title="imagegen + todos",
     version=app_version(),
-    description="A self-hosted text-to-image service and a todo record API.",
+    # Shown at the top of the API docs (/api/docs), where it leads back to the page.
+    description="A self-hosted text-to-image service and a todo record API. "
+    "The page for people: [/ui/](/ui/).",
     openapi_url="/api/openapi.json",
     docs_url="/api/docs",
 )

@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # Sourced by scripts/serve and scripts/test: makes .venv and installs one pinned
-# requirements file into it, skipping the install when nothing changed since the last one.
+# requirements file into it (scripts/install_requirements: pip's own configuration plus
+# PyTorch's CPU wheel index from TORCH_INDEX_URL), skipping the install when nothing changed
+# since the last one.
 # usage: source scripts/bootstrap.sh requirements/dev.txt
 set -euo pipefail
 
@@ -17,7 +19,7 @@ fi
 stamp="$venv/.requirements-$(basename "$requirements" .txt)"
 digest="$(cat requirements/*.txt | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  scripts/install_requirements "$venv/bin/python" --quiet -r "$requirements"
   echo "$digest" > "$stamp"
 fi
 export PATH="$PWD/$venv/bin:$PATH"

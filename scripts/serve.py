@@ -1,19 +1,36 @@
 """Runs gunicorn with the service, first starting the embedded database when MONGODB_URI is unset.
 
 The embedded database keeps its data in DATA_DIR/mongo, so todos survive restarts, and is
-stopped cleanly when the service stops (Ctrl-C or SIGTERM).
+stopped cleanly when the service stops (Ctrl-C or SIGTERM). Once the service answers, this says
+where the page and the API docs are (the address gunicorn prints answers `GET /` with the todo
+API's version, which is no place to start) and, with no model on the share yet, how to get one.
+
+--demo is the offline demo in one command: a tiny random-weight model served from a local hub
+(scripts/demo_hub.py) and the service pointed at it, nothing downloaded; the demo's model,
+cache and images in a temporary folder removed when it stops.
 """
 
+import argparse
+import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from config.gunicorn import bind  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 
 
@@ -27,13 +44,106 @@ def secret_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def main() -> int:
+class DemoHubError(RuntimeError):
+    pass
+
+
+def demo_settings(hub_url: str, repo: str, work: Path) -> dict[str, str]:
+    """The service on the demo hub's tiny model, its files in the demo's own folder (removed
+    when it stops), so they never mix with a real model's share, cache or images."""
+    return {
+        "HF_ENDPOINT": hub_url,
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "MODEL_ID": repo,
+        "MODEL_REVISION": "main",
+        "MODEL_ADAPTERS": "",  # a real model's adapters do not fit the tiny one
+        "MODEL_DIR": str(work / "models"),
+        "DOWNLOAD_CACHE_DIR": str(work / "download-cache"),
+        "OUTPUT_DIR": str(work / "images"),
+    }
+
+
+def start_demo_hub(work: Path) -> subprocess.Popen:
+    """scripts/demo_hub.py, building its model in `work`.
+
+    A process of its own, so this one never imports torch: stopping it is a signal, with no
+    interpreter teardown to wait for. Its own session: it stops when this one says so."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "demo_hub.py"), "--root", str(work / "hub")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def demo_hub_address(hub: subprocess.Popen) -> tuple[str, str]:
+    """The hub's address and repo, from the line it prints once it serves."""
+    assert hub.stdout is not None
+    for line in hub.stdout:
+        served = re.search(r"HF_ENDPOINT=(\S+) MODEL_ID=(\S+)", line)
+        if served:
+            return served.group(1), served.group(2)
+    hub.wait()
+    raise DemoHubError(f"the demo hub exited ({hub.returncode}) before serving")
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+    process.wait()
+
+
+def base_url(bind: str) -> str | None:
+    """The address a browser on this machine opens for gunicorn's BIND; None for a socket."""
+    if bind.startswith(("unix:", "fd://")):
+        return None
+    match = re.fullmatch(r"(.*):(\d+)", bind)
+    host, port = (match.group(1), match.group(2)) if match else (bind, "8000")
+    if host in ("", "0.0.0.0", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def next_steps(url: str, status: dict[str, Any] | None, *, demo: bool) -> list[str]:
+    """Where things are and, with no model on the share, what to do next."""
+    lines = [f"serve: the page: {url}/ui/", f"serve: the API docs: {url}/api/docs"]
+    if status is not None and not status.get("weights_on_share", True):
+        size = "the demo's tiny model, from its local hub" if demo else "the default is about 7 GB"
+        lines.append(
+            f"serve: no model yet: press Pull on the page, or POST /model/pull "
+            f"(curl -X POST {url}/model/pull), to fetch {status.get('model_id')} ({size})"
+        )
+    return lines
+
+
+def announce_when_answering(url: str, server: subprocess.Popen, *, demo: bool) -> None:
+    """Prints next_steps once the service answers; nothing if it stops first."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+    while server.poll() is None:
+        try:
+            with direct.open(f"{url}/model/status", timeout=5) as response:
+                status = json.load(response)
+        except urllib.error.HTTPError:
+            status = None  # it answers; the page tells what it says of the model
+        except (OSError, ValueError):  # not listening yet
+            time.sleep(0.2)
+            continue
+        print("\n".join(next_steps(url, status, demo=demo)), flush=True)
+        return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="serve a tiny demo model from a local hub: the image API offline, no download",
+    )
+    args = parser.parse_args(argv)
     data_dir = Path(os.environ.get("DATA_DIR", ROOT / ".data"))
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", secret_key(data_dir))
 
-    database = None
     server: subprocess.Popen | None = None
+    hub: subprocess.Popen | None = None
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -41,14 +151,32 @@ def main() -> int:
         stopping = True
         if server is not None:
             server.send_signal(signum)
+        elif hub is not None:  # still building: no need to finish
+            hub.terminate()
 
     # Installed before anything starts, so a stop during start-up still cleans up.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        if not env.get("MONGODB_URI"):
+    with ExitStack() as started:
+        if args.demo:
+            work = Path(tempfile.mkdtemp(prefix="imagegen-demo-"))
+            started.callback(shutil.rmtree, work, ignore_errors=True)
+            print("serve: --demo: building a tiny random-weight model and a local hub", flush=True)
+            hub = start_demo_hub(work)
+            started.callback(stop_process, hub)
+            try:
+                hub_url, repo = demo_hub_address(hub)
+            except DemoHubError as exc:
+                if stopping:
+                    return 0
+                print(f"serve: {exc}", file=sys.stderr)
+                return 1
+            env.update(demo_settings(hub_url, repo, work))
+            print(f"serve: demo hub at {hub_url} serving {repo}; its files in {work}")
+        if not env.get("MONGODB_URI") and not stopping:
             port = int(env.get("EMBEDDED_DB_PORT", "27117"))
             database = EmbeddedMongo(data_dir / "mongo", port=port)
+            started.callback(database.stop)
             try:
                 database.start()
             except EmbeddedMongoError as exc:
@@ -62,10 +190,10 @@ def main() -> int:
             [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
             cwd=ROOT, env=env,
         )  # fmt: skip
+        url = base_url(bind)
+        if url is not None:
+            announce_when_answering(url, server, demo=args.demo)
         return server.wait()
-    finally:
-        if database is not None:
-            database.stop()
 
 
 if __name__ == "__main__":

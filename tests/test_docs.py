@@ -11,15 +11,16 @@ DOCS = ROOT / "docs"
 CONFIGURATION = DOCS / "configuration.md"
 
 # Where the project reads its environment: the settings, gunicorn's and Celery's
-# configuration, and the two start scripts (scripts/serve.py reads EMBEDDED_DB_PORT and
-# DATA_DIR before the service starts; the container's scripts/start reads ROLE).
+# configuration, the two start scripts (scripts/serve.py reads EMBEDDED_DB_PORT and
+# DATA_DIR before the service starts; the container's scripts/start reads ROLE) and the
+# package installer of the set-up and the image (scripts/install_requirements: TORCH_INDEX_URL).
 PYTHON_READERS = [
     "config/settings.py",
     "config/gunicorn.py",
     "config/celery.py",
     "scripts/serve.py",
 ]
-SHELL_READERS = ["scripts/start"]
+SHELL_READERS = ["scripts/start", "scripts/install_requirements"]
 ENV_HELPERS = {"env_str", "env_bool", "env_int", "env_float", "env_list"}
 ENVIRON_METHODS = {"get", "setdefault"}  # setdefault keeps the operator's value: a read too
 
@@ -128,6 +129,7 @@ def test_the_readers_are_found():
     assert "HF_XET_HIGH_PERFORMANCE" in read  # os.environ.setdefault
     assert {"EMBEDDED_DB_PORT", "DATA_DIR"} <= read  # scripts/serve.py, a copy of os.environ
     assert "ROLE" in read  # scripts/start
+    assert "TORCH_INDEX_URL" in read  # scripts/install_requirements
     sample = 'import os\nos.getenv("A")\nos.environ["B"]\ne = os.environ.copy()\ne.get("C")\n'
     assert python_reads(sample) == {"A", "B", "C"}
 

@@ -38,6 +38,17 @@ def test_the_default_command_is_the_role_script_and_starts_the_application():
     assert "HEALTHCHECK" in DOCKERFILE and "/health" in DOCKERFILE
 
 
+def test_the_image_installs_base_txt_as_the_set_up_does():
+    """torch's CPU build from base.txt's pin, through the set-up's own installer (pip's sources
+    plus TORCH_INDEX_URL as an extra index): no torch of the image's own, no index replaced."""
+    assert re.search(r"^ARG TORCH_INDEX_URL$", DOCKERFILE, re.M)
+    assert "COPY scripts/install_requirements scripts/install_requirements" in DOCKERFILE
+    assert "RUN scripts/install_requirements python -r requirements/base.txt" in DOCKERFILE
+    assert "!scripts/install_requirements" in (ROOT / ".dockerignore").read_text().split()
+    assert "pip install" not in DOCKERFILE and "torch==" not in DOCKERFILE
+    assert "--index-url" not in DOCKERFILE
+
+
 def image_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The image's environment, paths moved into the test's folder, the venv on PATH."""
     bin_dir = str(Path(os.sys.executable).parent)
