@@ -238,7 +238,7 @@ def test_a_cancel_mid_decode_ends_the_job_within_a_tile(mode, loader, first_png)
 
 def render_stopping(pipe, stop_requested: Callable[[], bool], on_step=lambda *_: None):
     parameters = resolve(pipe, REQUEST, model_id=SD_REPO, revision=None)
-    return render(pipe, parameters, device="cpu", home="cpu", on_step=on_step,
+    return render(pipe, parameters, scheduler=None, device="cpu", home="cpu", on_step=on_step,
                   stop_requested=stop_requested)  # fmt: skip
 
 

@@ -37,6 +37,7 @@ def unet_batches(pipe, parameters: GenerationParameters, scheduler: str | None) 
         render(
             pipe, parameters, scheduler=scheduler, device="cpu", home="cpu",
             on_step=lambda done, total: None,
+            stop_requested=lambda: False,
         )  # fmt: skip
     finally:
         hook.remove()

@@ -16,6 +16,10 @@ PARAMETERS = GenerationParameters(
 )  # fmt: skip
 
 
+def never() -> bool:
+    return False
+
+
 def test_force_cpu_on_a_fake_accelerator_host_runs_on_the_cpu_and_moves_back(hub_root):
     """An accelerator cannot exist here: the pipeline's moves are recorded, and a move to
     the fake accelerator is recorded without being made."""
@@ -32,7 +36,10 @@ def test_force_cpu_on_a_fake_accelerator_host_runs_on_the_cpu_and_moves_back(hub
     def on_step(done: int, total: int) -> None:
         devices_during_steps.append(next(pipe.unet.parameters()).device.type)
 
-    rendered = render(pipe, PARAMETERS, scheduler=None, device="cpu", home="cuda", on_step=on_step)
+    rendered = render(
+        pipe, PARAMETERS, scheduler=None, device="cpu", home="cuda", on_step=on_step,
+        stop_requested=never,
+    )  # fmt: skip
     assert moves == ["cpu", "cuda"]  # to the CPU for this generation, then home again
     assert devices_during_steps and set(devices_during_steps) == {"cpu"}
     assert rendered.image.size == (64, 64)
@@ -45,6 +52,7 @@ def test_without_force_cpu_the_pipeline_stays_where_it_is(hub_root):
     render(
         pipe, PARAMETERS, scheduler=None, device="cpu", home="cpu",
         on_step=lambda done, total: None,
+        stop_requested=never,
     )  # fmt: skip
     assert moves == []
 
@@ -56,6 +64,7 @@ def test_the_stages_are_timed_in_order_and_the_unet_hook_is_removed(hub_root):
     rendered = render(
         pipe, PARAMETERS, scheduler=None, device="cpu", home="cpu",
         on_step=lambda done, total: calls_seen.append(done),
+        stop_requested=never,
     )  # fmt: skip
     elapsed = time.monotonic() - started
     stages = rendered.stages
@@ -88,6 +97,7 @@ def test_the_model_own_pndm_reports_the_steps_asked_for(hub_root):
     render(
         pipe, five, scheduler=None, device="cpu", home="cpu",
         on_step=lambda done, total: reported.append((done, total)),
+        stop_requested=never,
     )  # fmt: skip
     assert pipe.num_timesteps == 6  # the warm-up: one more model call than steps
     assert len(reported) == 6 and {total for _, total in reported} == {5}

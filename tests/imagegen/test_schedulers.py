@@ -241,6 +241,7 @@ def test_each_scheduler_renders_on_the_tiny_pipelines_and_the_model_own_comes_ba
         rendered = render(
             pipe, parameters(name, steps), scheduler=name, device="cpu", home="cpu",
             on_step=on_step,
+            stop_requested=lambda: False,
         )  # fmt: skip
         assert rendered.image.size == (64, 64)
         assert seen == [(EXPECTED[name][0], i, steps) for i in range(1, steps + 1)]
@@ -256,7 +257,7 @@ def test_a_cancelled_generation_puts_the_model_scheduler_back(sd):
     with pytest.raises(Cancelled):
         render(
             sd, parameters("dpmpp_2m_karras"), scheduler="dpmpp_2m_karras", device="cpu",
-            home="cpu", on_step=cancel,
+            home="cpu", on_step=cancel, stop_requested=lambda: False,
         )  # fmt: skip
     assert sd.scheduler is original
 
@@ -267,5 +268,6 @@ def test_the_model_own_scheduler_runs_when_none_is_named(sd):
     render(
         sd, parameters("PLMS"), scheduler=None, device="cpu", home="cpu",
         on_step=lambda done, total: names.append(type(sd.scheduler).__name__),
+        stop_requested=lambda: False,
     )  # fmt: skip
     assert set(names) == {"PNDMScheduler"}
