@@ -8,7 +8,7 @@ from django.test import Client
 
 from imagegen import backend
 from imagegen.api.schemas import GenerateForm
-from imagegen.generation.schedulers import NAMES
+from imagegen.generation.schedulers import A1111_NAMES, NAMES
 
 
 @pytest.mark.parametrize(
@@ -43,8 +43,12 @@ from imagegen.generation.schedulers import NAMES
         ({"seed": "-1"}, "seed", "greater than or equal to 0"),
         ({"seed": str(2**32)}, "seed", "less than or equal to 4294967295"),
         ({"force_cpu": "maybe"}, "force_cpu", "valid boolean"),
-        ({"scheduler": "Euler a"}, "scheduler", "unknown scheduler 'Euler a'; valid: euler, "),
-        ({"scheduler": "LCM"}, "scheduler", "unknown scheduler 'LCM'; valid: "),
+        (
+            {"scheduler": "Euler ancestral"},
+            "scheduler",
+            "unknown scheduler 'Euler ancestral'; valid: euler, ",
+        ),
+        ({"scheduler": "PNDM"}, "scheduler", "unknown scheduler 'PNDM'; valid: "),
         ({"stpes": "3"}, "stpes", "not a field"),
     ],
 )
@@ -83,7 +87,11 @@ def test_an_unknown_scheduler_is_a_400_listing_every_valid_name():
     response = Client().post("/generate", {"prompt": "fine", "scheduler": "dpm++"})
     assert response.status_code == 400
     assert response.json()["error"]["details"] == [
-        {"field": "scheduler", "message": f"unknown scheduler 'dpm++'; valid: {', '.join(NAMES)}"}
+        {
+            "field": "scheduler",
+            "message": f"unknown scheduler 'dpm++'; valid: {', '.join(NAMES)}, "
+            f"or A1111's name for one: {', '.join(A1111_NAMES)}",
+        }
     ]
 
 
