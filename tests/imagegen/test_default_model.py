@@ -84,12 +84,14 @@ def test_the_defaults_are_sdxl_with_the_lightning_lora_and_its_preset():
         # The default id named explicitly (deploy/azure.sh does), in any case, is the default.
         ({"MODEL_ID": SDXL}, (SDXL, (LIGHTNING,), LIGHTNING_PRESET)),
         ({"MODEL_ID": SDXL.upper()}, (SDXL.upper(), (LIGHTNING,), LIGHTNING_PRESET)),
+        # Presets off: the LoRA is still fused, requests get SDXL's own defaults.
+        ({"GEN_FOLLOW_MODEL": "0"}, (SDXL, (LIGHTNING,), BASE_PRESET)),
         # The operator's own defaults still win over the preset, as with any adapter.
         ({"GEN_DEFAULT_STEPS": "6"}, (SDXL, (LIGHTNING,), ("sdxl-lightning-4step", 6, 0.0,
                                                           "euler_trailing"))),
     ],
     ids=["empty", "blank", "another-adapter", "turbo", "another-model", "default-id-named",
-         "default-id-in-capitals", "gen-default-steps"],
+         "default-id-in-capitals", "gen-follow-model-off", "gen-default-steps"],
 )  # fmt: skip
 def test_model_adapters_set_or_another_model_id_change_the_default(variables, expected):
     assert configured(**variables) == expected
