@@ -174,6 +174,7 @@ def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_get
         assert "X-Adjusted" not in answer
         pipe = loader().pipeline(timeout=1)
         dtypes = {p.dtype for part in (pipe.unet, pipe.text_encoder_2) for p in part.parameters()}
+        vae_slicing_and_tiling = (pipe.vae.use_slicing, pipe.vae.use_tiling)
 
     model_files = fetched(hub, SDXL)
     assert model_files and all(".fp16." in f for f in model_files if f.endswith(".safetensors"))
@@ -183,6 +184,7 @@ def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_get
     # The hub's fp16 file as it is on the share; read and fused as fp32 at load.
     assert adapter.read_bytes() == (hub.root / LIGHTNING.repo / LIGHTNING.file).read_bytes()
     assert dtypes == {torch.float32}
+    assert vae_slicing_and_tiling == (True, True)  # the seed's rule, with the LoRA too
     assert not [p for p in share.rglob("*") if "lock" in p.name.lower()]  # lock-free
 
 
