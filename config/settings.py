@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.generation.schedulers import SCHEDULERS
-from imagegen.model.adapters import parse_adapters
+from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
 from imagegen.model.decoder import parse_decoder
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ TODO_MAX_CONCURRENT = env_int(
 )
 
 # --- imagegen ---------------------------------------------------------------------------
-MODEL_ID = env_str("MODEL_ID", "stabilityai/stable-diffusion-xl-base-1.0")
+MODEL_ID = env_str("MODEL_ID", DEFAULT_MODEL_ID)
 MODEL_REVISION = env_str("MODEL_REVISION", "main")
 # Which weight files to fetch ("fp16": half the download); they are upcast to fp32 on load.
 # Empty means the repo's default (fp32) files.
@@ -117,7 +117,9 @@ os.environ.setdefault("HF_XET_HIGH_PERFORMANCE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
-MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", ""))
+# Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even
+# to empty (the base model as it is), it is taken as it is (env_str keeps an empty value).
+MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", default_adapters(MODEL_ID)))
 # The decoder of latents into pixels (imagegen/model/decoder.py): "full" (the pipeline's VAE)
 # or "tiny" (TAESD; VAE_DECODER_REPO, default by pipeline type: taesdxl for SDXL, else taesd).
 VAE_DECODER = parse_decoder(env_str("VAE_DECODER", "full"), env_str("VAE_DECODER_REPO", ""))

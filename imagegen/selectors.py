@@ -31,10 +31,12 @@ def model_status() -> ModelStatus:
 
 
 def generation_rules() -> dict[str, Any]:
-    """The defaults and caps a generation request meets here (GET /api shows them, so a
-    client can see which model preset applies without sending a request)."""
+    """The defaults and caps a generation request meets here, and the adapters
+    (MODEL_ADAPTERS) the model's preset is recognised from (GET /api and GET /model/status
+    show them, so a client can see which model preset applies without sending a request)."""
     rules = asdict(backend.jobs().rules)
     rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
+    rules["adapters"] = [asdict(adapter) for adapter in backend.loader().source.adapters]
     return rules
 
 

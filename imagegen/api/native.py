@@ -14,9 +14,11 @@ from imagegen import selectors, services
 from imagegen.api.schemas import (
     ApiIndex,
     GenerateForm,
+    GenerationInForce,
     Health,
     ImagePage,
     JobOut,
+    ModelStatusOut,
     RouteEntry,
     errors,
 )
@@ -25,7 +27,6 @@ from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
 from imagegen.model.device import compute_device
-from imagegen.model.status import ModelStatus
 
 router = Router(tags=["imagegen"])
 
@@ -62,24 +63,30 @@ def index(request: HttpRequest):
         docs=str(api.docs_url),
         openapi=str(api.openapi_url),
         routes=route_entries(),
-        generation=selectors.generation_rules(),
+        generation=GenerationInForce.model_validate(selectors.generation_rules()),
     )
 
 
-@router.get("/model/status", response=ModelStatus, summary="Model state of this process")
+def status_answer() -> ModelStatusOut:
+    """The model's status with the generation rules in force beside it."""
+    status = selectors.model_status().model_dump()
+    return ModelStatusOut.model_validate({**status, "generation": selectors.generation_rules()})
+
+
+@router.get("/model/status", response=ModelStatusOut, summary="Model state of this process")
 def model_status(request: HttpRequest):
-    return selectors.model_status()
+    return status_answer()
 
 
 @router.post(
     "/model/pull",
     auth=token_required(),
-    response={200: ModelStatus, 202: ModelStatus, **errors(503)},
+    response={200: ModelStatusOut, 202: ModelStatusOut, **errors(503)},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
 def model_pull(request: HttpRequest):
     started = services.model_pull()
-    return (202 if started else 200), selectors.model_status()
+    return (202 if started else 200), status_answer()
 
 
 def wants_async(request: HttpRequest) -> bool:

@@ -20,6 +20,7 @@ from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import A1111_NAMES, NAMES, scheduler_for_input
+from imagegen.model.status import AdapterView, ModelStatus
 
 # What the native `scheduler` field lists: the table's ids, then A1111's name for each (what
 # records and X-Scheduler answer, taken back in any case).
@@ -182,6 +183,38 @@ class RouteEntry(Schema):
     description: str
 
 
+class GenerationRulesOut(Schema):
+    """The defaults and caps a generation request meets here (imagegen.generation.presets),
+    so a client sees which model preset applies without sending a request."""
+
+    preset: str | None = Field(
+        description="the model preset in force, recognised from MODEL_ID and MODEL_ADAPTERS "
+        "(the defaults: sdxl-lightning-4step); null: none (GEN_FOLLOW_MODEL=0, or a model "
+        "without one)"
+    )
+    steps: int = Field(description="the steps of a request that sends none")
+    guidance: float = Field(description="the guidance of a request that sends none")
+    scheduler: str | None = Field(
+        description="the scheduler of a request that names none; null: the model's own"
+    )
+    max_steps: int | None = Field(description="sent steps above it are lowered to it; null: none")
+    max_guidance: float | None = Field(
+        description="sent guidance above it is lowered to it; null: none"
+    )
+    schedulers: list[str] | None = Field(
+        description="the schedulers a request may name; another is replaced by `scheduler`. "
+        "null: any"
+    )
+
+
+class GenerationInForce(GenerationRulesOut):
+    """GET /api's `generation`: the rules and the adapters the preset is recognised from."""
+
+    adapters: list[AdapterView] = Field(
+        description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
+    )
+
+
 class ApiIndex(Schema):
     """GET /api: where the documentation is, every route of the image service, and the
     generation rules in force (which model preset applies, without sending a request)."""
@@ -191,7 +224,16 @@ class ApiIndex(Schema):
     docs: str
     openapi: str
     routes: list[RouteEntry]
-    generation: dict[str, Any]
+    generation: GenerationInForce
+
+
+class ModelStatusOut(ModelStatus):
+    """GET /model/status and POST /model/pull: the model's status and, beside its adapters,
+    the generation rules they put in force."""
+
+    generation: GenerationRulesOut = Field(
+        description="the rules in force, as GET /api's `generation` (the adapters are above)"
+    )
 
 
 class Health(Schema):

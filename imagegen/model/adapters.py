@@ -25,6 +25,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 FORM = "repo:file[:scale], comma-separated (e.g. org/name:weights.safetensors:1.0)"
+# The model the service ships with, and the few-step LoRA it is pulled and fused with unless
+# MODEL_ADAPTERS says otherwise: SDXL base at its own defaults (20 steps with guidance: 40
+# UNet calls at 1024x1024) takes many times a synchronous request's 230 s on a CPU; with this
+# LoRA a request that sends only a prompt gets its preset's 4 calls without an unconditional
+# pass (imagegen.generation.presets). Why this LoRA: docs/performance.md, "Fast images".
+DEFAULT_MODEL_ID = "stabilityai/stable-diffusion-xl-base-1.0"
+DEFAULT_MODEL_ADAPTERS = "ByteDance/SDXL-Lightning:sdxl_lightning_4step_lora.safetensors"
 ADAPTERS_FOLDER = "adapters"
 # The hub's rule for a repo id (huggingface_hub's validate_repo_id), here with the org
 # required; "--" and ".." are refused by the hub too, so `org--name` names one repo only.
@@ -59,6 +66,14 @@ class Adapter:
 def share_folder_name(repo: str) -> str:
     """`org/name` -> `org--name`, as huggingface_hub names a repo's folder."""
     return repo.replace("/", "--")
+
+
+def default_adapters(model_id: str) -> str:
+    """MODEL_ADAPTERS' value when the variable is absent: the default model's few-step LoRA,
+    none for any other MODEL_ID (a LoRA is distilled for one base model, and another MODEL_ID
+    may be any pipeline). Hub ids are case-insensitive, so the default id in any case is the
+    default model; naming it explicitly (as deploy/azure.sh does) changes nothing."""
+    return DEFAULT_MODEL_ADAPTERS if model_id.casefold() == DEFAULT_MODEL_ID.casefold() else ""
 
 
 def parse_adapters(raw: str) -> tuple[Adapter, ...]:

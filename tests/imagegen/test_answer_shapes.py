@@ -2,21 +2,24 @@
 (JobView, ImageRecord) exactly as the hand-built dicts they replaced did. Each expected string
 was captured from the service before that change.
 
-Two deliberate changes since: a job's `parameters` gained `scheduler` (null: the model's own)
+Deliberate changes since: a job's `parameters` gained `scheduler` (null: the model's own)
 and `adjusted` (what the service changed from what the client sent), because a job reports
 what will run; and every scheduler is answered by A1111's name (a record made without a
 chosen scheduler said the model's class, "EulerDiscreteScheduler", and now "Euler"; a chosen
-`lcm` is "LCM"). Everything else is byte for byte as it was."""
+`lcm` is "LCM"). And the model status gained `generation` at its end, GET /api's
+`generation` `adapters` at its end, so a client sees the preset in force (what each answered
+before is still its beginning, byte for byte). Everything else is byte for byte as it was."""
 
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from config.api import api
-from imagegen.api.schemas import ImagePage, JobOut
+from imagegen.api.schemas import GenerationInForce, ImagePage, JobOut, ModelStatusOut
 from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import JobProgress, JobState, JobView
 from imagegen.generation.presets import Adjustment
 from imagegen.generation.render import GenerationRequest
+from imagegen.model.status import AdapterView, DecoderView, DownloadBytes, ModelStatus, WorkerModel
 from imagegen.selectors import ImagePage as ImagePageView
 
 PARAMETERS = GenerationParameters(
@@ -129,3 +132,59 @@ def test_a_job_with_a_chosen_scheduler_and_a_clamped_value_answers_them():
         '"steps", "asked": 20, "applied": 8}, {"field": "scheduler", "asked": "Euler a", '
         '"applied": "LCM"}]}' in answer(JobOut, job)
     )
+
+
+# The model status as it answered before `generation` was added beside it (captured then).
+STATUS = ModelStatus(
+    state="ready", device="cpu", model_path="/models/stabilityai--stable-diffusion-xl-base-1.0",
+    model_id="stabilityai/stable-diffusion-xl-base-1.0", revision="main", variant="fp16",
+    commit="4621659840", weights_on_share=True, error=None,
+    download=DownloadBytes(bytes_done=7, bytes_total=7),
+    adapters=[AdapterView(repo="ByteDance/SDXL-Lightning",
+                          file="sdxl_lightning_4step_lora.safetensors", scale=1.0)],
+    decoder=DecoderView(kind="full", repo=None),
+)  # fmt: skip
+STATUS_BEFORE = (
+    '{"state": "ready", "device": "cpu", "model_path": "/models/stabilityai--stable-diffusion-'
+    'xl-base-1.0", "model_id": "stabilityai/stable-diffusion-xl-base-1.0", "revision": "main"'
+    ', "variant": "fp16", "commit": "4621659840", "weights_on_share": true, "error": null, "do'
+    'wnload": {"bytes_done": 7, "bytes_total": 7}, "adapters": [{"repo": "ByteDance/SDXL-Ligh'
+    'tning", "file": "sdxl_lightning_4step_lora.safetensors", "scale": 1.0}], "decoder": {"ki'
+    'nd": "full", "repo": null}'
+)
+# GET /api's `generation` as it answered before `adapters` was added to it (captured then).
+RULES = {
+    "preset": "sdxl-lightning-4step", "steps": 4, "guidance": 0.0, "scheduler": "euler_trailing",
+    "max_steps": 8, "max_guidance": 1.0, "schedulers": ["ddim_trailing", "euler_trailing"],
+}  # fmt: skip
+RULES_BEFORE = (
+    '{"preset": "sdxl-lightning-4step", "steps": 4, "guidance": 0.0, "scheduler": "euler_tra'
+    'iling", "max_steps": 8, "max_guidance": 1.0, "schedulers": ["ddim_trailing", "euler_tra'
+    'iling"]'
+)
+ADAPTERS = (
+    '"adapters": [{"repo": "ByteDance/SDXL-Lightning", "file": "sdxl_lightning_4step_lora.saf'
+    'etensors", "scale": 1.0}]'
+)
+
+
+def test_the_model_status_answers_as_before_with_the_rules_in_force_at_the_end():
+    selector_rules = {**RULES, "adapters": [STATUS.adapters[0].model_dump()]}
+    out = ModelStatusOut(**STATUS.model_dump(), generation=selector_rules)
+    assert answer(ModelStatus, STATUS) == f"{STATUS_BEFORE}}}"  # the schema it answered with
+    assert answer(ModelStatusOut, out) == f'{STATUS_BEFORE}, "generation": {RULES_BEFORE}}}}}'
+
+
+def test_the_model_status_of_distributed_mode_keeps_its_workers_before_the_rules():
+    workers = [WorkerModel(name="worker-1", state="ready", error=None, job=None)]
+    status = STATUS.model_copy(update={"workers": workers})
+    out = ModelStatusOut(**status.model_dump(), generation=RULES)
+    assert answer(ModelStatusOut, out) == (
+        f'{STATUS_BEFORE}, "workers": [{{"name": "worker-1", "state": "ready", "error": null, '
+        f'"job": null}}], "generation": {RULES_BEFORE}}}}}'
+    )
+
+
+def test_the_index_rules_answer_as_before_with_the_adapters_at_the_end():
+    rules = {**RULES, "adapters": [STATUS.adapters[0].model_dump()]}
+    assert answer(GenerationInForce, rules) == f"{RULES_BEFORE}, {ADAPTERS}}}"

@@ -98,4 +98,5 @@ def test_the_index_names_the_preset_and_its_rules(app):
         "preset": "turbo", "steps": 1, "guidance": 0.0, "scheduler": "euler_a_trailing",
         "max_steps": 4, "max_guidance": 1.0,
         "schedulers": ["ddim_trailing", "dpmpp_2m_trailing", "euler_a_trailing", "euler_trailing"],
+        "adapters": [],  # another MODEL_ID than the default: no default LoRA
     }  # fmt: skip

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.test import override_settings
 
 from imagegen.backend import rules_from_settings
 from imagegen.generation.images import ImageStore
@@ -40,9 +41,12 @@ def queue(hub, share: Path, tmp_path: Path) -> JobQueue:
     loader = new_loader(hub, share, tmp_path / "cache")
     assert loader.pull()
     assert wait_for(loader, {"ready", "failed"}) == "ready"
+    # The rules of a process configured with this loader's model (no preset: no step cap).
+    with override_settings(MODEL_ID=loader.source.model_id, MODEL_ADAPTERS=()):
+        rules = rules_from_settings()
     return JobQueue(
         loader, ImageStore(tmp_path / "images"), queue_max=2, load_timeout=60, keep=10,
-        rules=rules_from_settings(),
+        rules=rules,
     )  # fmt: skip
 
 

@@ -16,7 +16,15 @@ def options(html: str) -> list[str]:
     return re.findall(r'<option value="([^"]*)"', select)
 
 
-def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings):
+@pytest.fixture
+def base_model(settings, monkeypatch):
+    """The rules of a process configured for the base model as it is (MODEL_ADAPTERS set
+    to empty: no preset), in this process."""
+    settings.MODEL_ADAPTERS = ()
+    monkeypatch.setattr(backend.jobs(), "rules", rules_from_settings())
+
+
+def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings, base_model):
     html = Client().get("/ui/").content.decode()
     assert options(html) == ["", *NAMES]
     assert f'max="{settings.GEN_MAX_STEPS}"' in html
@@ -27,8 +35,9 @@ def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings):
 
 @pytest.fixture
 def turbo(settings, monkeypatch):
-    """The rules of a process configured for SDXL-Turbo (its preset), in this process."""
-    settings.MODEL_ID = "stabilityai/sdxl-turbo"
+    """The rules of a process configured for SDXL-Turbo (its preset; another MODEL_ID than
+    the default has no default adapter), in this process."""
+    settings.MODEL_ID, settings.MODEL_ADAPTERS = "stabilityai/sdxl-turbo", ()
     monkeypatch.setattr(backend.jobs(), "rules", rules_from_settings())
 
 
