@@ -14,7 +14,13 @@ from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from config.errors import NOT_FOUND, ServiceError, error_response, takes_basic_auth
+from config.errors import (
+    DATABASE_UNREACHABLE,
+    NOT_FOUND,
+    ServiceError,
+    error_response,
+    takes_basic_auth,
+)
 from config.logs import first_part
 from config.openapi import declare_method_not_allowed
 from config.version import app_version
@@ -109,7 +115,6 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
-UNREACHABLE = "The database is unreachable; try again shortly"
 UNCONFIRMED = (
     "The database did not confirm this write in time: it may or may not have been saved. "
     "Check before sending it again, or send it again with the same Idempotency-Key"
@@ -126,7 +131,7 @@ def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
         return on_unexpected(request, exc)
     log.warning("database unreachable: %s", first_part(exc))
     sent = not isinstance(exc, ServerSelectionTimeoutError)
-    message = UNCONFIRMED if sent and request.method in WRITES else UNREACHABLE
+    message = UNCONFIRMED if sent and request.method in WRITES else DATABASE_UNREACHABLE
     return error_response(request, 503, message, retry_after=5)
 
 

@@ -36,6 +36,9 @@ class ServiceError(Exception):
         super().__init__(self.message)
 
 
+DATABASE_UNREACHABLE = "The database is unreachable; try again shortly"
+
+
 def is_todo_path(path: str) -> bool:
     return path in TODO_PATHS or path.startswith(TODO_PREFIXES)
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from config.api import UNCONFIRMED, UNREACHABLE
+from config.api import UNCONFIRMED
+from config.errors import DATABASE_UNREACHABLE as UNREACHABLE
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.processes import AppServer, free_port
 

@@ -41,7 +41,8 @@ def test_503_while_the_database_is_down_then_recovery(own_stack):
         }
         assert "Traceback" not in response.text
         assert response.headers["Retry-After"]
-        assert time.monotonic() - started < 10
+        # MONGODB_TIMEOUT_MS (1 s here) and no more: not the request's whole budget (5 s)
+        assert time.monotonic() - started < 2.5
     assert requests.get(app.url("/health"), timeout=5).status_code == 200
 
     mongo.start()
