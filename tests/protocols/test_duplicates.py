@@ -1,7 +1,7 @@
 """Clients of these protocols wait, and retry: a retry or an identical request that arrives
 while its twin is queued or running joins that job instead of queueing the work again; a
 request that cannot succeed by retrying says so (x-should-retry: false). Against the open
-app (GEN_SYNC_TIMEOUT 15 s; the SDK's retry against the token app, which runs in both job
+app (GEN_SYNC_TIMEOUT 10 s; the SDK's retry against the token app, which runs in both job
 modes), with a long job holding the worker so that what is submitted waits in the queue for
 as long as a test needs."""
 
@@ -88,10 +88,10 @@ def stored_png(app: AppServer, job: dict) -> bytes:
 
 @pytest.mark.both_modes
 def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(token):
-    app = token  # its requests wait 60 s: the SDK (8 s) gives up first, and retries
+    app = token  # its requests wait 60 s: the SDK (5 s) gives up first, and retries
     blocker = start_blocker(app)
     attempts: list[str] = []
-    client = sdk(app, attempts, api_key=TOKEN, timeout=8, max_retries=3)
+    client = sdk(app, attempts, api_key=TOKEN, timeout=5, max_retries=3)
     call = Call(client.images.generate, prompt="dup retry", size="64x64", extra_body={"seed": 5})
     wait_until(lambda: len(attempts) >= 2, timeout=30)  # the first attempt timed out
     time.sleep(0.5)  # the retry reaches the service, which has the job queued still
