@@ -90,7 +90,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @contextlib.contextmanager
 def in_process(loader: ModelLoader, images: Path) -> Iterator[Mode]:
-    with override_settings(MODEL_ID=loader.source.model_id, GEN_DEFAULT_STEPS=2):
+    # The rules of a process configured with this model (no default LoRA, so no preset).
+    with override_settings(MODEL_ID=loader.source.model_id, MODEL_ADAPTERS=(), GEN_DEFAULT_STEPS=2):
         rules = backend.rules_from_settings()
     jobs = JobQueue(loader, ImageStore(images), queue_max=4, load_timeout=60, keep=20, rules=rules)
     mode = Mode(lambda r: jobs.submit(r).id, jobs.cancel, jobs.wait, images)
