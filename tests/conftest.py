@@ -14,7 +14,13 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env
+from tests.support.model_service import (
+    PULL_TIMEOUT,
+    SD_REPO,
+    SDXL_REPO,
+    model_service_env,
+    pull_until_ready,
+)
 from tests.support.processes import AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
 
@@ -87,3 +93,21 @@ def start_app(tmp_path: Path, model_env: dict[str, str]) -> Iterator[Callable[..
     yield start
     for app in started:
         app.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Distributed mode for the modules that run their routes in both modes: one Redis, one
+    worker and the tiny SD model pulled onto one share, started once; each module adds a web
+    replica of its own settings (tests/support/model_service.py `ready_in_mode`)."""
+    from tests.support.distributed import Stack
+
+    work = tmp_path_factory.mktemp("shared-stack")
+    with (
+        LocalHub(hub_root) as hub,
+        Stack(model_service_env(hub.url, work / "share", work), work) as stack,
+    ):
+        stack.start(replicas=1, workers=1)
+        pull_until_ready(stack.apps[0], timeout=PULL_TIMEOUT["distributed"])
+        stack.apps[0].stop()  # it pulled; the modules bring their own
+        yield stack

@@ -11,7 +11,7 @@ import requests
 from PIL import Image
 
 from imagegen.generation.schedulers import A1111_NAMES, NAMES
-from tests.support.model_service import MODES, ready_app
+from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import AppServer
 
 
@@ -19,9 +19,10 @@ from tests.support.processes import AppServer
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AppServer]:
-    """Every test here runs in both modes: in process, and distributed (Redis, a worker)."""
+    """Every test here runs in both modes: in process, and distributed (a web replica of these
+    settings on the session's shared Redis and worker)."""
     work = tmp_path_factory.mktemp(f"generate-{request.param}")
-    with ready_app(hub_root, work, mode=request.param, GEN_QUEUE_MAX="1") as server:
+    with ready_in_mode(request, hub_root, work, GEN_QUEUE_MAX="1") as server:
         yield server
 
 

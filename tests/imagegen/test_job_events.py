@@ -13,7 +13,7 @@ import requests
 
 from imagegen.generation.job_board import CANCELLING
 from tests.support.jobs import cancel_all
-from tests.support.model_service import MODES, ready_app
+from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import AppServer
 from tests.support.sse import Event, open_stream, read_events
 
@@ -36,7 +36,7 @@ def app(
         "EVENT_STREAM_KEEPALIVE": "0.5",
     }
     work = tmp_path_factory.mktemp(f"events-{request.param}")
-    with ready_app(hub_root, work, mode=request.param, **env) as server:
+    with ready_in_mode(request, hub_root, work, **env) as server:
         yield server
 
 

@@ -12,7 +12,7 @@ import requests
 from PIL import Image
 
 from tests.support.jobs import cancel_all, finished, job, wait_until
-from tests.support.model_service import MODES, SD_REPO, ready_app
+from tests.support.model_service import MODES, SD_REPO, ready_in_mode
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
@@ -26,14 +26,15 @@ SYNC_TIMEOUT = 8
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AppServer]:
-    """Every test here runs in both modes: in process, and distributed (Redis, a worker)."""
+    """Every test here runs in both modes: in process, and distributed (a web replica of these
+    settings on the session's shared Redis and worker)."""
     env = {
         "GEN_QUEUE_MAX": str(QUEUE_MAX),
         "GEN_MAX_STEPS": "500",
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
     }
     work = tmp_path_factory.mktemp(f"jobs-{request.param}")
-    with ready_app(hub_root, work, mode=request.param, **env) as server:
+    with ready_in_mode(request, hub_root, work, **env) as server:
         yield server
 
 

@@ -1,13 +1,14 @@
-"""Two apps under gunicorn with the tiny model pulled, shared by this package's tests: one
-with API_TOKEN set behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a
-short GEN_SYNC_TIMEOUT for the retry and timeout cases.
+"""Two apps under gunicorn with the tiny model pulled, shared by this package's tests: one with
+API_TOKEN set behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a short
+GEN_SYNC_TIMEOUT for the retry and timeout cases.
 
 Every test runs in process. Those marked `both_modes` run in distributed mode too (Redis and a
 worker behind the token app): one smoke per protocol, and each protocol path that reads or
 changes the job board or the shared runs (progress, interrupt and skip, a joined retry, image
-links from the shared store). What the job mode changes beneath them has its own tests in both
-modes (tests/imagegen/test_jobs.py, test_job_events.py, tests/distributed/); a protocol's
-parsing and answers are the same code in either mode."""
+links from the shared store), against a web replica on the session's shared Redis and worker.
+What the job mode changes beneath them has its own tests in both modes
+(tests/imagegen/test_jobs.py, test_job_events.py, tests/distributed/); a protocol's parsing and
+answers are the same code in either mode."""
 
 import time
 from collections.abc import Iterator
@@ -41,7 +42,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="package")
 def token_app(
-    mode: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    mode: str,
+    hub_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AppServer]:
     env = {
         "API_TOKEN": TOKEN,
@@ -51,6 +55,10 @@ def token_app(
         "GEN_SYNC_TIMEOUT": "60",
     }
     work = tmp_path_factory.mktemp(f"token-app-{mode}")
+    if mode == "distributed":  # a web replica on the session's shared stack, pulled already
+        with request.getfixturevalue("shared_stack").replica(work / "web.log", **env) as app:
+            yield app
+        return
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
         with serving(mode, {**base, **env}, work) as app:

@@ -151,7 +151,8 @@ def test_a_forwarded_address_from_an_untrusted_peer_changes_nothing(open_app):
 @pytest.mark.both_modes
 def test_skip_stops_the_running_image_and_the_batch_goes_on(app):
     api = webui(app)
-    call = Background(api, prompt="webui skip", batch_size=2, seed=100, steps=6, width=64,
+    # 60 steps: a second or more on a warm worker, so the skip finds the first image running
+    call = Background(api, prompt="webui skip", batch_size=2, seed=100, steps=60, width=64,
                       height=64)  # fmt: skip
     wait_until(lambda: api.get_progress()["state"]["sampling_step"] >= 1)
     assert api.skip() == {}

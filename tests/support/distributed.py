@@ -169,6 +169,15 @@ class Stack:
             raise
         return self
 
+    def replica(self, log_path: Path, **env: str):
+        """A web replica of its own settings (e.g. GEN_QUEUE_MAX, API_TOKEN: what the web side
+        reads) on this stack's Redis, workers and share; `with` starts and stops it."""
+        from tests.support.processes import AppServer
+
+        app = AppServer({**self.env, **env}, log_path)
+        self.apps.append(app)
+        return app
+
     def add_worker(self, n: int, **env: str) -> WorkerProcess:
         return self._worker(n, **env).start()
 

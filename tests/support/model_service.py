@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.support.local_hub import LocalHub
@@ -83,3 +84,22 @@ def ready_app(
         with serving(mode, base, work) as app:
             pull_until_ready(app, timeout=PULL_TIMEOUT[mode])
             yield app
+
+
+@contextmanager
+def ready_in_mode(
+    request: pytest.FixtureRequest, hub_root: Path, work: Path, **env: str
+) -> Iterator[AppServer]:
+    """The ready app of a test module that runs in both MODES (request.param): in process, an
+    app of its own (ready_app); distributed, a web replica with these settings on the session's
+    shared stack (tests/conftest.py `shared_stack`: one Redis and one worker, the model pulled),
+    so each module pays for a web process, not for a Redis, a worker and a pull. The settings
+    must be ones the web side reads; the jobs and images of the modules meet in the one store,
+    so a test finds its own by prompt, id or newest first."""
+    if request.param == "in-process":
+        with ready_app(hub_root, work, **env) as app:
+            yield app
+        return
+    stack = request.getfixturevalue("shared_stack")
+    with stack.replica(work / "web.log", **env) as app:
+        yield app
