@@ -19,7 +19,7 @@ QUEUE_MAX = 3
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 # Seconds a synchronous request waits here: past it, the 504 test's long job; well within it,
 # every other synchronous generation of the module (a tiny 64x64 image in 2 steps).
-SYNC_TIMEOUT = 8
+SYNC_TIMEOUT = 5
 
 
 @pytest.fixture(scope="module", params=MODES)

@@ -31,7 +31,7 @@ from tests.support.processes import AppServer
 TOKEN = "protocol-test-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 LINK_TTL = 4  # seconds an image link of the token app lives
-OPEN_SYNC_TIMEOUT = 10  # seconds the open app's synchronous requests wait
+OPEN_SYNC_TIMEOUT = 8  # seconds the open app's synchronous requests wait
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,7 +1,7 @@
 """Clients of these protocols wait, and retry: a retry or an identical request that arrives
 while its twin is queued or running joins that job instead of queueing the work again; a
 request that cannot succeed by retrying says so (x-should-retry: false). Against the open
-app (GEN_SYNC_TIMEOUT 10 s; the SDK's retry against the token app, which runs in both job
+app (GEN_SYNC_TIMEOUT 8 s; the SDK's retry against the token app, which runs in both job
 modes), with a long job holding the worker so that what is submitted waits in the queue for
 as long as a test needs."""
 

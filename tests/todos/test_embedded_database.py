@@ -18,6 +18,9 @@ def serve(data_dir, port, db_port) -> subprocess.Popen:
         BIND=f"127.0.0.1:{port}",
         EMBEDDED_DB_PORT=str(db_port),
         ACCESS_LOG="0",
+        # The start-up import of the model code (3-7 s a start here) is tested on its own
+        # (tests/imagegen/test_preload.py); these todos never touch it.
+        PRELOAD_MODEL_CODE="0",
     )
     env.pop("SECRET_KEY", None)  # the launcher makes one
     process = subprocess.Popen([sys.executable, "scripts/serve.py"], cwd=ROOT, env=env)
