@@ -22,7 +22,7 @@ def app(
     """Every test here runs in both modes: in process, and distributed (a web replica of these
     settings on the session's shared Redis and worker)."""
     work = tmp_path_factory.mktemp(f"generate-{request.param}")
-    with ready_in_mode(request, hub_root, work, GEN_QUEUE_MAX="1") as server:
+    with ready_in_mode(request, request.param, hub_root, work, GEN_QUEUE_MAX="1") as server:
         yield server
 
 

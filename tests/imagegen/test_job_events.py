@@ -36,7 +36,7 @@ def app(
         "EVENT_STREAM_KEEPALIVE": "0.5",
     }
     work = tmp_path_factory.mktemp(f"events-{request.param}")
-    with ready_in_mode(request, hub_root, work, **env) as server:
+    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 

@@ -34,7 +34,7 @@ def app(
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
     }
     work = tmp_path_factory.mktemp(f"jobs-{request.param}")
-    with ready_in_mode(request, hub_root, work, **env) as server:
+    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 

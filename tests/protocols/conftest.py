@@ -22,8 +22,7 @@ from tests.support.model_service import (
     MODES,
     PULL_TIMEOUT,
     model_service_env,
-    ready_app,
-    serving,
+    ready_in_mode,
     wait_for_state,
 )
 from tests.support.processes import AppServer
@@ -61,7 +60,7 @@ def token_app(
         return
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
-        with serving(mode, {**base, **env}, work) as app:
+        with AppServer({**base, **env}, work / "app.log") as app:
             pulled = requests.post(app.url("/model/pull"), headers=BEARER, timeout=10)
             assert pulled.status_code == 202, pulled.text
             status = wait_for_state(app, {"ready", "failed"}, PULL_TIMEOUT[mode])
@@ -71,11 +70,14 @@ def token_app(
 
 @pytest.fixture(scope="package")
 def open_app(
-    mode: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    mode: str,
+    hub_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AppServer]:
     env = {"GEN_MAX_STEPS": "500", "GEN_SYNC_TIMEOUT": str(OPEN_SYNC_TIMEOUT)}
     work = tmp_path_factory.mktemp(f"open-app-{mode}")
-    with ready_app(hub_root, work, mode=mode, **env) as app:
+    with ready_in_mode(request, mode, hub_root, work, **env) as app:
         yield app
 
 

@@ -53,50 +53,33 @@ def model_service_env(hub_url: str, share: Path, work: Path) -> dict[str, str]:
 MODES = ("in-process", "distributed")
 
 
-@contextmanager
-def serving(mode: str, env: dict[str, str], work: Path) -> Iterator[AppServer]:
-    """The service in one of MODES, not pulled yet. Distributed: its own redis-server and
-    one worker process behind one web replica (the queue's order and bound as in process)."""
-    if mode == "in-process":
-        with AppServer(env, work / "app.log") as app:
-            yield app
-        return
-    from tests.support.distributed import Stack
-
-    with Stack(env, work) as stack:
-        stack.start(replicas=1, workers=1)
-        yield stack.apps[0]
-
-
 # How long a pull may take: in distributed mode the worker imports the model code at its
 # first load (PRELOAD_MODEL_CODE=0), on a busy 2-core machine.
 PULL_TIMEOUT = {"in-process": 60, "distributed": 180}
 
 
 @contextmanager
-def ready_app(
-    hub_root: Path, work: Path, *, mode: str = "in-process", **env: str
-) -> Iterator[AppServer]:
-    """An app of its own (hub, share, cache) with the tiny SD model pulled and loaded, for a
-    test module that shares one ready app across its tests; in either of MODES."""
+def ready_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
+    """An app of its own (hub, share, cache) in process with the tiny SD model pulled and
+    loaded, for a test module that shares one ready app across its tests."""
     with LocalHub(hub_root) as hub:
         base = {**model_service_env(hub.url, work / "share", work), **env}
-        with serving(mode, base, work) as app:
-            pull_until_ready(app, timeout=PULL_TIMEOUT[mode])
+        with AppServer(base, work / "app.log") as app:
+            pull_until_ready(app, timeout=PULL_TIMEOUT["in-process"])
             yield app
 
 
 @contextmanager
 def ready_in_mode(
-    request: pytest.FixtureRequest, hub_root: Path, work: Path, **env: str
+    request: pytest.FixtureRequest, mode: str, hub_root: Path, work: Path, **env: str
 ) -> Iterator[AppServer]:
-    """The ready app of a test module that runs in both MODES (request.param): in process, an
+    """The ready app of a test module that runs in both MODES: in process, an
     app of its own (ready_app); distributed, a web replica with these settings on the session's
     shared stack (tests/conftest.py `shared_stack`: one Redis and one worker, the model pulled),
     so each module pays for a web process, not for a Redis, a worker and a pull. The settings
     must be ones the web side reads; the jobs and images of the modules meet in the one store,
     so a test finds its own by prompt, id or newest first."""
-    if request.param == "in-process":
+    if mode == "in-process":
         with ready_app(hub_root, work, **env) as app:
             yield app
         return
