@@ -21,8 +21,22 @@ from tests.support.model_service import (
     model_service_env,
     pull_until_ready,
 )
-from tests.support.processes import AppServer, free_port
+from tests.support.processes import ROOT, AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
+
+
+# Packages whose tests share package-scoped fixtures (an app pulled once for the package).
+PACKAGE_GROUPS = ("tests/protocols", "tests/ui")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """./scripts/test runs two pytest-xdist workers (--dist loadgroup): each module, or each
+    package of PACKAGE_GROUPS, runs whole on one worker, so its module- or package-scoped
+    fixtures (an app under gunicorn, a pulled model) start once, not once per worker."""
+    for item in items:
+        module = item.path.relative_to(ROOT).as_posix()
+        group = next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ PYTHON_READERS = [
     "config/celery.py",
     "scripts/serve.py",
 ]
-SHELL_READERS = ["scripts/start", "scripts/install_requirements"]
+SHELL_READERS = ["scripts/start", "scripts/install_requirements", "scripts/test"]
 ENV_HELPERS = {"env_str", "env_bool", "env_int", "env_float", "env_list"}
 ENVIRON_METHODS = {"get", "setdefault"}  # setdefault keeps the operator's value: a read too
 
