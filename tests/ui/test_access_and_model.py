@@ -94,11 +94,18 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     expect(page.locator("#model-detail")).to_have_text(
         re.compile(r"^Downloaded [0-9.]+ [kMG]?B of [1-9][0-9.]* [kMG]?B$"), timeout=WAIT_MS
     )
-    expect(form_error).to_have_text(
-        "The model is still downloading: Generate again once the Model panel says ready."
-    )
+    downloading = "The model is still downloading: Generate again once the Model panel says ready."
+    expect(form_error).to_have_text(downloading)
     screenshot(page, "12-model-downloading")
+    # Another tab, which did not start the pull: refused now, it follows the pull to the end.
+    other = new_page()
+    other.goto(app.url("/ui/"))
+    other.fill("#prompt", "from another tab")
+    other.click("#generate")
+    expect(other.locator("#form-error")).to_have_text(downloading)
     hub.throttle_bytes_per_sec = None
+    expect(other.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
+    expect(other.locator("#form-error")).to_be_hidden()
     expect(page.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
     expect(page.locator("#model-share")).to_have_text("yes")
     expect(page.locator("#model-pull")).to_be_disabled()

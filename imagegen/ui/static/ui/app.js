@@ -119,6 +119,7 @@
     if (!status || !formAdvice(status)) return; // not the model's: the API's message stays
     formWaitsForModel = true;
     showModel(status);
+    watchPull(); // a pull under way (from any client): the message follows it to the end
   }
 
   // An empty or blank prompt is refused here, in words for a person, before any request.
@@ -429,6 +430,7 @@
 
   // Pull says what it does before it is pressed: a download of gigabytes, or a load.
   function pullLabel(status) {
+    if (status.state === "ready") return "Pull";
     if (status.weights_on_share) return "Pull (load from the share)";
     const size = pullSize(status);
     return size ? `Pull (download ${size})` : "Pull (download; the size shows once it starts)";
@@ -503,7 +505,8 @@
   }
 
   // A pull runs in the background for minutes: the panel looks again every second until it
-  // ends (the only repeated request of the page, and only while a pull it started runs).
+  // ends (the only repeated request of the page, and only while a pull runs that it started
+  // or that a Generate of its was refused for).
   async function watchPull() {
     if (pulling) return;
     pulling = true;
