@@ -109,6 +109,7 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     expect(page.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
     expect(page.locator("#model-share")).to_have_text("yes")
     expect(page.locator("#model-pull")).to_be_disabled()
+    expect(page.locator("#model-pull")).to_have_text("Pull")  # nothing left to fetch
     expect(page.locator("#model-detail")).to_have_text("")
     expect(form_error).to_be_hidden()  # nothing left to do about the model
     screenshot(page, "13-model-ready")
