@@ -13,6 +13,7 @@ from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
+from imagegen.model.download_size import documented_download_bytes
 from imagegen.model.status import ModelStatus
 
 # Image links are signed with SECRET_KEY under their own salt, so no other signed value of
@@ -28,6 +29,12 @@ class ImagePage:
 
 def model_status() -> ModelStatus:
     return backend.models().status()
+
+
+def model_download_estimate() -> int | None:
+    """About how many bytes a cold pull of the configured model fetches, before any pull has
+    asked the hub (imagegen.model.download_size); None when no figure is documented."""
+    return documented_download_bytes(backend.loader().source)
 
 
 def generation_rules() -> dict[str, Any]:

@@ -28,7 +28,8 @@ from imagegen.distributed.store import PULLS, WORKERS, decoded, worker_key
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
 from imagegen.model.loader import ModelLoader
-from imagegen.model.status import ModelStatus, WorkerModel, describe
+from imagegen.model.pull_failures import explain_pull_failure
+from imagegen.model.status import ModelStatus, WorkerModel
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class SharedModel:
         except Exception as exc:
             log.exception("model download failed")
             with self._lock:
-                self._error = describe(exc)
+                self._error = explain_pull_failure(exc, self.source)
 
     def _download_running(self) -> bool:
         return self._downloading is not None and self._downloading.is_alive()

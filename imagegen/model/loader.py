@@ -18,6 +18,7 @@ from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNo
 from imagegen.model import hub, share
 from imagegen.model.adapters import Adapter
 from imagegen.model.pipeline import LoadOptions, load_pipeline
+from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.status import (
     AdapterView,
     DecoderView,
@@ -189,8 +190,13 @@ class ModelLoader:
         except Exception as exc:
             log.exception("model pull failed")
             with self._lock:
+                # What to do is said for a failed download; a load's failure is the model's.
+                downloading = self._state is State.DOWNLOADING
                 self._state = State.FAILED
-                self._error = describe(exc)
+                if downloading:
+                    self._error = explain_pull_failure(exc, self.source)
+                else:
+                    self._error = describe(exc)
         finally:
             done.set()
 

@@ -52,7 +52,12 @@ def page(request: HttpRequest) -> HttpResponse:
         "sizes": _sizes(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE),
         "seed_max": SEED_MAX,
     }
-    config = {"tokenRequired": bool(settings.API_TOKEN), "galleryPage": 12}
+    config = {
+        "tokenRequired": bool(settings.API_TOKEN),
+        "galleryPage": 12,
+        # What Pull fetches, said before it is pressed; /model/status's own figure once known.
+        "pullBytes": selectors.model_download_estimate(),
+    }
     response = render(
         request, "ui/index.html", {"form": form, "config": config, "version": app_version()}
     )

@@ -81,6 +81,9 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
     result = gate(app.base_url, "--timeout", "600")
     assert result.returncode == 13
     assert "the model failed" in result.stderr and "500" in result.stderr
+    # /model/status's error, as a person reads it: what happened, what to do, the raw cause.
+    assert f"The model hub at {hub.url} failed (HTTP 500), a fault on its side" in result.stderr
+    assert "Cause: HfHubHTTPError: " in result.stderr
     assert time.monotonic() - started < 60
 
 

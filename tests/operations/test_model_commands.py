@@ -78,7 +78,9 @@ def test_pull_model_fails_with_one_clear_line_on_a_hub_error(model_env, hub, sha
     hub.fail_status = 500
     result = run_command("pull_model", env=model_env)
     assert result.returncode == 1
-    assert result.stderr.strip().startswith("pull_model: FAILED:")
+    assert result.stderr.strip().startswith(
+        f"pull_model: FAILED: The model hub at {hub.url} failed (HTTP 500), a fault on its side"
+    )
     assert not (share / "testorg--tiny-sd" / ".manifest.json").exists()
 
 

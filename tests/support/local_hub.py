@@ -97,7 +97,8 @@ class LocalHub:
     Test hooks (all safe to set from the test thread while requests are in flight):
     `fail_status` answers every request with that status; `fail_paths` answers 500 for
     those repo file paths; `throttle_bytes_per_sec` slows file bodies so a client can be
-    killed mid-download; `commits` overrides a repo's commit sha.
+    killed mid-download; `commits` overrides a repo's commit sha; `gated` repos answer as the
+    Hub answers for a gated repo whose terms the caller has not accepted (401, GatedRepo).
     """
 
     def __init__(self, root: Path) -> None:
@@ -106,6 +107,7 @@ class LocalHub:
         self.fail_paths: set[str] = set()
         self.throttle_bytes_per_sec: int | None = None
         self.commits: dict[str, str] = {}
+        self.gated: set[str] = set()
         self._log: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -173,6 +175,9 @@ class LocalHub:
         repo_dir = self.root / org / name
         if ".." in (org, name) or not repo_dir.is_dir():
             raise _HubError(404, "Repository not found", "RepoNotFound")
+        if repo_id in self.gated:
+            message = f"Access to model {repo_id} is restricted. You must have access to it."
+            raise _HubError(401, message, "GatedRepo")
         if revision not in ("main", self.commit(repo_id)):
             raise _HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
         return repo_id, repo_dir

@@ -1,12 +1,16 @@
 """The page with API_TOKEN set (asked once, kept in sessionStorage, sent as a Bearer header,
 never in a URL or a cookie), and the model panel from not_started through a pull to ready,
-and to failed with the error."""
+and to failed with the error: each state says what a person can do (press Pull, and what it
+fetches), and so does the form when Generate was refused for the model."""
 
 import re
 
 import requests
 from playwright.sync_api import Request, expect
 
+from imagegen.model.adapters import DEFAULT_MODEL_ID
+from imagegen.model.download_size import LIGHTNING_4STEP_LORA_BYTES, SDXL_BASE_FP16_BYTES
+from tests.support.processes import free_port
 from tests.ui.conftest import TOKEN, WAIT_MS, screenshot
 
 
@@ -67,6 +71,22 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     expect(page.locator("#model-state")).to_have_text("not_started")
     expect(page.locator("#model-share")).to_have_text("no")
     expect(page.locator("#model-id")).to_have_text("testorg/tiny-sd")
+    # What a person can do, not an API call; this model's size is not documented.
+    expect(page.locator("#model-detail")).to_have_text(
+        "Not downloaded yet: press Pull to download it from the model hub."
+    )
+    expect(page.locator("#model-pull")).to_have_text(
+        "Pull (download; the size shows once it starts)"
+    )
+    # Generate before a pull: the form says to press Pull, and follows the model from then on.
+    page.fill("#prompt", "too early")
+    with page.expect_response(re.compile(r"/generate$")) as refused:
+        page.click("#generate")
+    assert refused.value.status == 409  # the API's own answer is unchanged
+    form_error = page.locator("#form-error")
+    expect(form_error).to_have_text(
+        "The model is not downloaded yet: press Pull in the Model panel first."
+    )
     screenshot(page, "11-model-not-started")
     hub.throttle_bytes_per_sec = 50_000  # a download long enough to watch
     page.click("#model-pull")
@@ -74,20 +94,60 @@ def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
     expect(page.locator("#model-detail")).to_have_text(
         re.compile(r"^Downloaded [0-9.]+ [kMG]?B of [1-9][0-9.]* [kMG]?B$"), timeout=WAIT_MS
     )
+    downloading = "The model is still downloading: Generate again once the Model panel says ready."
+    expect(form_error).to_have_text(downloading)
     screenshot(page, "12-model-downloading")
+    # Another tab, which did not start the pull: refused now, it follows the pull to the end.
+    other = new_page()
+    other.goto(app.url("/ui/"))
+    other.fill("#prompt", "from another tab")
+    other.click("#generate")
+    expect(other.locator("#form-error")).to_have_text(downloading)
     hub.throttle_bytes_per_sec = None
+    expect(other.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
+    expect(other.locator("#form-error")).to_be_hidden()
     expect(page.locator("#model-state")).to_have_text("ready", timeout=WAIT_MS)
     expect(page.locator("#model-share")).to_have_text("yes")
     expect(page.locator("#model-pull")).to_be_disabled()
+    expect(page.locator("#model-pull")).to_have_text("Pull")  # nothing left to fetch
+    expect(page.locator("#model-detail")).to_have_text("")
+    expect(form_error).to_be_hidden()  # nothing left to do about the model
     screenshot(page, "13-model-ready")
-
-    missing = start_app(MODEL_ID="testorg/no-such-model")
-    page.goto(missing.url("/ui/"))
+    # A new process on that share: nothing to download, and Pull says so.
+    warm = start_app()
+    page.goto(warm.url("/ui/"))
     expect(page.locator("#model-state")).to_have_text("not_started")
+    expect(page.locator("#model-pull")).to_have_text("Pull (load from the share)")
+    expect(page.locator("#model-detail")).to_have_text(
+        "On the share, not loaded yet: press Pull to load it now, or Generate (the first image "
+        "loads it)."
+    )
+
+    # The default model (its documented size) with HF_ENDPOINT at a closed port: the pull
+    # fails, and the panel says where the hub is, that it is unreachable, and the way out.
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    offline = start_app(MODEL_ID=DEFAULT_MODEL_ID, HF_ENDPOINT=endpoint)
+    page.goto(offline.url("/ui/"))
+    size = f"about {(SDXL_BASE_FP16_BYTES + LIGHTNING_4STEP_LORA_BYTES) / 1e9:.1f} GB"
+    assert size == "about 7.3 GB"
+    expect(page.locator("#model-pull")).to_have_text(f"Pull (download {size})")
+    expect(page.locator("#model-detail")).to_have_text(
+        f"Not downloaded yet: press Pull to download it from the model hub ({size})."
+    )
     page.click("#model-pull")
     expect(page.locator("#model-state")).to_have_text("failed", timeout=WAIT_MS)
-    error = requests.get(missing.url("/model/status"), timeout=10).json()["error"]
-    assert error
+    error = requests.get(offline.url("/model/status"), timeout=10).json()["error"]
     expect(page.locator("#model-error")).to_have_text(error)
+    assert error.startswith(f"The model hub at {endpoint} (HF_ENDPOINT) is unreachable")
+    assert "set HF_ENDPOINT to a mirror" in error
+    assert "try the offline demo (./scripts/serve --demo)" in error
+    assert error.endswith("Cause: ConnectError: [Errno 111] Connection refused")
+    expect(page.locator("#model-detail")).to_have_text("Press Pull to try again.")
     expect(page.locator("#model-pull")).to_be_enabled()  # a new pull retries
+    # Generate now: the form points at the panel's reason instead of the API's 503.
+    page.fill("#prompt", "after a failed pull")
+    page.click("#generate")
+    expect(form_error).to_have_text(
+        "The model could not be pulled: the Model panel says why; press Pull there to try again."
+    )
     screenshot(page, "14-model-failed")

@@ -178,6 +178,24 @@ def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
     assert page.input_value("#seed") == ""
 
 
+def test_an_empty_or_blank_prompt_says_enter_a_prompt(new_page, ui_app):
+    """Not the API's "Field required": the page refuses it before any request, by the API's
+    own rule for blank (config/text.py: spaces of any kind, zero-width and combining marks).
+    Each submit clears the messages first, so each try's message is its own."""
+    page = open_ui(new_page, ui_app)
+    sent: list[Request] = []
+    page.on("request", lambda request: sent.append(request))
+    for prompt in ("", "   ", "\u00a0\u2003\u200b\u0301"):
+        fill(page, prompt=prompt)
+        page.click("#generate")
+        expect(page.locator("#error-prompt")).to_have_text("Enter a prompt")
+        expect(page.locator("#prompt")).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#prompt")).to_be_focused()
+        expect(page.locator("#form-error")).to_be_hidden()
+    screenshot(page, "09-blank-prompt")
+    assert not [r.url for r in sent if r.url.endswith("/generate")]
+
+
 def test_the_network_log_shows_one_event_stream_and_no_polling(new_page, token_ui_app):
     """On an app with the default stream life (and a token, given to the tab beforehand)."""
     page = new_page()

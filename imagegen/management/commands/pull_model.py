@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from imagegen.backend import model_source
 from imagegen.model import hub, share
-from imagegen.model.status import describe
+from imagegen.model.pull_failures import explain_pull_failure
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
 
@@ -91,7 +91,8 @@ class Command(BaseCommand):
         worker.start()
         self.follow(worker, progress)
         if "error" in outcome:
-            self.stderr.write(f"pull_model: FAILED: {describe(outcome['error'])}")
+            error = explain_pull_failure(outcome["error"], source)
+            self.stderr.write(f"pull_model: FAILED: {error}")
             sys.exit(1)
         manifest = outcome["manifest"]
         self.stdout.write(

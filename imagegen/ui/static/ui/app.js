@@ -76,8 +76,12 @@
   const form = $("generate-form");
   const FIELDS = ["prompt", "negative_prompt", "steps", "guidance", "size", "scheduler", "seed"];
   let lastSeed = null;
+  let formWaitsForModel = false; // the form's message is about the model (formAdvice)
+  // Blank as the API's rule has it (config/text.py): nothing in it would show.
+  const BLANK = /^[\s\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Z}]*$/u;
 
   function clearErrors() {
+    formWaitsForModel = false;
     $("form-error").hidden = true;
     for (const name of FIELDS) {
       $(`error-${name}`).textContent = "";
@@ -105,11 +109,31 @@
       $("form-error").hidden = false;
     }
     (first || $("generate")).focus();
+    if (!error.details) adviseForModel();
+  }
+
+  // A refusal of the whole request may be the model's (not pulled, downloading, failed): the
+  // API's message then says what a client should call; the page says what to press instead.
+  async function adviseForModel() {
+    const status = await refreshModel();
+    if (!status || !formAdvice(status)) return; // not the model's: the API's message stays
+    formWaitsForModel = true;
+    showModel(status);
+    watchPull(); // a pull under way (from any client): the message follows it to the end
+  }
+
+  // An empty or blank prompt is refused here, in words for a person, before any request.
+  function refuseBlankPrompt() {
+    if (!BLANK.test($("prompt").value)) return false;
+    const message = "Enter a prompt";
+    showErrors({ message, details: [{ field: "prompt", message }] });
+    return true;
   }
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors();
+    if (refuseBlankPrompt()) return;
     const data = new URLSearchParams();
     for (const name of FIELDS) {
       const value = $(name).value;
@@ -397,18 +421,79 @@
     return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
   }
 
+  // What a pull downloads: the service's own figure once a pull has listed the files
+  // (kept after a failure), before that the documented one for the model (null: unknown).
+  function pullSize(status) {
+    const bytes = status.download.bytes_total || config.pullBytes;
+    return bytes ? `about ${formatBytes(bytes)}` : null;
+  }
+
+  // Pull says what it does before it is pressed: a download of gigabytes, or a load.
+  function pullLabel(status) {
+    if (status.state === "ready") return "Pull";
+    if (status.weights_on_share) return "Pull (load from the share)";
+    const size = pullSize(status);
+    return size ? `Pull (download ${size})` : "Pull (download; the size shows once it starts)";
+  }
+
+  // What a person can do in the model's state, said in the panel.
+  function modelAdvice(status) {
+    const download = status.download;
+    const size = pullSize(status);
+    switch (status.state) {
+      case "not_started":
+        if (status.weights_on_share) {
+          return "On the share, not loaded yet: press Pull to load it now, or Generate " +
+            "(the first image loads it).";
+        }
+        return `Not downloaded yet: press Pull to download it from the model hub${
+          size ? ` (${size})` : ""}.`;
+      case "downloading":
+        return `Downloaded ${formatBytes(download.bytes_done)} of ${
+          formatBytes(download.bytes_total)}`;
+      case "loading":
+        return "Loading the model into memory; a Generate waits for it.";
+      case "failed":
+        return "Press Pull to try again.";
+      default:
+        return "";
+    }
+  }
+
+  // The form's message after Generate was refused because of the model ("" once it is
+  // ready): it follows the model's state, so it never outlives what it is about.
+  function formAdvice(status) {
+    switch (status.state) {
+      case "not_started":
+        if (status.weights_on_share) return ""; // Generate loads it
+        return "The model is not downloaded yet: press Pull in the Model panel first.";
+      case "downloading":
+        return "The model is still downloading: Generate again once the Model panel says ready.";
+      case "loading":
+        return "The model is loading: Generate again in a moment.";
+      case "failed":
+        return "The model could not be pulled: the Model panel says why; press Pull there " +
+          "to try again.";
+      default:
+        return "";
+    }
+  }
+
   function showModel(status) {
     $("model-id").textContent = status.model_id;
     $("model-state").textContent = status.state;
     $("model-share").textContent = status.weights_on_share ? "yes" : "no";
-    const download = status.download;
-    $("model-detail").textContent =
-      status.state === "downloading"
-        ? `Downloaded ${formatBytes(download.bytes_done)} of ${formatBytes(download.bytes_total)}`
-        : "";
+    $("model-detail").textContent = modelAdvice(status);
     $("model-error").textContent = status.state === "failed" ? status.error || "failed" : "";
+    $("model-pull").textContent = pullLabel(status);
     $("model-pull").disabled = status.state === "ready" || status.state === "downloading" ||
       status.state === "loading";
+    if (formWaitsForModel) {
+      const advice = formAdvice(status);
+      $("form-error").textContent = advice;
+      $("form-error").hidden = !advice;
+      formWaitsForModel = Boolean(advice);
+    }
   }
 
   async function refreshModel() {
@@ -420,7 +505,8 @@
   }
 
   // A pull runs in the background for minutes: the panel looks again every second until it
-  // ends (the only repeated request of the page, and only while a pull it started runs).
+  // ends (the only repeated request of the page, and only while a pull runs that it started
+  // or that a Generate of its was refused for).
   async function watchPull() {
     if (pulling) return;
     pulling = true;

@@ -1,0 +1,34 @@
+"""What a pull will download, known before it starts, so that Pull can say it first.
+
+The service learns a pull's exact size from the hub's file listing, and only a pull asks the
+hub for it (/model/status then shows it in `download.bytes_total`, and keeps it after a
+failure). Before any pull a person still deserves to know that Pull fetches gigabytes: for the
+model the service ships with, that is a documented figure; any other configuration has none
+here, and the page says the size shows once the download starts.
+"""
+
+from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
+from imagegen.model.hub import ModelSource
+
+# SDXL base's fp16 files that diffusers reads (imagegen.model.hub.wanted_files), as a pull's
+# `bytes_total` reported them (docs/image-api.md's status example; 6.94 GB in
+# bench/pull_bench.py --model sdxl, docs/azure.md).
+SDXL_BASE_FP16_BYTES = 6_938_040_682
+# The default LoRA file (a rank-64 SDXL LoRA in fp16) as the hub lists it: 394 MB.
+LIGHTNING_4STEP_LORA_BYTES = 394_000_000
+# By `repo:file` (an adapter's scale changes how it is fused, not what is fetched).
+_KNOWN_ADAPTERS = {
+    a.label: LIGHTNING_4STEP_LORA_BYTES for a in parse_adapters(DEFAULT_MODEL_ADAPTERS)
+}
+
+
+def documented_download_bytes(source: ModelSource) -> int | None:
+    """About how many bytes a cold pull of `source` fetches: the default model's fp16 files
+    and the known adapters named with it; None for any other configuration."""
+    if source.model_id.casefold() != DEFAULT_MODEL_ID.casefold():
+        return None
+    if source.revision != "main" or source.variant != "fp16" or source.decoder.tiny:
+        return None
+    if any(adapter.label not in _KNOWN_ADAPTERS for adapter in source.adapters):
+        return None
+    return SDXL_BASE_FP16_BYTES + sum(_KNOWN_ADAPTERS[a.label] for a in source.adapters)
