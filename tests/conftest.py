@@ -24,7 +24,6 @@ from tests.support.model_service import (
 from tests.support.processes import ROOT, AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
 
-
 # Packages whose tests share package-scoped fixtures (an app pulled once for the package).
 PACKAGE_GROUPS = ("tests/protocols", "tests/ui")
 
