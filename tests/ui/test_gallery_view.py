@@ -71,6 +71,7 @@ def test_a_larger_view_smooth_images_and_deleting_one(new_page, token_ui_app):
     assert answer.value.request.headers["authorization"] == f"Bearer {TOKEN}"
     expect(viewer).to_be_hidden()
     expect(card(page, large)).to_have_count(0)
+    expect(card(page, tiny).locator(".view")).to_be_focused()  # the next image's
     expect(page.locator("#gallery-status")).to_have_text("Deleted: large, drawn smoothly")
     for path in (f"/images/{large}", f"/images/{large}.png"):
         assert requests.get(token_ui_app.url(path), headers=BEARER).status_code == 404

@@ -146,12 +146,14 @@ def test_the_queue_keeps_every_job_across_reloads_and_cancels_from_its_panel(new
 
     waiting.get_by_role("button", name="Cancel: mine, cancelled while waiting").click()
     expect(waiting.locator(".job-state")).to_have_text("Cancelled", timeout=WAIT_MS)
+    # The keyboard's place moves from Cancel, now gone, to Dismiss.
     expect(
         waiting.get_by_role("button", name="Dismiss: mine, cancelled while waiting")
-    ).to_be_visible()
+    ).to_be_focused()
     expect(queued(page, "mine, finished").locator(".job-state")).to_have_text("Queued: position 1")
     running.locator(".cancel").click()  # mid-run, and not the page's own job
     expect(running.locator(".job-state")).to_have_text("Cancelled", timeout=WAIT_MS)
+    expect(running.locator(".dismiss")).to_be_focused()
     # The page's job runs next; its image reaches the gallery as it finishes.
     done(page, "mine, finished")
     screenshot(page, "05-cancelled", full_page=True)

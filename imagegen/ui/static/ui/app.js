@@ -318,7 +318,7 @@
     const dismiss = item.querySelector(".dismiss");
     const hadFocus = document.activeElement === cancel;
     cancel.hidden = ended;
-    if (job.phase.startsWith("cancelling")) cancel.disabled = true;
+    if (job.phase.startsWith("cancelling")) cancel.setAttribute("aria-disabled", "true");
     dismiss.hidden = !ended;
     if (ended && hadFocus) dismiss.focus(); // the keyboard's place is not lost
     $("queue-empty").hidden = queue.size > 0;
@@ -426,16 +426,19 @@
     else pollQueue();
   });
 
+  // While a cancel is on its way the button is aria-disabled, not disabled: a disabled
+  // button loses the focus, and the keyboard's place should move on to Dismiss instead.
   async function cancelJob(id) {
     const item = $("queue").querySelector(`li[data-job-id="${CSS.escape(id)}"]`);
     const button = item && item.querySelector(".cancel");
-    if (button) button.disabled = true;
+    if (!button || button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true");
     const response = await api(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
     if (response.ok) {
       showJob(await response.json()); // cancelled, or running with "cancelling: ..."
     } else if (response.status !== 409) { // 409: it ended meanwhile; the poll shows how
       announce(`Could not cancel: ${(await errorMessage(response)).message}`);
-      if (button) button.disabled = false;
+      button.removeAttribute("aria-disabled");
     }
     pollQueue();
   }
@@ -527,7 +530,7 @@
 
   // --- the larger view and deleting an image ----------------------------------------------
 
-  let viewing = null; // {record, opener}
+  let viewing = null; // the record shown
 
   function openViewer(record, item) {
     const src = item.querySelector("img").src;
@@ -540,18 +543,17 @@
     $("viewer-params").textContent = describeParameters(record.parameters);
     $("viewer-download").href = src;
     $("viewer-download").download = `${record.id}.png`;
-    viewing = { record, opener: item.querySelector(".view") };
+    viewing = record;
+    // A modal dialog gives the focus back to the image's button when it closes.
     $("viewer").showModal();
     $("viewer-close").focus();
   }
 
   $("viewer-close").addEventListener("click", () => $("viewer").close());
   $("viewer").addEventListener("close", () => {
-    const opener = viewing && viewing.opener;
     viewing = null;
-    if (opener && opener.isConnected) opener.focus();
   });
-  $("viewer-delete").addEventListener("click", () => viewing && deleteImage(viewing.record));
+  $("viewer-delete").addEventListener("click", () => viewing && deleteImage(viewing));
 
   async function deleteImage(record) {
     const prompt = record.parameters.prompt;
@@ -563,15 +565,12 @@
       return;
     }
     const item = galleryCard(record.id);
-    if (viewing && viewing.record.id === record.id) {
-      viewing.opener = null;
-      $("viewer").close();
-    }
+    if (viewing && viewing.id === record.id) $("viewer").close();
     if (item) {
       const next = item.nextElementSibling || item.previousElementSibling;
       URL.revokeObjectURL(item.querySelector("img").src);
       item.remove();
-      if (next) next.querySelector(".view").focus();
+      if (next) next.querySelector(".view").focus(); // the keyboard's place is not lost
     }
     $("gallery-status").textContent = `Deleted: ${prompt}`;
     if (!$("gallery").children.length && !galleryNext) {
