@@ -232,7 +232,7 @@ def test_the_queue_is_followed_with_one_poll_and_no_event_stream(new_page, token
     expect(page.locator("#model-state")).to_have_text("ready")
     sent: list[tuple[float, Request]] = []
     page.on("request", lambda request: sent.append((time.monotonic(), request)))
-    fill(page, prompt="watched on the wire", steps="12", size="64x64", count="2")
+    fill(page, prompt="watched on the wire", steps="6", size="64x64", count="2")
     page.click("#generate")
     expect(
         page.locator("#gallery li .prompt").filter(has_text="watched on the wire")
