@@ -64,7 +64,12 @@ def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
     return view
 
 
-def job_list(*, limit: int) -> list[JobView]:
+def job_list(*, limit: int, unfinished: bool = False) -> list[JobView]:
+    """The newest jobs, or only the queued and running ones: those are read from the
+    board's own list of them, so one that runs long while many newer ones finish is never
+    beyond `limit`'s reach."""
+    if unfinished:
+        return backend.jobs().unfinished()[:limit]
     return backend.jobs().recent(limit)
 
 

@@ -21,6 +21,7 @@ from imagegen import backend, selectors
 from imagegen.errors import (
     BatchTimeout,
     EventStreamsBusy,
+    ImageNotFound,
     JobCancelled,
     JobFailed,
     JobFinished,
@@ -79,6 +80,16 @@ def generation_run(
     """A synchronous generation: submitted as a job like any other, then waited for."""
     job = generation_submit(request=request)
     return job, generation_result(job=job, timeout=timeout)
+
+
+def image_delete(*, image_id: str) -> ImageRecord:
+    """Removes a stored image (its PNG and its record) from OUTPUT_DIR, the one store of
+    both job modes; answers the record it removed. The job that made it still names it in
+    GET /jobs until the job is forgotten (JOBS_KEEP); its image_url then answers 404."""
+    record = backend.image_store().delete(image_id)
+    if record is None:
+        raise ImageNotFound()
+    return record
 
 
 def job_cancel(*, job_id: str) -> JobView:

@@ -20,6 +20,7 @@ PROTECTED = [  # docs/operations.md, "Access control"
     ("get", "/images"),
     ("get", "/images/{image_id}"),
     ("get", "/images/{image_id}.png"),
+    ("delete", "/images/{image_id}"),
     ("post", "/todo"),
     ("put", "/todo/{todo_id}"),
     ("delete", "/todo/{todo_id}"),

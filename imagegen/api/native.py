@@ -155,8 +155,14 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     response={200: list[JobOut], **errors(400)},
     summary="Recent generation jobs, newest first",
 )
-def job_list(request: HttpRequest, limit: int = Query(20, ge=1, le=200)):
-    return selectors.job_list(limit=limit)
+def job_list(
+    request: HttpRequest,
+    limit: int = Query(20, ge=1, le=200),
+    unfinished: bool = Query(
+        False, description="only the jobs queued or running (every one, however old)"
+    ),
+):
+    return selectors.job_list(limit=limit, unfinished=unfinished)
 
 
 @router.get(
@@ -279,3 +285,13 @@ def image_png(request: HttpRequest, image_id: str):
 )
 def image_get(request: HttpRequest, image_id: str):
     return selectors.image_get(image_id=image_id)
+
+
+@router.delete(
+    "/images/{image_id}",
+    auth=token_required(),
+    response={200: ImageRecord, **errors(404)},
+    summary="Delete one stored image (its PNG and its record); answers the record removed",
+)
+def image_delete(request: HttpRequest, image_id: str):
+    return services.image_delete(image_id=image_id)

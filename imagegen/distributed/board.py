@@ -79,6 +79,12 @@ class RedisJobBoard:
     def recent(self, limit: int) -> list[JobView]:
         return [v for v in self.jobs.views(self.jobs.recent_ids(limit)) if v is not None]
 
+    def unfinished(self) -> list[JobView]:
+        """From the store's list of unfinished jobs (the one KEDA scales on), not from
+        `recent`: a long job on one worker stays listed while others finish many."""
+        views = self.jobs.views(list(reversed(self.jobs.unfinished_ids())))
+        return [v for v in views if v is not None and v.state not in FINISHED]
+
     def client_jobs(self, client: str) -> list[JobView]:
         views = self.jobs.views(list(reversed(self.jobs.recent_ids())))
         return [v for v in views if v is not None and v.owner == client]

@@ -328,6 +328,11 @@ class JobStore:
         members = cast(list[bytes], self.redis.zrevrange(RECENT, 0, end))
         return [i.decode() for i in members]
 
+    def unfinished_ids(self) -> list[str]:
+        """Oldest first: the jobs queued or running, in the order they were submitted."""
+        members = cast(list[bytes], self.redis.lrange(UNFINISHED, 0, -1))
+        return [i.decode() for i in members]
+
     def fail_lost(self, job_id: str) -> bool:
         message = (
             f"worker lost: job {job_id} was running on a worker whose heartbeat stopped "

@@ -122,6 +122,21 @@ class ImageStore:
         except (OSError, ValidationError):
             return None
 
+    def delete(self, image_id: str) -> ImageRecord | None:
+        """Removes the image: its record first, so a listing never shows a record whose PNG
+        is gone (a crash between the two leaves an orphan PNG, as a crash in save does).
+        None when there is no such record, also for the second of two deletes at once:
+        removing the record is what decides."""
+        record = self.get(image_id)
+        if record is None:
+            return None
+        try:
+            self._record_path(image_id).unlink()
+        except FileNotFoundError:
+            return None
+        self.png_path(image_id).unlink(missing_ok=True)
+        return record
+
     def png_path(self, image_id: str) -> Path:
         return self.root / f"{image_id}.png"
 

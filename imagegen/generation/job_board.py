@@ -117,6 +117,10 @@ class JobBoard(Protocol):
     def recent(self, limit: int) -> list[JobView]:
         """Newest first."""
 
+    def unfinished(self) -> list[JobView]:
+        """Every job queued or running, newest first, however many newer ones finished
+        since (what the page's Queue panel follows)."""
+
     def client_jobs(self, client: str) -> list[JobView]:
         """The jobs `client`'s protocol requests submitted, oldest first."""
 

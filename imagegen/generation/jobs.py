@@ -147,6 +147,12 @@ class JobQueue:
         with self._lock:
             return [self.view(job) for job in list(reversed(self._jobs.values()))[:limit]]
 
+    def unfinished(self) -> list[JobView]:
+        """Newest first; never forgotten (_forget_old_jobs), so every one is here."""
+        with self._lock:
+            jobs = [job for job in reversed(self._jobs.values()) if job.state not in FINISHED]
+            return [self.view(job) for job in jobs]
+
     def client_jobs(self, client: str) -> list[JobView]:
         """The jobs `client`'s protocol requests submitted, oldest first."""
         with self._lock:

@@ -51,10 +51,15 @@ def page(request: HttpRequest) -> HttpResponse:
         "max_side": settings.GEN_MAX_SIDE,
         "sizes": _sizes(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE),
         "seed_max": SEED_MAX,
+        "count_max": settings.GEN_MAX_N,
     }
     config = {
         "tokenRequired": bool(settings.API_TOKEN),
         "galleryPage": 12,
+        # The batch count's bound is the page's own check (one POST /generate per image):
+        # the native route takes one image a request, so no API answer names it.
+        "countMax": settings.GEN_MAX_N,
+        "seedMax": SEED_MAX,
         # What Pull fetches, said before it is pressed; /model/status's own figure once known.
         "pullBytes": selectors.model_download_estimate(),
     }

@@ -120,6 +120,25 @@ def test_cancelling_the_running_job_stops_it_within_a_step_and_the_next_starts(a
     assert again.status_code == 409 and "already cancelled" in again.json()["error"]["message"]
 
 
+def test_unfinished_lists_every_queued_and_running_job_however_many_finished_since(app):
+    running = submit(app, **LONG)
+    wait_until(app, running["id"], lambda j: j["state"] == "running")
+    waiting = submit(app, prompt="waiting", seed="3")
+    newer = [submit(app, prompt=f"cancelled {i}") for i in range(2)]
+    for gone in newer:
+        assert requests.delete(app.url(f"/jobs/{gone['id']}")).status_code == 200
+    newest = requests.get(app.url("/jobs"), params={"limit": 2}).json()
+    assert [j["id"] for j in newest] == [newer[1]["id"], newer[0]["id"]]  # beyond its reach
+    listed = requests.get(app.url("/jobs"), params={"unfinished": "true", "limit": 200})
+    assert listed.status_code == 200
+    assert [(j["id"], j["state"]) for j in listed.json()] == [
+        (waiting["id"], "queued"),
+        (running["id"], "running"),
+    ]  # newest first, as GET /jobs
+    one = requests.get(app.url("/jobs"), params={"unfinished": "true", "limit": 1}).json()
+    assert [j["id"] for j in one] == [waiting["id"]]
+
+
 def test_a_full_queue_refuses_with_retry_after(app):
     jobs = [submit(app, **LONG)]
     wait_until(app, jobs[0]["id"], lambda j: j["state"] == "running")
@@ -199,6 +218,21 @@ def test_images_are_listed_newest_first_in_pages(app):
     assert second["items"][0]["id"] == ids[0]
     listed = requests.get(app.url("/jobs")).json()
     assert listed[0]["image"]["id"] == ids[-1]  # newest job first
+
+
+def test_a_deleted_image_is_gone_from_the_listing_the_png_and_its_record(app):
+    made = requests.post(app.url("/generate"), data={"prompt": "to delete", "size": "64x64"})
+    assert made.status_code == 200, made.text
+    image_id = made.headers["X-Image-Id"]
+    record = requests.get(app.url(f"/images/{image_id}")).json()
+    deleted = requests.delete(app.url(f"/images/{image_id}"))
+    assert deleted.status_code == 200 and deleted.json() == record  # the record removed
+    for path in (f"/images/{image_id}", f"/images/{image_id}.png"):
+        assert requests.get(app.url(path)).status_code == 404
+    listed = requests.get(app.url("/images"), params={"limit": 100}).json()["items"]
+    assert image_id not in [r["id"] for r in listed]
+    again = requests.delete(app.url(f"/images/{image_id}"))
+    assert again.status_code == 404 and again.json()["error"]["message"] == "No such image"
 
 
 @pytest.mark.parametrize(

@@ -37,16 +37,18 @@ def test_the_token_is_asked_once_and_sent_only_as_a_bearer_header(new_page, toke
     page.fill("#steps", "2")
     page.fill("#size", "64x64")
     page.click("#generate")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
-    expect(page.locator("#result-image")).to_have_attribute("src", re.compile("^blob:"))
+    expect(page.locator("#queue-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    first = page.locator("#gallery li").first
+    expect(first.locator("img")).to_have_attribute("src", re.compile("^blob:"))
 
     assert page.evaluate("sessionStorage.getItem('imagegen.token')") == TOKEN
     assert page.context.cookies() == []
     assert not [r.url for r in sent if TOKEN in r.url]
-    calls = [r for r in sent if re.search(r"/(generate|jobs/|images)", r.url)]
-    ends = {(r.method, end) for r in calls for end in ("/generate", "/events", ".png")
+    calls = [r for r in sent if re.search(r"/(generate|jobs|images)", r.url)]
+    poll = "/jobs?unfinished=true&limit=200"
+    ends = {(r.method, end) for r in calls for end in ("/generate", poll, ".png")
             if r.url.endswith(end)}  # fmt: skip
-    assert ends == {("POST", "/generate"), ("GET", "/events"), ("GET", ".png")}
+    assert ends == {("POST", "/generate"), ("GET", poll), ("GET", ".png")}
     # The gallery's first call carried the refused token; every call since, the right one.
     bearers = [r.headers.get("authorization") for r in calls]
     assert bearers == ["Bearer not-the-token"] + [f"Bearer {TOKEN}"] * (len(calls) - 1)

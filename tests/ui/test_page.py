@@ -1,15 +1,15 @@
-"""The page at /ui/ in a real browser against the app under gunicorn (tiny pipeline): generate
-with live progress and see the image, find it first in the gallery and reuse its settings,
-cancel a job mid-run (only that one), a refused field's message beside it, one event stream
-and no polling, resuming a stream without losing or repeating a step, and a phone-width
-screen where every control stays usable."""
+"""The page at /ui/ in a real browser against the app under gunicorn (tiny pipeline): a job in
+the Queue panel whose image then leads the gallery, where its settings can be reused; the
+Queue panel keeping every job (the page's and other clients') across reloads, cancelling from
+it, and ended jobs kept until dismissed; a refused field's message beside it; the queue
+followed with one poll, never an event stream; a phone-width screen where every control stays
+usable; the keyboard (Ctrl+Enter, a batch count); the gallery's pages."""
 
-import json
 import re
 import time
 
 import requests
-from playwright.sync_api import Page, Request, expect
+from playwright.sync_api import Locator, Page, Request, expect
 
 from tests.support.processes import AppServer
 from tests.ui.conftest import TOKEN, WAIT_MS, screenshot
@@ -45,43 +45,41 @@ def cancel_unfinished(app: AppServer) -> None:
             requests.delete(app.url(f"/jobs/{job['id']}"), timeout=10)
 
 
-def progress_mid_run(page: Page) -> None:
-    page.wait_for_function(
-        "() => { const p = document.getElementById('job-progress');"
-        " return p.value >= 1 && p.value < p.max; }",
-        timeout=WAIT_MS,
-    )
+def queued(page: Page, prompt: str) -> Locator:
+    """The Queue panel's entry for the job of this prompt."""
+    return page.locator("#queue li").filter(has=page.get_by_text(prompt, exact=True))
 
 
-def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page, ui_app):
+def done(page: Page, prompt: str) -> None:
+    """Until the job of this prompt has left the Queue panel and leads the gallery."""
+    first = page.locator("#gallery li").first
+    expect(first.locator(".prompt")).to_have_text(prompt, timeout=WAIT_MS)
+    expect(queued(page, prompt)).to_have_count(0)
+
+
+def test_a_job_waits_in_the_queue_then_its_image_leads_the_gallery(new_page, ui_app):
     page = open_ui(new_page, ui_app)
     screenshot(page, "01-empty")
-    fill(page, prompt="a lighthouse in fog", steps="20", size="64x64", seed="4242",
+    fill(page, prompt="a lighthouse in fog", steps="3", size="64x64", seed="4242",
          guidance="6.5", scheduler="euler_a")  # fmt: skip
     page.click("#generate")
-    progress_mid_run(page)
-    expect(page.locator("#job-steps")).to_have_text(re.compile(r"^Step \d+ of 20\b"))
-    expect(page.locator("#job-status")).to_contain_text(re.compile("Running|Queued"))
-    screenshot(page, "02-progress")
+    expect(page.locator("#queue-status")).to_have_text(
+        re.compile(r"^Done in [0-9.]+ s \(seed 4242\): a lighthouse in fog$"), timeout=WAIT_MS
+    )
+    done(page, "a lighthouse in fog")
+    expect(page.locator("#queue-empty")).to_be_visible()
 
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
-    expect(page.locator("#job-status")).to_contain_text("seed 4242")
-    image = page.locator("#result-image")
-    expect(image).to_be_visible()
-    assert image.get_attribute("src").startswith("blob:")
-    assert page.evaluate("document.getElementById('result-image').naturalWidth") == 64
-    assert page.locator("#job-progress").evaluate("p => p.value === p.max")
-    screenshot(page, "03-done", full_page=True)
-
-    done = jobs(ui_app, "a lighthouse in fog")[0]
-    image_id = done["image"]["id"]
+    finished = jobs(ui_app, "a lighthouse in fog")[0]
+    image_id = finished["image"]["id"]
     first = page.locator("#gallery li").first
     expect(first).to_have_attribute("data-image-id", image_id)
-    expect(first.locator(".prompt")).to_have_text("a lighthouse in fog")
+    expect(first.locator("img")).to_have_attribute("src", re.compile("^blob:"))
+    assert first.locator("img").evaluate("i => i.complete && i.naturalWidth") == 64
     expect(first.locator(".params")).to_contain_text(
-        "64x64 · 20 steps · guidance 6.5 · seed 4242 · sampler Euler a"  # A1111's name
+        "64x64 · 3 steps · guidance 6.5 · seed 4242 · sampler Euler a"  # A1111's name
     )
     expect(first.locator(".download")).to_have_attribute("download", f"{image_id}.png")
+    screenshot(page, "03-done", full_page=True)
 
     # A fresh page finds it first too, from the stored images (newest first).
     fresh = open_ui(new_page, ui_app)
@@ -93,10 +91,11 @@ def test_generate_shows_progress_then_the_image_which_leads_the_gallery(new_page
     saved = download.value.path().read_bytes()
     png = requests.get(ui_app.url(f"/images/{image_id}.png"), timeout=10).content
     assert saved == png
+    fresh.fill("#count", "2")
     fresh_first.locator(".reuse").click()
     values = {name: fresh.input_value(f"#{name}") for name in
               ("prompt", "steps", "guidance", "size", "seed", "scheduler")}  # fmt: skip
-    assert values == {"prompt": "a lighthouse in fog", "steps": "20", "guidance": "6.5",
+    assert values == {"prompt": "a lighthouse in fog", "steps": "3", "guidance": "6.5",
                       "size": "64x64", "seed": "4242", "scheduler": "euler_a"}  # fmt: skip
     expect(fresh.locator("#prompt")).to_be_focused()
     screenshot(fresh, "04-gallery", full_page=True)
@@ -118,35 +117,80 @@ def wait_state(app: AppServer, job_id: str, states: set[str]) -> dict:
     return job
 
 
-def test_a_second_job_shows_its_queue_position_and_cancel_stops_it_mid_run_alone(new_page, ui_app):
+def test_the_queue_keeps_every_job_across_reloads_and_cancels_from_its_panel(new_page, ui_app):
     page = open_ui(new_page, ui_app)
-    fill(page, prompt="first, finished", steps="2", size="64x64")
+    expect(page.get_by_role("region", name="Queue")).to_be_visible()
+    other = submit(ui_app, **LONG, seed="1")  # another client's job (curl's) runs first
+    wait_state(ui_app, other, {"running"})
+    fill(page, prompt="mine, finished", steps="2", size="64x64")
     page.click("#generate")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
-
-    ahead = submit(ui_app, **LONG, seed="1")  # another client's job runs first
-    wait_state(ui_app, ahead, {"running"})
-    fill(page, prompt="the second, cancelled", steps=LONG["steps"], size=LONG["size"])
-    page.click("#generate")
-    expect(page.locator("#job-status")).to_have_text("Queued: position 1")
-    behind = submit(ui_app, prompt="another client", steps="2", size="64x64")
-    screenshot(page, "05-queued")
-    requests.delete(ui_app.url(f"/jobs/{ahead}"), timeout=30)
-    progress_mid_run(page)
-    expect(page.locator("#cancel")).to_be_enabled()
-    screenshot(page, "06-before-cancel")
-    page.click("#cancel")
-    expect(page.locator("#job-status")).to_have_text("Cancelled", timeout=WAIT_MS)
-    expect(page.locator("#cancel")).to_be_disabled()
-    screenshot(page, "07-cancelled")
-
-    cancelled = jobs(ui_app, "the second, cancelled")[0]
-    assert cancelled["state"] == "cancelled"
-    assert 1 <= cancelled["progress"]["step"] < cancelled["progress"]["steps"]
-    assert jobs(ui_app, "first, finished")[0]["state"] == "succeeded"
-    assert wait_state(ui_app, behind, {"succeeded", "failed", "cancelled"})["state"] == (
-        "succeeded"
+    fill(page, prompt="mine, cancelled while waiting")
+    page.click("#generate")  # a second Generate adds a job; it replaces none
+    expect(queued(page, "mine, finished").locator(".job-state")).to_have_text("Queued: position 1")
+    expect(queued(page, "mine, cancelled while waiting").locator(".job-state")).to_have_text(
+        "Queued: position 2"
     )
+
+    page.reload()
+    items = page.get_by_role("region", name="Queue").locator("li")
+    expect(items).to_have_count(3)  # the other client's too, in the order they run
+    expect(items.nth(0).locator(".job-prompt")).to_have_text(LONG["prompt"])
+    running = queued(page, LONG["prompt"])
+    expect(running.locator(".job-steps")).to_have_text(
+        re.compile(r"^Step [1-9]\d* of 400\b"), timeout=WAIT_MS
+    )
+    expect(running.locator(".job-state")).to_have_text("Running: denoising", timeout=WAIT_MS)
+    waiting = queued(page, "mine, cancelled while waiting")
+    expect(waiting.locator(".job-state")).to_have_text("Queued: position 2")
+    screenshot(page, "02-queue")
+
+    waiting.get_by_role("button", name="Cancel: mine, cancelled while waiting").click()
+    expect(waiting.locator(".job-state")).to_have_text("Cancelled", timeout=WAIT_MS)
+    # The keyboard's place moves from Cancel, now gone, to Dismiss.
+    expect(
+        waiting.get_by_role("button", name="Dismiss: mine, cancelled while waiting")
+    ).to_be_focused()
+    expect(queued(page, "mine, finished").locator(".job-state")).to_have_text("Queued: position 1")
+    running.locator(".cancel").click()  # mid-run, and not the page's own job
+    expect(running.locator(".job-state")).to_have_text("Cancelled", timeout=WAIT_MS)
+    expect(running.locator(".dismiss")).to_be_focused()
+    # The page's job runs next; its image reaches the gallery as it finishes.
+    done(page, "mine, finished")
+    screenshot(page, "05-cancelled", full_page=True)
+
+    assert jobs(ui_app, "mine, finished")[0]["state"] == "succeeded"
+    cancelled = jobs(ui_app, "mine, cancelled while waiting")[0]
+    assert cancelled["state"] == "cancelled" and cancelled["started_at"] is None
+    stopped = requests.get(ui_app.url(f"/jobs/{other}"), timeout=30).json()
+    assert stopped["state"] == "cancelled"
+    assert 1 <= stopped["progress"]["step"] < stopped["progress"]["steps"]
+
+    # Ended jobs stay, across a reload too, until dismissed; a dismissal is remembered.
+    page.reload()
+    expect(items).to_have_count(2)
+    expect(waiting.locator(".job-state")).to_have_text("Cancelled")
+    waiting.locator(".dismiss").click()
+    expect(waiting).to_have_count(0)
+    expect(running.locator(".dismiss")).to_be_focused()  # the keyboard's place is kept
+    page.reload()
+    expect(running.locator(".job-state")).to_have_text("Cancelled")
+    expect(items).to_have_count(1)
+
+
+def test_the_form_is_kept_across_a_reload(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    kept = {"prompt": "kept prompt", "negative_prompt": "kept negative", "steps": "7",
+            "guidance": "3.5", "size": "128x128", "scheduler": "dpmpp_2m_karras",
+            "seed": "99", "count": "3"}  # fmt: skip
+    fill(page, **kept)
+    page.reload()
+    expect(page.locator("#model-state")).to_have_text("ready")
+    assert {name: page.input_value(f"#{name}") for name in kept} == kept
+    # A fresh tab of the same browser (the same localStorage) finds it too.
+    other = page.context.new_page()
+    other.goto(ui_app.url("/ui/"))
+    expect(other.locator("#prompt")).to_have_value("kept prompt")
+    other.close()
 
 
 def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
@@ -167,7 +211,7 @@ def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
 
     fill(page, steps="2", size="64x64")
     page.click("#generate")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    done(page, "bad bounds")
     expect(page.locator("#error-steps")).to_have_text("")
     assert page.get_attribute("#steps", "aria-invalid") is None
     # The seed it got (random: the field was empty) comes back with "Reuse last".
@@ -196,64 +240,43 @@ def test_an_empty_or_blank_prompt_says_enter_a_prompt(new_page, ui_app):
     assert not [r.url for r in sent if r.url.endswith("/generate")]
 
 
-def test_the_network_log_shows_one_event_stream_and_no_polling(new_page, token_ui_app):
-    """On an app with the default stream life (and a token, given to the tab beforehand)."""
+def test_the_queue_is_followed_with_one_poll_and_no_event_stream(new_page, token_ui_app):
+    """On an app with a token (given to the tab beforehand): jobs under way are read with one
+    request a second, never an event stream each (EVENT_STREAMS_MAX is small), and each
+    ended job once."""
     page = new_page()
     page.context.add_init_script(f"sessionStorage.setItem('imagegen.token', '{TOKEN}')")
     page.goto(token_ui_app.url("/ui/"))
     expect(page.locator("#model-state")).to_have_text("ready")
-    page.wait_for_load_state("networkidle")
-    sent: list[Request] = []
-    page.on("request", lambda request: sent.append(request))
-    fill(page, prompt="watched on the wire", steps="6", size="64x64")
-    # Until the page's last request (networkidle, once reached above, is not waited for again).
-    with page.expect_request(token_ui_app.url("/model/status"), timeout=WAIT_MS):
-        page.click("#generate")
-        expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
-
-    job_id = jobs(token_ui_app, "watched on the wire")[0]["id"]
-    paths = [(r.method, r.url.removeprefix(token_ui_app.base_url)) for r in sent
-             if r.url.startswith(token_ui_app.base_url)]  # not the blob: URLs it makes  # fmt: skip
-    image_id = jobs(token_ui_app, "watched on the wire")[0]["image"]["id"]
-    # One stream for the whole job, then the image; nothing asks for the job's state again.
-    assert paths == [
-        ("POST", "/generate"),
-        ("GET", f"/jobs/{job_id}/events"),
-        ("GET", f"/images/{image_id}.png"),
-        ("GET", "/model/status"),  # once, after the job: the model may have been loaded
-    ]
-
-
-def test_a_resumed_stream_loses_and_repeats_no_step(new_page, ui_app):
-    page = open_ui(new_page, ui_app)
-    sent: list[Request] = []
-    page.on("request", lambda r: r.url.endswith("/events") and sent.append(r))
-    fill(page, prompt="outlives its streams", steps="24", size="128x128")
+    sent: list[tuple[float, Request]] = []
+    page.on("request", lambda request: sent.append((time.monotonic(), request)))
+    fill(page, prompt="watched on the wire", steps="6", size="64x64", count="2")
     page.click("#generate")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
-    page.wait_for_load_state("networkidle")
+    expect(
+        page.locator("#gallery li .prompt").filter(has_text="watched on the wire")
+    ).to_have_count(2, timeout=WAIT_MS)
+    time.sleep(1.5)  # a poll or two more, with nothing under way
 
-    assert len(sent) >= 2, "the job did not outlive one stream: nothing was resumed"
-    steps, last_id = [], None
-    for request in sent:
-        # Each resume names the last event the page received.
-        assert request.headers.get("last-event-id") == last_id
-        for block in request.response().text().split("\n\n"):
-            fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
-            if "id" in fields:
-                last_id = fields["id"]
-            if fields.get("event") == "step":
-                steps.append(json.loads(fields["data"])["step"])
-    total = jobs(ui_app, "outlives its streams")[0]["progress"]["steps"]
-    assert steps == list(range(steps[0], total + 1))
-    assert page.locator("#job-progress").evaluate("p => p.value === p.max")
+    ids = [job["id"] for job in jobs(token_ui_app, "watched on the wire")]
+    calls = [(at, r.method, r.url.removeprefix(token_ui_app.base_url), r) for at, r in sent
+             if r.url.startswith(token_ui_app.base_url)]  # not the blob: URLs it makes  # fmt: skip
+    assert not [path for _, _, path, _ in calls if path.endswith("/events")]
+    assert [m for _, m, path, _ in calls if m != "GET" or "/generate" in path] == ["POST"] * 2
+    polls = [at for at, _, path, _ in calls if path == "/jobs?unfinished=true&limit=200"]
+    # About one a second while jobs are under way (one more at each Generate), never a
+    # tight loop.
+    assert 2 <= len(polls) <= (polls[-1] - polls[0]) / 0.9 + 3
+    alone = sorted(path for _, _, path, _ in calls if path.startswith("/jobs/"))
+    assert alone == sorted(f"/jobs/{job_id}" for job_id in ids)  # each ended job, read once
+    api = [r for *_, r in calls if re.search(r"/(generate|jobs|images)", r.url)]
+    assert all(r.headers.get("authorization") == f"Bearer {TOKEN}" for r in api)
 
 
 def test_every_control_is_usable_on_a_390px_wide_screen(new_page, ui_app):
     page = open_ui(new_page, ui_app, width=390, height=844)
     fill(page, prompt="on a phone", steps="2", size="64x64")
     page.click("#generate")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    done(page, "on a phone")
     expect(page.locator("#gallery li").first.locator("img")).to_have_attribute(
         "src", re.compile("^blob:")
     )
@@ -273,12 +296,12 @@ def test_every_control_is_usable_on_a_390px_wide_screen(new_page, ui_app):
     for field in page.locator("#generate-form input, #generate-form textarea, select").all():
         label = page.locator(f"label[for='{field.get_attribute('id')}']")
         expect(label).to_have_count(1)
-    expect(page.locator("#job-status")).to_have_attribute("aria-live", "polite")
+    expect(page.locator("#queue-status")).to_have_attribute("aria-live", "polite")
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "09-phone", full_page=True)
 
 
-def test_the_page_is_usable_by_keyboard_alone(new_page, ui_app):
+def test_the_page_is_usable_by_keyboard_alone_and_ctrl_enter_generates_a_batch(new_page, ui_app):
     page = open_ui(new_page, ui_app)
     page.focus("#prompt")
     page.keyboard.type("typed, never clicked")
@@ -287,12 +310,31 @@ def test_the_page_is_usable_by_keyboard_alone(new_page, ui_app):
         page.keyboard.press("Tab")
         order.append(page.evaluate("document.activeElement.id"))
     assert order[:3] == ["negative_prompt", "steps", "guidance"]
-    assert "generate" in order
+    assert order.index("count") < order.index("generate")
     page.focus("#steps")
     page.keyboard.type("2")
-    page.focus("#generate")
-    page.keyboard.press("Enter")
-    expect(page.locator("#job-status")).to_contain_text("Done in", timeout=WAIT_MS)
+    page.focus("#count")
+    page.keyboard.press("Control+a")
+    page.keyboard.type("9")  # above GEN_MAX_N (4 here)
+    page.focus("#prompt")
+    page.keyboard.press("Meta+Enter")  # Cmd+Enter on a Mac
+    expect(page.locator("#error-count")).to_have_text(
+        "Batch count must be a whole number from 1 to 4 (GEN_MAX_N)"
+    )
+    expect(page.locator("#count")).to_be_focused()
+    assert not jobs(ui_app, "typed, never clicked")  # nothing was queued
+    page.keyboard.press("Control+a")
+    page.keyboard.type("2")
+    page.focus("#seed")
+    page.keyboard.type("77")
+    page.keyboard.press("Control+Enter")
+    cards = page.locator("#gallery li").filter(
+        has=page.get_by_text("typed, never clicked", exact=True)
+    )
+    expect(cards).to_have_count(2, timeout=WAIT_MS)
+    expect(page.locator("#error-count")).to_have_text("")
+    seeds = sorted(job["parameters"]["seed"] for job in jobs(ui_app, "typed, never clicked"))
+    assert seeds == [77, 78]  # one job each, seed and seed + 1
     cancel_unfinished(ui_app)
 
 

@@ -31,6 +31,8 @@ def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings, base_mode
     assert f'max="{settings.GEN_MAX_GUIDANCE}"' in html
     assert f"multiples of 8, {settings.GEN_MIN_SIDE} to {settings.GEN_MAX_SIDE}" in html
     assert "No model preset." in html
+    count = html.split('<input id="count"', 1)[1].split(">", 1)[0]
+    assert 'min="1"' in count and f'max="{settings.GEN_MAX_N}"' in count  # the batch count
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 // The page's script: plain browser JavaScript, no build step, nothing loaded from elsewhere.
 // It calls the service's own API routes. Every call goes through fetch() so that the token
-// (when the service has one) travels as an Authorization header: EventSource, <img src> and
-// download links cannot send headers, so the event stream is read from fetch() and images
-// are shown from blob: URLs.
+// (when the service has one) travels as an Authorization header: <img src> and download
+// links cannot send headers, so images are shown from blob: URLs.
 "use strict";
 
 (() => {
@@ -71,19 +70,57 @@
     return URL.createObjectURL(await response.blob());
   }
 
-  // --- the form ------------------------------------------------------------------------
+  // --- the form: kept in this browser, Ctrl+Enter, a batch count ------------------------
 
   const form = $("generate-form");
   const FIELDS = ["prompt", "negative_prompt", "steps", "guidance", "size", "scheduler", "seed"];
+  // The API's fields and the page's own batch count: what is kept across reloads and what
+  // an error can be shown beside.
+  const FORM_FIELDS = [...FIELDS, "count"];
+  const FORM_KEY = "imagegen.form";
   let lastSeed = null;
   let formWaitsForModel = false; // the form's message is about the model (formAdvice)
   // Blank as the API's rule has it (config/text.py): nothing in it would show.
   const BLANK = /^[\s\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Z}]*$/u;
 
+  // localStorage, not sessionStorage: a prompt being written survives a reload, a closed
+  // tab and a crash. It is what the person typed, never an answer of the API.
+  function saveForm() {
+    const values = Object.fromEntries(FORM_FIELDS.map((name) => [name, $(name).value]));
+    localStorage.setItem(FORM_KEY, JSON.stringify(values));
+  }
+
+  function restoreForm() {
+    let values;
+    try {
+      values = JSON.parse(localStorage.getItem(FORM_KEY)) || {};
+    } catch {
+      return;
+    }
+    for (const name of FORM_FIELDS) {
+      if (typeof values[name] !== "string") continue;
+      const field = $(name);
+      // A scheduler the model's preset no longer offers falls back to the default.
+      if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === values[name])) {
+        continue;
+      }
+      field.value = values[name];
+    }
+  }
+
+  form.addEventListener("input", saveForm);
+  form.addEventListener("change", saveForm);
+  form.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
   function clearErrors() {
     formWaitsForModel = false;
     $("form-error").hidden = true;
-    for (const name of FIELDS) {
+    for (const name of FORM_FIELDS) {
       $(`error-${name}`).textContent = "";
       $(name).removeAttribute("aria-invalid");
     }
@@ -94,7 +131,7 @@
     const unplaced = [];
     let first = null;
     for (const detail of error.details || []) {
-      const field = FIELDS.includes(detail.field) ? detail.field : null;
+      const field = FORM_FIELDS.includes(detail.field) ? detail.field : null;
       if (!field) {
         unplaced.push(`${detail.field}: ${detail.message}`);
         continue;
@@ -130,37 +167,72 @@
     return true;
   }
 
+  // The batch count is the page's own field (the native route makes one image a request),
+  // so it is the one the page checks itself, by the bound the server rendered (GEN_MAX_N).
+  function batchCount() {
+    const text = $("count").value.trim();
+    const count = text === "" ? 1 : Number(text);
+    if (Number.isInteger(count) && count >= 1 && count <= config.countMax) return count;
+    showErrors({
+      details: [{
+        field: "count",
+        message: `Batch count must be a whole number from 1 to ${config.countMax} (GEN_MAX_N)`,
+      }],
+    });
+    return null;
+  }
+
+  // One job per image, as the OpenAI and A1111 routes make them: seed, seed+1, ... when a
+  // seed is given (wrapping past the largest), else each draws its own. A refusal part-way
+  // stops there; the jobs already queued stay in the Queue panel, where they can be cancelled.
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors();
     if (refuseBlankPrompt()) return;
+    const count = batchCount();
+    if (count === null) return;
     const data = new URLSearchParams();
     for (const name of FIELDS) {
       const value = $(name).value;
       if (value.trim() !== "") data.set(name, value);
     }
     data.set("async", "true");
+    const seed = data.get("seed");
     $("generate").disabled = true;
     try {
-      const response = await api("/generate", { method: "POST", body: data });
-      if (response.status !== 202) {
-        showErrors(await errorMessage(response));
-        return;
+      for (let index = 0; index < count; index += 1) {
+        if (seed !== null && index > 0) {
+          data.set("seed", String((Number(seed) + index) % (config.seedMax + 1)));
+        }
+        const response = await api("/generate", { method: "POST", body: data });
+        if (response.status !== 202) {
+          showErrors(await errorMessage(response));
+          if (index) announce(`${index} of ${count} jobs queued; the next was refused.`);
+          return;
+        }
+        const job = await response.json();
+        if (index === 0) {
+          lastSeed = job.parameters.seed;
+          $("seed-reuse").disabled = false;
+        }
+        showJob(job);
       }
-      follow(await response.json());
     } catch (error) {
       showErrors({ message: `The service did not answer: ${error.message}` });
     } finally {
       $("generate").disabled = false;
+      pollQueue();
     }
   });
 
   $("seed-random").addEventListener("click", () => {
     $("seed").value = "";
+    saveForm();
     $("seed").focus();
   });
   $("seed-reuse").addEventListener("click", () => {
     if (lastSeed !== null) $("seed").value = String(lastSeed);
+    saveForm();
     $("seed").focus();
   });
 
@@ -176,34 +248,47 @@
       (o) => o.value && (o.value === parameters.scheduler || o.text === parameters.scheduler),
     );
     $("scheduler").value = option ? option.value : "";
+    saveForm();
     clearErrors();
     $("prompt").focus();
     $("generate-panel").scrollIntoView({ block: "start" });
   }
 
-  // --- this job: its event stream ------------------------------------------------------
+  // --- the Queue panel: every job under way, followed with one poll ----------------------
+  //
+  // One request, GET /jobs?unfinished=true, once a second while anything is under way and
+  // every few seconds otherwise (to see other clients' jobs), only while the tab is shown.
+  // Not an event stream per job: each holds one of the server's few stream places
+  // (EVENT_STREAMS_MAX) and a worker thread for as long as it is open. A job that leaves the
+  // list has ended: it is read once (GET /jobs/<id>); a succeeded one leaves the panel for
+  // the gallery, a failed or cancelled one stays until dismissed. The ids shown are kept in
+  // localStorage, so an ended job is still shown after a reload.
 
-  let current = null; // {id, controller}
-  let announcedTenth = -1;
+  const POLL_BUSY_MS = 1000;
+  const POLL_IDLE_MS = 5000;
+  const QUEUE_KEY = "imagegen.queue";
+  const queue = new Map(); // job id -> the job as GET /jobs answered it last
+  const announcedTenth = new Map(); // job id -> the last tenth of its steps spoken
+  let unresolved = new Set(storedQueue()); // shown before the reload, not yet read again
+  let pollTimer = null;
+  let polling = false;
+  let pollAgain = false;
 
-  function announce(text) {
-    $("job-status").textContent = text;
+  function storedQueue() {
+    try {
+      const ids = JSON.parse(localStorage.getItem(QUEUE_KEY));
+      return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
+    } catch {
+      return [];
+    }
   }
 
-  function showProgress(step, steps, eta) {
-    const bar = $("job-progress");
-    bar.max = Math.max(steps, 1);
-    bar.value = step;
-    const left = eta === null || eta === undefined ? "" : `, about ${Math.ceil(eta)} s left`;
-    const text = steps ? `Step ${step} of ${steps}${left}` : "";
-    $("job-steps").textContent = text;
-    bar.setAttribute("aria-valuetext", text || "not started");
-    // The live region speaks at each tenth of the steps (10 % to 90 %), not at every step.
-    const tenth = steps ? Math.floor((10 * step) / steps) : 0;
-    if (tenth > announcedTenth && tenth >= 1 && tenth < 10) {
-      announcedTenth = tenth;
-      announce(`Running: ${text}`);
-    }
+  function saveQueue() {
+    localStorage.setItem(QUEUE_KEY, JSON.stringify([...queue.keys(), ...unresolved]));
+  }
+
+  function announce(text) {
+    $("queue-status").textContent = text;
   }
 
   function describeJob(job) {
@@ -214,135 +299,200 @@
     return `Done in ${job.progress.elapsed_seconds} s (seed ${job.parameters.seed})`;
   }
 
-  async function onJobEvent(name, data) {
-    if (name === "step") {
-      showProgress(data.step, data.steps, data.eta_seconds);
+  function stepsText(job) {
+    const { step, steps, eta_seconds: eta } = job.progress;
+    if (job.state !== "running" || !steps) return "";
+    const left = eta === null || eta === undefined ? "" : `, about ${Math.ceil(eta)} s left`;
+    return `Step ${step} of ${steps}${left}`;
+  }
+
+  function jobItem(job) {
+    const found = $("queue").querySelector(`li[data-job-id="${CSS.escape(job.id)}"]`);
+    if (found) return found;
+    const item = $("queue-item").content.firstElementChild.cloneNode(true);
+    const prompt = job.parameters.prompt;
+    item.dataset.jobId = job.id;
+    item.dataset.created = job.created_at;
+    item.querySelector(".job-prompt").textContent = prompt;
+    item.querySelector(".job-progress").setAttribute("aria-label", `Progress: ${prompt}`);
+    item.querySelector(".cancel").setAttribute("aria-label", `Cancel: ${prompt}`);
+    item.querySelector(".dismiss").setAttribute("aria-label", `Dismiss: ${prompt}`);
+    item.querySelector(".cancel").addEventListener("click", () => cancelJob(job.id));
+    item.querySelector(".dismiss").addEventListener("click", () => dismissJob(job.id));
+    // In the order they were submitted (the order they run in); never moved once shown, so
+    // a focused button keeps its focus.
+    const later = [...$("queue").children].find((li) => li.dataset.created > job.created_at);
+    $("queue").insertBefore(item, later || null);
+    return item;
+  }
+
+  function renderJob(job) {
+    const item = jobItem(job);
+    const ended = FINAL.has(job.state);
+    item.dataset.state = job.state;
+    item.querySelector(".job-state").textContent = describeJob(job);
+    const steps = stepsText(job);
+    item.querySelector(".job-steps").textContent = steps;
+    const bar = item.querySelector(".job-progress");
+    bar.max = Math.max(job.progress.steps, 1);
+    bar.value = job.progress.step;
+    bar.setAttribute("aria-valuetext", steps || describeJob(job));
+    bar.hidden = ended;
+    const cancel = item.querySelector(".cancel");
+    const dismiss = item.querySelector(".dismiss");
+    const hadFocus = document.activeElement === cancel;
+    cancel.hidden = ended;
+    if (job.phase.startsWith("cancelling")) cancel.setAttribute("aria-disabled", "true");
+    dismiss.hidden = !ended;
+    if (ended && hadFocus) dismiss.focus(); // the keyboard's place is not lost
+    $("queue-empty").hidden = queue.size > 0;
+  }
+
+  // The live region speaks at each change of state and at each tenth of a running job's
+  // steps (10 % to 90 %), not at every step.
+  function speak(job, before) {
+    const prompt = job.parameters.prompt;
+    if (!before || before.state !== job.state || before.position !== job.position) {
+      announce(`${describeJob(job)}: ${prompt}`);
       return;
     }
-    announce(describeJob(data));
-    showProgress(data.progress.step, data.progress.steps, data.progress.eta_seconds);
-    lastSeed = data.parameters.seed;
-    $("seed-reuse").disabled = false;
-    if (FINAL.has(name)) {
-      $("cancel").disabled = true;
-      $("job-steps").textContent = "";
-      if (name === "succeeded") await showResult(data.image);
-      refreshModel();
+    const { step, steps } = job.progress;
+    const tenth = job.state === "running" && steps ? Math.floor((10 * step) / steps) : 0;
+    if (tenth >= 1 && tenth < 10 && tenth > (announcedTenth.get(job.id) ?? 0)) {
+      announcedTenth.set(job.id, tenth);
+      announce(`Running: ${stepsText(job)}: ${prompt}`);
     }
   }
 
-  async function showResult(record) {
-    const url = await blobUrl(`/images/${record.id}.png`);
-    const p = record.parameters;
-    $("result-image").src = url;
-    $("result-image").alt = `Generated image: ${p.prompt}`;
-    $("result-caption").textContent = describeParameters(p);
-    $("result-download").href = url;
-    $("result-download").download = `${record.id}.png`;
-    $("result").hidden = false;
-    addToGallery(record, url, true);
-  }
-
-  // Server-Sent Events from a fetch() body: blocks separated by a blank line.
-  function parseBlock(block) {
-    const event = { name: "message", id: null, data: [], retry: null };
-    for (const line of block.split("\n")) {
-      if (line === "" || line.startsWith(":")) continue;
-      const colon = line.indexOf(":");
-      const field = colon < 0 ? line : line.slice(0, colon);
-      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-      if (field === "event") event.name = value;
-      else if (field === "id") event.id = value;
-      else if (field === "data") event.data.push(value);
-      else if (field === "retry") event.retry = Number(value);
-    }
-    return event;
-  }
-
-  // One job's events until its final state. The server ends a stream before the ingress
-  // would cut it, and the page resumes at once after the last event received
-  // (Last-Event-ID); after a network error it waits the stream's `retry` time first.
-  async function follow(job) {
-    if (current) current.controller.abort();
-    const controller = new AbortController();
-    current = { id: job.id, controller };
-    announcedTenth = -1;
-    $("result").hidden = true;
-    $("cancel").disabled = false;
-    onJobEvent(job.state, job);
-    let lastId = null;
-    let retryMs = 1000;
-    try {
-      for (;;) {
-        const headers = lastId ? { "Last-Event-ID": lastId } : {};
-        let response;
-        try {
-          response = await api(`/jobs/${job.id}/events`, { headers, signal: controller.signal });
-        } catch (error) {
-          if (error.name === "AbortError") throw error;
-          announce("Reconnecting to this job's events…");
-          await sleep(retryMs);
-          continue;
-        }
-        if (response.status === 503) {
-          announce("Waiting for a free event stream…");
-          await sleep(1000 * Number(response.headers.get("Retry-After") || 5));
-          continue;
-        }
-        if (!response.ok) {
-          announce(`Lost this job: ${(await errorMessage(response)).message}`);
-          $("cancel").disabled = true;
-          return;
-        }
-        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-        let buffer = "";
-        let finished = false;
-        for (;;) {
-          let chunk;
-          try {
-            chunk = await reader.read();
-          } catch (error) {
-            if (error.name === "AbortError") throw error;
-            await sleep(retryMs); // cut mid-stream: resume after the last event received
-            break;
-          }
-          if (chunk.done) break;
-          buffer += chunk.value.replace(/\r\n?/g, "\n");
-          let end;
-          while ((end = buffer.indexOf("\n\n")) >= 0) {
-            const event = parseBlock(buffer.slice(0, end));
-            buffer = buffer.slice(end + 2);
-            if (event.retry !== null) retryMs = event.retry;
-            if (!event.data.length) continue;
-            if (event.id !== null) lastId = event.id;
-            await onJobEvent(event.name, JSON.parse(event.data.join("\n")));
-            if (FINAL.has(event.name)) finished = true;
-          }
-        }
-        if (finished) return; // the server closes the stream right after the final state
+  function showJob(job) {
+    const before = queue.get(job.id);
+    unresolved.delete(job.id);
+    if (job.state === "succeeded") {
+      // Seen under way here: its image joins the gallery now. One that ended while the page
+      // was away is in the gallery's own listing already.
+      if (before) {
+        announce(`${describeJob(job)}: ${job.parameters.prompt}`);
+        addToGallery(job.image, null, true);
       }
+      forgetJob(job.id);
+      return;
+    }
+    queue.set(job.id, job);
+    renderJob(job);
+    speak(job, before);
+    saveQueue();
+  }
+
+  function forgetJob(id) {
+    queue.delete(id);
+    unresolved.delete(id);
+    announcedTenth.delete(id);
+    const item = $("queue").querySelector(`li[data-job-id="${CSS.escape(id)}"]`);
+    if (item) item.remove();
+    $("queue-empty").hidden = queue.size > 0;
+    saveQueue();
+  }
+
+  async function pollQueue() {
+    if (polling) {
+      pollAgain = true;
+      return;
+    }
+    polling = true;
+    clearTimeout(pollTimer);
+    let ended = false;
+    try {
+      const response = await api("/jobs?unfinished=true&limit=200");
+      if (!response.ok) {
+        $("queue-error").textContent =
+          `The queue could not be read: ${(await errorMessage(response)).message}`;
+        return;
+      }
+      const listed = await response.json();
+      const ids = new Set(listed.map((job) => job.id));
+      for (const job of listed) showJob(job);
+      // Shown as under way (or before the reload) and no longer listed: it has ended.
+      const gone = [...queue.values()].filter((job) => !FINAL.has(job.state) && !ids.has(job.id));
+      for (const id of [...gone.map((job) => job.id), ...unresolved]) {
+        if (ids.has(id)) continue;
+        const answer = await api(`/jobs/${encodeURIComponent(id)}`);
+        if (answer.ok) {
+          showJob(await answer.json());
+          ended = true;
+        } else if (answer.status === 404) {
+          forgetJob(id); // forgotten by the service (JOBS_KEEP, a restart)
+        }
+      }
+      $("queue-error").textContent = "";
     } catch (error) {
-      if (error.name !== "AbortError") announce(`The event stream failed: ${error.message}`);
+      $("queue-error").textContent = `The service did not answer: ${error.message}`;
     } finally {
-      if (current && current.controller === controller) current = null;
+      polling = false;
+      if (ended) refreshModel(); // the model may have been loaded by the job
+      if (pollAgain) {
+        pollAgain = false;
+        pollQueue();
+      } else {
+        schedulePoll();
+      }
     }
   }
 
-  $("cancel").addEventListener("click", async () => {
-    if (!current) return;
-    $("cancel").disabled = true;
-    const response = await api(`/jobs/${current.id}`, { method: "DELETE" });
-    if (!response.ok && response.status !== 409) {
+  function schedulePoll() {
+    clearTimeout(pollTimer);
+    if (document.hidden) return; // resumed when the tab is shown again
+    const busy = [...queue.values()].some((job) => !FINAL.has(job.state));
+    pollTimer = setTimeout(pollQueue, busy ? POLL_BUSY_MS : POLL_IDLE_MS);
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) clearTimeout(pollTimer);
+    else pollQueue();
+  });
+
+  // While a cancel is on its way the button is aria-disabled, not disabled: a disabled
+  // button loses the focus, and the keyboard's place should move on to Dismiss instead.
+  async function cancelJob(id) {
+    const item = $("queue").querySelector(`li[data-job-id="${CSS.escape(id)}"]`);
+    const button = item && item.querySelector(".cancel");
+    if (!button || button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true");
+    const response = await api(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
+    if (response.ok) {
+      showJob(await response.json()); // cancelled, or running with "cancelling: ..."
+    } else if (response.status !== 409) { // 409: it ended meanwhile; the poll shows how
       announce(`Could not cancel: ${(await errorMessage(response)).message}`);
-      $("cancel").disabled = false;
+      button.removeAttribute("aria-disabled");
     }
-    // The stream reports the outcome: `cancelled`, or the state it reached first.
+    pollQueue();
+  }
+
+  function dismissJob(id) {
+    const items = [...$("queue").children];
+    const place = items.findIndex((li) => li.dataset.jobId === id);
+    forgetJob(id);
+    // Focus stays in the list: on the next job's button, else the panel's heading.
+    const next = items[place + 1] || items[place - 1];
+    const target = next && next.isConnected && next.querySelector("button:not([hidden])");
+    (target || $("queue-heading")).focus();
+  }
+
+  // Dismissed in another tab of this browser: gone here too.
+  window.addEventListener("storage", (event) => {
+    if (event.key !== QUEUE_KEY) return;
+    const kept = new Set(storedQueue());
+    for (const job of [...queue.values()]) {
+      if (FINAL.has(job.state) && !kept.has(job.id)) forgetJob(job.id);
+    }
   });
 
   // --- gallery ---------------------------------------------------------------------------
 
   let galleryNext = null;
   const shown = new Set();
+  // Images no larger than this on their longer side (the demo's and the tests' 64 px) are
+  // shown scaled up with their pixels kept sharp; every other is drawn smoothly.
+  const TINY_SIDE = 128;
 
   function describeParameters(p) {
     return [
@@ -354,32 +504,103 @@
     ].join(" · ");
   }
 
+  function markTiny(image) {
+    const tiny = () => image.classList.toggle(
+      "tiny", Math.max(image.naturalWidth, image.naturalHeight) <= TINY_SIDE,
+    );
+    if (image.complete && image.naturalWidth) tiny();
+    else image.addEventListener("load", tiny, { once: true });
+  }
+
   function addToGallery(record, url, first) {
     if (shown.has(record.id)) return;
     shown.add(record.id);
     const item = $("gallery-item").content.firstElementChild.cloneNode(true);
     item.dataset.imageId = record.id;
+    const prompt = record.parameters.prompt;
     const image = item.querySelector("img");
-    image.alt = record.parameters.prompt;
-    item.querySelector(".prompt").textContent = record.parameters.prompt;
+    image.alt = prompt;
+    item.querySelector(".prompt").textContent = prompt;
     item.querySelector(".params").textContent = describeParameters(record.parameters);
     const download = item.querySelector(".download");
     download.download = `${record.id}.png`;
-    download.setAttribute("aria-label", `Download ${record.parameters.prompt}`);
+    download.setAttribute("aria-label", `Download ${prompt}`);
     const reuse = item.querySelector(".reuse");
-    reuse.setAttribute("aria-label", `Use these settings: ${record.parameters.prompt}`);
+    reuse.setAttribute("aria-label", `Use these settings: ${prompt}`);
     reuse.addEventListener("click", () => useSettings(record.parameters));
+    const view = item.querySelector(".view");
+    view.setAttribute("aria-label", `View larger: ${prompt}`);
+    view.addEventListener("click", () => openViewer(record, item));
+    const remove = item.querySelector(".delete");
+    remove.setAttribute("aria-label", `Delete: ${prompt}`);
+    remove.addEventListener("click", () => deleteImage(record));
     const list = $("gallery");
     if (first) list.prepend(item);
     else list.append(item);
     $("gallery-empty").hidden = true;
+    markTiny(image);
     const loaded = url ? Promise.resolve(url) : blobUrl(`/images/${record.id}.png`);
     loaded.then((src) => {
       image.src = src;
       download.href = src;
     }, () => {
-      image.alt = `${record.parameters.prompt} (image unavailable)`;
+      image.alt = `${prompt} (image unavailable)`;
     });
+  }
+
+  function galleryCard(id) {
+    return $("gallery").querySelector(`li[data-image-id="${CSS.escape(id)}"]`);
+  }
+
+  // --- the larger view and deleting an image ----------------------------------------------
+
+  let viewing = null; // the record shown
+
+  function openViewer(record, item) {
+    const src = item.querySelector("img").src;
+    const image = $("viewer-image");
+    image.classList.remove("tiny");
+    image.src = src;
+    image.alt = `Generated image: ${record.parameters.prompt}`;
+    markTiny(image);
+    $("viewer-heading").textContent = record.parameters.prompt;
+    $("viewer-params").textContent = describeParameters(record.parameters);
+    $("viewer-download").href = src;
+    $("viewer-download").download = `${record.id}.png`;
+    viewing = record;
+    // A modal dialog gives the focus back to the image's button when it closes.
+    $("viewer").showModal();
+    $("viewer-close").focus();
+  }
+
+  $("viewer-close").addEventListener("click", () => $("viewer").close());
+  $("viewer").addEventListener("close", () => {
+    viewing = null;
+  });
+  $("viewer-delete").addEventListener("click", () => viewing && deleteImage(viewing));
+
+  async function deleteImage(record) {
+    const prompt = record.parameters.prompt;
+    if (!window.confirm(`Delete this image for good?\n\n${prompt}`)) return;
+    const response = await api(`/images/${encodeURIComponent(record.id)}`, { method: "DELETE" });
+    if (!response.ok && response.status !== 404) { // 404: deleted already, by anyone
+      $("gallery-status").textContent =
+        `Could not delete: ${(await errorMessage(response)).message}`;
+      return;
+    }
+    const item = galleryCard(record.id);
+    if (viewing && viewing.id === record.id) $("viewer").close();
+    if (item) {
+      const next = item.nextElementSibling || item.previousElementSibling;
+      URL.revokeObjectURL(item.querySelector("img").src);
+      item.remove();
+      if (next) next.querySelector(".view").focus(); // the keyboard's place is not lost
+    }
+    $("gallery-status").textContent = `Deleted: ${prompt}`;
+    if (!$("gallery").children.length && !galleryNext) {
+      $("gallery-empty").textContent = "No images yet.";
+      $("gallery-empty").hidden = false;
+    }
   }
 
   async function loadGallery(path) {
@@ -542,10 +763,12 @@
   // --- start -----------------------------------------------------------------------------
 
   async function start() {
+    restoreForm();
     $("forget-token").hidden = !sessionStorage.getItem(TOKEN_KEY);
     refreshModel();
     if (config.tokenRequired && !sessionStorage.getItem(TOKEN_KEY)) await askToken("");
     await loadGallery(`/images?limit=${config.galleryPage}`);
+    await pollQueue();
   }
 
   start();
