@@ -61,9 +61,11 @@ def generation_estimate(*, request: GenerationRequest, count: int, timeout: floa
     limit = factor * timeout if factor else None
     refused = found is not None and limit is not None and found.seconds > limit
     if found is None:
-        message = (
-            "No estimate yet: nothing has been measured here for this model at any size "
-            "(every image made is measured)"
+        message = "No estimate yet: " + (
+            "no image of the model's own size has been measured here yet (name a size, or "
+            "make one image without one)"
+            if request.size is None
+            else "nothing has been measured here for this model (every image made is measured)"
         )
     elif refused:
         assert limit is not None

@@ -2,6 +2,7 @@
 change (what the progress stream reads), the heartbeat's atomic "worker lost", and answers
 byte for byte the same as the in-process queue's."""
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import pytest
 
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
-from imagegen.distributed.store import JobStore
+from imagegen.distributed.store import WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
 from imagegen.generation.estimates import Measurements, Timing
 from imagegen.generation.job_board import JobState
@@ -190,5 +191,9 @@ def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(s
     store.update("running", step=3, steps=4)  # one step and the decode left
     found = board.estimate(GenerationRequest(prompt="p", size=(64, 64)))
     whole = 1 + 4 * 2 + 3
-    assert found.queue_seconds == (2 + 3) + whole
+    assert found.queue_seconds == (2 + 3) + whole  # no live worker counts as one
     assert found.seconds == found.queue_seconds + whole
+    for name in ("w1", "w2"):  # two live workers: the waiting job takes the free one
+        store.redis.sadd(WORKERS, name)
+        store.redis.set(worker_key(name), json.dumps({"name": name}), px=60_000)
+    assert board.estimate(GenerationRequest(prompt="p", size=(64, 64))).queue_seconds == 2 + 3

@@ -166,8 +166,15 @@ def test_with_nothing_measured_nothing_is_refused(queue):
     client = Client()
     found = estimate_of(client, **TOO_LONG)
     assert found["seconds"] is None and found["refused"] is False
-    assert found["message"].startswith("No estimate yet")
+    assert found["message"].startswith("No estimate yet: nothing has been measured here")
+    own_size = estimate_of(client)  # no size: the model's own, unknown until an image of it
+    assert own_size["refused"] is False
+    assert own_size["message"].startswith("No estimate yet: no image of the model's own size")
     assert found["limit_seconds"] == TIMEOUT * 1.25
+    # The fields take /generate's rules: a bad one is a 400 naming it.
+    bad = client.get("/generate/estimate", {"size": "65x64", "steps": "0"})
+    assert bad.status_code == 400
+    assert {d["field"] for d in bad.json()["error"]["details"]} == {"size", "steps"}
 
 
 def refusal_message(message: str) -> None:
