@@ -176,8 +176,8 @@ def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(s
     timings = RedisTimings(store.redis, "test-model")
     assert timings.measurements() == Measurements(timings=(), native=None)
     at_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
-    timings.record(Timing(64, 64, 1.0, 5.0, 3.0), native=False)  # a slow one, kept beside
     timings.record(at_64, native=True)
+    timings.record(Timing(64, 64, 1.0, 5.0, 3.0), native=False)  # a slow one, kept beside it
     assert timings.measurements() == Measurements(timings=(at_64,), native=(64, 64))
     assert RedisTimings(store.redis, "another-model").measurements().timings == ()
 
