@@ -78,7 +78,7 @@ def _refuse_past_timeout(request: GenerationRequest, count: int, timeout: float 
     """A synchronous request that the estimate puts past GEN_SYNC_REFUSE_FACTOR x its
     `timeout` is refused now, with nothing queued, rather than cancelled at the timeout (a
     504 minutes later); with nothing measured yet nothing is refused."""
-    if timeout is None:
+    if timeout is None or not settings.GEN_SYNC_REFUSE_FACTOR:  # 0: none refused, none asked
         return
     verdict = selectors.generation_estimate(request=request, count=count, timeout=timeout)
     if verdict.refused:
