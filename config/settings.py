@@ -191,6 +191,11 @@ GEN_QUEUE_MAX = env_int("GEN_QUEUE_MAX", 8, minimum=0)
 # How long a synchronous /generate waits for its image (queue and run); then its job is
 # cancelled and the answer is 504. Below Azure's 240 s ingress cut-off by default.
 GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
+# A synchronous request whose estimate (from the steps and decodes measured here, the jobs
+# ahead included) is past this many times GEN_SYNC_TIMEOUT is refused at once with a 400
+# saying so, instead of a 504 after GEN_SYNC_TIMEOUT (imagegen/generation/estimates.py).
+# 0: never refused; every synchronous request waits its GEN_SYNC_TIMEOUT out, as before.
+GEN_SYNC_REFUSE_FACTOR = env_float("GEN_SYNC_REFUSE_FACTOR", 1.25, minimum=0)
 GEN_LOAD_TIMEOUT = env_float("GEN_LOAD_TIMEOUT", 300.0, minimum=0.001)
 
 # Images one OpenAI or AUTOMATIC1111 request may ask for (n; batch_size x n_iter); each is a

@@ -116,7 +116,8 @@ def jobs() -> JobBoard:
     thread."""
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
-        from imagegen.distributed.connection import job_store
+        from imagegen.distributed.connection import job_store, redis_client
+        from imagegen.distributed.timings import RedisTimings, measured_model
 
         return RedisJobBoard(
             job_store(),
@@ -124,6 +125,7 @@ def jobs() -> JobBoard:
             queue_max=settings.GEN_QUEUE_MAX,
             keep=settings.JOBS_KEEP,
             rules=rules_from_settings(),
+            timings=RedisTimings(redis_client(), measured_model(model_source())),
         )
     return JobQueue(
         loader(),
@@ -151,7 +153,8 @@ def runs() -> RunRegistry:
 def worker_runtime(name: str) -> "WorkerRuntime":
     """A Celery worker process's runtime (manage.py run_worker): its own loader, the shared
     job store and the shared images."""
-    from imagegen.distributed.connection import job_store
+    from imagegen.distributed.connection import job_store, redis_client
+    from imagegen.distributed.timings import RedisTimings, measured_model
     from imagegen.distributed.worker import WorkerRuntime
 
     return WorkerRuntime(
@@ -160,4 +163,5 @@ def worker_runtime(name: str) -> "WorkerRuntime":
         image_store(),
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
+        timings=RedisTimings(redis_client(), measured_model(model_source())),
     )

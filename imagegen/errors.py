@@ -69,6 +69,13 @@ class SyncTimeout(ServiceError):
         )
 
 
+class PastSyncTimeout(ServiceError):
+    """A synchronous request estimated past GEN_SYNC_REFUSE_FACTOR x GEN_SYNC_TIMEOUT: told
+    at once (the message names the estimate and what to do), not with a 504 after it."""
+
+    status = 400
+
+
 class ImageNotFound(ServiceError):
     status = 404
     message = "No such image"

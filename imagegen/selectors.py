@@ -1,6 +1,7 @@
 """Reads of the image service: the model's state, jobs and stored images. Routes of every
 protocol call these; they raise imagegen.errors for what does not exist."""
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,8 +12,10 @@ from django.core import signing
 
 from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
+from imagegen.generation.estimates import Estimate
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
+from imagegen.generation.render import GenerationRequest
 from imagegen.model.download_size import documented_download_bytes
 from imagegen.model.status import ModelStatus
 
@@ -45,6 +48,62 @@ def generation_rules() -> dict[str, Any]:
     rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
     rules["adapters"] = [asdict(adapter) for adapter in backend.loader().source.adapters]
     return rules
+
+
+@dataclass(frozen=True)
+class SyncEstimate:
+    """How long a request would take if sent now, and what a synchronous one is told."""
+
+    estimate: Estimate | None  # None: nothing measured here yet
+    limit_seconds: float | None  # the most a synchronous one may be estimated at; None: any
+    refused: bool  # a synchronous request would be refused (services.generation_run)
+    message: str  # for a person: the refusal's own message when refused
+
+
+def generation_estimate(*, request: GenerationRequest, count: int, timeout: float) -> SyncEstimate:
+    """The estimate of `count` images of `request` submitted now (imagegen.generation.
+    estimates), held to GEN_SYNC_REFUSE_FACTOR x `timeout` (the synchronous wait)."""
+    found = backend.jobs().estimate(request, count=count)
+    factor = settings.GEN_SYNC_REFUSE_FACTOR
+    limit = factor * timeout if factor else None
+    refused = found is not None and limit is not None and found.seconds > limit
+    if found is None:
+        message = "No estimate yet: " + (
+            "no image of the model's own size has been measured here yet (name a size, or "
+            "make one image without one)"
+            if request.size is None
+            else "nothing has been measured here for this model (every image made is measured)"
+        )
+    elif refused:
+        assert limit is not None
+        message = (
+            f"This request would take about {_seconds(found.seconds)} here "
+            f"({_breakdown(found)}), past the {limit:g} s a synchronous request may take "
+            f"({factor:g} x GEN_SYNC_TIMEOUT, {timeout:g} s), so it is refused now rather than "
+            "cancelled at GEN_SYNC_TIMEOUT. Send it asynchronously (POST /generate with "
+            "async=true, then follow /jobs/<id>), or ask for fewer steps or a smaller size"
+        )
+    else:
+        within = f"; a synchronous request may take up to {limit:g} s" if limit else ""
+        message = f"About {_seconds(found.seconds)} ({_breakdown(found)}){within}"
+    return SyncEstimate(found, limit, refused, message)
+
+
+def _seconds(value: float) -> str:
+    return f"{math.ceil(value)} s"
+
+
+def _breakdown(found: Estimate) -> str:
+    """What the estimate is made of, in words."""
+    size = f"{found.size[0]}x{found.size[1]}"
+    images = f"{found.count} images of " if found.count > 1 else ""
+    each = " each" if found.count > 1 else ""
+    text = f"{images}{found.steps} steps at {size}: {_seconds(found.image_seconds)}{each}"
+    if found.queue_seconds >= 0.5:
+        text += f", after {_seconds(found.queue_seconds)} for the jobs ahead"
+    if found.basis != found.size:
+        text += f"; scaled from {found.basis[0]}x{found.basis[1]} by its pixels"
+    return text
 
 
 def job_get(*, job_id: str) -> JobView:

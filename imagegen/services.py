@@ -26,6 +26,7 @@ from imagegen.errors import (
     JobFailed,
     JobFinished,
     JobNotFound,
+    PastSyncTimeout,
     SyncTimeout,
 )
 from imagegen.generation.images import ImageRecord
@@ -74,10 +75,23 @@ def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
     return _image(job)  # neither queued, running, cancelled nor failed: succeeded
 
 
+def _refuse_past_timeout(request: GenerationRequest, count: int, timeout: float | None) -> None:
+    """A synchronous request that the estimate puts past GEN_SYNC_REFUSE_FACTOR x its
+    `timeout` is refused now, with nothing queued, rather than cancelled at the timeout (a
+    504 minutes later); with nothing measured yet nothing is refused."""
+    if timeout is None or not settings.GEN_SYNC_REFUSE_FACTOR:  # 0: none refused, none asked
+        return
+    verdict = selectors.generation_estimate(request=request, count=count, timeout=timeout)
+    if verdict.refused:
+        raise PastSyncTimeout(verdict.message)
+
+
 def generation_run(
     *, request: GenerationRequest, timeout: float | None
 ) -> tuple[JobView, ImageRecord]:
-    """A synchronous generation: submitted as a job like any other, then waited for."""
+    """A synchronous generation: submitted as a job like any other, then waited for; refused
+    at once when it cannot finish in time (asynchronous ones are taken as they come)."""
+    _refuse_past_timeout(request, 1, timeout)
     job = generation_submit(request=request)
     return job, generation_result(job=job, timeout=timeout)
 
@@ -141,9 +155,13 @@ def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
     return request.model_copy(update={"seed": (request.seed + index) % (SEED_MAX + 1)})
 
 
-def _submit_batch(request: GenerationRequest, count: int, client: str) -> list[str]:
-    """`count` jobs or none: when the queue fills part-way, the ones queued are cancelled
-    (they never run) and the request is refused as a whole."""
+def _submit_batch(
+    request: GenerationRequest, count: int, client: str, timeout: float | None
+) -> list[str]:
+    """`count` jobs or none: refused whole when they cannot all finish within `timeout`;
+    when the queue fills part-way, the ones queued are cancelled (they never run) and the
+    request is refused as a whole."""
+    _refuse_past_timeout(request, count, timeout)
     jobs_queue, batch, jobs = backend.jobs(), secrets.token_hex(8), []
     try:
         for index in range(count):
@@ -167,10 +185,14 @@ def _forgotten(job_id: str) -> JobView:
     raise JobFailed(f"job {job_id} is no longer known")
 
 
-def _join_or_submit(key: str, request: GenerationRequest, count: int, client: str) -> SharedRun:
+def _join_or_submit(
+    key: str, request: GenerationRequest, count: int, client: str, timeout: float | None
+) -> SharedRun:
+    """A twin's run is joined whatever its estimate (its jobs were taken already); a new one
+    is estimated first."""
     return backend.runs().join_or_submit(
         key,
-        submit=lambda: _submit_batch(request, count, client),
+        submit=lambda: _submit_batch(request, count, client, timeout),
         unfinished=lambda jobs: any(_unfinished(job_id) for job_id in jobs),
     )
 
@@ -219,13 +241,14 @@ def generation_run_shared(
     Clients of these protocols wait, and retry when they stop waiting: a request from the
     same client (config.auth.client_identity) with the same Idempotency-Key, or without one
     the same request, that arrives while its twin's jobs are queued or running joins them
-    instead of queueing them again, and gets the same images. A request that gives up
-    (`timeout`) cancels the jobs only if nobody else waits for them.
+    instead of queueing them again, and gets the same images. A new request whose estimate
+    is past GEN_SYNC_REFUSE_FACTOR x `timeout` is refused at once (PastSyncTimeout). A
+    request that gives up (`timeout`) cancels the jobs only if nobody else waits for them.
 
     A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
     or with `partial` leaves its image out (A1111 answers what was finished)."""
     key = _run_key(request, count, client, idempotency_key)
-    run = _join_or_submit(key, request, count, client)
+    run = _join_or_submit(key, request, count, client, timeout)
     try:
         _wait(run.jobs, timeout, partial=partial)
     finally:

@@ -34,6 +34,7 @@ def environment() -> Iterator[dict[str, str]]:
         ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),
         ({"GEN_QUEUE_MAX": "many"}, "GEN_QUEUE_MAX must be an integer, got 'many'"),
         ({"GEN_SYNC_TIMEOUT": "0"}, "GEN_SYNC_TIMEOUT must be at least 1, got 0"),
+        ({"GEN_SYNC_REFUSE_FACTOR": "-1"}, "GEN_SYNC_REFUSE_FACTOR must be at least 0, got -1"),
         ({"GEN_MAX_STEPS": "1000"}, "GEN_MAX_STEPS must be at most 500, got 1000"),
         ({"GEN_NICE": "20"}, "GEN_NICE must be at most 19, got 20"),
         ({"GEN_NICE": "-5"}, "GEN_NICE must be at least 0, got -5"),

@@ -13,6 +13,8 @@ from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.schemas import (
     ApiIndex,
+    EstimateOut,
+    EstimateQuery,
     GenerateForm,
     GenerationInForce,
     Health,
@@ -147,6 +149,19 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
         request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT
     )
     return png_with_headers(record, job)
+
+
+@router.get(
+    "/generate/estimate",
+    auth=token_required(),
+    response={200: EstimateOut, **errors(400)},
+    summary="How long a generation would take now, and whether a synchronous one is refused",
+)
+def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
+    verdict = selectors.generation_estimate(
+        request=query.to_request(), count=query.n or 1, timeout=settings.GEN_SYNC_TIMEOUT
+    )
+    return EstimateOut.of(verdict)
 
 
 @router.get(

@@ -5,12 +5,13 @@ An empty form field counts as absent, as HTML forms send them; unknown fields ar
 so that a misspelt `step=50` is an error rather than a silent default.
 """
 
+import math
 import re
 from typing import Annotated, Any
 
 from django.conf import settings
 from ninja import Schema
-from pydantic import BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from config.openapi import plain_optional
@@ -21,6 +22,7 @@ from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import A1111_NAMES, NAMES, scheduler_for_input
 from imagegen.model.status import AdapterView, ModelStatus
+from imagegen.selectors import SyncEstimate
 
 # What the native `scheduler` field lists: the table's ids, then A1111's name for each (what
 # records and X-Scheduler answer, taken back in any case).
@@ -174,6 +176,84 @@ class GenerateForm(Schema):
             size=parse_size(self.size) if self.size else None,
             seed=self.seed,
             force_cpu=self.force_cpu,
+        )
+
+
+class EstimateQuery(Schema):
+    """GET /generate/estimate: the fields of POST /generate that decide how long it takes,
+    with its rules (a value out of bounds is a 400 naming it), and the images of a request."""
+
+    steps: Annotated[
+        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
+    ] = None
+    guidance: Annotated[
+        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number]
+        | None,
+        *Optional,
+    ] = None
+    scheduler: Annotated[
+        str | None,
+        BeforeValidator(_blank_is_absent),
+        AfterValidator(lambda value: value and scheduler_for_input(value.strip())),
+    ] = Field(default=None, json_schema_extra=_scheduler_schema, description="as POST /generate")
+    size: Annotated[
+        str | None, BeforeValidator(_blank_is_absent), AfterValidator(lambda v: v and check_size(v))
+    ] = Field(
+        default=None, json_schema_extra=_size_schema, description="as POST /generate; default "
+        "the model's native size"
+    )  # fmt: skip
+    n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
+        Field(default=None, description="images of one request (OpenAI's n); default 1")
+    )
+
+    def to_request(self) -> GenerationRequest:
+        return GenerationRequest(
+            prompt="",
+            steps=self.steps,
+            guidance=self.guidance,
+            scheduler=self.scheduler,
+            size=parse_size(self.size) if self.size else None,
+        )
+
+
+def _tenths(seconds: float) -> float:
+    """Rounded up, as the message's whole seconds are: the two never disagree."""
+    return math.ceil(seconds * 10) / 10
+
+
+class EstimateOut(Schema):
+    """How long a request would take if sent now, from the steps and decodes measured here
+    (docs/image-api.md, "Estimates")."""
+
+    seconds: float | None = Field(
+        description="until its last image is done, the jobs ahead included; null: nothing "
+        "measured yet"
+    )
+    queue_seconds: float | None = Field(description="of which, the jobs ahead")
+    image_seconds: float | None = Field(description="one of its images")
+    steps: int | None = Field(description="the steps it would run (defaults and caps applied)")
+    size: str | None = Field(description="WIDTHxHEIGHT it would run at")
+    measured_size: str | None = Field(description="the measured size the figures scale from")
+    limit_seconds: float | None = Field(
+        description="the longest estimate a synchronous request is taken with "
+        "(GEN_SYNC_REFUSE_FACTOR x GEN_SYNC_TIMEOUT); null: none is refused"
+    )
+    refused: bool = Field(description="a synchronous request of it would be refused now (400)")
+    message: str = Field(description="in words; when refused, the 400's own message")
+
+    @classmethod
+    def of(cls, verdict: SyncEstimate) -> "EstimateOut":
+        found = verdict.estimate
+        return cls(
+            seconds=None if found is None else _tenths(found.seconds),
+            queue_seconds=None if found is None else _tenths(found.queue_seconds),
+            image_seconds=None if found is None else _tenths(found.image_seconds),
+            steps=None if found is None else found.steps,
+            size=None if found is None else "{}x{}".format(*found.size),
+            measured_size=None if found is None else "{}x{}".format(*found.basis),
+            limit_seconds=verdict.limit_seconds,
+            refused=verdict.refused,
+            message=verdict.message,
         )
 
 

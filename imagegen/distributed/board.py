@@ -15,9 +15,12 @@ from functools import cached_property
 import redis
 from kombu.exceptions import OperationalError
 
+from imagegen.distributed.shared_model import live_workers
 from imagegen.distributed.store import JobStore
+from imagegen.distributed.timings import RedisTimings
 from imagegen.errors import JobFinished, QueueFull
-from imagegen.generation.job_board import FINISHED, JobView
+from imagegen.generation.estimates import Estimate, estimate
+from imagegen.generation.job_board import FINISHED, JobView, ahead_of
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.render import GenerationRequest, with_defaults
 from imagegen.model.status import ModelHandle
@@ -38,8 +41,10 @@ class RedisJobBoard:
         queue_max: int,
         keep: int,
         rules: GenerationRules,
+        timings: RedisTimings,
     ) -> None:
         self.jobs = store
+        self.timings = timings  # what the workers measured (the estimates)
         self.models = models
         self.queue_max = queue_max
         self.keep = keep
@@ -72,6 +77,17 @@ class RedisJobBoard:
         view = self.lookup(job_id)
         assert view is not None, f"job {job_id} was queued and is gone"  # only forget removes it
         return view
+
+    def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
+        """How long `count` images of `request` would take if submitted now: behind every
+        unfinished job, spread over the live workers, from what the workers measured."""
+        request = with_defaults(request, rules=self.rules)
+        views = self.jobs.views(self.jobs.unfinished_ids())
+        ahead = [found for view in views if view and (found := ahead_of(view))]
+        workers = len(live_workers(self.jobs.redis))
+        return estimate(
+            self.timings.measurements(), request, ahead=ahead, workers=workers, count=count
+        )
 
     def lookup(self, job_id: str) -> JobView | None:
         return self.jobs.view(job_id)

@@ -320,6 +320,10 @@ class JobStore:
         value = self.redis.hget(job_key(job_id), "rev")
         return None if value is None else int(value)
 
+    def unfinished_ids(self) -> list[str]:
+        """The jobs queued or running, in the order they were submitted."""
+        return [decoded(i) for i in cast(list[bytes], self.redis.lrange(UNFINISHED, 0, -1))]
+
     def recent_ids(self, limit: int | None = None) -> list[str]:
         """Newest first."""
         end = -1 if limit is None else limit - 1

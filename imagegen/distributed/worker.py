@@ -35,9 +35,11 @@ from datetime import datetime
 import redis
 
 from imagegen.distributed.store import IDLE, PULLS, WORKERS, JobStore, outcome_fields, worker_key
+from imagegen.distributed.timings import RedisTimings
+from imagegen.generation.estimates import measured
 from imagegen.generation.execution import run_job
 from imagegen.generation.images import ImageStore
-from imagegen.generation.render import Cancelled
+from imagegen.generation.render import Cancelled, GenerationRequest
 from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
@@ -92,8 +94,10 @@ class WorkerRuntime:
         *,
         name: str,
         load_timeout: float,
+        timings: RedisTimings,
     ) -> None:
         self.store = store
+        self.timings = timings  # where this worker's jobs' measurements go (the estimates)
         self.redis = store.redis
         self.loader = loader
         self.images = images
@@ -172,7 +176,11 @@ class WorkerRuntime:
         return job_id
 
     def _run(
-        self, report: _StoreReport, request, created_at: datetime, started_at: datetime
+        self,
+        report: _StoreReport,
+        request: GenerationRequest,
+        created_at: datetime,
+        started_at: datetime,
     ) -> None:
         outcome = run_job(
             job_id=report.job_id,
@@ -183,6 +191,13 @@ class WorkerRuntime:
             load_timeout=self.load_timeout,
             report=report,
         )
+        # Measured before the job is seen finished, so its client's next request is
+        # estimated with it; a Redis blip loses one measurement, never the job.
+        if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
+            try:
+                self.timings.record(timing, native=request.size is None)
+            except redis.RedisError as exc:
+                log.warning("job %s: timing not recorded: %s", report.job_id, exc)
         self._finish(report.job_id, outcome_fields(outcome))
 
     def _finish(self, job_id: str, outcome: dict) -> None:

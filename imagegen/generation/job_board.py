@@ -16,6 +16,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ServiceError
+from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.render import GenerationRequest
@@ -99,6 +100,17 @@ class JobView:
     revision: int = 0
 
 
+def ahead_of(view: JobView) -> Ahead | None:
+    """What a job leaves to do before a request submitted now (imagegen.generation.estimates):
+    all of it while it waits, its steps to go and its decode while it runs; nothing once it is
+    stopping (within a block) or finished."""
+    if view.state is JobState.QUEUED:
+        return Ahead(view.parameters)
+    if view.state is JobState.RUNNING and view.phase != CANCELLING:
+        return Ahead(view.parameters, steps_done=view.progress.step)
+    return None
+
+
 class JobBoard(Protocol):
     """The job calls of a web process, in either job mode. mypy checks both boards (JobQueue,
     RedisJobBoard) against it where imagegen.backend.jobs() returns them."""
@@ -111,6 +123,10 @@ class JobBoard(Protocol):
         self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
     ) -> JobView:
         """Queues a generation, or refuses it at once with nothing queued (ServiceError)."""
+
+    def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
+        """How long `count` images of `request` would take if submitted now, the jobs ahead
+        included, from what the workers measured; None while nothing is measured."""
 
     def lookup(self, job_id: str) -> JobView | None: ...
 

@@ -28,6 +28,7 @@ from datetime import datetime
 from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
+from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, run_job
 from imagegen.generation.images import ImageRecord, ImageStore
 from imagegen.generation.job_board import (
@@ -36,6 +37,7 @@ from imagegen.generation.job_board import (
     JobProgress,
     JobState,
     JobView,
+    ahead_of,
     job_progress,
 )
 from imagegen.generation.presets import GenerationRules
@@ -113,6 +115,7 @@ class JobQueue:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._worker: threading.Thread | None = None
         self._running: Job | None = None
+        self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
 
     # -- what the routes call -----------------------------------------------------------
 
@@ -133,6 +136,15 @@ class JobQueue:
             self._start_worker()
             self._lock.notify_all()  # the worker, among the watchers waiting on the lock
         return self.view(job)
+
+    def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
+        """How long `count` images of `request` would take if submitted now: behind the
+        running job and the queue, on the one worker thread."""
+        request = with_defaults(request, rules=self.rules)
+        with self._lock:
+            jobs = [job for job in (self._running, *self._queued) if job is not None]
+            ahead = [found for job in jobs if (found := ahead_of(self.view(job)))]
+        return estimate(self.timings.measurements(), request, ahead=ahead, workers=1, count=count)
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -274,6 +286,10 @@ class JobQueue:
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),
         )
+        # Measured before the job is seen finished, so its client's next request is
+        # estimated with it.
+        if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
+            self.timings.record(timing, native=job.request.size is None)
         self._finish(job, outcome)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:

@@ -15,7 +15,7 @@ GEN_STEPS_CAP / GEN_GUIDANCE_CAP win over a preset.
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
@@ -63,8 +63,14 @@ def _hyper(match: re.Match) -> Preset:
 
 
 def _lightning(match: re.Match) -> Preset:
+    """SDXL-Lightning's LoRAs are distilled for their own step count and capped there: more
+    steps only cost time (webuiapi's 20 became 8 under a cap of 8: about 315 s for SDXL on 2
+    vCPU, past GEN_SYNC_TIMEOUT; docs/performance.md)."""
     steps = int(match["steps"])
-    return _few_step(f"sdxl-lightning-{steps}step", steps, "euler_trailing", TRAILING)
+    return replace(
+        _few_step(f"sdxl-lightning-{steps}step", steps, "euler_trailing", TRAILING),
+        max_steps=steps,
+    )
 
 
 LCM_LORA = Preset(

@@ -2,6 +2,7 @@
 change (what the progress stream reads), the heartbeat's atomic "worker lost", and answers
 byte for byte the same as the in-process queue's."""
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -11,8 +12,11 @@ import pytest
 
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
-from imagegen.distributed.store import JobStore
+from imagegen.distributed.store import WORKERS, JobStore, worker_key
+from imagegen.distributed.timings import RedisTimings
+from imagegen.generation.estimates import Measurements, Timing
 from imagegen.generation.job_board import JobState
+from imagegen.generation.presets import generation_rules
 from imagegen.generation.render import GenerationRequest
 from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
 from tests.support.distributed import RedisServer
@@ -35,7 +39,8 @@ def store(redis_server: RedisServer) -> JobStore:
 
 @pytest.fixture
 def board(store: JobStore, tmp_path: Path) -> RedisJobBoard:
-    return RedisJobBoard(store, models=None, queue_max=8, keep=200, rules=None)
+    timings = RedisTimings(store.redis, "test-model")
+    return RedisJobBoard(store, models=None, queue_max=8, keep=200, rules=None, timings=timings)
 
 
 def add(store: JobStore, job_id: str, *, queue_max: int = 8, owner: str | None = None) -> bool:
@@ -163,3 +168,32 @@ def test_the_list_keda_scales_on_holds_each_queued_or_running_job_until_it_ends(
     time.sleep(1.2)
     store.fail_lost("c")  # its worker died
     assert unfinished() == ["d"]
+
+
+def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(store):
+    """What a web replica estimates with: the timings workers recorded in Redis (the last
+    three at a size, each stage at its fastest) and the shared queue, the running job first."""
+    timings = RedisTimings(store.redis, "test-model")
+    assert timings.measurements() == Measurements(timings=(), native=None)
+    at_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
+    timings.record(at_64, native=True)
+    timings.record(Timing(64, 64, 1.0, 5.0, 3.0), native=False)  # a slow one, kept beside it
+    assert timings.measurements() == Measurements(timings=(at_64,), native=(64, 64))
+    assert RedisTimings(store.redis, "another-model").measurements().timings == ()
+
+    rules = generation_rules(
+        preset=None, default_steps=4, default_guidance=0.0, default_scheduler=None,
+        steps_cap=None, guidance_cap=None, max_steps=100, max_guidance=30.0,
+    )  # fmt: skip
+    board = RedisJobBoard(store, models=None, queue_max=8, keep=200, rules=rules, timings=timings)
+    assert add(store, "running") and add(store, "waiting")  # REQUEST: 4 steps, native size
+    assert store.claim("w1").job_id == "running"
+    store.update("running", step=3, steps=4)  # one step and the decode left
+    found = board.estimate(GenerationRequest(prompt="p", size=(64, 64)))
+    whole = 1 + 4 * 2 + 3
+    assert found.queue_seconds == (2 + 3) + whole  # no live worker counts as one
+    assert found.seconds == found.queue_seconds + whole
+    for name in ("w1", "w2"):  # two live workers: the waiting job takes the free one
+        store.redis.sadd(WORKERS, name)
+        store.redis.set(worker_key(name), json.dumps({"name": name}), px=60_000)
+    assert board.estimate(GenerationRequest(prompt="p", size=(64, 64))).queue_seconds == 2 + 3

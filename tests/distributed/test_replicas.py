@@ -38,6 +38,7 @@ def stack(replica_hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> It
         "GEN_MAX_STEPS": "500",
         "JOB_HEARTBEAT_TTL": str(TTL),
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
+        "GEN_SYNC_REFUSE_FACTOR": "0",  # the joined protocol request is long on purpose
     }
     with Stack(env, work, persistent=True) as running:
         running.start(replicas=2, workers=2)

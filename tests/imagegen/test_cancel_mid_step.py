@@ -25,6 +25,7 @@ from django.test import override_settings
 from imagegen import backend
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
+from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import WorkerRuntime
 from imagegen.errors import JobFinished
 from imagegen.generation.images import ImageStore
@@ -109,8 +110,11 @@ def distributed(loader: ModelLoader, images: Path, server: RedisServer) -> Itera
     client = server.client()
     client.flushdb()
     store = JobStore(client, heartbeat_ttl=30)
-    board = RedisJobBoard(store, models=loader, queue_max=4, keep=20, rules=None)
-    runtime = WorkerRuntime(store, loader, ImageStore(images), name="w1", load_timeout=60)
+    timings = RedisTimings(client, "test-model")
+    board = RedisJobBoard(store, models=loader, queue_max=4, keep=20, rules=None, timings=timings)
+    runtime = WorkerRuntime(
+        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings
+    )
     runtime.start()
     messages: queue.Queue[str | None] = queue.Queue()
 

@@ -33,7 +33,7 @@ LIGHTNING = Adapter("ByteDance/SDXL-Lightning", "sdxl_lightning_4step_lora.safet
 LCM = Adapter("latent-consistency/lcm-lora-sdxl", "pytorch_lora_weights.safetensors", 1.0)
 LIGHTNING_RULES = {
     "preset": "sdxl-lightning-4step", "steps": 4, "guidance": 0.0, "scheduler": "euler_trailing",
-    "max_steps": 8, "max_guidance": 1.0,
+    "max_steps": 4, "max_guidance": 1.0,
     "schedulers": ["ddim_trailing", "dpmpp_2m_trailing", "euler_a_trailing", "euler_trailing"],
 }  # fmt: skip
 BASE_RULES = {
@@ -172,6 +172,14 @@ def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_get
             "4", "0", "Euler SGM Uniform"  # euler_trailing, by A1111's name
         )  # fmt: skip
         assert "X-Adjusted" not in answer
+        # What webuiapi sends unasked (20 steps, CFG 7, Euler a) runs the LoRA's own 4 steps.
+        webuiapi = {"steps": "20", "guidance": "7", "scheduler": "Euler a"}
+        held = client.post("/generate", {"prompt": "a lighthouse", "size": "64x64", **webuiapi})
+        assert held.status_code == 200, held.content
+        assert (held["X-Steps"], held["X-Guidance"]) == ("4", "1")
+        assert held["X-Adjusted"] == (
+            "scheduler Euler a->Euler SGM Uniform, steps 20->4, guidance 7->1"
+        )
         pipe = loader().pipeline(timeout=1)
         dtypes = {p.dtype for part in (pipe.unet, pipe.text_encoder_2) for p in part.parameters()}
         vae_slicing_and_tiling = (pipe.vae.use_slicing, pipe.vae.use_tiling)

@@ -1,6 +1,8 @@
-"""POST /generate on a ready tiny pipeline: bounds, reproducibility, headers, queueing, /health."""
+"""POST /generate on a ready tiny pipeline: bounds, reproducibility, headers, queueing, /health,
+and a synchronous request refused at once when its estimate is past the limit."""
 
 import io
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +16,10 @@ from imagegen.generation.schedulers import A1111_NAMES, NAMES
 from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import AppServer
 
+# GEN_SYNC_TIMEOUT here: lowered so that a request is refused past an estimate of 125 s,
+# still far above what the other requests of the module take on a busy machine.
+SYNC_TIMEOUT = 100
+
 
 @pytest.fixture(scope="module", params=MODES)
 def app(
@@ -22,7 +28,8 @@ def app(
     """Every test here runs in both modes: in process, and distributed (a web replica of these
     settings on the session's shared Redis and worker)."""
     work = tmp_path_factory.mktemp(f"generate-{request.param}")
-    with ready_in_mode(request, request.param, hub_root, work, GEN_QUEUE_MAX="1") as server:
+    env = {"GEN_QUEUE_MAX": "1", "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT)}
+    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 
@@ -137,6 +144,29 @@ def test_health_answers_fast_during_a_generation(app):
         time.sleep(0.05)
     assert len(latencies) >= 5
     assert max(latencies) < 1.0
+
+
+def test_a_synchronous_request_past_the_limit_is_refused_at_once_naming_its_estimate(app):
+    """From the measurements of this app's own images (in distributed mode the worker's,
+    through Redis): 1,024 times the pixels of a 64x64 image in 100 steps is far past 125 s."""
+    assert generate(app, prompt="measured", size="64x64", steps="2").status_code == 200
+    fields = {"steps": "100", "size": "2048x2048"}
+    found = requests.get(app.url("/generate/estimate"), params=fields, timeout=30).json()
+    assert found["refused"] is True and found["seconds"] > SYNC_TIMEOUT * 1.25
+    assert found["limit_seconds"] == SYNC_TIMEOUT * 1.25
+
+    started = time.monotonic()
+    refused = generate(app, prompt="refused at once", **fields)
+    assert time.monotonic() - started < 5  # not the 100 s a 504 would have taken
+    assert refused.status_code == 400
+    assert refused.json() == {"error": {"message": found["message"]}}
+    message = found["message"]
+    assert message.startswith(f"This request would take about {math.ceil(found['seconds'])} s")
+    assert "100 steps at 2048x2048" in message and "async=true" in message
+    assert "fewer steps" in message and "smaller size" in message
+    listed = requests.get(app.url("/jobs"), params={"limit": 200}, timeout=30).json()
+    assert not [job for job in listed if job["parameters"]["prompt"] == "refused at once"]
+    assert generate(app, prompt="still taken", size="64x64", steps="2").status_code == 200
 
 
 def test_health_answers_fast_during_download_and_load(start_app, hub):

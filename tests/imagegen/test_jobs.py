@@ -32,6 +32,9 @@ def app(
         "GEN_QUEUE_MAX": str(QUEUE_MAX),
         "GEN_MAX_STEPS": "500",
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
+        # The 504 test's synchronous job is long on purpose: taken whatever its estimate (the
+        # refusal of such a request at once: test_estimates.py, test_generate.py).
+        "GEN_SYNC_REFUSE_FACTOR": "0",
     }
     work = tmp_path_factory.mktemp(f"jobs-{request.param}")
     with ready_in_mode(request, request.param, hub_root, work, **env) as server:

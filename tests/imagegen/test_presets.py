@@ -42,7 +42,8 @@ def preset(model_id: str = SDXL, adapters: str = ""):
          ("hyper-sd-8step", 8, 0.0, "ddim_trailing", 8, 1.0)),
         (SDXL, "ByteDance/Hyper-SD:Hyper-SD15-2steps-lora.safetensors",
          ("hyper-sd-2step", 2, 0.0, "ddim_trailing", 8, 1.0)),
-        (SDXL, LIGHTNING_4, ("sdxl-lightning-4step", 4, 0.0, "euler_trailing", 8, 1.0)),
+        # Lightning is capped at the steps it was distilled for.
+        (SDXL, LIGHTNING_4, ("sdxl-lightning-4step", 4, 0.0, "euler_trailing", 4, 1.0)),
         (SDXL, "ByteDance/SDXL-Lightning:sdxl_lightning_8step_lora.safetensors",
          ("sdxl-lightning-8step", 8, 0.0, "euler_trailing", 8, 1.0)),
         (SDXL, "h1t/TCD-SDXL-LoRA:pytorch_lora_weights.safetensors",
@@ -54,7 +55,7 @@ def preset(model_id: str = SDXL, adapters: str = ""):
         ("stabilityai/sdxl-turbo", LCM, ("lcm-lora", 4, 1.0, "lcm", 8, 1.0)),
         # An unrelated adapter before a known one does not hide it.
         (SDXL, f"org/style:style.safetensors,{LIGHTNING_4}",
-         ("sdxl-lightning-4step", 4, 0.0, "euler_trailing", 8, 1.0)),
+         ("sdxl-lightning-4step", 4, 0.0, "euler_trailing", 4, 1.0)),
     ],
 )  # fmt: skip
 def test_the_configured_model_selects_its_preset(model_id, adapters, expected):
@@ -108,9 +109,9 @@ def test_a_value_chosen_for_another_model_is_held_to_the_preset_and_reported():
     steps, guidance, scheduler, adjusted = settle(
         preset(SDXL, LIGHTNING_4), steps=20, guidance=7.0, scheduler="euler_a"
     )
-    assert (steps, guidance, scheduler) == (8, 1.0, "euler_trailing")
+    assert (steps, guidance, scheduler) == (4, 1.0, "euler_trailing")  # its own 4 steps
     assert [a.header() for a in adjusted] == [
-        "scheduler euler_a->euler_trailing", "steps 20->8", "guidance 7->1"
+        "scheduler euler_a->euler_trailing", "steps 20->4", "guidance 7->1"
     ]  # fmt: skip
 
 

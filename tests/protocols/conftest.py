@@ -1,6 +1,8 @@
 """Two apps under gunicorn with the tiny model pulled, shared by this package's tests: one with
 API_TOKEN set behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a short
-GEN_SYNC_TIMEOUT for the retry and timeout cases.
+GEN_SYNC_TIMEOUT for the retry and timeout cases. Their synchronous requests wait behind long
+jobs and time out on purpose, so neither refuses one by its estimate (GEN_SYNC_REFUSE_FACTOR=0;
+the refusal in each protocol's shape: tests/imagegen/test_estimates.py).
 
 Every test runs in process. Those marked `both_modes` run in distributed mode too (Redis and a
 worker behind the token app): one smoke per protocol, and each protocol path that reads or
@@ -52,6 +54,7 @@ def token_app(
         "IMAGE_URL_TTL": str(LINK_TTL),
         "GEN_MAX_STEPS": "500",
         "GEN_SYNC_TIMEOUT": "60",
+        "GEN_SYNC_REFUSE_FACTOR": "0",  # long synchronous requests, on purpose (below)
     }
     work = tmp_path_factory.mktemp(f"token-app-{mode}")
     if mode == "distributed":  # a web replica on the session's shared stack, pulled already
@@ -75,7 +78,11 @@ def open_app(
     hub_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AppServer]:
-    env = {"GEN_MAX_STEPS": "500", "GEN_SYNC_TIMEOUT": str(OPEN_SYNC_TIMEOUT)}
+    env = {
+        "GEN_MAX_STEPS": "500",
+        "GEN_SYNC_TIMEOUT": str(OPEN_SYNC_TIMEOUT),
+        "GEN_SYNC_REFUSE_FACTOR": "0",  # long synchronous requests, on purpose (below)
+    }
     work = tmp_path_factory.mktemp(f"open-app-{mode}")
     with ready_in_mode(request, mode, hub_root, work, **env) as app:
         yield app

@@ -254,6 +254,31 @@
     $("generate-panel").scrollIntoView({ block: "start" });
   }
 
+  // --- the estimate: how long these settings would take now (GET /generate/estimate) ------
+
+  const ESTIMATED = ["steps", "guidance", "size", "scheduler"]; // what decides the time
+  let estimateTimer = null;
+
+  async function showEstimate() {
+    const query = new URLSearchParams();
+    for (const name of ESTIMATED) {
+      if ($(name).value.trim() !== "") query.set(name, $(name).value.trim());
+    }
+    try {
+      const response = await api(`/generate/estimate?${query}`);
+      $("estimate").textContent = response.ok ? (await response.json()).message : "";
+    } catch {
+      $("estimate").textContent = "";
+    }
+  }
+
+  // Once an edit of what decides the time settles.
+  form.addEventListener("input", (event) => {
+    if (!ESTIMATED.includes(event.target.id)) return;
+    clearTimeout(estimateTimer);
+    estimateTimer = setTimeout(showEstimate, 300);
+  });
+
   // --- the Queue panel: every job under way, followed with one poll ----------------------
   //
   // One request, GET /jobs?unfinished=true, once a second while anything is under way and
@@ -767,6 +792,7 @@
     $("forget-token").hidden = !sessionStorage.getItem(TOKEN_KEY);
     refreshModel();
     if (config.tokenRequired && !sessionStorage.getItem(TOKEN_KEY)) await askToken("");
+    showEstimate();
     await loadGallery(`/images?limit=${config.galleryPage}`);
     await pollQueue();
   }

@@ -1,0 +1,237 @@
+"""How long a generation would take here, from what this deployment measured: so that a
+synchronous request that cannot finish within GEN_SYNC_TIMEOUT is told so at once
+(imagegen.selectors.generation_estimate, imagegen.services), not with a 504 minutes later,
+and the page can show the wait before Generate.
+
+What is measured: every image made here (in process by the queue's worker; in distributed
+mode by every worker, shared through Redis: imagegen.distributed.timings) records how long its
+text encoding, one denoising step and its decode took, at its size. The last KEPT images at a
+size stand for it, each stage at its fastest among them: one slow image (the first after a
+load, a moment when the machine was busy) does not get requests refused, and a lasting
+slowdown shows within KEPT images. With none measured yet there is no estimate, and nothing is
+refused.
+
+How a measurement stands for another size: a request at a measured size takes that size's;
+at another size, the measured size nearest in pixels, its step and decode scaled by the ratio
+of the pixels. Convolutions and linear layers, about 70 % of an SD 1.5 UNet call on a CPU
+(docs/performance.md), grow with the pixels; attention grows faster and fixed overheads
+slower, so the nearest size keeps the stretch short. The unconditional pass (guidance above 1)
+doubles the UNet's batch, so a step is kept per image of the batch and doubled for a request
+with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
+encoders' time does not depend on the size.
+
+The jobs ahead: what is left of each running one (its steps to go and its decode), then the
+waiting ones in order, each taken by the first worker free (one in process); the request's own
+images follow them the same way.
+"""
+
+import heapq
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from imagegen.generation.images import ImageRecord
+from imagegen.generation.presets import NO_GUIDANCE
+from imagegen.generation.render import GenerationRequest
+
+Size = tuple[int, int]
+KEPT = 3  # images kept per size
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One image's stages as they were measured, at its size."""
+
+    width: int
+    height: int
+    encode_seconds: float
+    step_seconds: float  # one denoising step, per image in the UNet's batch
+    decode_seconds: float
+
+    @property
+    def size(self) -> Size:
+        return self.width, self.height
+
+
+def fastest(timings: Iterable[Timing]) -> Timing:
+    """The images of one size as one: each stage at its fastest."""
+    kept = list(timings)
+    return Timing(
+        width=kept[0].width,
+        height=kept[0].height,
+        encode_seconds=min(t.encode_seconds for t in kept),
+        step_seconds=min(t.step_seconds for t in kept),
+        decode_seconds=min(t.decode_seconds for t in kept),
+    )
+
+
+@dataclass(frozen=True)
+class Measurements:
+    timings: tuple[Timing, ...]  # one a size measured: its last KEPT images, fastest()
+    native: Size | None  # the size of a request that names none, once one ran
+
+
+def unet_batch(guidance: float) -> int:
+    """Images in the UNet's batch at each step: two with guidance above 1 (diffusers adds the
+    unconditional pass), else one."""
+    return 2 if guidance > NO_GUIDANCE else 1
+
+
+def measured(image: ImageRecord, *, home: str) -> Timing | None:
+    """What a finished job measured; None for one that ran off the process's own device
+    (force_cpu on an accelerator host costs what no other job here does)."""
+    parameters, timings = image.parameters, image.timings
+    stages = ("encode_seconds", "denoise_seconds", "decode_seconds")
+    if image.device != home or not all(stage in timings for stage in stages):
+        return None
+    per_step = timings["denoise_seconds"] / parameters.steps / unet_batch(parameters.guidance)
+    return Timing(
+        width=parameters.width,
+        height=parameters.height,
+        encode_seconds=timings["encode_seconds"],
+        step_seconds=per_step,
+        decode_seconds=timings["decode_seconds"],
+    )
+
+
+class TimingBook(Protocol):
+    """Where measurements are kept: this process (LocalTimings) or Redis for every replica
+    and worker (imagegen.distributed.timings.RedisTimings)."""
+
+    def record(self, timing: Timing, *, native: bool) -> None:
+        """Keeps `timing` among the last KEPT of its size; `native`: the request named no
+        size, so this is the model's own."""
+
+    def measurements(self) -> Measurements: ...
+
+
+class LocalTimings:
+    """The measurements of this process's own jobs: KEPT at most for each size the form
+    allows."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_size: dict[Size, deque[Timing]] = {}
+        self._native: Size | None = None
+
+    def record(self, timing: Timing, *, native: bool) -> None:
+        with self._lock:
+            self._by_size.setdefault(timing.size, deque(maxlen=KEPT)).append(timing)
+            if native:
+                self._native = timing.size
+
+    def measurements(self) -> Measurements:
+        with self._lock:
+            timings = tuple(fastest(kept) for kept in self._by_size.values())
+            return Measurements(timings, self._native)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One image's estimated stages."""
+
+    steps: int
+    encode_seconds: float
+    step_seconds: float  # one of its steps, its batch included
+    decode_seconds: float
+    size: Size
+    basis: Size  # the measured size it is scaled from
+
+    @property
+    def seconds(self) -> float:
+        return self.encode_seconds + self.steps * self.step_seconds + self.decode_seconds
+
+    def left(self, steps_done: int) -> float:
+        """What is left of it once `steps_done` steps are done (none: all of it)."""
+        if steps_done <= 0:
+            return self.seconds
+        return max(0, self.steps - steps_done) * self.step_seconds + self.decode_seconds
+
+
+def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
+    """One image of `request` (its defaults filled in: render.with_defaults), or None when
+    nothing is measured yet (or its size is the model's own and that is not known yet)."""
+    size = request.size or measurements.native
+    steps, guidance = request.steps, request.guidance
+    if size is None or not measurements.timings or steps is None or guidance is None:
+        return None
+    pixels = size[0] * size[1]
+    basis = min(
+        measurements.timings,
+        key=lambda t: (abs(math.log(pixels / (t.width * t.height))), -t.width * t.height),
+    )
+    scale = pixels / (basis.width * basis.height)
+    return Cost(
+        steps=steps,
+        encode_seconds=basis.encode_seconds,
+        step_seconds=basis.step_seconds * scale * unet_batch(guidance),
+        decode_seconds=basis.decode_seconds * scale,
+        size=size,
+        basis=basis.size,
+    )
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A job before the request: running (`steps_done` of its steps done) or waiting (None)."""
+
+    request: GenerationRequest
+    steps_done: int | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float  # until the request's last image is done, the jobs ahead included
+    queue_seconds: float  # before its first image starts: the jobs ahead
+    image_seconds: float  # one of its images
+    count: int
+    steps: int
+    size: Size
+    basis: Size  # the measured size its figures are scaled from
+
+
+def estimate(
+    measurements: Measurements,
+    request: GenerationRequest,
+    *,
+    ahead: list[Ahead],
+    workers: int,
+    count: int = 1,
+) -> Estimate | None:
+    """How long `count` images of `request` would take if submitted now behind `ahead` (in
+    order: running jobs, then the queue) on `workers` workers; None without a measurement.
+    A job ahead whose cost cannot be told (a native size not seen yet) counts as nothing."""
+    cost = image_cost(measurements, request)
+    if cost is None:
+        return None
+
+    def seconds(job: Ahead) -> float:
+        found = image_cost(measurements, job.request)
+        if found is None:
+            return 0.0
+        return found.seconds if job.steps_done is None else found.left(job.steps_done)
+
+    running = [seconds(job) for job in ahead if job.steps_done is not None]
+    # When each worker is next free; a running job is on a worker, whatever the count says.
+    free = running + [0.0] * max(0, max(1, workers) - len(running))
+    heapq.heapify(free)
+    for job in ahead:
+        if job.steps_done is None:
+            heapq.heappush(free, heapq.heappop(free) + seconds(job))
+    queue, finish = free[0], 0.0
+    for _ in range(count):
+        done = heapq.heappop(free) + cost.seconds
+        heapq.heappush(free, done)
+        finish = max(finish, done)
+    return Estimate(
+        seconds=finish,
+        queue_seconds=queue,
+        image_seconds=cost.seconds,
+        count=count,
+        steps=cost.steps,
+        size=cost.size,
+        basis=cost.basis,
+    )
