@@ -321,7 +321,7 @@ class JobStore:
         return None if value is None else int(value)
 
     def unfinished_ids(self) -> list[str]:
-        """The jobs queued or running, in the order they were submitted."""
+        """Oldest first: the jobs queued or running, in the order they were submitted."""
         return [decoded(i) for i in cast(list[bytes], self.redis.lrange(UNFINISHED, 0, -1))]
 
     def recent_ids(self, limit: int | None = None) -> list[str]:
@@ -330,11 +330,6 @@ class JobStore:
         # Member names only (no WITHSCORES), undecoded (see decoded); redis-py's type for every
         # form of the reply also holds (member, score) pairs.
         members = cast(list[bytes], self.redis.zrevrange(RECENT, 0, end))
-        return [i.decode() for i in members]
-
-    def unfinished_ids(self) -> list[str]:
-        """Oldest first: the jobs queued or running, in the order they were submitted."""
-        members = cast(list[bytes], self.redis.lrange(UNFINISHED, 0, -1))
         return [i.decode() for i in members]
 
     def fail_lost(self, job_id: str) -> bool:
