@@ -104,6 +104,14 @@ def _ascii_number(value: Any) -> Any:
 Optional = (BeforeValidator(_blank_is_absent), Field(json_schema_extra=plain_optional))
 Integer = BeforeValidator(_ascii_integer)
 Number = BeforeValidator(_ascii_number)
+# The bounded steps and guidance of POST /generate, and of the estimate that asks about it.
+OptionalSteps = Annotated[
+    Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
+]
+OptionalGuidance = Annotated[
+    Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number] | None,
+    *Optional,
+]
 
 
 class GenerateForm(Schema):
@@ -115,14 +123,8 @@ class GenerateForm(Schema):
     negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional] = (
         None
     )
-    steps: Annotated[
-        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
-    ] = None
-    guidance: Annotated[
-        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number]
-        | None,
-        *Optional,
-    ] = None
+    steps: OptionalSteps = None
+    guidance: OptionalGuidance = None
     scheduler: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
         default=None,
         json_schema_extra=_scheduler_schema,
@@ -183,14 +185,8 @@ class EstimateQuery(Schema):
     """GET /generate/estimate: the fields of POST /generate that decide how long it takes,
     with its rules (a value out of bounds is a 400 naming it), and the images of a request."""
 
-    steps: Annotated[
-        Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
-    ] = None
-    guidance: Annotated[
-        Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number]
-        | None,
-        *Optional,
-    ] = None
+    steps: OptionalSteps = None
+    guidance: OptionalGuidance = None
     scheduler: Annotated[
         str | None,
         BeforeValidator(_blank_is_absent),
