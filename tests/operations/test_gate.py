@@ -171,6 +171,7 @@ def test_an_error_answer_from_status_ends_the_gate_at_once():
 def documented_exit_codes() -> dict[int, str]:
     """The gate's exit-code table in docs/operations.md: code -> meaning, without backticks."""
     section = (ROOT / "docs" / "operations.md").read_text().split("## The gate\n", 1)[1]
+    section = section.split("\n## ", 1)[0]  # its own section's table, not a later one's
     rows = re.findall(r"^\| (\d+) \| (.+?) \|$", section, flags=re.MULTILINE)
     return {int(code): meaning.replace("`", "") for code, meaning in rows}
 
