@@ -287,15 +287,15 @@ def bounds(calls: list[Measured], decode: Measured) -> dict[str, Any]:
 
 def print_bounds(b: dict[str, Any], tiles: int) -> None:
     rows = [
-        ("one UNet call (batch 2)", b["unet_call_whole"], "the whole call", b["unet_stretch"]),
-        (f"one decoder tile ({VAE_TILE} px)", b["tile_whole"], "the whole tile",
-         b["decode_stretch"]),
-    ]  # fmt: skip
+        ("one UNet call (batch 2)", b["unet_call_whole"], b["unet_stretch"]),
+        (f"one decoder tile ({VAE_TILE} px)", b["tile_whole"], b["decode_stretch"]),
+    ]
     print("\nthe most a cancel waits, this run:")
-    print(f"  {'':<28} {'before stop points (step end)':>32} {'with stop points':>17} {'ratio':>7}")
-    for label, whole, what, stretch in rows:
+    header = f"{'before: the whole part':>24} {'with stop points':>18} {'ratio':>7}"
+    print(f"  {'':<28}{header}")
+    for label, whole, stretch in rows:
         print(
-            f"  {label:<28} {whole:>9.2f} s ({what:<15}) {stretch['seconds']:>15.2f} s "
+            f"  {label:<28}{whole:>22.2f} s {stretch['seconds']:>16.2f} s "
             f"{stretch['seconds'] / whole:>6.3f}x"
         )
     print(
