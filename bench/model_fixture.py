@@ -424,11 +424,28 @@ def lora_repo(name: str) -> str:
 def ensure_lora(name: str, log: Callable[[str], None] = print) -> Path:
     """A random LCM-LoRA of the real rank and layers for the model (cached): its cost at load
     and per step is what the real one's is (fused, it costs nothing per step)."""
+    return _random_lora(name, HUB_ROOT / LCM_LORAS[name] / LORA_FILE, log)
+
+
+# The LoRA the service pulls and fuses with its default model when MODEL_ADAPTERS is unset
+# (imagegen.model.adapters.DEFAULT_MODEL_ADAPTERS): SDXL-Lightning's 4-step LoRA is, like
+# SDXL's LCM-LoRA, rank 64 over the UNet only, kohya keys, fp16 (394 MB on the hub:
+# imagegen.model.download_size), so the random one has LCM-LoRA's layers under its name.
+DEFAULT_LORA_REPO = "ByteDance/SDXL-Lightning"
+DEFAULT_LORA_FILE = "sdxl_lightning_4step_lora.safetensors"
+
+
+def ensure_default_lora(log: Callable[[str], None] = print) -> Path:
+    """A random LoRA of SDXL-Lightning's 4-step rank, layers and size, in its repo and file
+    (cached), so the service's default configuration finds it where a pull puts it."""
+    return _random_lora("sdxl", HUB_ROOT / DEFAULT_LORA_REPO / DEFAULT_LORA_FILE, log)
+
+
+def _random_lora(name: str, file: Path, log: Callable[[str], None]) -> Path:
     from tests.support.tiny_adapters import random_lora, save_lora, to_kohya
 
-    file = HUB_ROOT / LCM_LORAS[name] / LORA_FILE
     if not file.is_file():
-        log(f"building a random rank-{LORA_RANK} LCM-LoRA for {name} in {file} ...")
+        log(f"building a random rank-{LORA_RANK} LoRA for {name} in {file} ...")
         unet_config = json.loads((ensure_model(name) / "unet" / "config.json").read_text())
         state = random_lora(
             unet_config, rank=LORA_RANK, alpha=LORA_ALPHA, seed=SEED, strength=LORA_STRENGTH
@@ -468,15 +485,22 @@ def _link(source: Path, target: Path) -> int:
 
 
 def place_on_share(
-    name: str, model_dir: Path, *, adapters: tuple = (), tiny_decoder: bool = False
+    name: str,
+    model_dir: Path,
+    *,
+    adapters: tuple = (),
+    tiny_decoder: bool = False,
+    repo_id: str | None = None,
 ) -> Path:
     """The cached repo laid out as a complete download in `model_dir` (MODEL_DIR), as a pull
     leaves it: every file under `<org>--<name>/`, the `adapters` (imagegen Adapter objects,
-    each an LCM-LoRA from ensure_lora) and the tiny decoder in their places inside it, and
-    the manifest, naming them, written last; so the service started with the matching
-    MODEL_ADAPTERS and VAE_DECODER loads it warm and asks no hub. Files are hard links into
-    the cache (copies across file systems): a bench that times generations should not spend
-    minutes and 7 GB of disk on a pull first (pull_bench times that)."""
+    each a LoRA from ensure_lora or ensure_default_lora) and the tiny decoder in their places
+    inside it, and the manifest, naming them, written last; so the service started with the
+    matching MODEL_ID, MODEL_ADAPTERS and VAE_DECODER loads it warm and asks no hub. `repo_id`
+    places it as another repo (the service's default MODEL_ID: the random SDXL stands for
+    it). Files are hard links into the cache (copies across file systems): a bench that times
+    generations should not spend minutes and 7 GB of disk on a pull first (pull_bench times
+    that)."""
     from imagegen.model.decoder import share_folder
     from imagegen.model.share import (
         AdapterRecord,
@@ -488,7 +512,8 @@ def place_on_share(
 
     spec = spec_for(name)
     ensure_model(name)
-    dest = model_path(model_dir, spec.repo_id)
+    repo_id = repo_id or spec.repo_id
+    dest = model_path(model_dir, repo_id)
     files = []
     for source in sorted(p for p in spec.path.rglob("*") if p.is_file()):
         relative = source.relative_to(spec.path).as_posix()
@@ -506,7 +531,7 @@ def place_on_share(
             files.append(ModelFile(path=path, size=_link(source, dest / path)))
         decoder = DecoderRecord(repo, SHARE_COMMIT, folder)
     write_manifest(
-        dest, model_id=spec.repo_id, requested_revision="main", commit=SHARE_COMMIT,
+        dest, model_id=repo_id, requested_revision="main", commit=SHARE_COMMIT,
         variant=VARIANT, files=files, adapters=tuple(records), decoder=decoder,
     )  # fmt: skip
     return dest

@@ -13,7 +13,13 @@ weights cost what real ones cost) at each model's native size:
 - (b) `fast`: the model with an LCM-LoRA (MODEL_ADAPTERS; a random LoRA of the published
   one's rank, layers and size, fused at load) and only a prompt sent: the service's
   model-following defaults give 4 steps, guidance 1 (no unconditional pass: batch 1) and LCM;
-- (c) `fast_tiny`: (b) with VAE_DECODER=tiny (taesd/taesdxl's architecture, random weights).
+- (c) `fast_tiny`: (b) with VAE_DECODER=tiny (taesd/taesdxl's architecture, random weights);
+- (d) `shipped` (SDXL only): the service as it ships, nothing configured: MODEL_ID and
+  MODEL_ADAPTERS unset (the random SDXL placed on the share as the default MODEL_ID, with a
+  random LoRA of SDXL-Lightning's 4-step rank, layers and size as its file), and only a
+  prompt sent: the default LoRA's preset gives 4 steps, guidance 0 and trailing Euler, at
+  the model's own size and a seed the service draws (plain diffusers is given the same seed,
+  read from the service's record).
 
 Each variant runs in its own process, one after the other (two SDXL pipelines do not fit):
 the service is the real app under gunicorn (tests.support.processes.AppServer, DEVICE=cpu),
@@ -38,7 +44,7 @@ Run it alone on the machine, under the lock the full-size benches share:
     .venv/bin/python bench/time_to_image_bench.py --quick   # SD 1.5 at 256x256: a smoke run
 
 On a quiet 2 vCPU machine SDXL takes about 35 minutes (--configs fast,fast_tiny about 20),
-SD 1.5 about 5.
+SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 10.
 """
 
 from __future__ import annotations
@@ -61,9 +67,12 @@ sys.path.insert(0, str(ROOT))
 from bench import common  # noqa: E402
 from bench.common import GIB  # noqa: E402
 from bench.model_fixture import (  # noqa: E402
+    DEFAULT_LORA_FILE,
+    DEFAULT_LORA_REPO,
     LCM_LORAS,
     LORA_FILE,
     MODELS,
+    ensure_default_lora,
     ensure_lora,
     ensure_model,
     ensure_tiny_decoder,
@@ -73,7 +82,11 @@ from bench.model_fixture import (  # noqa: E402
     spec_for,
     weight_files,
 )
-from imagegen.model.adapters import parse_adapters  # noqa: E402
+from imagegen.model.adapters import (  # noqa: E402
+    DEFAULT_MODEL_ADAPTERS,
+    DEFAULT_MODEL_ID,
+    parse_adapters,
+)
 from tests.support.processes import AppServer  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
@@ -82,6 +95,14 @@ NEGATIVE = "blurry, low quality"
 SEED = 42
 NATIVE = {"sd15": 512, "sdxl": 1024}
 SEED_DEFAULT_STEPS = 20  # GEN_DEFAULT_STEPS' fallback: what (a) is extrapolated to
+SYNC_TIMEOUT = 230  # GEN_SYNC_TIMEOUT's default: the shipped default's image must fit in it
+# The settings whose absence makes the shipped default (config/settings.py): left out of the
+# shipped configuration's service even when this shell has them.
+SHIPPED_UNSET = (
+    "MODEL_ID", "MODEL_REVISION", "MODEL_VARIANT", "MODEL_ADAPTERS", "VAE_DECODER",
+    "VAE_DECODER_REPO", "VAE_TILE_SIZE", "GEN_FOLLOW_MODEL", "GEN_DEFAULT_STEPS",
+    "GEN_DEFAULT_GUIDANCE", "GEN_DEFAULT_SCHEDULER",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,39 +113,55 @@ class Config:
     scheduler: str | None  # the plain side's scheduler; None: the model's own
     lora: bool = False  # MODEL_ADAPTERS: the model's LCM-LoRA
     tiny: bool = False  # VAE_DECODER=tiny
+    shipped: bool = False  # nothing configured: the default model and its default LoRA
 
     def form(self, size: int) -> dict[str, str]:
         """What the service is sent: (a) only its steps (guidance and scheduler are the
         service's defaults: no preset for the base repos); (b) and (c) only the prompt, so
-        the LCM-LoRA's preset decides steps, guidance and scheduler."""
+        the LCM-LoRA's preset decides steps, guidance and scheduler, with a negative prompt,
+        a seed and the size; (d) the prompt alone."""
+        if self.shipped:
+            return {"prompt": PROMPT}
         fields = {"prompt": PROMPT, "negative_prompt": NEGATIVE, "seed": str(SEED),
                   "size": f"{size}x{size}"}  # fmt: skip
         return fields | ({"steps": str(self.steps)} if self.name == "defaults" else {})
 
     def service_env(self, model: str) -> dict[str, str]:
+        if self.shipped:
+            return {}
         env = {"VAE_DECODER": "tiny" if self.tiny else "full"}
         if self.lora:
             env["MODEL_ADAPTERS"] = f"{LCM_LORAS[model]}:{LORA_FILE}"
         return env
 
+    def adapters(self, model: str) -> tuple:
+        """The LoRAs on the share: the LCM-LoRA MODEL_ADAPTERS names, or the default one."""
+        if self.shipped:
+            return parse_adapters(DEFAULT_MODEL_ADAPTERS)
+        return parse_adapters(self.service_env(model).get("MODEL_ADAPTERS", ""))
+
     def expected_headers(self) -> dict[str, str]:
         """What the service must report having run, so both sides ran the same thing."""
         if self.name == "defaults":
             return {"X-Steps": str(self.steps), "X-Guidance": "7"}
-        # X-Scheduler: A1111's name for the table's `lcm`.
+        # X-Scheduler: A1111's names for the table's `lcm` and `euler_trailing`.
+        scheduler = "Euler SGM Uniform" if self.shipped else "LCM"
         return {"X-Steps": str(self.steps), "X-Guidance": f"{self.guidance:g}",
-                "X-Scheduler": "LCM"}  # fmt: skip
+                "X-Scheduler": scheduler}  # fmt: skip
 
 
 DEFAULTS = Config("defaults", steps=2, guidance=7.0, scheduler=None)
 FAST = Config("fast", steps=4, guidance=1.0, scheduler="lcm", lora=True)
 FAST_TINY = Config("fast_tiny", steps=4, guidance=1.0, scheduler="lcm", lora=True, tiny=True)
-CONFIGS = {c.name: c for c in (DEFAULTS, FAST, FAST_TINY)}
+SHIPPED = Config("shipped", steps=4, guidance=0.0, scheduler="euler_trailing", shipped=True)
+CONFIGS = {c.name: c for c in (DEFAULTS, FAST, FAST_TINY, SHIPPED)}
 LABELS = {
     "defaults": "(a) defaults",
     "fast": "(b) LCM-LoRA, 4 steps, guidance 1",
     "fast_tiny": "(c) (b) + tiny decoder",
+    "shipped": "(d) shipped: Lightning LoRA, a prompt",
 }
+SDXL_ONLY = {"shipped"}  # the shipped default model is SDXL
 
 
 @dataclass
@@ -160,18 +197,31 @@ class Run:
 # --- the plain diffusers child -----------------------------------------------------------------
 
 
+def plain_lora(config: Config, model: str) -> tuple[Path, str] | None:
+    """(folder, file) of the LoRA plain diffusers fuses for the configuration, if any."""
+    if config.shipped:
+        return ensure_default_lora().parent, DEFAULT_LORA_FILE
+    if config.lora:
+        return ensure_lora(model).parent, LORA_FILE
+    return None
+
+
 def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
     """Plain diffusers set up as a user of its documentation would for the same settings:
-    the LCM-LoRA loaded, fused and unloaded (once; kept for the later configurations), the
-    tiny autoencoder as the VAE, the VAE in slicing and tiles as the service has it, and the
-    scheduler from the model's config."""
-    from diffusers import AutoencoderTiny, LCMScheduler
+    the LoRA loaded, fused and unloaded (once; kept for the later configurations, so one
+    child fuses one LoRA at most: `plain_groups`), the tiny autoencoder as the VAE, the VAE
+    in slicing and tiles as the service has it, and the scheduler from the model's config
+    (SDXL-Lightning's model card: Euler with trailing timesteps)."""
+    from diffusers import AutoencoderTiny, EulerDiscreteScheduler, LCMScheduler
 
-    if config.lora and not getattr(pipe, "_bench_lora_fused", False):
-        pipe.load_lora_weights(ensure_lora(model).parent, weight_name=LORA_FILE)
+    lora = plain_lora(config, model)
+    fused = getattr(pipe, "_bench_lora_fused", None)
+    if lora is not None and fused is None:
+        pipe.load_lora_weights(lora[0], weight_name=lora[1])
         pipe.fuse_lora()
         pipe.unload_lora_weights()
-        pipe._bench_lora_fused = True
+        pipe._bench_lora_fused = fused = lora
+    assert lora is None or fused == lora, f"{config.name}: {fused} fused before {lora}"
     pipe.vae = (
         AutoencoderTiny.from_pretrained(ensure_tiny_decoder(model)) if config.tiny else (full_vae)
     )
@@ -183,9 +233,14 @@ def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
     if not config.tiny:
         scale = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
         pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = 512, 512 // scale
-    if config.scheduler is not None:
-        assert config.scheduler == "lcm", config.scheduler
+    if config.scheduler == "lcm":
         pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)
+    elif config.scheduler == "euler_trailing":
+        pipe.scheduler = EulerDiscreteScheduler.from_config(
+            pipe.scheduler.config, timestep_spacing="trailing"
+        )
+    else:
+        assert config.scheduler is None, config.scheduler
 
 
 def reset_peak(pid: int | str = "self") -> None:
@@ -193,7 +248,9 @@ def reset_peak(pid: int | str = "self") -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
-def plain_request(pipe: Any, config: Config, args: argparse.Namespace) -> dict[str, Any]:
+def plain_request(
+    pipe: Any, config: Config, args: argparse.Namespace, seed: int = SEED
+) -> dict[str, Any]:
     """One request of plain diffusers, timed by stage: its call (hooks on the UNet mark
     each call; the step-end callback the last step), then the PNG written to disk."""
     import torch
@@ -227,12 +284,12 @@ def plain_request(pipe: Any, config: Config, args: argparse.Namespace) -> dict[s
         with torch.inference_mode():
             image = pipe(
                 prompt=PROMPT,
-                negative_prompt=NEGATIVE,
+                negative_prompt=None if config.shipped else NEGATIVE,
                 num_inference_steps=args.steps or config.steps,
                 guidance_scale=config.guidance,
                 width=args.size,
                 height=args.size,
-                generator=torch.Generator("cpu").manual_seed(SEED),
+                generator=torch.Generator("cpu").manual_seed(seed),
                 callback_on_step_end=step_end,
             ).images[0]
     finally:
@@ -278,12 +335,13 @@ def plain_child(args: argparse.Namespace) -> int:
     load_seconds = time.perf_counter() - started
     load_peak = common.proc_status_bytes("VmHWM")
     own, full_vae = pipe.scheduler, pipe.vae
+    seeds = dict(pair.split("=") for pair in args.seeds.split(",")) if args.seeds else {}
     runs = []
     for name in args.configs.split(","):
         config = CONFIGS[name]
         prepare_plain(pipe, config, args.model, full_vae)
         wait_for_quiet(args)
-        runs.append(plain_request(pipe, config, args))
+        runs.append(plain_request(pipe, config, args, int(seeds.get(name, SEED))))
         pipe.scheduler = own
     common.emit_child_result(
         {
@@ -303,6 +361,7 @@ def run_plain(
     work: Path,
     threads: int,
     steps: int | None = None,
+    seeds: dict[str, int] | None = None,
 ) -> tuple[list[Run], dict[str, Any]]:
     child_args = [
         "plain",
@@ -321,6 +380,8 @@ def run_plain(
         "--work",
         str(work),
     ] + (["--steps", str(steps)] if steps else [])
+    if seeds:
+        child_args += ["--seeds", ",".join(f"{name}={seed}" for name, seed in seeds.items())]
     result = common.run_child(SCRIPT, child_args, work / f"plain-{model}.log", timeout=7200, env={})
     runs = [
         Run(
@@ -361,9 +422,10 @@ def worker_pid(app: AppServer) -> int:
     return int(children[0])
 
 
-def service_env(model_dir: Path, repo_id: str, work: Path, threads: int) -> dict[str, str]:
+def service_env(model_dir: Path, repo_id: str | None, work: Path, threads: int) -> dict[str, str]:
+    """The bench's settings for one app; `repo_id` None leaves MODEL_ID at its default."""
     return {
-        "MODEL_ID": repo_id,
+        **({"MODEL_ID": repo_id} if repo_id else {}),
         "MODEL_DIR": str(model_dir),
         "DOWNLOAD_CACHE_DIR": str(work / "cache"),
         "OUTPUT_DIR": str(work / "images"),
@@ -404,10 +466,15 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     """One configuration's request to its own app (its settings: adapters, decoder)."""
     spec, config = spec_for(model), CONFIGS[name]
     model_dir = work / f"share-{name}"
-    adapters = parse_adapters(config.service_env(model).get("MODEL_ADAPTERS", ""))
-    place_on_share(model, model_dir, adapters=adapters, tiny_decoder=config.tiny)
-    env = service_env(model_dir, spec.repo_id, work, args.threads) | config.service_env(model)
-    app = AppServer(env, work / f"service-{model}-{name}.log").start(120)
+    repo_id = DEFAULT_MODEL_ID if config.shipped else spec.repo_id
+    place_on_share(model, model_dir, adapters=config.adapters(model), tiny_decoder=config.tiny,
+                   repo_id=repo_id)  # fmt: skip
+    env = service_env(model_dir, None if config.shipped else repo_id, work, args.threads)
+    app = AppServer(env | config.service_env(model), work / f"service-{model}-{name}.log")
+    if config.shipped:  # the defaults, whatever this shell sets
+        for key in SHIPPED_UNSET:
+            app.env.pop(key, None)
+    app.start(120)
     try:
         load_seconds = wait_ready(app, timeout=1800)
         pid = worker_pid(app)
@@ -435,6 +502,9 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     for header, value in config.expected_headers().items():
         if headers[header] != value:
             raise RuntimeError(f"{name}: the service ran {header} {headers[header]}, not {value}")
+    fused = [f"{a['repo']}:{a['file']}" for a in status["adapters"]]
+    if fused != [a.label for a in config.adapters(model)] or status["model_id"] != repo_id:
+        raise RuntimeError(f"{name}: the service ran {status['model_id']} with {fused}")
     timings = job["image"]["timings"]
     png = work / f"service-{model}-{name}.png"
     png.write_bytes(response.content)
@@ -449,6 +519,8 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
             "timings": timings, "png": str(png), "headers": headers,
             "load_seconds": load_seconds, "load_peak_rss_bytes": load_peak,
             "adapters": status["adapters"], "decoder": status["decoder"],
+            "seed": job["image"]["parameters"]["seed"],
+            "size": [job["image"]["parameters"][k] for k in ("width", "height")],
         },
     )  # fmt: skip
 
@@ -617,13 +689,16 @@ def verdicts_for(result: dict[str, Any], threads: int) -> list[str]:
             check(f"(c) tiny decoder, {threads} vCPU", tiny.total, 180, " s")
             if speedup:
                 check("(c) tiny decoder, 4 vCPU projected", projected_4(tiny, speedup), 120, " s")
+        if shipped := by.get(("shipped", "service", threads)):
+            check(f"(d) shipped default, {threads} vCPU, inside GEN_SYNC_TIMEOUT", shipped.total,
+                  SYNC_TIMEOUT, " s")  # fmt: skip
     return out
 
 
 def summary_for(result: dict[str, Any], threads: int) -> str:
     by = {(r.config, r.variant, r.threads): r for r in result["runs"]}
     speedup, parts = result["speedup_1_to_2"], []
-    for name in ("fast", "fast_tiny"):
+    for name in ("shipped", "fast", "fast_tiny"):
         if run := by.get((name, "service", threads)):
             part = f"{name} {run.total:.0f} s"
             if speedup:
@@ -642,7 +717,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="both", choices=[*sorted(MODELS), "both"])
     parser.add_argument(
-        "--configs", default="defaults,fast,fast_tiny", help="defaults,fast,fast_tiny (all)"
+        "--configs",
+        help=f"some of {','.join(CONFIGS)} (all; {', '.join(SDXL_ONLY)} with SDXL only)",
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1-thread run")
@@ -661,6 +737,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--child", nargs=1, metavar="KIND", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", help=argparse.SUPPRESS)  # name=seed,...: the service's
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -669,9 +746,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ["sd15"] if args.quick else (["sd15", "sdxl"] if args.model == "both" else [args.model])
     )
     args.size_for = {m: NATIVE[m] // 2 if args.quick else NATIVE[m] for m in args.models}
-    unknown = set(args.configs.split(",")) - set(CONFIGS)
+    asked = args.configs.split(",") if args.configs else list(CONFIGS)
+    unknown = set(asked) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}; choose from {sorted(CONFIGS)}")
+    if args.configs and set(asked) & SDXL_ONLY and args.models != ["sdxl"]:
+        parser.error(f"--configs {','.join(sorted(set(asked) & SDXL_ONLY))}: SDXL only "
+                     "(--model sdxl; the shipped default model is SDXL)")  # fmt: skip
+    args.configs_for = {
+        m: [c for c in asked if m == "sdxl" or c not in SDXL_ONLY] for m in args.models
+    }
     return args
 
 
@@ -680,9 +764,11 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
     ensure_model(model)
     ensure_lora(model)
     ensure_tiny_decoder(model)
+    configs = args.configs_for[model]
+    if "shipped" in configs:
+        ensure_default_lora()
     fp32 = fp32_bytes(spec.path)
     common.check_memory(int(1.3 * fp32) + 2 * GIB, args.force)
-    configs = args.configs.split(",")
     side = args.size_for[model]
     print(
         f"\n== {spec.repo_id} at {side}x{side}: {', '.join(configs)} "
@@ -696,10 +782,16 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         common.read_files(weight_files(spec.path))  # page cache warm for every variant
         service.append(run_service(args, model, name, work))
         print_run(service[-1], fp32)
-    common.read_files(weight_files(spec.path))
-    plain, plain_load = run_plain(args, model, configs, work, args.threads)
-    for run in plain:
-        print_run(run, fp32)
+    seeds = {r.config: r.detail["seed"] for r in service}
+    plain, plain_load = [], {}
+    for group in plain_groups(configs):  # one child per LoRA fused
+        common.read_files(weight_files(spec.path))
+        runs_, plain_load[",".join(group)] = run_plain(
+            args, model, group, work, args.threads, seeds={c: seeds[c] for c in group}
+        )
+        plain += runs_
+        for run in runs_:
+            print_run(run, fp32)
     runs = service + plain
     speedup = None
     if not args.no_scaling and "fast" in configs and args.threads == 2:
@@ -720,6 +812,13 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         "model": model, "size": side, "fp32_bytes": fp32, "runs": runs,
         "speedup_1_to_2": speedup, "plain_load": plain_load, "image_difference": differences,
     }  # fmt: skip
+
+
+def plain_groups(configs: list[str]) -> list[list[str]]:
+    """The configurations in the plain children: the shipped one apart (its LoRA is not the
+    LCM-LoRA the others fuse), the others together in their order (the base model's first)."""
+    shared = [c for c in configs if not CONFIGS[c].shipped]
+    return [group for group in (shared, [c for c in configs if CONFIGS[c].shipped]) if group]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -751,9 +850,10 @@ def run(args: argparse.Namespace) -> int:
     document = {
         "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
-            "models": args.models, "configs": args.configs, "threads": args.threads,
+            "models": args.models, "configs": args.configs_for, "threads": args.threads,
             "quick": args.quick, "prompt": PROMPT, "negative_prompt": NEGATIVE, "seed": SEED,
             "lora": "random LCM-LoRA, rank 64, fused (MODEL_ADAPTERS)",
+            "default_lora": f"random, rank 64, as {DEFAULT_LORA_REPO}:{DEFAULT_LORA_FILE}",
             "tiny_decoder": "AutoencoderTiny default config, random weights (VAE_DECODER=tiny)",
         },
         "results": [
