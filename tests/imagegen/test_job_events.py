@@ -142,6 +142,9 @@ def test_a_queued_job_gets_an_event_when_a_job_ahead_leaves_and_keepalives_meanw
 
 def test_a_stream_ends_before_its_life_and_resumes_with_last_event_id_losing_no_step(app):
     job_id = submit(app, **{**LONG, "steps": "500", "size": "128x128"}, seed="5")  # outlives both
+    # Stepping before the first stream opens, so its life holds steps even on a busy machine
+    # (the suite's other worker) where the job's start can take seconds.
+    wait_running(app, job_id)
     started = time.monotonic()
     with open_stream(app.url(f"/jobs/{job_id}/events")) as response:
         first = list(read_events(response))

@@ -88,10 +88,13 @@ def stored_png(app: AppServer, job: dict) -> bytes:
 
 @pytest.mark.both_modes
 def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(token):
-    app = token  # its requests wait 60 s: the SDK (5 s) gives up first, and retries
+    # Its requests wait 60 s: the SDK (8 s) gives up first, and retries. The retry has 8 s for
+    # the job once the blocker goes, kept long for a busy machine: an attempt after the job
+    # finished would start a job of its own.
+    app = token
     blocker = start_blocker(app)
     attempts: list[str] = []
-    client = sdk(app, attempts, api_key=TOKEN, timeout=5, max_retries=3)
+    client = sdk(app, attempts, api_key=TOKEN, timeout=8, max_retries=3)
     call = Call(client.images.generate, prompt="dup retry", size="64x64", extra_body={"seed": 5})
     wait_until(lambda: len(attempts) >= 2, timeout=30)  # the first attempt timed out
     time.sleep(0.5)  # the retry reaches the service, which has the job queued still
