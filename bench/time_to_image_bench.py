@@ -441,6 +441,17 @@ def service_env(model_dir: Path, repo_id: str | None, work: Path, threads: int) 
     }
 
 
+def service_app(config: Config, model: str, env: dict[str, str], log: Path) -> AppServer:
+    """The app (not started) for one configuration: the bench's settings and the
+    configuration's; for the shipped one, none of the settings that decide the defaults,
+    whatever this shell sets."""
+    app = AppServer(env | config.service_env(model), log)
+    if config.shipped:
+        for key in SHIPPED_UNSET:
+            app.env.pop(key, None)
+    return app
+
+
 def wait_ready(app: AppServer, timeout: float) -> float:
     started = time.monotonic()
     response = requests.post(app.url("/model/pull"), timeout=30)
@@ -470,10 +481,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     place_on_share(model, model_dir, adapters=config.adapters(model), tiny_decoder=config.tiny,
                    repo_id=repo_id)  # fmt: skip
     env = service_env(model_dir, None if config.shipped else repo_id, work, args.threads)
-    app = AppServer(env | config.service_env(model), work / f"service-{model}-{name}.log")
-    if config.shipped:  # the defaults, whatever this shell sets
-        for key in SHIPPED_UNSET:
-            app.env.pop(key, None)
+    app = service_app(config, model, env, work / f"service-{model}-{name}.log")
     app.start(120)
     try:
         load_seconds = wait_ready(app, timeout=1800)
