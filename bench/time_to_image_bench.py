@@ -44,7 +44,7 @@ Run it alone on the machine, under the lock the full-size benches share:
     .venv/bin/python bench/time_to_image_bench.py --quick   # SD 1.5 at 256x256: a smoke run
 
 On a quiet 2 vCPU machine SDXL takes about 35 minutes (--configs fast,fast_tiny about 20),
-SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 10.
+SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 15 (two runs: 14 and 18).
 """
 
 from __future__ import annotations
