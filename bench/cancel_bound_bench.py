@@ -26,7 +26,7 @@ ones StopPoints hooks in the service), the call's start and end too (a step's en
 point, and a decode that ends lets the job end). Reported: each UNet call and each tile whole,
 their stop points, and the longest stretches with the parts that bound them.
 
-    flock /tmp/fullsize-bench.lock .venv/bin/python bench/cancel_bound_bench.py   # ~6 min
+    flock /tmp/fullsize-bench.lock .venv/bin/python bench/cancel_bound_bench.py  # 16 min (busy)
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/cancel_bound_bench.py --quick
 
 `--quick`: SD 1.5 at 256x256, one UNet call (a smoke run; its decode is one tile).

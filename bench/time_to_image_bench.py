@@ -44,7 +44,7 @@ Run it alone on the machine, under the lock the full-size benches share:
     .venv/bin/python bench/time_to_image_bench.py --quick   # SD 1.5 at 256x256: a smoke run
 
 On a quiet 2 vCPU machine SDXL takes about 35 minutes (--configs fast,fast_tiny about 20),
-SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 10.
+SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 15 (two runs: 14 and 18).
 """
 
 from __future__ import annotations
@@ -441,6 +441,17 @@ def service_env(model_dir: Path, repo_id: str | None, work: Path, threads: int) 
     }
 
 
+def service_app(config: Config, model: str, env: dict[str, str], log: Path) -> AppServer:
+    """The app (not started) for one configuration: the bench's settings and the
+    configuration's; for the shipped one, none of the settings that decide the defaults,
+    whatever this shell sets."""
+    app = AppServer(env | config.service_env(model), log)
+    if config.shipped:
+        for key in SHIPPED_UNSET:
+            app.env.pop(key, None)
+    return app
+
+
 def wait_ready(app: AppServer, timeout: float) -> float:
     started = time.monotonic()
     response = requests.post(app.url("/model/pull"), timeout=30)
@@ -470,10 +481,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     place_on_share(model, model_dir, adapters=config.adapters(model), tiny_decoder=config.tiny,
                    repo_id=repo_id)  # fmt: skip
     env = service_env(model_dir, None if config.shipped else repo_id, work, args.threads)
-    app = AppServer(env | config.service_env(model), work / f"service-{model}-{name}.log")
-    if config.shipped:  # the defaults, whatever this shell sets
-        for key in SHIPPED_UNSET:
-            app.env.pop(key, None)
+    app = service_app(config, model, env, work / f"service-{model}-{name}.log")
     app.start(120)
     try:
         load_seconds = wait_ready(app, timeout=1800)

@@ -1,0 +1,70 @@
+"""bench/time_to_image_bench.py's shipped configuration, (d): the service as it ships. Its
+full run takes a quarter of an hour on full-size SDXL; what decides whether it measures the
+shipped default is checked here in a second: nothing that picks the defaults reaches its app
+(whatever the shell sets), only a prompt is sent, what it expects the service to report is
+what the default model's preset runs, and plain diffusers never fuses two LoRAs in one child."""
+
+import pytest
+
+from bench.time_to_image_bench import (
+    CONFIGS,
+    FAST,
+    PROMPT,
+    SHIPPED,
+    SHIPPED_UNSET,
+    parse_args,
+    plain_groups,
+    service_app,
+)
+from imagegen.generation.presets import preset_for
+from imagegen.generation.schedulers import SCHEDULERS
+from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
+
+
+def test_the_shipped_app_gets_none_of_the_settings_that_pick_the_defaults(monkeypatch, tmp_path):
+    for key in ("MODEL_ID", "MODEL_ADAPTERS", "VAE_DECODER", "GEN_DEFAULT_STEPS"):
+        monkeypatch.setenv(key, "set-in-this-shell")
+    env = {"MODEL_DIR": str(tmp_path)}
+    shipped = service_app(SHIPPED, "sdxl", env, tmp_path / "log").env
+    assert not set(SHIPPED_UNSET) & set(shipped), sorted(set(SHIPPED_UNSET) & set(shipped))
+    assert shipped["MODEL_DIR"] == str(tmp_path)  # the bench's own settings stay
+    fast = service_app(FAST, "sdxl", env, tmp_path / "log").env
+    assert (
+        fast["MODEL_ADAPTERS"]
+        == "latent-consistency/lcm-lora-sdxl:pytorch_lora_weights.safetensors"
+    )
+
+
+def test_the_shipped_request_is_a_prompt_and_expects_the_default_preset():
+    assert SHIPPED.form(1024) == {"prompt": PROMPT}
+    adapters = SHIPPED.adapters("sdxl")
+    assert adapters == parse_adapters(DEFAULT_MODEL_ADAPTERS)
+    preset = preset_for(model_id=DEFAULT_MODEL_ID, adapters=adapters)
+    assert preset is not None
+    assert (SHIPPED.steps, SHIPPED.guidance, SHIPPED.scheduler) == (
+        preset.steps, preset.guidance, preset.scheduler,
+    )  # fmt: skip
+    assert SHIPPED.expected_headers() == {
+        "X-Steps": str(preset.steps),
+        "X-Guidance": f"{preset.guidance:g}",
+        "X-Scheduler": SCHEDULERS[preset.scheduler].a1111_name,
+    }
+
+
+def test_plain_diffusers_fuses_one_lora_per_child():
+    assert plain_groups(list(CONFIGS)) == [["defaults", "fast", "fast_tiny"], ["shipped"]]
+    assert plain_groups(["shipped"]) == [["shipped"]]
+    assert plain_groups(["fast"]) == [["fast"]]
+
+
+def test_the_shipped_configuration_is_sdxl_only(capsys):
+    assert parse_args(["--model", "both"]).configs_for == {
+        "sd15": ["defaults", "fast", "fast_tiny"],
+        "sdxl": ["defaults", "fast", "fast_tiny", "shipped"],
+    }
+    assert parse_args(["--model", "sdxl", "--configs", "shipped"]).configs_for == {
+        "sdxl": ["shipped"]
+    }
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "sd15", "--configs", "shipped"])
+    assert "SDXL only" in capsys.readouterr().err
