@@ -5,7 +5,7 @@ fixture starts on both workers (tests/conftest.py)."""
 import pytest
 
 from tests.conftest import PACKAGE_GROUPS
-from tests.support.processes import ROOT
+from tests.support.processes import ROOT, AppServer
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -20,3 +20,12 @@ def test_every_collected_test_is_in_its_modules_group_or_its_shared_packages(req
         module = item.path.relative_to(ROOT).as_posix()
         shared = [p for p in PACKAGE_GROUPS if module.startswith(p + "/")]
         assert group_of(item) == (shared[0] if shared else module), item.nodeid
+
+
+def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_path, settings):
+    # On two cores shared with the other worker, two torch threads or GEN_NICE's default (10)
+    # made a tiny job miss a test's 8 s synchronous timeout (seen in CI). tests/settings.py
+    # sets both for this process and the apps it starts; a test's own env still wins.
+    assert (settings.TORCH_THREADS, settings.GEN_NICE) == ("1", 0)
+    env = AppServer({"GEN_NICE": "7"}, tmp_path / "app.log").env
+    assert (env["TORCH_THREADS"], env["GEN_NICE"]) == ("1", "7")
