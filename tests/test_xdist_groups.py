@@ -26,6 +26,8 @@ def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_
     # On two cores shared with the other worker, two torch threads or GEN_NICE's default (10)
     # made a tiny job miss a test's 8 s synchronous timeout (seen in CI). tests/settings.py
     # sets both for this process and the apps it starts; a test's own env still wins.
-    assert (settings.TORCH_THREADS, settings.GEN_NICE) == ("1", 0)
+    import torch
+
+    assert (settings.TORCH_THREADS, settings.GEN_NICE, torch.get_num_threads()) == ("1", 0, 1)
     env = AppServer({"GEN_NICE": "7"}, tmp_path / "app.log").env
     assert (env["TORCH_THREADS"], env["GEN_NICE"]) == ("1", "7")

@@ -88,8 +88,8 @@ def run(args: tuple[str, ...], stdout: io.StringIO, stderr: io.StringIO) -> int:
 def settings_of(environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings of a process started with this environment: config/settings.py evaluated
     with it. (Such a process loads tests.settings, this one's DJANGO_SETTINGS_MODULE, which
-    only adds defaults of SECRET_KEY and ALLOWED_HOSTS to the environment; this process's
-    environment, which the child's inherits, already has them.)"""
+    only adds defaults of SECRET_KEY, ALLOWED_HOSTS, TORCH_THREADS and GEN_NICE to the
+    environment; this process's environment, which the child's inherits, already has them.)"""
     with mock.patch.dict(os.environ, environ, clear=True):
         namespace = runpy.run_path(str(SETTINGS_FILE), run_name="_command_settings")
     return {key: value for key, value in namespace.items() if key.isupper()}
