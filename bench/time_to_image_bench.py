@@ -19,7 +19,8 @@ weights cost what real ones cost) at each model's native size:
   random LoRA of SDXL-Lightning's 4-step rank, layers and size as its file), and only a
   prompt sent: the default LoRA's preset gives 4 steps, guidance 0 and trailing Euler, at
   the model's own size and a seed the service draws (plain diffusers is given the same seed,
-  read from the service's record).
+  read from the service's record), decoded by VAE_DECODER's default for it, TAESDXL (its
+  architecture with random weights, on the share as the pull places it).
 
 Each variant runs in its own process, one after the other (two SDXL pipelines do not fit):
 the service is the real app under gunicorn (tests.support.processes.AppServer, DEVICE=cpu),
@@ -112,7 +113,7 @@ class Config:
     guidance: float
     scheduler: str | None  # the plain side's scheduler; None: the model's own
     lora: bool = False  # MODEL_ADAPTERS: the model's LCM-LoRA
-    tiny: bool = False  # VAE_DECODER=tiny
+    tiny: bool = False  # VAE_DECODER=tiny (for `shipped`, its default: never set)
     shipped: bool = False  # nothing configured: the default model and its default LoRA
 
     def form(self, size: int) -> dict[str, str]:
@@ -153,7 +154,11 @@ class Config:
 DEFAULTS = Config("defaults", steps=2, guidance=7.0, scheduler=None)
 FAST = Config("fast", steps=4, guidance=1.0, scheduler="lcm", lora=True)
 FAST_TINY = Config("fast_tiny", steps=4, guidance=1.0, scheduler="lcm", lora=True, tiny=True)
-SHIPPED = Config("shipped", steps=4, guidance=0.0, scheduler="euler_trailing", shipped=True)
+# The shipped preset decodes with TAESDXL (imagegen.model.decoder.default_decoder): `tiny`
+# places it on the share and gives plain diffusers the same decoder; the service is told nothing.
+SHIPPED = Config(
+    "shipped", steps=4, guidance=0.0, scheduler="euler_trailing", tiny=True, shipped=True
+)
 CONFIGS = {c.name: c for c in (DEFAULTS, FAST, FAST_TINY, SHIPPED)}
 LABELS = {
     "defaults": "(a) defaults",

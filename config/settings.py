@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
-from imagegen.model.decoder import parse_decoder
+from imagegen.model.decoder import default_decoder, parse_decoder
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -122,7 +122,11 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", default_adapters(MODEL_ID)))
 # The decoder of latents into pixels (imagegen/model/decoder.py): "full" (the pipeline's VAE)
 # or "tiny" (TAESD; VAE_DECODER_REPO, default by pipeline type: taesdxl for SDXL, else taesd).
-VAE_DECODER = parse_decoder(env_str("VAE_DECODER", "full"), env_str("VAE_DECODER_REPO", ""))
+# Absent: tiny for the shipped preset (the default MODEL_ID with its LoRA alone), else full.
+VAE_DECODER = parse_decoder(
+    env_str("VAE_DECODER", default_decoder(MODEL_ID, MODEL_ADAPTERS)),
+    env_str("VAE_DECODER_REPO", ""),
+)
 
 DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):

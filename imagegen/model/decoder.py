@@ -1,6 +1,6 @@
 """VAE_DECODER: which autoencoder turns the latents into pixels.
 
-`full` (the default) is the pipeline's own VAE, with slicing and tiling, as the seed says.
+`full` is the pipeline's own VAE, with slicing and tiling, as the seed says.
 `tiny` is a tiny autoencoder (TAESD, diffusers' `AutoencoderTiny`): a few MB instead of
 hundreds, and a decode that costs a fraction of the full VAE's, at some cost in fine detail.
 It is pulled like the adapters, from its own hub repo (VAE_DECODER_REPO, by default the one
@@ -9,13 +9,21 @@ the model's directory at `decoders/<org>--<name>/` (config.json and the fp32 saf
 weights), listed in the model's manifest, and loaded in fp32 with slicing and tiling on.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from imagegen.model.adapters import REPO_RULE, is_repo_id, share_folder_name
+from imagegen.model.adapters import (
+    REPO_RULE,
+    Adapter,
+    default_adapters,
+    is_repo_id,
+    parse_adapters,
+    share_folder_name,
+)
 
 FULL, TINY = "full", "tiny"
 TAESD, TAESDXL = "madebyollin/taesd", "madebyollin/taesdxl"
@@ -57,6 +65,21 @@ def is_sdxl(model_index: dict[str, Any]) -> bool:
     """SDXL pipelines (text-to-image, img2img, inpaint, ...) are the StableDiffusionXL*
     classes; their latents need taesdxl, every other pipeline here gets taesd."""
     return str(model_index.get("_class_name", "")).startswith("StableDiffusionXL")
+
+
+def default_decoder(model_id: str, adapters: Sequence[Adapter]) -> str:
+    """VAE_DECODER's value when the variable is absent: `tiny` for the shipped preset (the
+    default MODEL_ID with its few-step LoRA alone, MODEL_ADAPTERS absent or naming it),
+    `full` for any other model or adapters.
+
+    Why: the preset's four UNet calls take about 160-170 s at 1024x1024 on 2 vCPU, and the
+    full VAE's decode of that image 64 s whole (past a 16 GiB container) or 90-105 s in the
+    tiles that fit: past a synchronous request's 230 s on a slow day. TAESDXL decodes it in
+    a few seconds (docs/performance.md, "Fast images"). Whoever chose another model or other
+    adapters chose what they wait for: the full decoder unless they say tiny.
+    """
+    shipped = tuple(parse_adapters(default_adapters(model_id)))
+    return TINY if shipped and tuple(adapters) == shipped else FULL
 
 
 def parse_decoder(kind: str, repo: str) -> DecoderChoice:

@@ -8,6 +8,7 @@ here, and the page says the size shows once the download starts.
 """
 
 from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
+from imagegen.model.decoder import TAESDXL
 from imagegen.model.hub import ModelSource
 
 # SDXL base's fp16 files that diffusers reads (imagegen.model.hub.wanted_files), as a pull's
@@ -16,6 +17,9 @@ from imagegen.model.hub import ModelSource
 SDXL_BASE_FP16_BYTES = 6_938_040_682
 # The default LoRA file (a rank-64 SDXL LoRA in fp16) as the hub lists it: 394 MB.
 LIGHTNING_4STEP_LORA_BYTES = 394_000_000
+# TAESDXL's fp32 weights (AutoencoderTiny's 2,445,063 parameters at 4 bytes, with the file's
+# header) and its config: the default model's decoder (imagegen.model.decoder.default_decoder).
+TAESDXL_BYTES = 9_800_000
 # By `repo:file` (an adapter's scale changes how it is fused, not what is fetched).
 _KNOWN_ADAPTERS = {
     a.label: LIGHTNING_4STEP_LORA_BYTES for a in parse_adapters(DEFAULT_MODEL_ADAPTERS)
@@ -23,12 +27,16 @@ _KNOWN_ADAPTERS = {
 
 
 def documented_download_bytes(source: ModelSource) -> int | None:
-    """About how many bytes a cold pull of `source` fetches: the default model's fp16 files
-    and the known adapters named with it; None for any other configuration."""
+    """About how many bytes a cold pull of `source` fetches: the default model's fp16 files,
+    the known adapters named with it and TAESDXL when it decodes; None for any other
+    configuration."""
     if source.model_id.casefold() != DEFAULT_MODEL_ID.casefold():
         return None
-    if source.revision != "main" or source.variant != "fp16" or source.decoder.tiny:
+    if source.revision != "main" or source.variant != "fp16":
+        return None
+    if source.decoder.tiny and source.decoder.repo not in (None, TAESDXL):  # None: by type
         return None
     if any(adapter.label not in _KNOWN_ADAPTERS for adapter in source.adapters):
         return None
-    return SDXL_BASE_FP16_BYTES + sum(_KNOWN_ADAPTERS[a.label] for a in source.adapters)
+    decoder = TAESDXL_BYTES if source.decoder.tiny else 0
+    return SDXL_BASE_FP16_BYTES + sum(_KNOWN_ADAPTERS[a.label] for a in source.adapters) + decoder

@@ -2,7 +2,8 @@
 full run takes a quarter of an hour on full-size SDXL; what decides whether it measures the
 shipped default is checked here in a second: nothing that picks the defaults reaches its app
 (whatever the shell sets), only a prompt is sent, what it expects the service to report is
-what the default model's preset runs, and plain diffusers never fuses two LoRAs in one child."""
+what the default model's preset runs with its decoder, and plain diffusers never fuses two
+LoRAs in one child."""
 
 import pytest
 
@@ -19,6 +20,7 @@ from bench.time_to_image_bench import (
 from imagegen.generation.presets import preset_for
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
+from imagegen.model.decoder import TINY, default_decoder
 
 
 def test_the_shipped_app_gets_none_of_the_settings_that_pick_the_defaults(monkeypatch, tmp_path):
@@ -44,6 +46,10 @@ def test_the_shipped_request_is_a_prompt_and_expects_the_default_preset():
     assert (SHIPPED.steps, SHIPPED.guidance, SHIPPED.scheduler) == (
         preset.steps, preset.guidance, preset.scheduler,
     )  # fmt: skip
+    # The tiny decoder on the share and in plain diffusers, as the shipped default decodes;
+    # the service itself is told no VAE_DECODER (SHIPPED_UNSET).
+    assert SHIPPED.tiny == (default_decoder(DEFAULT_MODEL_ID, adapters) == TINY) is True
+    assert SHIPPED.service_env("sdxl") == {}
     assert SHIPPED.expected_headers() == {
         "X-Steps": str(preset.steps),
         "X-Guidance": f"{preset.guidance:g}",

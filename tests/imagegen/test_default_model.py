@@ -1,8 +1,8 @@
 """The shipped defaults make an SDXL image inside one request: with MODEL_ID at its default and
 MODEL_ADAPTERS absent, SDXL-Lightning's 4-step LoRA is pulled with the model and fused at load,
-and a request that sends only a prompt gets its preset (4 steps, guidance 0, trailing Euler).
-MODEL_ADAPTERS set (even empty: the base model as it is) or another MODEL_ID changes that;
-GET /api and GET /model/status say what is in force.
+a request that sends only a prompt gets its preset (4 steps, guidance 0, trailing Euler), and
+TAESDXL, pulled with them, decodes its image. MODEL_ADAPTERS set (even empty: the base model as
+it is) or another MODEL_ID changes that; GET /api and GET /model/status say what is in force.
 
 The settings are config/settings.py evaluated with each environment (a process's start); the
 answers and the pull run in this process made like one started with that environment
@@ -26,7 +26,7 @@ from imagegen.model.adapters import Adapter
 from tests.support.commands import as_a_process_with, settings_of
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO
-from tests.support.tiny_adapters import SDXL_FILE, build_adapter_repos
+from tests.support.tiny_adapters import SDXL_FILE, TAESDXL_REPO, build_adapter_repos
 
 SDXL = "stabilityai/stable-diffusion-xl-base-1.0"
 LIGHTNING = Adapter("ByteDance/SDXL-Lightning", "sdxl_lightning_4step_lora.safetensors", 1.0)
@@ -97,6 +97,29 @@ def test_model_adapters_set_or_another_model_id_change_the_default(variables, ex
     assert configured(**variables) == expected
 
 
+@pytest.mark.parametrize(
+    ("variables", "decoder"),
+    [
+        ({}, "tiny"),
+        ({"MODEL_ID": SDXL.upper()}, "tiny"),
+        ({"MODEL_ADAPTERS": f"{LIGHTNING.repo}:{LIGHTNING.file}"}, "tiny"),  # the same preset
+        ({"MODEL_ADAPTERS": ""}, "full"),  # the base model as it is
+        ({"MODEL_ADAPTERS": f"{LCM.repo}:{LCM.file}"}, "full"),
+        ({"MODEL_ADAPTERS": f"{LIGHTNING.repo}:{LIGHTNING.file}:0.5"}, "full"),
+        ({"MODEL_ID": SD_REPO}, "full"),
+        ({"VAE_DECODER": "full"}, "full"),  # said, taken as it is
+        ({"MODEL_ID": SD_REPO, "VAE_DECODER": "tiny"}, "tiny"),
+    ],
+    ids=["defaults", "default-id-in-capitals", "default-lora-named", "model-adapters-empty",
+         "another-adapter", "default-lora-at-half", "another-model", "full-said",
+         "tiny-said"],
+)  # fmt: skip
+def test_the_shipped_preset_decodes_with_the_tiny_decoder_and_any_other_choice_keeps_the_full(
+    variables, decoder
+):
+    assert settings_of({"SECRET_KEY": "test", **variables})["VAE_DECODER"].kind == decoder
+
+
 # --- what a process of those settings answers, and its pull -----------------------------------
 
 
@@ -111,11 +134,13 @@ def fresh_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def default_hub(hub_root: Path, tmp_path: Path) -> Iterator[LocalHub]:
-    """A hub serving the tiny SDXL pipeline as the default MODEL_ID and a tiny SDXL LoRA
-    (fp16, kohya keys, as SDXL-Lightning's) as its 4-step LoRA, beside its 8-step one."""
+    """A hub serving the tiny SDXL pipeline as the default MODEL_ID, a tiny SDXL LoRA (fp16,
+    kohya keys, as SDXL-Lightning's) as its 4-step LoRA, beside its 8-step one, and a tiny
+    AutoencoderTiny as TAESDXL."""
     build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
     root = tmp_path / "hub"
     shutil.copytree(hub_root / SDXL_REPO, root / SDXL)
+    shutil.copytree(hub_root / TAESDXL_REPO, root / TAESDXL_REPO)
     lightning = root / LIGHTNING.repo
     lightning.mkdir(parents=True)
     for name in (LIGHTNING.file, "sdxl_lightning_8step_lora.safetensors"):
@@ -136,15 +161,15 @@ def service_env(hub: LocalHub, tmp_path: Path, **variables: str) -> dict[str, st
 
 
 @pytest.mark.parametrize(
-    ("variables", "adapters", "rules"),
+    ("variables", "adapters", "rules", "decoder"),
     [
-        ({}, [asdict(LIGHTNING)], LIGHTNING_RULES),
-        ({"MODEL_ADAPTERS": ""}, [], BASE_RULES),
+        ({}, [asdict(LIGHTNING)], LIGHTNING_RULES, "tiny"),
+        ({"MODEL_ADAPTERS": ""}, [], BASE_RULES, "full"),
     ],
     ids=["defaults", "model-adapters-empty"],
 )
 def test_the_index_and_the_status_say_what_is_in_force(
-    fresh_environment, default_hub, tmp_path, variables, adapters, rules
+    fresh_environment, default_hub, tmp_path, variables, adapters, rules, decoder
 ):
     with as_a_process_with(service_env(default_hub, tmp_path, **variables), *output()):
         index = Client().get("/api").json()
@@ -153,6 +178,7 @@ def test_the_index_and_the_status_say_what_is_in_force(
     assert (status["state"], status["model_id"]) == ("not_started", SDXL)
     assert status["adapters"] == adapters
     assert status["generation"] == rules
+    assert status["decoder"]["kind"] == decoder
 
 
 def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_gets_its_preset(
@@ -180,13 +206,20 @@ def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_get
         assert held["X-Adjusted"] == (
             "scheduler Euler a->Euler SGM Uniform, steps 20->4, guidance 7->1"
         )
+        assert status["decoder"] == {"kind": "tiny", "repo": TAESDXL_REPO}
         pipe = loader().pipeline(timeout=1)
+        decoder = type(pipe.vae).__name__
         dtypes = {p.dtype for part in (pipe.unet, pipe.text_encoder_2) for p in part.parameters()}
         vae_slicing_and_tiling = (pipe.vae.use_slicing, pipe.vae.use_tiling)
 
     model_files = fetched(hub, SDXL)
     assert model_files and all(".fp16." in f for f in model_files if f.endswith(".safetensors"))
     assert fetched(hub, LIGHTNING.repo) == [LIGHTNING.file]  # the 4-step one only, once
+    assert sorted(fetched(hub, TAESDXL_REPO)) == [
+        "config.json",
+        "diffusion_pytorch_model.safetensors",
+    ]
+    assert decoder == "AutoencoderTiny"  # TAESDXL decodes the preset's images
     on_share = share / "stabilityai--stable-diffusion-xl-base-1.0"
     adapter = on_share / "adapters" / "ByteDance--SDXL-Lightning" / LIGHTNING.file
     # The hub's fp16 file as it is on the share; read and fused as fp32 at load.
