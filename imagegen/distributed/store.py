@@ -24,11 +24,11 @@ store itself was away (restarted, frozen, unreachable) says nothing about the wo
 TTL key expires all the same (a restart with persistence loads it expired). So time counts
 only while the store is seen reachable: every script that beats, claims or judges ticks
 `clock` (Redis's own TIME), adding the time since the last tick when that gap is at most half
-JOB_HEARTBEAT_TTL (live workers tick every beat, a second at most apart); a longer gap is an
-outage (or nobody about): it adds nothing, and every running job's heartbeat is set anew. A
-job is lost once its heartbeat is a whole JOB_HEARTBEAT_TTL behind that clock, so after an
-outage its worker has a full TTL of the store reachable to beat again, and every worker
-re-asserts its job at its next beat.
+JOB_HEARTBEAT_TTL (live workers tick every beat, a second at most apart); a longer gap adds
+nothing, and one longer than the TTL (an outage, or nobody about) sets every running job's
+heartbeat anew. A job is lost once its heartbeat is a whole JOB_HEARTBEAT_TTL behind that
+clock, so after an outage its worker has a full TTL of the store reachable to beat again, and
+every worker re-asserts its job at its next beat.
 """
 
 import json
@@ -71,9 +71,11 @@ def worker_key(name: str) -> str:
     return f"{PREFIX}worker:{name}"
 
 
-# The store's reachable time (ms), ticked: see the module's docstring. After a gap longer
-# than max_gap (the store away, or nobody about), every running job's heartbeat is set to
-# now: each worker gets a whole TTL of the store reachable to beat again. A tick less than
+# The store's reachable time (ms), ticked: see the module's docstring. A gap longer than
+# max_gap (half the TTL) adds nothing; after one longer than the TTL (the store away, or
+# nobody about) every running job's heartbeat is also set to now: each worker gets a whole
+# TTL of the store reachable to beat again. (A tick merely late, a busy machine's, delays
+# the judgement by its gap, not by a whole TTL.) A tick less than
 # 0.1 s after the last one is not written (the next counts from the same mark), so frequent
 # readers do not write at every read.
 _TICK = """
@@ -89,7 +91,7 @@ local function tick(clock, running, max_gap)
         return reach + gap
       end
       reach = reach + gap
-    elseif gap > max_gap then
+    elseif gap > 2 * max_gap then
       for _, id in ipairs(redis.call('ZRANGE', running, 0, -1)) do
         redis.call('ZADD', running, reach, id)
       end

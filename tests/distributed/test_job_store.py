@@ -10,12 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
+from imagegen.distributed.worker import WorkerRuntime
 from imagegen.generation.estimates import Measurements, Timing
+from imagegen.generation.execution import Outcome
+from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
 from imagegen.generation.presets import generation_rules
 from imagegen.generation.render import GenerationRequest
@@ -150,6 +154,31 @@ def test_a_lost_run_that_was_only_slow_stores_nothing(store):
     assert store.beat("a", 2) is False  # the current run goes on
     assert store.finish("a", 2, state="succeeded", phase="done")
     assert store.view("a").state is JobState.SUCCEEDED
+
+
+def test_a_stale_runs_image_is_removed_when_its_outcome_is_refused(store, tmp_path: Path):
+    """What a worker does with a refused outcome: the image it saved goes, so the job's
+    image is stored once (by the run that is current)."""
+    images = ImageStore(tmp_path / "images")
+    runtime = WorkerRuntime(
+        store, None, images, name="w1", load_timeout=1, timings=RedisTimings(store.redis, "m")
+    )
+    parameters = GenerationParameters(
+        prompt="q", negative_prompt=None, steps=4, guidance=0.0, width=8, height=8, seed=7,
+        scheduler="Euler", model_id="m", revision=None,
+    )  # fmt: skip
+    png = png_bytes(Image.new("RGB", (8, 8)), parameters)
+    add(store, "a")
+    stale = store.claim("w1")
+    reachable_for(store, 1.2)
+    store.sweep()
+    current = store.claim("w2")
+    late = images.save(png, parameters, device="cpu", timings={})
+    assert not runtime.finish(stale, Outcome(JobState.SUCCEEDED, "done", image=late))
+    assert images.get(late.id) is None and not images.png_path(late.id).exists()
+    kept = images.save(png, parameters, device="cpu", timings={})
+    assert runtime.finish(current, Outcome(JobState.SUCCEEDED, "done", image=kept))
+    assert images.get(kept.id) == kept and store.view("a").image == kept
 
 
 def test_a_job_that_loses_a_second_worker_fails_naming_both(store):
