@@ -6,8 +6,9 @@ store (imagegen.distributed.store). So the settings favour "never twice" and "no
 behind a busy worker" over anything Celery would redeliver:
 
 - early ack (`task_acks_late` off): a message is acknowledged when its task starts, so a
-  worker killed mid-job never has it delivered again; the job is failed by its heartbeat
-  instead (JOB_HEARTBEAT_TTL), saying so.
+  worker killed mid-job never has it delivered again; its job is found by its heartbeat
+  instead (JOB_HEARTBEAT_TTL) and queued again once with a new message, or failed, saying
+  so, when it loses a second worker (imagegen.distributed.store's sweep).
 - one job at a time per process (`--pool solo`, concurrency 1) and no prefetch
   (`worker_disable_prefetch`, prefetch multiplier 1): a busy worker holds no message, so an
   idle one takes the next job. KEDA scales the workers on the store's list

@@ -238,8 +238,9 @@ if JOB_BROKER_URL and not JOB_BROKER_URL.startswith(("redis://", "rediss://", "u
     raise ImproperlyConfigured(
         f"JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got {JOB_BROKER_URL!r}"
     )
-# A running job whose worker has not been heard of for this many seconds is failed
-# ("worker lost"); its worker refreshes the job's heartbeat every third of it.
+# A running job whose worker has not been heard of for this many seconds of the store being
+# reachable is run again on another worker, once ("worker lost" the second time); its worker
+# refreshes the job's heartbeat every third of it.
 JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=1.0)
 
 if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:

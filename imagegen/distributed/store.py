@@ -5,21 +5,36 @@ Why Redis and not Celery's result backend or the MongoDB of the todos: Redis is 
 broker (one more service would be one more thing to run and to lose), and a job's life needs
 what a result backend lacks: transitions that check the state they start from (a cancel racing
 a worker's claim, two replicas finding the same worker lost), a per-job revision for waiting
-on changes, a TTL key per running job as its heartbeat, and the queue's bound checked and
+on changes, a heartbeat per running job, and the queue's bound checked and
 taken in one step. Each transition is one Lua script, which Redis runs atomically.
 
 Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
-change a client can see); `queued` the waiting jobs in submission order (a sorted set by a
-sequence number: `ZRANK` is the position); `recent` every remembered job in the same order;
-`beat:<id>` the running job's heartbeat, refreshed by its worker with a TTL; `worker:<name>`
-a worker's own heartbeat and model state; `idle` the workers waiting for work; `pull` the
-count of pulls asked for, which every worker follows; `unfinished` a list with one entry
-per queued or running job, the length KEDA scales the workers on (Celery's own list holds
-only the waiting messages: scaling on it would remove workers in the middle of their jobs).
+change a client can see, `attempt` and `attempts` its runs: each worker that took it);
+`queued` the waiting jobs in submission order (a sorted set by a sequence number: `ZRANK` is
+the position); `recent` every remembered job in the same order; `running` the running jobs,
+scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
+`worker:<name>` a worker's own heartbeat and model state; `idle` the workers waiting for
+work; `pull` the count of pulls asked for, which every worker follows; `unfinished` a list
+with one entry per queued or running job, the length KEDA scales the workers on (Celery's own
+list holds only the waiting messages: scaling on it would remove workers in the middle of
+their jobs).
+
+Why a clock of its own and not a TTL key per running job: a heartbeat missing while the
+store itself was away (restarted, frozen, unreachable) says nothing about the worker, and a
+TTL key expires all the same (a restart with persistence loads it expired). So time counts
+only while the store is seen reachable: every script that beats, claims or judges ticks
+`clock` (Redis's own TIME), adding the time since the last tick when that gap is at most half
+JOB_HEARTBEAT_TTL (live workers tick every beat, a second at most apart); a longer gap adds
+nothing, and one longer than the TTL (an outage, or nobody about) sets every running job's
+heartbeat anew. A job is lost once its heartbeat is a whole JOB_HEARTBEAT_TTL behind that
+clock, so after an outage its worker has a full TTL of the store reachable to beat again, and
+every worker re-asserts its job at its next beat.
 """
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -32,25 +47,60 @@ from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
 from imagegen.generation.render import GenerationRequest
 
+log = logging.getLogger(__name__)
+
 PREFIX = "imagegen:"
-QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED = (
+QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
     PREFIX + name
-    for name in ("queued", "recent", "sequence", "idle", "workers", "pull", "unfinished")
-)
+    for name in (
+        "queued", "recent", "sequence", "idle", "workers", "pull", "unfinished", "running",
+        "clock",
+    )
+)  # fmt: skip
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
+# A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
+# for its own reasons (out of memory, a node taken away); twice in a row points at the job.
+RUNS_PER_JOB = 2
 
 
 def job_key(job_id: str) -> str:
     return f"{PREFIX}job:{job_id}"
 
 
-def beat_key(job_id: str) -> str:
-    return f"{PREFIX}beat:{job_id}"
-
-
 def worker_key(name: str) -> str:
     return f"{PREFIX}worker:{name}"
 
+
+# The store's reachable time (ms), ticked: see the module's docstring. A gap longer than
+# max_gap (half the TTL) adds nothing; after one longer than the TTL (the store away, or
+# nobody about) every running job's heartbeat is also set to now: each worker gets a whole
+# TTL of the store reachable to beat again. (A tick merely late, a busy machine's, delays
+# the judgement by its gap, not by a whole TTL.) A tick less than
+# 0.1 s after the last one is not written (the next counts from the same mark), so frequent
+# readers do not write at every read.
+_TICK = """
+local function tick(clock, running, max_gap)
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local at = tonumber(redis.call('HGET', clock, 'at'))
+  local reach = tonumber(redis.call('HGET', clock, 'reach')) or 0
+  if at then
+    local gap = now - at
+    if gap > 0 and gap <= max_gap then
+      if gap < 100 then
+        return reach + gap
+      end
+      reach = reach + gap
+    elseif gap > 2 * max_gap then
+      for _, id in ipairs(redis.call('ZRANGE', running, 0, -1)) do
+        redis.call('ZADD', running, reach, id)
+      end
+    end
+  end
+  redis.call('HSET', clock, 'at', string.format('%d', now), 'reach', string.format('%d', reach))
+  return reach
+end
+"""
 
 # Every queued job's position moves when one ahead of it leaves the queue: their revisions
 # grow with it, so a client waiting for a change of one of them sees it.
@@ -98,35 +148,50 @@ return 1
 """
 
 # A worker takes the oldest waiting job, whichever message woke it: the queue's order is
-# this set's, so positions are exact with any number of workers.
+# this set's, so positions are exact with any number of workers. A job run again keeps its
+# place (its sequence number): it is the oldest. Answers the job's id and its attempt number.
 _CLAIM = (
     _BUMP_QUEUED
+    + _TICK
     + """
-local prefix, worker, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local prefix, worker, now, max_gap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local popped = redis.call('ZPOPMIN', KEYS[1])
 if #popped == 0 then
   return false
 end
 local id = popped[1]
 local key = prefix .. 'job:' .. id
+local attempts = cjson.decode(redis.call('HGET', key, 'attempts') or '[]')
+table.insert(attempts, {worker = worker, started_at = now})
 redis.call('HSET', key, 'state', 'running', 'started_at', now, 'phase', 'loading the model',
-           'worker', worker)
+           'worker', worker, 'attempt', #attempts, 'attempts', cjson.encode(attempts))
 redis.call('HINCRBY', key, 'rev', 1)
-redis.call('SET', prefix .. 'beat:' .. id, worker, 'PX', ttl)
+redis.call('ZADD', KEYS[3], tick(KEYS[4], KEYS[3], max_gap), id)
 redis.call('SREM', KEYS[2], worker)
 bump_queued(prefix, KEYS[1])
-return id
+return {id, #attempts}
 """
 )
 
-# A running job's change from its worker; nothing once the job is no longer running (it was
-# found lost). Answers -1 then, else 1 when a cancel was asked for, else 0.
-_UPDATE = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then
+# Whether the job is running the given attempt (ARGV[1]): a worker found lost but only slow
+# is told to stop, and nothing it writes lands on the job's next run or its outcome.
+_CURRENT = """
+local function current(key, attempt)
+  return redis.call('HGET', key, 'state') == 'running'
+    and redis.call('HGET', key, 'attempt') == attempt
+end
+"""
+
+# A running job's change from its worker; nothing once that run is no longer current (found
+# lost). Answers -1 then, else 1 when a cancel was asked for, else 0.
+_UPDATE = (
+    _CURRENT
+    + """
+if not current(KEYS[1], ARGV[1]) then
   return -1
 end
-if #ARGV > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV))
+if #ARGV > 1 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 end
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 if redis.call('HGET', KEYS[1], 'cancel') == '1' then
@@ -134,17 +199,42 @@ if redis.call('HGET', KEYS[1], 'cancel') == '1' then
 end
 return 0
 """
+)
 
-_FINISH = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then
+# The outcome of the current run only: checked and written in one step, so a run found lost
+# (and maybe running again elsewhere) never stores its result.
+_FINISH = (
+    _CURRENT
+    + """
+if not current(KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+local id = redis.call('HGET', KEYS[1], 'id')
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
-redis.call('DEL', KEYS[2])
-redis.call('LREM', KEYS[3], 0, redis.call('HGET', KEYS[1], 'id'))
+redis.call('ZREM', KEYS[2], id)
+redis.call('LREM', KEYS[3], 0, id)
 return 1
 """
+)
+
+# The running job's heartbeat: the store's reachable time now. -1: that run is no longer
+# current (stop), 1: a cancel was asked for, 0: go on.
+_BEAT = (
+    _CURRENT
+    + _TICK
+    + """
+local reach = tick(KEYS[3], KEYS[2], tonumber(ARGV[3]))
+if not current(KEYS[1], ARGV[2]) then
+  return -1
+end
+redis.call('ZADD', KEYS[2], reach, ARGV[1])
+if redis.call('HGET', KEYS[1], 'cancel') == '1' then
+  return 1
+end
+return 0
+"""
+)
 
 _CANCEL = (
     _BUMP_QUEUED
@@ -169,18 +259,68 @@ return state
 """
 )
 
-# A running job whose heartbeat is gone: its worker died (or froze past the TTL). Checked and
-# rewritten in one step, so of two replicas reading it at once only one rewrites it.
-_LOST = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' or redis.call('EXISTS', KEYS[2]) == 1 then
-  return 0
+# Every running job whose heartbeat is a whole TTL behind the store's reachable time: its
+# worker died (or froze past the TTL). A cancelled one ends cancelled; one that lost fewer
+# than RUNS_PER_JOB workers goes back to the head of the queue; the other fails, naming its
+# workers. One step, so of two judges at once only one acts. Answers id, what was done, ...
+_SWEEP = (
+    _BUMP_QUEUED
+    + _TICK
+    + """
+local prefix, ttl, max_gap, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local runs, ttl_text = tonumber(ARGV[5]), ARGV[6]
+local reach = tick(KEYS[2], KEYS[1], max_gap)
+local handled = {}
+local requeued = false
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
+                               '(' .. string.format('%d', reach - ttl))) do
+  redis.call('ZREM', KEYS[1], id)
+  local key = prefix .. 'job:' .. id
+  if redis.call('HGET', key, 'state') == 'running' then
+    local attempts = cjson.decode(redis.call('HGET', key, 'attempts') or '[]')
+    local names = {}
+    for _, attempt in ipairs(attempts) do
+      table.insert(names, attempt.worker)
+    end
+    if #attempts > 0 then
+      attempts[#attempts].lost_at = now
+    end
+    local worker = names[#names] or 'unknown'
+    local done
+    if redis.call('HGET', key, 'cancel') == '1' then
+      done = 'cancelled'
+      redis.call('HSET', key, 'state', 'cancelled', 'phase', 'cancelled while running',
+                 'finished_at', now)
+    elseif #attempts < runs then
+      done = 'requeued'
+      requeued = true
+      redis.call('HSET', key, 'state', 'queued', 'step', 0, 'steps', 0, 'phase',
+                 'waiting for its turn: its worker ' .. worker .. ' was lost, it runs again')
+      redis.call('HDEL', key, 'started_at', 'denoise_started')
+      redis.call('ZADD', KEYS[3], redis.call('HGET', key, 'seq'), id)
+    else
+      done = 'failed'
+      redis.call('HSET', key, 'state', 'failed', 'phase', 'failed', 'finished_at', now, 'error',
+                 'worker lost: job ' .. id .. ' lost ' .. #names .. ' workers, ' ..
+                 table.concat(names, ' and ') .. ', each of which stopped beating for ' ..
+                 ttl_text .. ' s (JOB_HEARTBEAT_TTL) while the job store was reachable; ' ..
+                 'it is not run again')
+    end
+    if done ~= 'requeued' then
+      redis.call('LREM', KEYS[4], 0, id)
+    end
+    redis.call('HSET', key, 'attempts', cjson.encode(attempts))
+    redis.call('HINCRBY', key, 'rev', 1)
+    table.insert(handled, id)
+    table.insert(handled, done)
+  end
 end
-redis.call('HSET', KEYS[1], 'state', 'failed', 'phase', 'failed', 'error', ARGV[2],
-           'finished_at', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'rev', 1)
-redis.call('LREM', KEYS[3], 0, redis.call('HGET', KEYS[1], 'id'))
-return 1
+if requeued then
+  bump_queued(prefix, KEYS[3])
+end
+return handled
 """
+)
 
 
 def decoded(reply: bytes | str) -> str:
@@ -229,6 +369,7 @@ def failure_from_text(text: str | None) -> ServiceError | None:
 @dataclass(frozen=True)
 class Claimed:
     job_id: str
+    attempt: int  # 1, or 2 when its first worker was lost: what its writes are checked against
     request: GenerationRequest
     created_at: datetime
     started_at: datetime
@@ -236,21 +377,36 @@ class Claimed:
 
 class JobStore:
     """The atomic reads and transitions of jobs in Redis; the web board and the workers both
-    go through it."""
+    go through it. `wake` sends a worker the message that makes it take the oldest waiting
+    job (connection.wake_a_worker): a job found lost and queued again needs one, as a new
+    job does; without it (tests) such a job waits for the next message."""
 
-    def __init__(self, client: redis.Redis, *, heartbeat_ttl: float) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        heartbeat_ttl: float,
+        wake: Callable[[str], None] | None = None,
+    ) -> None:
         self.redis = client
         self.heartbeat_ttl = heartbeat_ttl
+        self.wake = wake
         self._submit = client.register_script(_SUBMIT)
         self._claim = client.register_script(_CLAIM)
         self._update = client.register_script(_UPDATE)
         self._finish = client.register_script(_FINISH)
         self._cancel = client.register_script(_CANCEL)
-        self._lost = client.register_script(_LOST)
+        self._beat = client.register_script(_BEAT)
+        self._sweep = client.register_script(_SWEEP)
 
     @property
     def ttl_ms(self) -> int:
         return int(self.heartbeat_ttl * 1000)
+
+    @property
+    def max_gap_ms(self) -> int:
+        """The longest time between two ticks still counted as the store reachable."""
+        return self.ttl_ms // 2
 
     # -- the web side -----------------------------------------------------------------------
 
@@ -302,19 +458,14 @@ class JobStore:
         return self.views([job_id])[0]
 
     def views(self, job_ids: list[str]) -> list[JobView | None]:
-        """Each job as one consistent picture (its fields, position and heartbeat read in one
-        transaction). A running job whose heartbeat is gone is failed here, once."""
+        """Each job as one consistent picture (its fields and position read in one
+        transaction). When one is running, lost jobs are handled first (sweep): a reader
+        applies the rule the workers' sweeps do, and ticks the store's clock, so a waiting
+        request gets its answer even with every worker gone."""
         raw = self._read(job_ids)
-        lost = [
-            job_id
-            for job_id, (fields, _, beating) in zip(job_ids, raw, strict=True)
-            if fields.get(b"state") == b"running" and not beating
-        ]
-        if lost:
-            for job_id in lost:
-                self.fail_lost(job_id)
+        if any(fields.get(b"state") == b"running" for fields, _ in raw) and self.sweep():
             raw = self._read(job_ids)
-        return [_view(fields, rank) if fields else None for fields, rank, _ in raw]
+        return [_view(fields, rank) if fields else None for fields, rank in raw]
 
     def revision(self, job_id: str) -> int | None:
         value = self.redis.hget(job_key(job_id), "rev")
@@ -332,61 +483,75 @@ class JobStore:
         members = cast(list[bytes], self.redis.zrevrange(RECENT, 0, end))
         return [i.decode() for i in members]
 
-    def fail_lost(self, job_id: str) -> bool:
-        message = (
-            f"worker lost: job {job_id} was running on a worker whose heartbeat stopped "
-            f"(no sign of it for {self.heartbeat_ttl:g} s, JOB_HEARTBEAT_TTL); it was not "
-            "run again"
-        )
-        keys = [job_key(job_id), beat_key(job_id), UNFINISHED]
-        return bool(self._lost(keys=keys, args=[now_text(), message]))
+    def sweep(self) -> list[tuple[str, str]]:
+        """Handles every running job whose heartbeat is a whole JOB_HEARTBEAT_TTL behind the
+        store's reachable time: (job id, "requeued" | "failed" | "cancelled") for each. Every
+        live worker sweeps at each beat, so a lost job is handled within the TTL and a beat
+        whether or not anyone reads it; a job queued again gets a worker's message here."""
+        args: list[str | int] = [PREFIX, self.ttl_ms, self.max_gap_ms, now_text(),
+                                 RUNS_PER_JOB, f"{self.heartbeat_ttl:g}"]  # fmt: skip
+        reply = self._sweep(keys=[RUNNING, CLOCK, QUEUED, UNFINISHED], args=args)
+        handled = [(decoded(reply[i]), decoded(reply[i + 1])) for i in range(0, len(reply), 2)]
+        for job_id, done in handled:
+            log.warning("job %s: its worker was lost; %s", job_id, done)
+            if done == "requeued" and self.wake is not None:
+                self.wake(job_id)
+        return handled
 
-    def _read(self, job_ids: list[str]) -> list[tuple[dict, int | None, bool]]:
+    def attempts(self, job_id: str) -> list[dict[str, str]]:
+        """Each run of the job, oldest first: its worker, when it started, and when it was
+        found lost (`lost_at`, absent for the current run and a finished one)."""
+        stored = self.redis.hget(job_key(job_id), "attempts")
+        return json.loads(stored) if stored else []
+
+    def _read(self, job_ids: list[str]) -> list[tuple[dict, int | None]]:
         with self.redis.pipeline(transaction=True) as pipe:
             for job_id in job_ids:
                 pipe.hgetall(job_key(job_id))
                 pipe.zrank(QUEUED, job_id)
-                pipe.exists(beat_key(job_id))
             replies = pipe.execute()
-        return [(replies[i], replies[i + 1], replies[i + 2]) for i in range(0, len(replies), 3)]
+        return [(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
 
     # -- the worker side --------------------------------------------------------------------
 
     def claim(self, worker: str) -> Claimed | None:
         """Takes the oldest waiting job for this worker (running, with its heartbeat)."""
         now = now_text()
-        job_id = self._claim(keys=[QUEUED, IDLE], args=[PREFIX, worker, now, self.ttl_ms])
-        if job_id is None:
+        keys = [QUEUED, IDLE, RUNNING, CLOCK]
+        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms])
+        if claimed is None:
             return None
-        job_id = job_id.decode()
+        job_id, attempt = decoded(claimed[0]), int(claimed[1])
         request, created = self.redis.hmget(job_key(job_id), "request", "created_at")
         if request is None or created is None:  # add writes both; only forget removes them
             raise LookupError(f"job {job_id} was claimed without its request")
         return Claimed(
             job_id=job_id,
+            attempt=attempt,
             request=GenerationRequest.model_validate_json(request),
             created_at=datetime.fromisoformat(decoded(created)),
             started_at=datetime.fromisoformat(now),
         )
 
-    def update(self, job_id: str, **fields: Any) -> int:
-        """-1: the job is no longer running here (found lost); 1: a cancel was asked for."""
+    def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
+        """-1: this run of the job is no longer current (found lost); 1: a cancel was asked
+        for."""
         flat = [item for pair in fields.items() for item in pair]
-        return self._update(keys=[job_key(job_id)], args=flat)
+        return self._update(keys=[job_key(job_id)], args=[attempt, *flat])
 
-    def finish(self, job_id: str, **fields: Any) -> bool:
+    def finish(self, job_id: str, attempt: int, /, **fields: Any) -> bool:
+        """False, and nothing written, when this run is no longer current: the job was found
+        lost (and maybe runs again elsewhere)."""
         fields["finished_at"] = now_text()
         flat = [item for pair in fields.items() for item in pair]
-        return bool(self._finish(keys=[job_key(job_id), beat_key(job_id), UNFINISHED], args=flat))
+        keys = [job_key(job_id), RUNNING, UNFINISHED]
+        return bool(self._finish(keys=keys, args=[attempt, *flat]))
 
-    def beat(self, job_id: str, worker: str) -> bool:
+    def beat(self, job_id: str, attempt: int) -> bool:
         """Refreshes the running job's heartbeat; True when the job is to stop (a cancel was
-        asked for, or it is no longer running: found lost), read in the same round trip."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(beat_key(job_id), worker, px=self.ttl_ms)
-            pipe.hmget(job_key(job_id), "state", "cancel")
-            _, (state, cancel) = pipe.execute()
-        return state != b"running" or cancel == b"1"
+        asked for, or this run is no longer current: found lost), in the same round trip."""
+        keys = [job_key(job_id), RUNNING, CLOCK]
+        return self._beat(keys=keys, args=[job_id, attempt, self.max_gap_ms]) != 0
 
 
 def _text(fields: dict, name: str) -> str | None:

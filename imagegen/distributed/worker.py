@@ -14,11 +14,16 @@ the job's stop flag, which the generation reads between the model's blocks
 waiting for its next step's write, and the generation itself never waits on Redis for it
 (a Redis call from every stop point would stall it by the client's timeouts in an outage;
 a pubsub listener would need its own connection and still a poll for the messages lost
-while it reconnects). A worker killed mid-job stops
-beating; the first web replica that reads the job afterwards fails it ("worker lost"), so a
-job is never left `running` longer than the TTL after its worker died, and, acknowledged
-when it started, its message is never delivered again. The same thread follows the pull
-count: when a pull was asked for after this worker started, it loads the model.
+while it reconnects). Each beat also sweeps the running jobs (JobStore.sweep): a worker
+killed mid-job stops beating, and the live workers find its job within JOB_HEARTBEAT_TTL
+and a beat, whether or not a client reads it, and run it again once (its message,
+acknowledged when it started, is never delivered again: the sweep sends a new one). The
+heartbeat counts the store's reachable time only, so a store outage fails nobody: this
+thread re-asserts the job at its first beat once the store is back. Every write of a job
+names its run (the attempt), so a worker found lost but only slow stores nothing: its next
+beat or write stops it, and its outcome, if it got that far, is refused (its image removed).
+The same thread follows the pull count: when a pull was asked for after this worker
+started, it loads the model.
 """
 
 import contextlib
@@ -30,16 +35,23 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import redis
 
-from imagegen.distributed.store import IDLE, PULLS, WORKERS, JobStore, outcome_fields, worker_key
+from imagegen.distributed.store import (
+    IDLE,
+    PULLS,
+    WORKERS,
+    Claimed,
+    JobStore,
+    outcome_fields,
+    worker_key,
+)
 from imagegen.distributed.timings import RedisTimings
 from imagegen.generation.estimates import measured
-from imagegen.generation.execution import run_job
+from imagegen.generation.execution import Outcome, run_job
 from imagegen.generation.images import ImageStore
-from imagegen.generation.render import Cancelled, GenerationRequest
+from imagegen.generation.render import Cancelled
 from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
@@ -57,11 +69,12 @@ class _StoreReport:
 
     store: JobStore
     job_id: str
+    attempt: int
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def _write(self, **fields) -> int:
         try:
-            return self.store.update(self.job_id, **fields)
+            return self.store.update(self.job_id, self.attempt, **fields)
         except redis.RedisError as exc:  # a blip must not fail a generation of minutes
             log.warning("job %s: progress not written: %s", self.job_id, exc)
             return 0
@@ -150,8 +163,9 @@ class WorkerRuntime:
                 if job_id is None:
                     pipe.sadd(IDLE, self.name)
                 pipe.execute()
-        if report is not None and self.store.beat(report.job_id, self.name):
-            report.stopping.set()  # a cancel asked, or the job found lost
+        if report is not None and self.store.beat(report.job_id, report.attempt):
+            report.stopping.set()  # a cancel asked, or this run found lost
+        self.store.sweep()  # other workers' lost jobs, found whether or not anyone reads them
 
     # -- one job ------------------------------------------------------------------------------
 
@@ -163,10 +177,10 @@ class WorkerRuntime:
             if claimed is None:
                 return None
             self.job_id = job_id = claimed.job_id
-            self.report = report = _StoreReport(self.store, job_id)
-        log.info("job %s: running on %s", job_id, self.name)
+            self.report = report = _StoreReport(self.store, job_id, claimed.attempt)
+        log.info("job %s: running on %s (run %d)", job_id, self.name, claimed.attempt)
         try:
-            self._run(report, claimed.request, claimed.created_at, claimed.started_at)
+            self._run(report, claimed)
         finally:
             with self._claiming:
                 self.job_id, self.report = None, None
@@ -175,19 +189,14 @@ class WorkerRuntime:
             gc.collect()  # a cancelled or failed run's tensors go now, not later
         return job_id
 
-    def _run(
-        self,
-        report: _StoreReport,
-        request: GenerationRequest,
-        created_at: datetime,
-        started_at: datetime,
-    ) -> None:
+    def _run(self, report: _StoreReport, claimed: Claimed) -> None:
+        request = claimed.request
         outcome = run_job(
             job_id=report.job_id,
             loader=self.loader,
             store=self.images,
             request=request,
-            queued_seconds=(started_at - created_at).total_seconds(),
+            queued_seconds=(claimed.started_at - claimed.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=report,
         )
@@ -198,22 +207,28 @@ class WorkerRuntime:
                 self.timings.record(timing, native=request.size is None)
             except redis.RedisError as exc:
                 log.warning("job %s: timing not recorded: %s", report.job_id, exc)
-        self._finish(report.job_id, outcome_fields(outcome))
+        self.finish(claimed, outcome)
 
-    def _finish(self, job_id: str, outcome: dict) -> None:
-        """Writes the outcome, retrying while Redis is away (up to the heartbeat's TTL: past
-        it, a replica has failed the job as lost, and this outcome is refused anyway)."""
-        deadline = time.monotonic() + self.store.heartbeat_ttl
+    def finish(self, claimed: Claimed, outcome: Outcome) -> bool:
+        """Writes the outcome of this run, retrying while Redis is away however long (the
+        heartbeat thread goes on re-asserting the job meanwhile, and an outage fails nobody).
+        Refused when the run is no longer current (found lost: the job runs again elsewhere
+        or has ended): then its image is removed, so a job's image is stored once."""
         while True:
             try:
-                if not self.store.finish(job_id, **outcome):
-                    log.warning("job %s: no longer running (found lost); outcome dropped", job_id)
-                return
-            except redis.RedisError as exc:
-                if time.monotonic() > deadline:
-                    log.error("job %s: outcome not written: %s", job_id, exc)
-                    return
+                written = self.store.finish(
+                    claimed.job_id, claimed.attempt, **outcome_fields(outcome)
+                )
+                break
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("job %s: outcome not written yet: %s", claimed.job_id, exc)
                 time.sleep(self.interval)
+        if not written:
+            log.warning("job %s: run %d was found lost; its outcome is dropped",
+                        claimed.job_id, claimed.attempt)  # fmt: skip
+            if outcome.image is not None:
+                self.images.delete(outcome.image.id)
+        return written
 
 
 _runtime: WorkerRuntime | None = None

@@ -1,5 +1,6 @@
 """The shared job store against a real redis-server, in process: revisions and waiting for a
-change (what the progress stream reads), the heartbeat's atomic "worker lost", and answers
+change (what the progress stream reads), the heartbeat and a lost worker's job (run once more,
+then failed; a stale run's writes refused; time the store was away not counted), and answers
 byte for byte the same as the in-process queue's."""
 
 import json
@@ -9,12 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
+from imagegen.distributed.worker import WorkerRuntime
 from imagegen.generation.estimates import Measurements, Timing
+from imagegen.generation.execution import Outcome
+from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
 from imagegen.generation.presets import generation_rules
 from imagegen.generation.render import GenerationRequest
@@ -57,11 +62,11 @@ def test_every_write_a_client_can_see_raises_the_revision(store):
     store.claim("w2")
     seen.append(store.view("b").revision)
     for step in (1, 2):
-        store.update("b", step=step, steps=4)
+        store.update("b", 1, step=step, steps=4)
         seen.append(store.view("b").revision)
     store.cancel("b")  # running: marked, stops at its next step end
     seen.append(store.view("b").revision)
-    store.finish("b", state="cancelled", phase="cancelled while running")
+    store.finish("b", 1, state="cancelled", phase="cancelled while running")
     seen.append(store.view("b").revision)
     assert seen == sorted(set(seen)), seen  # strictly increasing
     assert store.view("b").state is JobState.CANCELLED
@@ -78,7 +83,7 @@ def test_wait_change_answers_at_the_next_write_or_with_the_current_view_at_the_t
     assert 0.3 <= time.monotonic() - started < 1.0
     assert same.revision == now and same.state is JobState.RUNNING
 
-    threading.Timer(0.2, lambda: store.update("a", step=1, steps=4)).start()
+    threading.Timer(0.2, lambda: store.update("a", 1, step=1, steps=4)).start()
     started = time.monotonic()
     changed = board.wait_change("a", now, timeout=10)
     assert time.monotonic() - started < 1.0  # as soon as it changed, not at the timeout
@@ -87,31 +92,131 @@ def test_wait_change_answers_at_the_next_write_or_with_the_current_view_at_the_t
     assert board.wait_change("missing", 0, timeout=0.1) is None
 
 
-def test_a_running_job_without_heartbeat_fails_once_even_with_readers_racing(store):
+def reachable_for(store: JobStore, seconds: float) -> None:
+    """Time passes with the store reachable and seen so: a tick every 0.1 s, as live workers'
+    beats make them, judging nothing (the beat of a job that does not exist ticks the clock
+    and writes nothing else)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert store.beat("no such job", 1) is True
+        time.sleep(0.1)
+
+
+def unfinished(store: JobStore) -> list[str]:
+    return [i.decode() for i in store.redis.lrange("imagegen:unfinished", 0, -1)]
+
+
+def test_a_job_whose_heartbeat_stopped_runs_again_once_even_with_judges_racing(store):
+    woken: list[str] = []
+    store.wake = woken.append
     add(store, "a")
+    add(store, "b")
     store.claim("w1")
-    assert store.view("a").state is JobState.RUNNING  # its heartbeat is there
-    time.sleep(1.2)  # the TTL passes without a beat
-    results: list[bool] = []
-    threads = [threading.Thread(target=lambda: results.append(store.fail_lost("a")))
+    assert store.view("a").state is JobState.RUNNING  # its heartbeat is fresh
+    reachable_for(store, 1.2)  # a whole TTL without a beat, the store reachable
+    results: list[list] = []
+    threads = [threading.Thread(target=lambda: results.append(store.sweep()))
                for _ in range(8)]  # fmt: skip
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert results.count(True) == 1  # one rewrite, whoever came first
+    assert sorted(results, key=len) == [[]] * 7 + [[("a", "requeued")]]  # one of them acts
+    assert woken == ["a"]  # a worker is told: its first message was taken long ago
     view = store.view("a")
-    assert view.state is JobState.FAILED and view.error.startswith("worker lost: job a ")
-    assert not store.finish("a", state="succeeded", phase="done")  # a late outcome is refused
+    assert view.state is JobState.QUEUED and view.position == 1  # ahead of "b", as it was
+    assert view.phase == "waiting for its turn: its worker w1 was lost, it runs again"
+    assert view.started_at is None and view.progress.step == 0
+    assert unfinished(store) == ["a", "b"]  # still work for KEDA to count
+    again = store.claim("w2")
+    assert (again.job_id, again.attempt) == ("a", 2)
+    assert [(a["worker"], "lost_at" in a) for a in store.attempts("a")] == [
+        ("w1", True),
+        ("w2", False),
+    ]
+
+
+def test_a_lost_run_that_was_only_slow_stores_nothing(store):
+    """Its worker froze past the TTL and came back: the job runs again elsewhere, and each
+    write of the stale run (progress, heartbeat, outcome) is refused in the script itself."""
+    add(store, "a")
+    store.claim("w1")
+    store.update("a", 1, step=3, steps=4)
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("a", "requeued")]
+    assert store.claim("w2").attempt == 2
+    store.update("a", 2, step=1, steps=4)
+    assert store.update("a", 1, step=4, steps=4) == -1  # stale: stop
+    assert store.beat("a", 1) is True  # stale: stop
+    assert not store.finish("a", 1, state="succeeded", phase="done", image="stale")
+    view = store.view("a")
+    assert view.state is JobState.RUNNING and view.progress.step == 1 and view.image is None
+    assert store.beat("a", 2) is False  # the current run goes on
+    assert store.finish("a", 2, state="succeeded", phase="done")
+    assert store.view("a").state is JobState.SUCCEEDED
+
+
+def test_a_stale_runs_image_is_removed_when_its_outcome_is_refused(store, tmp_path: Path):
+    """What a worker does with a refused outcome: the image it saved goes, so the job's
+    image is stored once (by the run that is current)."""
+    images = ImageStore(tmp_path / "images")
+    runtime = WorkerRuntime(
+        store, None, images, name="w1", load_timeout=1, timings=RedisTimings(store.redis, "m")
+    )
+    parameters = GenerationParameters(
+        prompt="q", negative_prompt=None, steps=4, guidance=0.0, width=8, height=8, seed=7,
+        scheduler="Euler", model_id="m", revision=None,
+    )  # fmt: skip
+    png = png_bytes(Image.new("RGB", (8, 8)), parameters)
+    add(store, "a")
+    stale = store.claim("w1")
+    reachable_for(store, 1.2)
+    store.sweep()
+    current = store.claim("w2")
+    late = images.save(png, parameters, device="cpu", timings={})
+    assert not runtime.finish(stale, Outcome(JobState.SUCCEEDED, "done", image=late))
+    assert images.get(late.id) is None and not images.png_path(late.id).exists()
+    kept = images.save(png, parameters, device="cpu", timings={})
+    assert runtime.finish(current, Outcome(JobState.SUCCEEDED, "done", image=kept))
+    assert images.get(kept.id) == kept and store.view("a").image == kept
+
+
+def test_a_job_that_loses_a_second_worker_fails_naming_both(store):
+    add(store, "a")
+    store.claim("w1")
+    reachable_for(store, 1.2)
+    store.sweep()
+    store.claim("w2")
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("a", "failed")]
+    view = store.view("a")
+    assert view.state is JobState.FAILED and view.finished_at is not None
+    assert view.error == (
+        "worker lost: job a lost 2 workers, w1 and w2, each of which stopped beating for 1 s "
+        "(JOB_HEARTBEAT_TTL) while the job store was reachable; it is not run again"
+    )
+    assert unfinished(store) == []
+    assert [a["worker"] for a in store.attempts("a") if a.get("lost_at")] == ["w1", "w2"]
+    assert store.claim("w3") is None  # not queued a third time
+    assert not store.finish("a", 2, state="succeeded", phase="done")
+
+
+def test_a_lost_job_asked_to_cancel_ends_cancelled_not_run_again(store):
+    add(store, "a")
+    store.claim("w1")
+    store.cancel("a")
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("a", "cancelled")]
+    assert store.view("a").state is JobState.CANCELLED and unfinished(store) == []
 
 
 def test_a_beating_job_is_not_lost(store):
     add(store, "a")
     store.claim("w1")
-    for _ in range(4):
+    for _ in range(6):
         time.sleep(0.4)
-        store.beat("a", "w1")
-        assert store.view("a").state is JobState.RUNNING
+        assert store.beat("a", 1) is False
+        assert store.sweep() == [] and store.view("a").state is JobState.RUNNING
 
 
 def test_the_bound_counts_waiting_jobs_beyond_idle_workers(store):
@@ -147,27 +252,55 @@ def test_answers_are_byte_for_byte_those_of_the_in_process_queue(store):
     assert answer(JobOut, store.view(SUCCEEDED.id)) == answer(JobOut, SUCCEEDED)
 
 
-def test_a_reader_that_saw_no_beat_does_not_fail_a_job_whose_worker_beat_again(store):
+def test_a_reader_judges_as_the_workers_do(store):
+    """A reader of a running job sweeps first (with every worker gone, a waiting request
+    still sees the job handled), and a beat just before the judgement keeps it running."""
     add(store, "a")
     store.claim("w1")
-    time.sleep(1.2)  # a reader finds the heartbeat gone here ...
-    store.beat("a", "w1")  # ... and the worker, only late, beats before the rewrite
-    assert not store.fail_lost("a")  # the check and the rewrite are one step
+    reachable_for(store, 0.8)
+    store.beat("a", 1)  # late, but within the TTL
+    reachable_for(store, 0.8)
     assert store.view("a").state is JobState.RUNNING
+    reachable_for(store, 0.4)
+    assert store.view("a").state is JobState.QUEUED  # the read itself handled it
+
+
+def test_time_the_store_was_away_is_no_evidence_of_a_lost_worker(tmp_path: Path):
+    """A restart of a persistent redis-server longer than the TTL: the running job's worker
+    gets a whole TTL of the store reachable to beat again before its job is judged."""
+    with RedisServer(tmp_path / "redis", persistent=True) as server:
+        store = JobStore(server.client(), heartbeat_ttl=1.0)
+        add(store, "a")
+        store.claim("w1")
+        reachable_for(store, 0.5)
+        server.stop()
+        time.sleep(2.0)  # twice the TTL without a beat, and without a store
+        server.start()
+        assert store.sweep() == []
+        reachable_for(store, 0.7)  # less than a TTL since the store is back
+        assert store.view("a").state is JobState.RUNNING
+        assert store.beat("a", 1) is False  # the worker re-asserts its job
+        reachable_for(store, 0.7)
+        assert store.view("a").state is JobState.RUNNING
+        reachable_for(store, 0.5)  # its worker really is gone now: a whole TTL since its beat
+        assert store.sweep() == [("a", "requeued")]
 
 
 def test_the_list_keda_scales_on_holds_each_queued_or_running_job_until_it_ends(store):
-    unfinished = lambda: [i.decode() for i in store.redis.lrange("imagegen:unfinished", 0, -1)]  # noqa: E731
     for job_id in ("a", "b", "c", "d"):
         add(store, job_id)
     store.claim("w1")  # "a" runs: still counted, its worker must not be scaled away
-    assert unfinished() == ["a", "b", "c", "d"]
-    store.finish("a", state="succeeded", phase="done")
+    assert unfinished(store) == ["a", "b", "c", "d"]
+    store.finish("a", 1, state="succeeded", phase="done")
     store.cancel("b")
     store.claim("w2")  # "c"
-    time.sleep(1.2)
-    store.fail_lost("c")  # its worker died
-    assert unfinished() == ["d"]
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("c", "requeued")]  # its worker died: it is work still
+    assert unfinished(store) == ["c", "d"]
+    store.claim("w3")
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("c", "failed")]  # its second worker died
+    assert unfinished(store) == ["d"]
 
 
 def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(store):
@@ -188,7 +321,7 @@ def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(s
     board = RedisJobBoard(store, models=None, queue_max=8, keep=200, rules=rules, timings=timings)
     assert add(store, "running") and add(store, "waiting")  # REQUEST: 4 steps, native size
     assert store.claim("w1").job_id == "running"
-    store.update("running", step=3, steps=4)  # one step and the decode left
+    store.update("running", 1, step=3, steps=4)  # one step and the decode left
     found = board.estimate(GenerationRequest(prompt="p", size=(64, 64)))
     whole = 1 + 4 * 2 + 3
     assert found.queue_seconds == (2 + 3) + whole  # no live worker counts as one

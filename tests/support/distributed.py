@@ -181,6 +181,11 @@ class Stack:
     def add_worker(self, n: int, **env: str) -> WorkerProcess:
         return self._worker(n, **env).start()
 
+    def add_workers(self, *numbers: int) -> None:
+        """Several workers, started at once (their imports overlap) and waited for."""
+        for worker in [self._worker(n).launch() for n in numbers]:
+            worker.wait_ready()
+
     def _worker(self, n: int, **env: str) -> WorkerProcess:
         worker = WorkerProcess({**self.env, **env}, self.work / f"worker-{n}.log", f"w{n}")
         self.workers.append(worker)
