@@ -147,7 +147,7 @@ def runs() -> RunRegistry:
         from imagegen.distributed.runs import RedisRuns
 
         return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
-    return LocalRuns()
+    return LocalRuns(ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
 
 
 def worker_runtime(name: str) -> "WorkerRuntime":

@@ -27,6 +27,7 @@ from typing import Any, cast
 import redis
 
 from config.errors import ServiceError
+from imagegen.errors import WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
@@ -38,6 +39,8 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED = (
     for name in ("queued", "recent", "sequence", "idle", "workers", "pull", "unfinished")
 )
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
+# How the error of a job failed as lost begins (fail_lost): its answer is WorkerLost's.
+LOST = "worker lost: "
 
 
 def job_key(job_id: str) -> str:
@@ -226,6 +229,17 @@ def failure_from_text(text: str | None) -> ServiceError | None:
     return error
 
 
+def _failure(fields: dict) -> ServiceError | None:
+    """What a synchronous request for the job raises: what its worker recorded, or for a job
+    failed as lost (fail_lost's error) WorkerLost, a 503 a retry can help."""
+    if recorded := failure_from_text(_text(fields, "failure")):
+        return recorded
+    error = _text(fields, "error")
+    if _text(fields, "state") == JobState.FAILED.value and error and error.startswith(LOST):
+        return WorkerLost(error)
+    return None
+
+
 @dataclass(frozen=True)
 class Claimed:
     job_id: str
@@ -334,7 +348,7 @@ class JobStore:
 
     def fail_lost(self, job_id: str) -> bool:
         message = (
-            f"worker lost: job {job_id} was running on a worker whose heartbeat stopped "
+            f"{LOST}job {job_id} was running on a worker whose heartbeat stopped "
             f"(no sign of it for {self.heartbeat_ttl:g} s, JOB_HEARTBEAT_TTL); it was not "
             "run again"
         )
@@ -430,6 +444,6 @@ def _view(fields: dict, rank: int | None) -> JobView:
         image=ImageRecord.model_validate_json(image) if image else None,
         owner=_text(fields, "owner"),
         batch=_text(fields, "batch"),
-        failure=failure_from_text(_text(fields, "failure")),
+        failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
     )
