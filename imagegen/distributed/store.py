@@ -16,15 +16,19 @@ a worker's own heartbeat and model state; `idle` the workers waiting for work; `
 count of pulls asked for, which every worker follows; `unfinished` a list with one entry
 per queued or running job, the length KEDA scales the workers on (Celery's own list holds
 only the waiting messages: scaling on it would remove workers in the middle of their jobs).
+The pub/sub channel `changed` announces each transition, for the requests waiting on a job.
 """
 
+import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import redis
+from redis.commands.core import Script
 
 from config.errors import ServiceError
 from imagegen.errors import WorkerLost
@@ -41,6 +45,10 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED = (
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # How the error of a job failed as lost begins (fail_lost): its answer is WorkerLost's.
 LOST = "worker lost: "
+# The pub/sub channel every transition is announced on: the job's id, or EVERY_JOB
+# (imagegen.distributed.changes).
+CHANGED = PREFIX + "changed"
+EVERY_JOB = "*"
 
 
 def job_key(job_id: str) -> str:
@@ -256,11 +264,28 @@ class JobStore:
         self.redis = client
         self.heartbeat_ttl = heartbeat_ttl
         self._submit = client.register_script(_SUBMIT)
-        self._claim = client.register_script(_CLAIM)
-        self._update = client.register_script(_UPDATE)
-        self._finish = client.register_script(_FINISH)
-        self._cancel = client.register_script(_CANCEL)
-        self._lost = client.register_script(_LOST)
+        # Every transition a waiting client can see is announced (_announced); a claim or a
+        # cancel moves the queue, so every queued job's position with it.
+        self._claim = self._announced(client.register_script(_CLAIM), every_job=True)
+        self._update = self._announced(client.register_script(_UPDATE))
+        self._finish = self._announced(client.register_script(_FINISH))
+        self._cancel = self._announced(client.register_script(_CANCEL), every_job=True)
+        self._lost = self._announced(client.register_script(_LOST))
+
+    def _announced(self, script: Script, *, every_job: bool = False) -> Callable[..., Any]:
+        """The transition `script`, then its job announced on CHANGED (its id, the job hash
+        being its first key; or EVERY_JOB), for the requests waiting on it
+        (imagegen.distributed.changes). The one place that notifies. An announcement that
+        fails is not the transition's failure: waiters read their job every second anyway."""
+
+        def run(*, keys: list[str], args: list[Any]) -> Any:
+            result = script(keys=keys, args=args)
+            changed = EVERY_JOB if every_job else keys[0].removeprefix(job_key(""))
+            with contextlib.suppress(redis.RedisError):
+                self.redis.publish(CHANGED, changed)
+            return result
+
+        return run
 
     @property
     def ttl_ms(self) -> int:
