@@ -45,6 +45,7 @@ class ChangeFeed:
         self._queue_moves: set[threading.Event] = set()  # also woken when the queue moved
         self._listening_in: int | None = None  # the pid whose listener runs
         self._closed = threading.Event()
+        self._lost = False  # the subscription is down (logged once an outage)
 
     @contextlib.contextmanager
     def watch(self, job_id: str, *, queue_moves: bool = True) -> Iterator[threading.Event]:
@@ -104,7 +105,9 @@ class ChangeFeed:
             except (redis.RedisError, OSError) as exc:  # Redis away: the waiters poll meanwhile
                 if self._closed.is_set():
                     return
-                log.warning("job changes: subscription lost, resubscribing: %s", exc)
+                if not self._lost:
+                    log.warning("job changes: subscription lost, resubscribing: %s", exc)
+                self._lost = True
                 self._closed.wait(LISTEN_SECONDS)
 
     def _listen(self) -> None:
@@ -115,6 +118,9 @@ class ChangeFeed:
                 if message is None:
                     continue
                 if message["type"] == "subscribe":  # (re)subscribed: read what was missed
+                    if self._lost:
+                        log.warning("job changes: subscribed again")
+                    self._lost = False
                     self.wake_all()
                 elif message["type"] == "message":
                     self.wake(decoded(message["data"]))
