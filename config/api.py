@@ -136,6 +136,15 @@ def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
 
 
 JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly"
+# The routes that queue generations: a request of theirs cut off by the outage may have
+# queued its job, which then runs on. The same Idempotency-Key on the retry joins that job
+# (imagegen.services) instead of running it twice.
+GENERATING = ("/generate", "/v1/images/generations", "/sdapi/v1/txt2img")
+GENERATION_UNCONFIRMED = (
+    "The job store (Redis) is unreachable; try again shortly. The job may have been queued "
+    "before it went: send the request again with the same Idempotency-Key to join that job "
+    "instead of running it twice"
+)
 
 
 @api.exception_handler(RedisConnectionError)
@@ -146,7 +155,9 @@ def on_job_store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     may retry, as for the todos' database; the connections come back by themselves when
     Redis does, so the service needs no restart."""
     log.warning("job store unreachable: %s", first_part(exc))
-    return error_response(request, 503, JOB_STORE_UNREACHABLE, retry_after=5)
+    generating = request.method == "POST" and request.path in GENERATING
+    message = GENERATION_UNCONFIRMED if generating else JOB_STORE_UNREACHABLE
+    return error_response(request, 503, message, retry_after=5)
 
 
 @api.exception_handler(RequestDataTooBig)

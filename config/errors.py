@@ -90,9 +90,11 @@ def error_response(
     response = JsonResponse(body, status=status)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
-    elif is_openai_path(request.path):
-        # The openai SDK retries 408, 409, 429 and 5xx answers (twice, by default). One with
-        # Retry-After (a full queue, a load under way) is worth retrying then; any other
-        # would only repeat work (a generation that timed out or failed starts over).
-        response["x-should-retry"] = "false"
+    if is_openai_path(request.path):
+        # The openai SDK retries 408, 409, 429 and 5xx answers (twice, by default) unless
+        # this header says otherwise. The rule: an answer with Retry-After (a full queue, a
+        # load under way, a lost worker, the job store unreachable) is worth retrying then;
+        # any other would only repeat work (a generation that timed out or raised starts
+        # over, a 409 without weights stays one).
+        response["x-should-retry"] = "false" if retry_after is None else "true"
     return response

@@ -242,6 +242,12 @@ if JOB_BROKER_URL and not JOB_BROKER_URL.startswith(("redis://", "rediss://", "u
 # reachable is run again on another worker, once ("worker lost" the second time); its worker
 # refreshes the job's heartbeat every third of it.
 JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=1.0)
+# How a request waiting on a job learns that it changed: the store's announcements (Redis
+# pub/sub, with a read every second as the fallback), or a read every 50 ms (the way before,
+# kept to measure against: bench/job_wait_bench.py).
+JOB_WAIT = env_str("JOB_WAIT", "notify")
+if JOB_WAIT not in ("notify", "poll"):
+    raise ImproperlyConfigured(f"JOB_WAIT must be notify or poll, got {JOB_WAIT!r}")
 
 if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")

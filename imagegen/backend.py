@@ -116,6 +116,7 @@ def jobs() -> JobBoard:
     thread."""
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
+        from imagegen.distributed.changes import ChangeFeed
         from imagegen.distributed.connection import job_store, redis_client
         from imagegen.distributed.timings import RedisTimings, measured_model
 
@@ -126,6 +127,7 @@ def jobs() -> JobBoard:
             keep=settings.JOBS_KEEP,
             rules=rules_from_settings(),
             timings=RedisTimings(redis_client(), measured_model(model_source())),
+            changes=ChangeFeed(redis_client()) if settings.JOB_WAIT == "notify" else None,
         )
     return JobQueue(
         loader(),
@@ -147,7 +149,7 @@ def runs() -> RunRegistry:
         from imagegen.distributed.runs import RedisRuns
 
         return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
-    return LocalRuns()
+    return LocalRuns(ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
 
 
 def worker_runtime(name: str) -> "WorkerRuntime":

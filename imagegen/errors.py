@@ -52,10 +52,25 @@ class JobCancelled(ServiceError):
 
 
 class JobFailed(ServiceError):
+    """The generation itself raised (the pipeline, or storing its image): the same request
+    would raise again, so 500 with no Retry-After (and under /v1 `x-should-retry: false`).
+    Failures a retry can help carry their own status (WorkerLost, ModelLoading)."""
+
     status = 500
 
     def __init__(self, error: str | None) -> None:
         super().__init__(f"The generation failed: {error}")
+
+
+class WorkerLost(ServiceError):
+    """The job's worker died under it (an out-of-memory kill, a node taken away): nothing was
+    wrong with the request, so a retry can help: 503 with Retry-After."""
+
+    status = 503
+    retry_after = 10
+
+    def __init__(self, error: str) -> None:
+        super().__init__(f"The generation did not finish: {error}. Send the request again")
 
 
 class SyncTimeout(ServiceError):

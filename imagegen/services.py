@@ -60,9 +60,16 @@ def generation_result(*, job: JobView, timeout: float | None) -> ImageRecord:
     """Waits for the job's image. A client that stops waiting (the timeout) has its job
     cancelled, since nobody will collect the image; a job that finished in the meantime
     still answers with its image."""
+    return _answer(backend.jobs().wait(job.id, timeout) or job, alone=True)
+
+
+def _answer(job: JobView, *, alone: bool) -> ImageRecord:
+    """The image of a job waited for, or why there is none. One still unfinished (the
+    timeout) is cancelled when nobody else (`alone`) waits for it."""
     jobs = backend.jobs()
-    job = jobs.wait(job.id, timeout) or job
     if job.state not in FINISHED:
+        if not alone:
+            raise BatchTimeout([job.id], cancelled=False)
         with contextlib.suppress(JobFinished):  # it may have finished just now
             jobs.cancel(job.id)
         job = jobs.lookup(job.id) or job
@@ -87,13 +94,74 @@ def _refuse_past_timeout(request: GenerationRequest, count: int, timeout: float 
 
 
 def generation_run(
-    *, request: GenerationRequest, timeout: float | None
+    *,
+    request: GenerationRequest,
+    timeout: float | None,
+    client: str = "",
+    idempotency_key: str | None = None,
 ) -> tuple[JobView, ImageRecord]:
     """A synchronous generation: submitted as a job like any other, then waited for; refused
-    at once when it cannot finish in time (asynchronous ones are taken as they come)."""
+    at once when it cannot finish in time (asynchronous ones are taken as they come). With
+    an Idempotency-Key, a retry joins the job its first attempt queued (_keyed_job)."""
+    if idempotency_key is not None:
+        job, last = _keyed_job(request, timeout, client, idempotency_key, wait=True)
+        return job, _answer(job, alone=last)
     _refuse_past_timeout(request, 1, timeout)
     job = generation_submit(request=request)
     return job, generation_result(job=job, timeout=timeout)
+
+
+def generation_submit_keyed(
+    *, request: GenerationRequest, client: str, idempotency_key: str
+) -> JobView:
+    """An asynchronous POST /generate with an Idempotency-Key: its retry answers the job
+    the first attempt queued (_keyed_job), not a second one."""
+    return _keyed_job(request, None, client, idempotency_key, wait=False)[0]
+
+
+def _keyed_job(
+    request: GenerationRequest,
+    timeout: float | None,
+    client: str,
+    idempotency_key: str,
+    *,
+    wait: bool,
+) -> tuple[JobView, bool]:
+    """POST /generate with an Idempotency-Key: the first request from this client with the
+    key queues the job; a retry with the same key (after a timeout on the client's side, a
+    dropped connection, or a 503 while the job store was unreachable, when the job may have
+    been queued and run on) joins that job, queued, running or succeeded, on any replica,
+    for GEN_SYNC_TIMEOUT + 60 s after its last attempt; a job that failed or was cancelled
+    is queued anew (_joinable). The body does not count: the key decides alone, as under
+    /v1. Returns the job (when `wait`, once finished or at `timeout`) and whether no other
+    attempt waits for it still (only then may the timeout cancel it)."""
+    key = _run_key(request, 1, client, f"generate:{idempotency_key}")
+
+    def submit() -> list[str]:
+        if wait:
+            _refuse_past_timeout(request, 1, timeout)
+        return [generation_submit(request=request).id]
+
+    runs = backend.runs()
+    run = runs.join_or_submit(key, submit=submit, unfinished=_joinable, keep=True)
+    try:
+        job = _views(run.jobs)[0]
+        if wait:
+            job = backend.jobs().wait(job.id, timeout) or job
+    finally:
+        last = runs.leave(run)
+    return job, last
+
+
+def _joinable(job_ids: list[str]) -> bool:
+    """Whether a retry with the same Idempotency-Key may join these jobs: none failed, was
+    cancelled or was forgotten (JOBS_KEEP); a retry of one of those queues anew."""
+    jobs = backend.jobs()
+    views = [jobs.lookup(job_id) for job_id in job_ids]
+    return all(
+        view is not None and view.state not in (JobState.FAILED, JobState.CANCELLED)
+        for view in views
+    )
 
 
 def image_delete(*, image_id: str) -> ImageRecord:
@@ -186,10 +254,21 @@ def _forgotten(job_id: str) -> JobView:
 
 
 def _join_or_submit(
-    key: str, request: GenerationRequest, count: int, client: str, timeout: float | None
+    key: str,
+    request: GenerationRequest,
+    count: int,
+    client: str,
+    timeout: float | None,
+    *,
+    keyed: bool,
 ) -> SharedRun:
     """A twin's run is joined whatever its estimate (its jobs were taken already); a new one
     is estimated first."""
+    if keyed:  # as POST /generate's key (_keyed_job): a retry joins its twin, even finished
+        return backend.runs().join_or_submit(
+            key, submit=lambda: _submit_batch(request, count, client, timeout),
+            unfinished=_joinable, keep=True,
+        )  # fmt: skip
     return backend.runs().join_or_submit(
         key,
         submit=lambda: _submit_batch(request, count, client, timeout),
@@ -241,14 +320,16 @@ def generation_run_shared(
     Clients of these protocols wait, and retry when they stop waiting: a request from the
     same client (config.auth.client_identity) with the same Idempotency-Key, or without one
     the same request, that arrives while its twin's jobs are queued or running joins them
-    instead of queueing them again, and gets the same images. A new request whose estimate
-    is past GEN_SYNC_REFUSE_FACTOR x `timeout` is refused at once (PastSyncTimeout). A
+    instead of queueing them again, and gets the same images; with a key, also once they
+    succeeded (a retry of an answer lost on the way), as POST /generate's (_keyed_job). A
+    new request whose estimate is past GEN_SYNC_REFUSE_FACTOR x `timeout` is refused at
+    once (PastSyncTimeout). A
     request that gives up (`timeout`) cancels the jobs only if nobody else waits for them.
 
     A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
     or with `partial` leaves its image out (A1111 answers what was finished)."""
     key = _run_key(request, count, client, idempotency_key)
-    run = _join_or_submit(key, request, count, client, timeout)
+    run = _join_or_submit(key, request, count, client, timeout, keyed=bool(idempotency_key))
     try:
         _wait(run.jobs, timeout, partial=partial)
     finally:

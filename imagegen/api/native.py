@@ -6,7 +6,7 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import token_required
+from config.auth import client_identity, token_required
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -141,13 +141,20 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     fields = [name for name in request.POST if name != "async"]
     if unknown := GenerateForm.unknown_fields(fields, list(request.FILES)):
         raise ValidationError(unknown)
+    key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
-        job = services.generation_submit(request=form.to_request())
+        if key is None:
+            job = services.generation_submit(request=form.to_request())
+        else:
+            job = services.generation_submit_keyed(
+                request=form.to_request(), client=client_identity(request), idempotency_key=key
+            )
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
-        request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT
-    )
+        request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT,
+        client=client_identity(request), idempotency_key=key,
+    )  # fmt: skip
     return png_with_headers(record, job)
 
 

@@ -7,14 +7,18 @@ A web process only accepts, looks up and cancels jobs; Celery workers run them
 (imagegen.distributed.store), so any replica answers for any job.
 """
 
+import contextlib
 import logging
 import secrets
+import threading
 import time
+from collections.abc import Callable
 from functools import cached_property
 
 import redis
 from kombu.exceptions import OperationalError
 
+from imagegen.distributed.changes import FALLBACK_SECONDS, ChangeFeed
 from imagegen.distributed.shared_model import live_workers
 from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
@@ -27,8 +31,8 @@ from imagegen.model.status import ModelHandle
 
 log = logging.getLogger(__name__)
 
-# How often a waiting request looks at its job again. Reading a job is one round trip of a
-# fraction of a millisecond, and each look also notices a lost worker.
+# How often a waiting request looks at its job again with JOB_WAIT=poll (the way before the
+# change feed, kept to measure against: bench/job_wait_bench.py).
 POLL_SECONDS = 0.05
 
 
@@ -42,6 +46,7 @@ class RedisJobBoard:
         keep: int,
         rules: GenerationRules,
         timings: RedisTimings,
+        changes: ChangeFeed | None = None,
     ) -> None:
         self.jobs = store
         self.timings = timings  # what the workers measured (the estimates)
@@ -49,6 +54,9 @@ class RedisJobBoard:
         self.queue_max = queue_max
         self.keep = keep
         self.rules = rules
+        # Waiting requests wake on the store's announcements (JOB_WAIT=notify, the default);
+        # None: each polls every POLL_SECONDS (JOB_WAIT=poll).
+        self.changes = changes
 
     @cached_property
     def _celery(self):
@@ -115,30 +123,40 @@ class RedisJobBoard:
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
         """The job's view once it has finished, or as it is when `timeout` runs out."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            view = self.lookup(job_id)
-            if view is None or view.state in FINISHED:
-                return view
-            if deadline is not None and time.monotonic() >= deadline:
-                return view
-            time.sleep(POLL_SECONDS if deadline is None else
-                       max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))  # fmt: skip
+        return self._wait_for(
+            job_id, timeout, lambda view: view.state in FINISHED, queue_moves=False
+        )
 
     def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
         """The view as soon as its revision passes `after`, or the current view at `timeout`;
-        None for an unknown job. The revision is read alone (one small reply) until it moves;
-        the whole view is read every second anyway, so a lost worker is noticed."""
-        deadline = time.monotonic() + timeout
-        next_full = time.monotonic() + 1.0
-        while True:
-            revision = self.jobs.revision(job_id)
-            if revision is None:
-                return None
-            now = time.monotonic()
-            if revision > after or now >= deadline or now >= next_full:
+        None for an unknown job."""
+        return self._wait_for(job_id, timeout, lambda view: view.revision > after)
+
+    def _wait_for(
+        self,
+        job_id: str,
+        timeout: float | None,
+        done: Callable[[JobView], bool],
+        *,
+        queue_moves: bool = True,
+    ) -> JobView | None:
+        """Reads the job until `done` (or it is unknown, or `timeout` ran out): after each
+        announcement of a change to it (with `queue_moves`, of the queue's too), and at least
+        every FALLBACK_SECONDS (each read also notices a lost worker); with JOB_WAIT=poll
+        every POLL_SECONDS instead."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = POLL_SECONDS if self.changes is None else FALLBACK_SECONDS
+        with contextlib.ExitStack() as stack:
+            changed = (
+                threading.Event() if self.changes is None
+                else stack.enter_context(self.changes.watch(job_id, queue_moves=queue_moves))
+            )  # fmt: skip
+            while True:
+                changed.clear()
                 view = self.lookup(job_id)
-                if view is None or view.revision > after or now >= deadline:
+                if view is None or done(view):
                     return view
-                next_full = now + 1.0
-            time.sleep(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return view
+                changed.wait(interval if left is None else min(interval, left))

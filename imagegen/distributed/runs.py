@@ -5,7 +5,8 @@ another replica joins the jobs its first attempt queued.
 One hash per request identity (its run's token and job ids) and one counter of waiters per
 run. Both expire GEN_SYNC_TIMEOUT plus a minute after the last join, so a replica that dies
 while waiting leaves nothing behind for long; until then its count keeps the run's jobs from
-being cancelled by a twin that gives up (they finish, and nobody collects them).
+being cancelled by a twin that gives up (they finish, and nobody collects them). A kept run
+(an Idempotency-Key's) is not removed when its last waiter leaves: it expires.
 """
 
 import json
@@ -35,7 +36,9 @@ class RedisRuns:
         self.ttl = ttl_seconds
         self._delete_if_current = client.register_script(_DELETE_IF_CURRENT)
 
-    def join_or_submit(self, key: str, submit: Submit, unfinished: Unfinished) -> SharedRun:
+    def join_or_submit(
+        self, key: str, submit: Submit, unfinished: Unfinished, *, keep: bool = False
+    ) -> SharedRun:
         """As LocalRuns.join_or_submit, for every replica: one request at a time per key
         (a Redis lock), so two replicas never both submit for the same request."""
         run_key = RUN.format(key=key)
@@ -44,10 +47,10 @@ class RedisRuns:
             run = None
             if stored:
                 jobs = json.loads(stored[b"jobs"])
-                run = SharedRun(key, jobs, decoded(stored[b"token"]))
+                run = SharedRun(key, jobs, decoded(stored[b"token"]), kept=keep)
             with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
                 if run is None or not unfinished(run.jobs):
-                    run = SharedRun(key, submit())
+                    run = SharedRun(key, submit(), kept=keep)
                     # Both fields: the old run's are gone.
                     pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
                 waiters = WAITERS.format(token=run.token)
@@ -67,7 +70,8 @@ class RedisRuns:
             if self.client.decr(waiters) > 0:
                 return False
             self.client.delete(waiters)
-            self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
+            if not run.kept:
+                self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
             return True
 
     def _locked(self, key: str) -> Lock:

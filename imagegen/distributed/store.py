@@ -29,8 +29,10 @@ nothing, and one longer than the TTL (an outage, or nobody about) sets every run
 heartbeat anew. A job is lost once its heartbeat is a whole JOB_HEARTBEAT_TTL behind that
 clock, so after an outage its worker has a full TTL of the store reachable to beat again, and
 every worker re-asserts its job at its next beat.
+The pub/sub channel `changed` announces each transition, for the requests waiting on a job.
 """
 
+import contextlib
 import json
 import logging
 import time
@@ -40,8 +42,10 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import redis
+from redis.commands.core import Script
 
 from config.errors import ServiceError
+from imagegen.errors import WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
@@ -61,6 +65,13 @@ FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
 # for its own reasons (out of memory, a node taken away); twice in a row points at the job.
 RUNS_PER_JOB = 2
+# How the error of a job failed as lost begins (_SWEEP, after its second worker): its answer
+# is WorkerLost's.
+LOST = "worker lost: "
+# The pub/sub channel every transition is announced on: the job's id, or EVERY_JOB
+# (imagegen.distributed.changes).
+CHANGED = PREFIX + "changed"
+EVERY_JOB = "*"
 
 
 def job_key(job_id: str) -> str:
@@ -366,6 +377,17 @@ def failure_from_text(text: str | None) -> ServiceError | None:
     return error
 
 
+def _failure(fields: dict) -> ServiceError | None:
+    """What a synchronous request for the job raises: what its worker recorded, or for a job
+    failed as lost (the sweep's error) WorkerLost, a 503 a retry can help."""
+    if recorded := failure_from_text(_text(fields, "failure")):
+        return recorded
+    error = _text(fields, "error")
+    if _text(fields, "state") == JobState.FAILED.value and error and error.startswith(LOST):
+        return WorkerLost(error)
+    return None
+
+
 @dataclass(frozen=True)
 class Claimed:
     job_id: str
@@ -392,12 +414,30 @@ class JobStore:
         self.heartbeat_ttl = heartbeat_ttl
         self.wake = wake
         self._submit = client.register_script(_SUBMIT)
-        self._claim = client.register_script(_CLAIM)
-        self._update = client.register_script(_UPDATE)
-        self._finish = client.register_script(_FINISH)
-        self._cancel = client.register_script(_CANCEL)
+        # Every transition a waiting client can see is announced (_announced); a claim, a
+        # cancel or a sweep moves the queue (a lost job goes back to its head), so every
+        # queued job's position with it.
+        self._claim = self._announced(client.register_script(_CLAIM), every_job=True)
+        self._update = self._announced(client.register_script(_UPDATE))
+        self._finish = self._announced(client.register_script(_FINISH))
+        self._cancel = self._announced(client.register_script(_CANCEL), every_job=True)
         self._beat = client.register_script(_BEAT)
-        self._sweep = client.register_script(_SWEEP)
+        self._sweep = self._announced(client.register_script(_SWEEP), every_job=True)
+
+    def _announced(self, script: Script, *, every_job: bool = False) -> Callable[..., Any]:
+        """The transition `script`, then its job announced on CHANGED (its id, the job hash
+        being its first key; or EVERY_JOB), for the requests waiting on it
+        (imagegen.distributed.changes). The one place that notifies. An announcement that
+        fails is not the transition's failure: waiters read their job every second anyway."""
+
+        def run(*, keys: list[str], args: list[Any]) -> Any:
+            result = script(keys=keys, args=args)
+            changed = EVERY_JOB if every_job else keys[0].removeprefix(job_key(""))
+            with contextlib.suppress(redis.RedisError):
+                self.redis.publish(CHANGED, changed)
+            return result
+
+        return run
 
     @property
     def ttl_ms(self) -> int:
@@ -595,6 +635,6 @@ def _view(fields: dict, rank: int | None) -> JobView:
         image=ImageRecord.model_validate_json(image) if image else None,
         owner=_text(fields, "owner"),
         batch=_text(fields, "batch"),
-        failure=failure_from_text(_text(fields, "failure")),
+        failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
     )

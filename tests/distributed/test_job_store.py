@@ -1,8 +1,10 @@
 """The shared job store against a real redis-server, in process: revisions and waiting for a
-change (what the progress stream reads), the heartbeat and a lost worker's job (run once more,
-then failed; a stale run's writes refused; time the store was away not counted), and answers
-byte for byte the same as the in-process queue's."""
+change (what the progress stream reads), woken by the store's announcements, the heartbeat and
+a lost worker's job (run once more, then failed, and what it answers; a stale run's writes
+refused; time the store was away not counted), and answers byte for byte the same as the
+in-process queue's."""
 
+import contextlib
 import json
 import threading
 import time
@@ -10,11 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from PIL import Image
 
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
-from imagegen.distributed.store import WORKERS, JobStore, worker_key
+from imagegen.distributed.changes import ChangeFeed
+from imagegen.distributed.store import CHANGED, WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import WorkerRuntime
 from imagegen.generation.estimates import Measurements, Timing
@@ -330,3 +334,110 @@ def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(s
         store.redis.sadd(WORKERS, name)
         store.redis.set(worker_key(name), json.dumps({"name": name}), px=60_000)
     assert board.estimate(GenerationRequest(prompt="p", size=(64, 64))).queue_seconds == 2 + 3
+
+
+# -- waiting on the store's announcements (imagegen.distributed.changes) -----------------------
+
+
+@pytest.fixture
+def notified(store: JobStore, redis_server: RedisServer) -> Iterator[RedisJobBoard]:
+    """The board as JOB_WAIT=notify builds it: waits wake on the store's announcements. Its
+    running jobs are not lost while a test waits (JOB_HEARTBEAT_TTL's default)."""
+    timings = RedisTimings(store.redis, "test-model")
+    changes = ChangeFeed(redis_server.client())
+    yield RedisJobBoard(
+        JobStore(store.redis, heartbeat_ttl=30), models=None, queue_max=8, keep=200,
+        rules=None, timings=timings, changes=changes,
+    )  # fmt: skip
+    changes.close()
+
+
+def job_reads(store: JobStore) -> int:
+    """The job reads Redis has served so far (one HGETALL each)."""
+    return int(store.redis.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def timed(call) -> tuple[object, float]:
+    started = time.monotonic()
+    return call(), time.monotonic() - started
+
+
+def test_a_waiting_request_wakes_on_the_announcement_and_reads_once_a_second_meanwhile(notified):
+    store = notified.jobs
+    add(store, "a")
+    store.claim("w1")
+    notified.wait_change("a", 0, timeout=0.1)  # starts the listener
+    time.sleep(0.5)  # subscribed
+    reads = job_reads(store)
+    same, waited = timed(lambda: notified.wait("a", timeout=2.5))
+    assert same.state is JobState.RUNNING and waited >= 2.5
+    assert job_reads(store) - reads <= 4  # the fallback's read a second, not 50 of them
+
+    threading.Timer(0.3, lambda: store.finish("a", 1, state="succeeded", phase="done")).start()
+    done, waited = timed(lambda: notified.wait("a", timeout=10))
+    assert done.state is JobState.SUCCEEDED
+    assert waited < 0.6  # at the announcement, not at the next fallback read (1 s)
+
+    add(store, "b")
+    add(store, "c")
+    now = store.view("c").revision
+    threading.Timer(0.3, lambda: store.claim("w1")).start()  # "b" runs: "c" moves up
+    moved, waited = timed(lambda: notified.wait_change("c", now, timeout=10))
+    assert moved.position == 1 and waited < 0.6  # a queue move wakes every queued job's
+
+
+def test_with_job_wait_poll_a_waiting_request_reads_every_50_ms(board):
+    store = board.jobs
+    add(store, "a")
+    store.claim("w1")
+    reads = job_reads(store)
+    board.wait("a", timeout=0.8)  # within the TTL (1 s here): still running
+    assert job_reads(store) - reads >= 12  # the baseline bench/job_wait_bench.py measures
+
+
+def test_announcements_reach_waiting_requests_again_after_redis_restarts(redis_server):
+    feed, publisher = ChangeFeed(redis_server.client()), redis_server.client()
+
+    def announced(changed: threading.Event) -> bool:
+        changed.clear()
+        with contextlib.suppress(redis.RedisError):
+            publisher.publish(CHANGED, "a")
+        return changed.wait(0.1)
+
+    try:
+        with feed.watch("a") as changed:
+            wait_until(lambda: announced(changed))
+            redis_server.stop()
+            time.sleep(1.5)
+            redis_server.start()
+            # resubscribed by itself: a message reaches the waiting request again
+            wait_until(lambda: announced(changed), timeout=20)
+    finally:
+        feed.close()
+
+
+def wait_until(check, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+# -- what a failed job answers ----------------------------------------------------------------
+
+
+def test_a_job_whose_worker_was_lost_answers_503_with_retry_after(store):
+    add(store, "a")
+    for worker in ("w1", "w2"):  # a job is run again once; the second loss fails it
+        assert store.claim(worker).job_id == "a"
+        reachable_for(store, 1.2)  # the TTL passes without a beat
+        store.sweep()
+    lost = store.view("a")
+    assert lost.state is JobState.FAILED
+    assert lost.failure.status == 503 and lost.failure.retry_after > 0
+    assert lost.error in lost.failure.message  # which job, which worker rule
+
+    add(store, "b")
+    store.claim("w1")
+    store.finish("b", 1, state="failed", phase="failed", error="RuntimeError: the UNet raised")
+    assert store.view("b").failure is None  # the pipeline raised: JobFailed's 500

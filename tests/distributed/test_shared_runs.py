@@ -1,7 +1,8 @@
 """The registry of synchronous protocol requests in Redis, against a real redis-server, and
 the in-process one beside it: a twin joins while the jobs are unfinished, only the last
 waiter to leave may cancel, a finished run gives way to a new one that the old run's last
-waiter cannot remove, and in Redis nothing outlives its expiry."""
+waiter cannot remove, a run kept for an Idempotency-Key outlives its waiters until its TTL,
+and in Redis nothing outlives its expiry."""
 
 import threading
 import time
@@ -115,3 +116,30 @@ def test_in_redis_every_key_expires_after_the_last_join(redis_server):
 
 def test_a_job_the_store_forgot_counts_as_finished_so_a_twin_queues_anew():
     assert services._unfinished("a-job-nobody-knows") is False
+
+
+def test_a_kept_run_outlives_its_last_waiter_so_a_retry_with_its_key_joins_it(runs):
+    """An Idempotency-Key's run: its first attempt gave up on an error, its job ran on and
+    succeeded; the retry joins it (whether it may is the caller's `unfinished`)."""
+    jobs = Jobs()
+    first = runs.join_or_submit("k", jobs.submit, jobs.unfinished, keep=True)
+    assert runs.leave(first) is True  # the last (only) waiter: it may cancel on a timeout
+    jobs.finished.add("job-0")
+    retry = runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True)
+    assert retry.jobs == ["job-0"] and jobs.submitted == [["job-0"]]
+    assert runs.leave(retry) is True
+    unkept = join(runs, jobs, key="plain")
+    runs.leave(unkept)
+    assert join(runs, jobs, key="plain") != unkept  # without a key, nothing outlives its waiters
+
+
+def test_a_kept_run_is_forgotten_after_the_ttl(redis_server):
+    local = LocalRuns(ttl_seconds=0.3)
+    client = redis_server.client()
+    client.flushdb()
+    for runs in (local, RedisRuns(client, ttl_seconds=1)):
+        jobs = Jobs()
+        runs.leave(runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True))
+        time.sleep(1.2)
+        assert runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True).jobs == ["job-1"]
+    assert local._current.keys() == {"k"}  # the expired one was dropped, not kept beside it

@@ -168,6 +168,30 @@ def test_async_by_header_and_query_and_same_png_as_synchronous(app):
         assert png.content == sync.content
 
 
+def test_a_retry_with_the_same_idempotency_key_gets_the_first_attempts_job(app):
+    prompt = f"keyed {time.monotonic_ns()}"  # the shared store holds other modules' jobs too
+    fields = {"prompt": prompt, "seed": "5", "size": "64x64", "steps": "2"}
+    key = {"Idempotency-Key": f"retry-{prompt}"}
+    blocker = submit(app, **LONG)
+    wait_until(app, blocker["id"], lambda j: j["state"] == "running")
+    with pytest.raises(requests.Timeout):  # the first attempt's client stops waiting
+        requests.post(app.url("/generate"), data=fields, headers=key, timeout=1)
+    requests.delete(app.url(f"/jobs/{blocker['id']}"))
+    retry = requests.post(app.url("/generate"), data=fields, headers=key)
+    assert retry.status_code == 200, retry.text
+    again = requests.post(app.url("/generate"), data=fields, headers=key)  # after it succeeded
+    queued = requests.post(app.url("/generate"), data={**fields, "async": "1"}, headers=key)
+    assert again.status_code == 200 and queued.status_code == 202
+    assert retry.headers["X-Job-Id"] == again.headers["X-Job-Id"] == queued.json()["id"]
+    assert again.content == retry.content
+    listed = requests.get(app.url("/jobs"), params={"limit": 200}).json()
+    assert [j["id"] for j in listed if j["parameters"]["prompt"] == prompt] == [
+        retry.headers["X-Job-Id"]
+    ]  # one job, run once
+    other = requests.post(app.url("/generate"), data=fields, headers={"Idempotency-Key": "new"})
+    assert other.status_code == 200 and other.headers["X-Job-Id"] != retry.headers["X-Job-Id"]
+
+
 def test_records_match_their_request_and_pngs_carry_the_parameters(app):
     fields = {
         "prompt": "a quiet harbour",

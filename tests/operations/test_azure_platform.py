@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ import yaml
 from imagegen.ops.platform import DEFAULT_TIMEOUT
 from tests.support.commands import manage
 from tests.support.fake_az import PROFILE_SIZES, FakeAz, replicas_per_node
+from tests.support.keda import RedisListScaler
 from tests.support.processes import ROOT
 from tests.support.scripted_service import Reply, ScriptedService, model_state
 
@@ -500,8 +502,39 @@ def test_fake_az_control_plane_distributed_layout_provisions_redis_and_deploys_t
         "?ssl_cert_reqs=required"
     )
     assert secrets["redis-password"] == "fake/redis+key="
+    assert_scaler_reads_the_job_store(worker)
     for name in ("imagegen", "imagegen-worker"):
         assert fake.latest_revision(name)["ready"]
+
+
+def assert_scaler_reads_the_job_store(worker: dict) -> None:
+    """The worker app's scale rule, read as KEDA's Redis list scaler reads it
+    (tests/support/keda.py), reaches the Redis the worker's JOB_BROKER_URL names (host,
+    port, database, password, and TLS exactly when the URL is rediss://: Azure Cache for
+    Redis takes only TLS on 6380, and a scaler without it never connects, so only the
+    minimum worker would ever run), counts the list the job store keeps of queued and
+    running jobs (not Celery's, which loses a job as it starts), and asks for one worker
+    per unfinished job within the app's bounds."""
+    from imagegen.distributed.store import UNFINISHED
+
+    scale = worker["template"]["scale"]
+    (rule,) = scale["rules"]
+    scaler = RedisListScaler.from_rule(rule)
+    secrets = {s["name"]: s["value"] for s in worker["configuration"]["secrets"]}
+    (container,) = worker["template"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    broker = urlsplit(secrets[env["JOB_BROKER_URL"]["secretRef"]])
+    assert scaler.tls is (broker.scheme == "rediss")
+    assert (scaler.host, scaler.port) == (broker.hostname, broker.port)
+    assert scaler.database == int(broker.path.strip("/") or 0)
+    assert scaler.password_secret is not None
+    assert secrets[scaler.password_secret] == unquote(broker.password or "")
+    assert scaler.list_name == UNFINISHED
+    low, high = scale["minReplicas"], scale["maxReplicas"]
+    assert low >= 1  # a job submitted to an empty deployment has a worker to take it
+    for unfinished in range(high + 3):
+        wanted = min(high, max(low, unfinished))
+        assert scaler.replicas(unfinished, minimum=low, maximum=high) == wanted, unfinished
 
 
 def test_fake_az_control_plane_distributed_layout_needs_a_node_per_worker_and_one_more(fake):
@@ -523,15 +556,9 @@ def test_the_worker_app_scales_on_unfinished_jobs_from_one_with_keda_redis():
     spec = yaml.safe_load(render.render(template, values))["properties"]
     scale = spec["template"]["scale"]
     assert scale["minReplicas"] == 1 and scale["maxReplicas"] == 2
-    (rule,) = scale["rules"]
-    assert rule["custom"]["type"] == "redis"
-    # The list the job store keeps (imagegen.distributed.store.UNFINISHED), not Celery's.
-    from imagegen.distributed.store import UNFINISHED
-
-    assert rule["custom"]["metadata"]["listName"] == UNFINISHED
-    assert rule["custom"]["metadata"]["address"] == "h:6380"
-    auth = [{"secretRef": "redis-password", "triggerParameter": "password"}]
-    assert rule["custom"]["auth"] == auth
+    assert_scaler_reads_the_job_store(spec)
+    more = {**values, "WORKER_MAX_REPLICAS": "6"}  # the arithmetic over a wider range
+    assert_scaler_reads_the_job_store(yaml.safe_load(render.render(template, more))["properties"])
     (container,) = spec["template"]["containers"]
     assert container["resources"] == {"cpu": 4, "memory": "16Gi"}  # one D4 node per worker
     assert spec["template"]["terminationGracePeriodSeconds"] == 600

@@ -1,0 +1,197 @@
+"""What a client is told when a generation does not end with an image, by one rule: 503 with
+Retry-After where a retry can help (the job's worker was lost, the job store unreachable), 500
+where it cannot (the pipeline raised: the same request raises again), and under /v1 the
+openai SDK's `x-should-retry` saying the same. In process, in both job modes where the case
+exists: the tiny pipeline made to raise, run by the in-process queue and by distributed mode's
+worker runtime on a real redis-server; the service call a route makes, and the answer the
+project's error handlers make of what it raises."""
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from django.http import HttpResponse
+from django.test import RequestFactory, override_settings
+
+from config.api import on_job_store_error, on_service_error
+from config.errors import ServiceError
+from imagegen import backend, services
+from imagegen.distributed.board import RedisJobBoard
+from imagegen.distributed.store import JobStore
+from imagegen.distributed.timings import RedisTimings
+from imagegen.distributed.worker import WorkerRuntime
+from imagegen.errors import JobFailed
+from imagegen.generation.images import ImageStore
+from imagegen.generation.job_board import FINISHED, JobBoard, JobView
+from imagegen.generation.jobs import JobQueue
+from imagegen.generation.render import GenerationRequest
+from imagegen.model.loader import ModelLoader
+from tests.support.distributed import RedisServer
+from tests.support.loaders import new_loader, wait_for
+from tests.support.local_hub import LocalHub
+from tests.support.processes import free_port
+
+REQUEST = GenerationRequest(prompt="a harbour", steps=2, guidance=0.0, seed=3, size=(64, 64))
+ROUTES = ("/generate", "/v1/images/generations")
+
+
+@pytest.fixture(scope="module")
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelLoader]:
+    work = tmp_path_factory.mktemp("failures")
+    share = work / "share"
+    share.mkdir()
+    with LocalHub(hub_root) as hub:
+        loaded = new_loader(hub, share, work / "cache")
+        assert loaded.pull()
+        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
+    yield loaded
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@dataclass
+class Mode:
+    jobs: JobBoard
+    submit: Callable[[GenerationRequest], str]
+
+
+@contextlib.contextmanager
+def in_process(loader: ModelLoader, images: Path) -> Iterator[Mode]:
+    with override_settings(MODEL_ID=loader.source.model_id, MODEL_ADAPTERS=(), GEN_DEFAULT_STEPS=2):
+        rules = backend.rules_from_settings()
+    jobs = JobQueue(loader, ImageStore(images), queue_max=4, load_timeout=60, keep=20, rules=rules)
+    yield Mode(jobs, lambda request: jobs.submit(request).id)
+
+
+@contextlib.contextmanager
+def distributed(loader: ModelLoader, images: Path, server: RedisServer) -> Iterator[Mode]:
+    """The web side's board and a worker's runtime on one redis-server, the worker taking
+    each job as Celery's solo pool takes its message."""
+    client = server.client()
+    client.flushdb()
+    store = JobStore(client, heartbeat_ttl=30)
+    timings = RedisTimings(client, "test-model")
+    board = RedisJobBoard(store, models=loader, queue_max=4, keep=20, rules=None, timings=timings)
+    runtime = WorkerRuntime(
+        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings
+    )
+    runtime.start()
+    messages: queue.Queue[str | None] = queue.Queue()
+
+    def solo_pool() -> None:
+        while messages.get() is not None:
+            runtime.run_next_job()
+
+    pool = threading.Thread(target=solo_pool, daemon=True)
+    pool.start()
+
+    def submit(request: GenerationRequest) -> str:
+        job_id = f"job-{time.monotonic_ns()}"
+        assert store.add(job_id, request, owner=None, batch=None, queue_max=4, keep=20)
+        messages.put(job_id)
+        return job_id
+
+    try:
+        yield Mode(board, submit)
+    finally:
+        messages.put(None)
+        pool.join(60)
+        runtime.stop()
+
+
+@pytest.fixture(params=["in-process", "distributed"])
+def mode(
+    request: pytest.FixtureRequest,
+    loader: ModelLoader,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Mode]:
+    if request.param == "in-process":
+        made = in_process(loader, tmp_path / "images")
+    else:
+        made = distributed(loader, tmp_path / "images", request.getfixturevalue("redis_server"))
+    with made as mode:
+        monkeypatch.setattr(backend, "jobs", lambda: mode.jobs)  # what the services call
+        yield mode
+
+
+@pytest.fixture
+def unet_raises(loader: ModelLoader) -> Iterator[None]:
+    def fail(*_: object) -> None:
+        raise RuntimeError("the UNet raised")
+
+    handle = loader.pipeline(60).unet.register_forward_pre_hook(fail)
+    yield
+    handle.remove()
+
+
+def answers(error: Exception, method: str = "post") -> dict[str, HttpResponse]:
+    """The answer to `error` on each route, as the project's handlers make it."""
+    handler = on_service_error if isinstance(error, ServiceError) else on_job_store_error
+    factory = RequestFactory()
+    return {path: handler(getattr(factory, method)(path), error) for path in ROUTES}
+
+
+def finished(mode: Mode, job_id: str) -> JobView:
+    view = mode.jobs.wait(job_id, 60)
+    assert view is not None and view.state in FINISHED, view
+    return view
+
+
+def test_a_generation_that_raised_is_500_without_retry_after_in_both_modes(mode, unet_raises):
+    job = finished(mode, mode.submit(REQUEST))
+    with pytest.raises(JobFailed) as failed:
+        services.generation_result(job=job, timeout=10)
+    assert failed.value.status == 500 and failed.value.retry_after is None
+    assert "the UNet raised" in failed.value.message
+    native, openai = answers(failed.value).values()
+    assert native.status_code == openai.status_code == 500
+    assert "Retry-After" not in native and "Retry-After" not in openai
+    assert openai["x-should-retry"] == "false"  # the SDK does not send it again
+
+
+def test_a_job_whose_worker_was_lost_is_503_with_retry_after(redis_server, monkeypatch):
+    client = redis_server.client()
+    client.flushdb()
+    store = JobStore(client, heartbeat_ttl=1.0)
+    board = RedisJobBoard(
+        store, models=None, queue_max=4, keep=20, rules=None,
+        timings=RedisTimings(client, "test-model"),
+    )  # fmt: skip
+    monkeypatch.setattr(backend, "jobs", lambda: board)
+    assert store.add("a", REQUEST, owner=None, batch=None, queue_max=4, keep=20)
+    for worker in ("w1", "w2"):  # each dies under it: it runs once more, then fails
+        assert store.claim(worker).job_id == "a"
+        deadline = time.monotonic() + 1.2  # a TTL with the store reachable and no beat of it
+        while time.monotonic() < deadline:
+            store.beat("no such job", 1)  # the clock ticks, as live workers' beats make it
+            time.sleep(0.1)
+        store.sweep()
+    with pytest.raises(ServiceError) as lost:
+        services.generation_result(job=board.lookup("a"), timeout=5)
+    assert lost.value.status == 503 and lost.value.retry_after
+    assert "worker lost: job a" in lost.value.message
+    for answer in answers(lost.value).values():
+        assert answer.status_code == 503 and int(answer["Retry-After"]) > 0
+    assert answers(lost.value)["/v1/images/generations"]["x-should-retry"] == "true"
+
+
+def test_the_job_store_unreachable_is_503_and_a_generation_is_told_to_retry_with_its_key():
+    with pytest.raises(redis.ConnectionError) as unreachable:
+        redis.Redis(port=free_port(), socket_connect_timeout=1).ping()
+    for path, answer in answers(unreachable.value).items():
+        assert answer.status_code == 503 and int(answer["Retry-After"]) > 0, path
+        assert "send the request again with the same Idempotency-Key" in answer.content.decode()
+    assert answers(unreachable.value)["/v1/images/generations"]["x-should-retry"] == "true"
+    read = on_job_store_error(RequestFactory().get("/jobs"), unreachable.value)
+    assert read.status_code == 503 and b"Idempotency-Key" not in read.content  # nothing queued
