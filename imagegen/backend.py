@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from imagegen.errors import JobNotFound, JobNotInStore
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
@@ -136,6 +137,14 @@ def jobs() -> JobBoard:
         rules=rules_from_settings(),
         nice=settings.GEN_NICE,
     )
+
+
+def job_not_found() -> JobNotFound:
+    """The 404 for an unknown job, saying what keeps jobs in this mode: this process, or the
+    store (Redis), which a restart without persistence empties."""
+    if is_distributed():
+        return JobNotInStore(settings.JOBS_KEEP)
+    return JobNotFound()
 
 
 @cache
