@@ -48,9 +48,7 @@ def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             app = running.apps[0]
             assert requests.post(app.url("/model/pull"), timeout=10).status_code == 202
             deadline = time.monotonic() + 60  # downloaded to the share; no worker loads it
-            while not requests.get(app.url("/model/status"), timeout=10).json()[
-                "weights_on_share"
-            ]:
+            while not requests.get(app.url("/model/status"), timeout=10).json()["weights_on_share"]:
                 assert time.monotonic() < deadline, app.log_tail()
                 time.sleep(0.1)
             yield running
