@@ -181,12 +181,12 @@ class BudgetedPool(redis.ConnectionPool):
         self.budget_seconds = budget_seconds
         self.places = None if max_waiting is None else threading.BoundedSemaphore(max_waiting)
 
-    def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+    def get_connection(self, *args: Any, **options: Any) -> Any:
         if self.places is not None and not self.places.acquire(blocking=False):
             raise JobStoreBusy()
         budget = _current.budget = CallBudget(self.budget_seconds)
         try:
-            connection: Any = super().get_connection(command_name, *keys, **options)
+            connection: Any = super().get_connection(*args, **options)
         except BaseException:
             self._give_back(budget)
             raise

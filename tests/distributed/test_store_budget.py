@@ -98,7 +98,7 @@ def test_calls_waiting_at_once_are_bounded_and_the_next_is_refused_at_once(redis
     assert not places.acquire(blocking=False)
     places.release()
     places.release()
-    assert client.get("k") is None
+    assert client.get("nothing") is None
 
 
 def test_a_call_without_a_place_bound_is_not_refused(redis_server):
