@@ -93,12 +93,16 @@ def test_every_job_route_answers_503_within_the_bound_and_status_200(stack):
     app = stack.apps[0]
     queued = submit(app)
     waiting: list = []  # synchronous requests waiting for their jobs when Redis freezes
-    waiters = [
-        in_background("POST", app.url("/generate"), waiting, data={"prompt": "sync"}),
-        in_background("POST", app.url("/v1/images/generations"), waiting, json={"prompt": "o"}),
-    ]
-    time.sleep(1.5)  # both queued their jobs and wait on them
-    assert not waiting, waiting
+    waiters = []
+    for path, body in [
+        ("/generate", {"data": {"prompt": "sync"}}),
+        ("/v1/images/generations", {"json": {"prompt": "o"}}),
+        ("/sdapi/v1/txt2img", {"json": {"prompt": "a"}}),
+    ]:
+        waiters.append(in_background("POST", app.url(path), waiting, **body))
+        time.sleep(0.5)  # one at a time: only two of their calls may be in flight at once
+    time.sleep(1)
+    assert not waiting, [(response.url, response.text) for response, _ in waiting]
     with frozen(stack):
         frozen_at = time.monotonic()
         for waiter in waiters:
