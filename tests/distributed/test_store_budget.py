@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import kombu
 import pytest
 import redis
 
@@ -152,3 +153,28 @@ def test_the_404_of_an_unknown_job_says_what_keeps_jobs_in_each_mode(settings):
         error.message
     )
     assert "a Redis without persistence loses them all when it restarts" in error.message
+
+
+def test_a_job_message_published_to_a_frozen_store_gives_up(redis_server, settings):
+    """Celery's Redis transport waits forever for a reply by default: a publish between the
+    job's store write and Redis freezing would hold its request as long as Redis is frozen."""
+    from config.celery import app
+
+    options = app.conf.broker_transport_options
+    bound = max(2.0, settings.JOB_STORE_TIMEOUT_MS / 1000) + 1  # docs/configuration.md
+    with kombu.Connection(redis_server.url, transport_options=options) as connection:
+        producer = connection.Producer()
+        producer.publish({"wake": 1}, routing_key="imagegen-test")  # connected
+        outcome: list[tuple[BaseException | None, float]] = []
+        with frozen(redis_server):
+            publish = threading.Thread(
+                target=lambda: outcome.append(
+                    timed(lambda: producer.publish({"wake": 2}, routing_key="imagegen-test"))
+                ),
+                daemon=True,
+            )
+            publish.start()
+            publish.join(bound + SLACK)
+        publish.join(10)  # unfrozen: a publish that hung ends now
+    assert outcome and outcome[0][1] < bound + SLACK, outcome
+    assert outcome[0][0] is not None  # it gave up
