@@ -17,9 +17,10 @@ event streams); such a deadline would have to be renewed by every wait. A reques
 that Redis does not answer in time ends the request with 503, so a job route answers within
 the budget (and the retries' back-off, under a second) of Redis going silent.
 
-The budget runs from the call taking its connection from the pool, and starts again at each
-reply (a pipeline's or a subscription's later replies are not starved by the first): "Redis
-has not answered this call for JOB_STORE_TIMEOUT_MS" is what makes it give up.
+The budget runs from the call taking its connection from the pool until it gives it back. A
+subscription (pub/sub) holds its connection, and a place, for its whole life: its reads give up
+once the budget from subscribing is spent, so a wait for notifications wants a blocking call of
+its own timeout below the budget, or a client of its own (store_client, no places).
 """
 
 import math
@@ -43,14 +44,10 @@ SPENT = "no answer from the job store within JOB_STORE_TIMEOUT_MS"
 
 
 class CallBudget:
-    """The time a call has left; each reply from Redis starts it again."""
+    """The time a call has left."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.renew()
-
-    def renew(self) -> None:
-        self.deadline = time.monotonic() + self.seconds
+        self.deadline = time.monotonic() + seconds
 
     def left(self) -> float:
         """Seconds left; raises redis's TimeoutError (the job store's 503) once none are."""
@@ -120,9 +117,7 @@ class _Budgeted:
         if not isinstance(asked, int | float):  # absent, or redis-py's "the socket's own"
             asked = connection.socket_timeout
         options["timeout"] = _capped(asked, left)
-        response = parent.read_response(disable_decoding, **options)
-        budget.renew()
-        return response
+        return parent.read_response(disable_decoding, **options)
 
 
 class BudgetedConnection(_Budgeted, Connection):
