@@ -1,8 +1,8 @@
 """Bounds on what a hung job store (Redis) can cost a web process: every Redis call ends within
 JOB_STORE_TIMEOUT_MS whatever Redis does (frozen, or a half-open connection that answers
 nothing), its reconnects, handshake and retries included; and at most JOB_STORE_MAX_CONCURRENT
-calls wait on it at once, the next refused at once (503), so a frozen Redis never holds every
-gunicorn thread and /health keeps one.
+calls wait on it at once, the next refused at once (503, after PLACE_GRACE), so a frozen Redis
+never holds every gunicorn thread and /health keeps one.
 
 Why redis-py's own socket timeouts are not enough: they bound each read and each connect, not
 a call. A call that times out disconnects and retries; against a frozen Redis the TCP connect
@@ -41,6 +41,10 @@ from imagegen.errors import JobStoreBusy
 
 T = TypeVar("T")
 SPENT = "no answer from the job store within JOB_STORE_TIMEOUT_MS"
+# How long a call waits for a place before it is refused. A Redis that answers gives one back
+# within milliseconds (requests waiting for their jobs look at them 20 times a second, so
+# with few places they meet); a frozen one holds them for the whole budget.
+PLACE_GRACE = 0.05
 
 
 class CallBudget:
@@ -177,7 +181,7 @@ class BudgetedPool(redis.ConnectionPool):
         self.places = None if max_waiting is None else threading.BoundedSemaphore(max_waiting)
 
     def get_connection(self, *args: Any, **options: Any) -> Any:
-        if self.places is not None and not self.places.acquire(blocking=False):
+        if self.places is not None and not self.places.acquire(timeout=PLACE_GRACE):
             raise JobStoreBusy()
         budget = _current.budget = CallBudget(self.budget_seconds)
         try:
