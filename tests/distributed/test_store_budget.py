@@ -113,7 +113,7 @@ def test_a_call_without_a_place_bound_is_not_refused(redis_server):
 WORKER = {"name": "w1", "state": "ready", "error": None, "job": None, "pulls": 1}
 
 
-def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_server, settings):
+def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_server):
     client = client_of(redis_server)
     client.flushdb()
     client.sadd(WORKERS, "w1")
