@@ -36,7 +36,12 @@ app.conf.update(
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,
     broker_connection_max_retries=None,
-    broker_transport_options={"socket_connect_timeout": 2},
+    # A publish to a frozen Redis gives up as the job store's calls do (JOB_STORE_TIMEOUT_MS),
+    # not never; above the workers' 1 s BRPOP, which it would otherwise cut.
+    broker_transport_options={
+        "socket_connect_timeout": 2,
+        "socket_timeout": max(2.0, settings.JOB_STORE_TIMEOUT_MS / 1000),
+    },
     # A submit while Redis is away answers 503 within about a second, not after a minute.
     task_publish_retry_policy={
         "max_retries": 2,

@@ -238,6 +238,18 @@ if JOB_BROKER_URL and not JOB_BROKER_URL.startswith(("redis://", "rediss://", "u
     raise ImproperlyConfigured(
         f"JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got {JOB_BROKER_URL!r}"
     )
+# Every call to that Redis ends within this, its reconnects and retries included, whatever
+# Redis does (a frozen one answers nothing): a job request that gets no answer in time
+# answers 503 with Retry-After (imagegen/distributed/budget.py).
+JOB_STORE_TIMEOUT_MS = env_int("JOB_STORE_TIMEOUT_MS", 5000, minimum=100)
+# Calls that may wait on that Redis at once in one process; the next is refused at once (503),
+# so a frozen Redis holds no more than this many of gunicorn's threads and /health keeps one.
+JOB_STORE_MAX_CONCURRENT = env_int("JOB_STORE_MAX_CONCURRENT", max(1, _THREADS - 4), minimum=1)
+if JOB_STORE_MAX_CONCURRENT >= _THREADS:
+    raise ImproperlyConfigured(
+        f"JOB_STORE_MAX_CONCURRENT must be below GUNICORN_THREADS ({_THREADS}), "
+        f"got {JOB_STORE_MAX_CONCURRENT}"
+    )
 # A running job whose worker has not been heard of for this many seconds of the store being
 # reachable is run again on another worker, once ("worker lost" the second time); its worker
 # refreshes the job's heartbeat every third of it.

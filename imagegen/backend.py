@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from imagegen.errors import JobNotFound, JobNotInStore
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
@@ -117,7 +118,7 @@ def jobs() -> JobBoard:
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
         from imagegen.distributed.changes import ChangeFeed
-        from imagegen.distributed.connection import job_store, redis_client
+        from imagegen.distributed.connection import job_store, listener_client, redis_client
         from imagegen.distributed.timings import RedisTimings, measured_model
 
         return RedisJobBoard(
@@ -127,7 +128,7 @@ def jobs() -> JobBoard:
             keep=settings.JOBS_KEEP,
             rules=rules_from_settings(),
             timings=RedisTimings(redis_client(), measured_model(model_source())),
-            changes=ChangeFeed(redis_client()) if settings.JOB_WAIT == "notify" else None,
+            changes=ChangeFeed(listener_client()) if settings.JOB_WAIT == "notify" else None,
         )
     return JobQueue(
         loader(),
@@ -138,6 +139,14 @@ def jobs() -> JobBoard:
         rules=rules_from_settings(),
         nice=settings.GEN_NICE,
     )
+
+
+def job_not_found() -> JobNotFound:
+    """The 404 for an unknown job, saying what keeps jobs in this mode: this process, or the
+    store (Redis), which a restart without persistence empties."""
+    if is_distributed():
+        return JobNotInStore(settings.JOBS_KEEP)
+    return JobNotFound()
 
 
 @cache

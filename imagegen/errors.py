@@ -1,6 +1,8 @@
 """What the image service can refuse; config/api.py turns each into the error shape of the
 route's protocol (config/errors.py)."""
 
+import redis
+
 from config.errors import ServiceError
 
 
@@ -37,6 +39,31 @@ class QueueFull(ServiceError):
 class JobNotFound(ServiceError):
     status = 404
     message = "No such job (jobs are kept while this process runs)"
+
+
+class JobNotInStore(JobNotFound):
+    """Distributed mode's 404: the jobs are the store's (Redis), not a process's."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__(
+            f"No such job (the job store, Redis, keeps every unfinished job and the newest "
+            f"{keep} finished ones, JOBS_KEEP; a Redis without persistence loses them all "
+            "when it restarts)"
+        )
+
+
+class JobStoreBusy(ServiceError, redis.ConnectionError):
+    """Every place for a call waiting on the job store is taken (JOB_STORE_MAX_CONCURRENT):
+    Redis is slow or gone, and each waiting call holds one of the worker's threads, which
+    /health and the other routes need too. A redis ConnectionError as well, so code that
+    rides over a store outage (a worker's heartbeat, /model/status) rides over this."""
+
+    status = 503
+    message = (
+        "Too many requests are waiting for the job store (Redis) (JOB_STORE_MAX_CONCURRENT); "
+        "try again shortly"
+    )
+    retry_after = 5
 
 
 class JobFinished(ServiceError):

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core import signing
 
 from imagegen import backend
-from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound, JobNotFound
+from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
 from imagegen.generation.estimates import Estimate
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
@@ -109,7 +109,7 @@ def _breakdown(found: Estimate) -> str:
 def job_get(*, job_id: str) -> JobView:
     job = backend.jobs().lookup(job_id)
     if job is None:
-        raise JobNotFound()
+        raise backend.job_not_found()
     return job
 
 
@@ -119,7 +119,7 @@ def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
     so it wakes for changes instead of polling."""
     view = backend.jobs().wait_change(job_id, after, timeout)
     if view is None:
-        raise JobNotFound()
+        raise backend.job_not_found()
     return view
 
 

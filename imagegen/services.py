@@ -25,7 +25,6 @@ from imagegen.errors import (
     JobCancelled,
     JobFailed,
     JobFinished,
-    JobNotFound,
     PastSyncTimeout,
     SyncTimeout,
 )
@@ -177,7 +176,7 @@ def image_delete(*, image_id: str) -> ImageRecord:
 def job_cancel(*, job_id: str) -> JobView:
     job = backend.jobs().cancel(job_id)
     if job is None:
-        raise JobNotFound()
+        raise backend.job_not_found()
     return job
 
 

@@ -63,6 +63,11 @@ def environment() -> Iterator[dict[str, str]]:
             "JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got 'amqp://guest@rabbit//'",
         ),
         ({"JOB_HEARTBEAT_TTL": "0.5"}, "JOB_HEARTBEAT_TTL must be at least 1, got 0.5"),
+        ({"JOB_STORE_TIMEOUT_MS": "50"}, "JOB_STORE_TIMEOUT_MS must be at least 100, got 50"),
+        (
+            {"GUNICORN_THREADS": "8", "JOB_STORE_MAX_CONCURRENT": "8"},
+            "JOB_STORE_MAX_CONCURRENT must be below GUNICORN_THREADS (8), got 8",
+        ),
         (
             {"MODEL_DIR": "/srv/share", "DOWNLOAD_CACHE_DIR": "/srv/share/cache"},
             "DOWNLOAD_CACHE_DIR must be outside MODEL_DIR",
@@ -89,6 +94,15 @@ def test_event_streams_are_bounded_well_below_the_threads_by_default(environment
     assert (settings.EVENT_STREAMS_MAX, settings.EVENT_STREAM_SECONDS) == (4, 220)
     os.environ["GUNICORN_THREADS"] = "32"
     assert importlib.reload(config.settings).EVENT_STREAMS_MAX == 8
+
+
+def test_the_job_stores_calls_are_bounded_below_the_threads_by_default(environment):
+    for name in ("GUNICORN_THREADS", "JOB_STORE_MAX_CONCURRENT", "JOB_STORE_TIMEOUT_MS"):
+        os.environ.pop(name, None)
+    settings = importlib.reload(config.settings)
+    assert (settings.JOB_STORE_MAX_CONCURRENT, settings.JOB_STORE_TIMEOUT_MS) == (12, 5000)
+    os.environ["GUNICORN_THREADS"] = "2"
+    assert importlib.reload(config.settings).JOB_STORE_MAX_CONCURRENT == 1
 
 
 def test_adapters_are_parsed_with_their_scales(environment):

@@ -15,12 +15,16 @@ The top-level `state` of GET /model/status answers "can this deployment generate
 - else `failed` when a worker's load or this process's download failed (`error` says which);
 - else `not_started`.
 
-`workers` lists each live worker (name, its own state and error, the job it runs).
+`workers` lists each live worker (name, its own state and error, the job it runs). When the
+store does not answer in time, the answer is still 200: what this process last saw, marked
+`store: "unreachable"` with its age (`store_age_seconds`).
 """
 
 import json
 import logging
 import threading
+import time
+from dataclasses import dataclass, field
 
 import redis
 
@@ -46,6 +50,15 @@ def live_workers(client: redis.Redis) -> list[dict]:
     return [json.loads(value) for value in values if value is not None]
 
 
+@dataclass(frozen=True)
+class Seen:
+    """The workers and the pull count as read from the store, and when."""
+
+    workers: list[dict]
+    pulls: int
+    at: float = field(default_factory=time.monotonic)
+
+
 class SharedModel:
     def __init__(self, loader: ModelLoader, client: redis.Redis) -> None:
         # The web process's loader is used for its source and its status fields only: it
@@ -57,6 +70,7 @@ class SharedModel:
         self._downloading: threading.Thread | None = None
         self._error: str | None = None
         self._progress = hub.DownloadProgress()
+        self._seen = Seen([], 0)  # nothing seen yet: no worker
 
     def pull(self) -> bool:
         """Starts the download (when the share lacks a complete copy) and then has every
@@ -103,10 +117,22 @@ class SharedModel:
                 raise ModelFailed(self._error)
         raise ModelNotPulled()
 
+    def _read_workers(self) -> tuple[Seen, str]:
+        """The workers and the pull count, with whether they were read now or are what this
+        process last saw (Redis did not answer within JOB_STORE_TIMEOUT_MS, or too many
+        requests wait on it): the deployment gate fails on any answer but 2xx, and a blip of
+        the store must not fail a deployment."""
+        try:
+            self._seen = Seen(live_workers(self.redis), int(self.redis.get(PULLS) or 0))
+            return self._seen, "reachable"
+        except redis.RedisError as exc:
+            log.warning("model status from what was last seen: job store unreachable: %s", exc)
+            return self._seen, "unreachable"
+
     def status(self) -> ModelStatus:
         base = self.loader.status().model_dump()
-        workers = live_workers(self.redis)
-        pulls = int(self.redis.get(PULLS) or 0)
+        seen, store = self._read_workers()
+        workers, pulls = seen.workers, seen.pulls
         with self._lock:
             downloading, error, progress = self._download_running(), self._error, self._progress
         states = {w["state"] for w in workers}
@@ -130,5 +156,7 @@ class SharedModel:
                 WorkerModel(name=w["name"], state=w["state"], error=w["error"], job=w["job"])
                 for w in workers
             ],
+            store=store,
+            store_age_seconds=round(time.monotonic() - seen.at, 1),
         )
         return ModelStatus(**base)

@@ -78,6 +78,19 @@ class ModelStatus(BaseModel):
         description="distributed mode only (JOB_BROKER_URL): every live worker process; "
         "`state` above is then ready when at least one of them is",
     )
+    store: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="distributed mode only: `reachable`, or `unreachable` when the job store "
+        "(Redis) did not answer in time; `state` and `workers` are then what this process last "
+        "saw, `store_age_seconds` ago, and the answer is still 200",
+    )
+    store_age_seconds: float | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="distributed mode only: how old `state` and `workers` are (0 when read "
+        "now); since the store last answered, or since this process started when it never has",
+    )
 
 
 class ModelHandle(Protocol):

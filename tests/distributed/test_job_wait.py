@@ -22,7 +22,10 @@ def test_a_replica_following_a_job_is_subscribed_and_told_of_its_next_step(tmp_p
         store = JobStore(client, heartbeat_ttl=30)
         assert store.add("a", REQUEST, owner=None, batch=None, queue_max=4, keep=20)
         store.claim("w1")
-        env = {"JOB_BROKER_URL": server.url, "MONGODB_URI": "mongodb://127.0.0.1:9/unused"}
+        # A call budget far below the time the subscription lives: the listener's connection
+        # is its own, not a budgeted call that would be cut off and resubscribe over and over.
+        env = {"JOB_BROKER_URL": server.url, "MONGODB_URI": "mongodb://127.0.0.1:9/unused",
+               "JOB_STORE_TIMEOUT_MS": "500"}  # fmt: skip
         with (
             AppServer(env, tmp_path / "web.log") as app,
             open_stream(app.url("/jobs/a/events")) as stream,
@@ -33,8 +36,10 @@ def test_a_replica_following_a_job_is_subscribed_and_told_of_its_next_step(tmp_p
             while client.pubsub_numsub(CHANGED) != [(CHANGED.encode(), 1)]:
                 assert time.monotonic() < deadline, "the replica never subscribed"
                 time.sleep(0.05)
+            time.sleep(2)  # four call budgets
             sent = time.monotonic()
             store.update("a", 1, step=1, steps=4)
             step = next(events)
             assert step.name == "step" and step.data["step"] == 1
             assert time.monotonic() - sent < 0.5  # at the announcement, not a second later
+        assert "subscription lost" not in app.log_path.read_text()

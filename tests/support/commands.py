@@ -98,7 +98,7 @@ def settings_of(environ: Mapping[str, str]) -> dict[str, Any]:
 def cached_builders() -> list[Any]:
     """The process-wide objects built once from the settings: the backend's builders (model
     loader, image store, model handle, job board, run registry), the compute device, the
-    event-stream places and, where distributed mode was imported, its Redis connection."""
+    event-stream places and, where distributed mode was imported, its Redis connections."""
     from imagegen import backend, services
     from imagegen.model import device
 
@@ -113,7 +113,7 @@ def cached_builders() -> list[Any]:
     ]
     connection = sys.modules.get("imagegen.distributed.connection")
     if connection is not None:
-        builders += [connection.redis_client, connection.job_store]
+        builders += [connection.redis_client, connection.listener_client, connection.job_store]
     return builders
 
 

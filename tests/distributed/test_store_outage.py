@@ -1,0 +1,154 @@
+"""A frozen job store, from outside: a real redis-server stopped with SIGSTOP under a web
+replica under gunicorn. Every job route answers 503 with Retry-After within the bound that
+docs/distributed.md states (a request already waiting for its job included), GET
+/model/status answers 200 with what it last saw, marked, and /health answers at once on the
+replica that holds more job requests than it has threads. No worker: the jobs stay queued,
+so the synchronous requests wait."""
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+
+from config.api import JOB_STORE_UNREACHABLE
+from imagegen.errors import JobStoreBusy
+from tests.support.distributed import Stack
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import model_service_env
+
+TIMEOUT_MS = 800
+THREADS = 4
+PLACES = 2  # JOB_STORE_MAX_CONCURRENT
+# docs/distributed.md: a job route answers within JOB_STORE_TIMEOUT_MS plus a second, twice
+# that for an OpenAI or A1111 request that gives back its place among the shared runs.
+BOUND = 2 * (TIMEOUT_MS / 1000 + 1)
+SLACK = 1.5  # a shared 2-core machine
+ANSWERS = {JOB_STORE_UNREACHABLE, JobStoreBusy.message}
+
+
+@pytest.fixture(scope="module")
+def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("store-outage")
+    with LocalHub(hub_root) as hub:
+        env = {
+            **model_service_env(hub.url, work / "share", work),
+            "JOB_STORE_TIMEOUT_MS": str(TIMEOUT_MS),
+            "GUNICORN_THREADS": str(THREADS),
+            "JOB_STORE_MAX_CONCURRENT": str(PLACES),
+            "GEN_QUEUE_MAX": "50",
+        }
+        with Stack(env, work) as running:
+            running.start(replicas=1, workers=0)
+            app = running.apps[0]
+            assert requests.post(app.url("/model/pull"), timeout=10).status_code == 202
+            deadline = time.monotonic() + 60  # downloaded to the share; no worker loads it
+            while not requests.get(app.url("/model/status"), timeout=10).json()["weights_on_share"]:
+                assert time.monotonic() < deadline, app.log_tail()
+                time.sleep(0.1)
+            yield running
+
+
+@contextmanager
+def frozen(stack: Stack) -> Iterator[None]:
+    assert stack.redis.process is not None
+    os.kill(stack.redis.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(stack.redis.process.pid, signal.SIGCONT)
+
+
+def timed(method: str, url: str, **kwargs) -> tuple[requests.Response, float]:
+    started = time.monotonic()
+    response = requests.request(method, url, timeout=60, **kwargs)
+    return response, time.monotonic() - started
+
+
+def in_background(method: str, url: str, answers: list, **kwargs) -> threading.Thread:
+    thread = threading.Thread(target=lambda: answers.append(timed(method, url, **kwargs)))
+    thread.start()
+    return thread
+
+
+def assert_unavailable(response: requests.Response, seconds: float, what: str) -> None:
+    assert response.status_code == 503, (what, response.text)
+    assert int(response.headers["Retry-After"]) > 0, what
+    assert response.json()["error"]["message"] in ANSWERS, (what, response.text)
+    assert seconds < BOUND + SLACK, (what, seconds)
+
+
+def submit(app) -> str:
+    response = requests.post(app.url("/generate"), data={"prompt": "q", "async": "true"})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def test_every_job_route_answers_503_within_the_bound_and_status_200(stack):
+    app = stack.apps[0]
+    queued = submit(app)
+    waiting: list = []  # synchronous requests waiting for their jobs when Redis freezes
+    waiters = []
+    for path, body in [
+        ("/generate", {"data": {"prompt": "sync"}}),
+        ("/v1/images/generations", {"json": {"prompt": "o"}}),
+        ("/sdapi/v1/txt2img", {"json": {"prompt": "a"}}),
+    ]:
+        waiters.append(in_background("POST", app.url(path), waiting, **body))
+        time.sleep(0.5)  # one at a time: only two of their calls may be in flight at once
+    time.sleep(1)
+    assert not waiting, [(response.url, response.text) for response, _ in waiting]
+    with frozen(stack):
+        frozen_at = time.monotonic()
+        for waiter in waiters:
+            waiter.join()
+        for response, _ in waiting:
+            assert_unavailable(response, time.monotonic() - frozen_at, response.url)
+        status, seconds = timed("GET", app.url("/model/status"))
+        for method, path, kwargs in [
+            ("GET", "/jobs", {}),
+            ("GET", f"/jobs/{queued}", {}),
+            ("GET", f"/jobs/{queued}/events", {}),
+            ("DELETE", f"/jobs/{queued}", {}),
+            ("POST", "/generate", {"data": {"prompt": "q", "async": "true"}}),
+            ("POST", "/generate", {"data": {"prompt": "q"}}),
+            ("POST", "/v1/images/generations", {"json": {"prompt": "o"}}),
+            ("POST", "/sdapi/v1/txt2img", {"json": {"prompt": "a"}}),
+            ("GET", "/sdapi/v1/progress", {}),
+        ]:
+            assert_unavailable(*timed(method, app.url(path), **kwargs), f"{method} {path}")
+    assert status.status_code == 200 and seconds < BOUND + SLACK, (status.text, seconds)
+    assert status.json()["store"] == "unreachable"
+    assert status.json()["store_age_seconds"] >= 1.5  # what it read before the freeze
+    back = requests.get(app.url("/model/status"), timeout=10).json()
+    assert (back["store"], back["store_age_seconds"]) == ("reachable", 0)
+
+
+def test_health_answers_at_once_while_job_requests_outnumber_the_threads(stack):
+    app = stack.apps[0]
+    answers: list = []
+    with frozen(stack):
+        requests_ = [in_background("GET", app.url("/jobs"), answers) for _ in range(3 * THREADS)]
+        time.sleep(0.3)  # the job requests hold what they can now
+        health = [timed("GET", app.url("/health")) for _ in range(5)]
+        for thread in requests_:
+            thread.join()
+    assert all(r.status_code == 200 and seconds < 1.0 for r, seconds in health), health
+    assert len(answers) == 3 * THREADS
+    for response, seconds in answers:
+        assert_unavailable(response, seconds, "GET /jobs")
+    messages = {response.json()["error"]["message"] for response, _ in answers}
+    assert JobStoreBusy.message in messages  # the places were all taken: refused at once
+
+
+def test_an_unknown_job_says_the_store_keeps_jobs_not_this_process(stack):
+    response = requests.get(stack.apps[0].url("/jobs/0123456789abcdef"), timeout=10)
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    assert "keeps every unfinished job and the newest 200 finished ones, JOBS_KEEP" in message
+    assert "a Redis without persistence loses them all when it restarts" in message
