@@ -55,8 +55,11 @@ def test_a_bad_adapter_or_decoder_setting_refuses_to_start_naming_it(
 
 
 def test_the_decoder_settings_and_their_defaults(environment):
-    for name in ("VAE_DECODER", "VAE_DECODER_REPO"):
+    for name in ("VAE_DECODER", "VAE_DECODER_REPO", "MODEL_ID", "MODEL_ADAPTERS"):
         os.environ.pop(name, None)
+    shipped = importlib.reload(config.settings).VAE_DECODER  # the default model and its LoRA
+    assert (shipped.kind, shipped.repo) == ("tiny", None)  # the repo follows the pipeline
+    os.environ["MODEL_ADAPTERS"] = ""  # any other choice (tests/imagegen/test_default_model.py)
     default = importlib.reload(config.settings).VAE_DECODER
     assert (default.kind, default.repo) == ("full", None)
     os.environ.update({"VAE_DECODER": "tiny", "VAE_DECODER_REPO": "org/taesd-x"})
