@@ -414,27 +414,32 @@ class JobStore:
         self.heartbeat_ttl = heartbeat_ttl
         self.wake = wake
         self._submit = client.register_script(_SUBMIT)
-        # Every transition a waiting client can see is announced (_announced); a claim, a
-        # cancel or a sweep moves the queue (a lost job goes back to its head), so every
-        # queued job's position with it.
-        self._claim = self._announced(client.register_script(_CLAIM), every_job=True)
+        # Every transition a waiting client can see is announced (_announce), and only such
+        # a transition: a claim that took nothing or a sweep that found nothing lost is no
+        # news. Every reader of a running job sweeps, so an announced empty sweep would wake
+        # the streams that follow the queue, whose reads sweep again: a loop.
+        self._claim = client.register_script(_CLAIM)
         self._update = self._announced(client.register_script(_UPDATE))
         self._finish = self._announced(client.register_script(_FINISH))
-        self._cancel = self._announced(client.register_script(_CANCEL), every_job=True)
+        self._cancel = client.register_script(_CANCEL)
         self._beat = client.register_script(_BEAT)
-        self._sweep = self._announced(client.register_script(_SWEEP), every_job=True)
+        self._sweep = client.register_script(_SWEEP)
 
-    def _announced(self, script: Script, *, every_job: bool = False) -> Callable[..., Any]:
-        """The transition `script`, then its job announced on CHANGED (its id, the job hash
-        being its first key; or EVERY_JOB), for the requests waiting on it
+    def _announce(self, *changed: str) -> None:
+        """Announces on CHANGED each job that changed (its id) and, as EVERY_JOB, a move of
+        the queue (every queued job's position), for the requests waiting on them
         (imagegen.distributed.changes). The one place that notifies. An announcement that
         fails is not the transition's failure: waiters read their job every second anyway."""
+        with contextlib.suppress(redis.RedisError):
+            for item in changed:
+                self.redis.publish(CHANGED, item)
+
+    def _announced(self, script: Script) -> Callable[..., Any]:
+        """The transition `script` of the job whose hash is its first key, then announced."""
 
         def run(*, keys: list[str], args: list[Any]) -> Any:
             result = script(keys=keys, args=args)
-            changed = EVERY_JOB if every_job else keys[0].removeprefix(job_key(""))
-            with contextlib.suppress(redis.RedisError):
-                self.redis.publish(CHANGED, changed)
+            self._announce(keys[0].removeprefix(job_key("")))
             return result
 
         return run
@@ -492,7 +497,14 @@ class JobStore:
         and never runs; a running one is marked: its worker reads the mark with its next
         heartbeat (within a second) or step, and stops at the model's next block."""
         state = self._cancel(keys=[job_key(job_id), QUEUED], args=[PREFIX, job_id, now_text()])
-        return state.decode() if state else None
+        if not state:
+            return None
+        before = state.decode()
+        if before == "queued":  # cancelled: the jobs behind it move up
+            self._announce(job_id, EVERY_JOB)
+        elif before == "running":  # marked: its phase says cancelling
+            self._announce(job_id)
+        return before
 
     def view(self, job_id: str) -> JobView | None:
         return self.views([job_id])[0]
@@ -532,6 +544,8 @@ class JobStore:
                                  RUNS_PER_JOB, f"{self.heartbeat_ttl:g}"]  # fmt: skip
         reply = self._sweep(keys=[RUNNING, CLOCK, QUEUED, UNFINISHED], args=args)
         handled = [(decoded(reply[i]), decoded(reply[i + 1])) for i in range(0, len(reply), 2)]
+        if handled:  # each handled job changed; one queued again moved the queue
+            self._announce(*(job_id for job_id, _ in handled), EVERY_JOB)
         for job_id, done in handled:
             log.warning("job %s: its worker was lost; %s", job_id, done)
             if done == "requeued" and self.wake is not None:
@@ -562,6 +576,7 @@ class JobStore:
         if claimed is None:
             return None
         job_id, attempt = decoded(claimed[0]), int(claimed[1])
+        self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
         request, created = self.redis.hmget(job_key(job_id), "request", "created_at")
         if request is None or created is None:  # add writes both; only forget removes them
             raise LookupError(f"job {job_id} was claimed without its request")

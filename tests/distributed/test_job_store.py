@@ -386,6 +386,35 @@ def test_a_waiting_request_wakes_on_the_announcement_and_reads_once_a_second_mea
     assert moved.position == 1 and waited < 0.6  # a queue move wakes every queued job's
 
 
+def test_a_stream_on_a_running_job_reads_it_about_once_a_second(notified):
+    # Every read of a running job sweeps for lost ones first. A sweep that finds nothing is
+    # no news: announced, it woke the stream (which follows the queue's moves) to read, sweep
+    # and announce again, as fast as Redis answered.
+    store = notified.jobs
+    add(store, "a")
+    store.claim("w1")
+    now = store.view("a").revision
+    notified.wait_change("a", now, timeout=0.1)  # starts the listener
+    time.sleep(0.5)  # subscribed
+    reads = job_reads(store)
+    same, waited = timed(lambda: notified.wait_change("a", now, timeout=2.5))
+    assert same.revision == now and waited >= 2.5
+    assert job_reads(store) - reads <= 4  # the fallback's read a second
+
+
+def test_a_request_waiting_on_a_queued_job_learns_of_its_cancel_at_once(notified):
+    store = notified.jobs
+    add(store, "a")
+    add(store, "b")
+    store.claim("w1")
+    notified.wait_change("b", 0, timeout=0.1)  # starts the listener
+    time.sleep(0.5)  # subscribed
+    threading.Timer(0.3, lambda: store.cancel("b")).start()
+    done, waited = timed(lambda: notified.wait("b", timeout=10))
+    assert done.state is JobState.CANCELLED
+    assert waited < 0.6  # at the announcement of its id, not at the next fallback read
+
+
 def test_with_job_wait_poll_a_waiting_request_reads_every_50_ms(board):
     store = board.jobs
     add(store, "a")
