@@ -106,7 +106,10 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 @api.exception_handler(ServiceError)
 def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-    return error_response(request, exc.status, exc.message, retry_after=exc.retry_after)
+    message = exc.message
+    if exc.may_follow_a_queued_job and is_generating(request):
+        message = f"{message}. {MAY_HAVE_QUEUED}"
+    return error_response(request, exc.status, message, retry_after=exc.retry_after)
 
 
 @api.exception_handler(Http404)
@@ -140,11 +143,15 @@ JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly
 # queued its job, which then runs on. The same Idempotency-Key on the retry joins that job
 # (imagegen.services) instead of running it twice.
 GENERATING = ("/generate", "/v1/images/generations", "/sdapi/v1/txt2img")
-GENERATION_UNCONFIRMED = (
-    "The job store (Redis) is unreachable; try again shortly. The job may have been queued "
-    "before it went: send the request again with the same Idempotency-Key to join that job "
-    "instead of running it twice"
+MAY_HAVE_QUEUED = (
+    "The job may have been queued before it went: send the request again with the same "
+    "Idempotency-Key to join that job instead of running it twice"
 )
+GENERATION_UNCONFIRMED = f"{JOB_STORE_UNREACHABLE}. {MAY_HAVE_QUEUED}"
+
+
+def is_generating(request: HttpRequest) -> bool:
+    return request.method == "POST" and request.path in GENERATING
 
 
 @api.exception_handler(RedisConnectionError)
@@ -155,8 +162,7 @@ def on_job_store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     may retry, as for the todos' database; the connections come back by themselves when
     Redis does, so the service needs no restart."""
     log.warning("job store unreachable: %s", first_part(exc))
-    generating = request.method == "POST" and request.path in GENERATING
-    message = GENERATION_UNCONFIRMED if generating else JOB_STORE_UNREACHABLE
+    message = GENERATION_UNCONFIRMED if is_generating(request) else JOB_STORE_UNREACHABLE
     return error_response(request, 503, message, retry_after=5)
 
 

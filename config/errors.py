@@ -28,6 +28,9 @@ class ServiceError(Exception):
     status: int = 500
     message: str = "Internal server error"
     retry_after: int | None = None
+    # True where the failure may come after a generating request's job was queued (a store
+    # too busy to answer the read that follows): its answer then says how to retry safely.
+    may_follow_a_queued_job: bool = False
 
     def __init__(self, message: str | None = None, *, retry_after: int | None = None) -> None:
         self.message = message or self.message

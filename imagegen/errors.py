@@ -64,6 +64,7 @@ class JobStoreBusy(ServiceError, redis.ConnectionError):
         "try again shortly"
     )
     retry_after = 5
+    may_follow_a_queued_job = True  # e.g. the read after a submit, or a synchronous wait's
 
 
 class JobFinished(ServiceError):

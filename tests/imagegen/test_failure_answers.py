@@ -26,7 +26,7 @@ from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import WorkerRuntime
-from imagegen.errors import JobFailed
+from imagegen.errors import JobFailed, JobStoreBusy
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED, JobBoard, JobView
 from imagegen.generation.jobs import JobQueue
@@ -195,3 +195,13 @@ def test_the_job_store_unreachable_is_503_and_a_generation_is_told_to_retry_with
     assert answers(unreachable.value)["/v1/images/generations"]["x-should-retry"] == "true"
     read = on_job_store_error(RequestFactory().get("/jobs"), unreachable.value)
     assert read.status_code == 503 and b"Idempotency-Key" not in read.content  # nothing queued
+
+
+def test_a_store_too_busy_after_a_generation_was_queued_says_to_retry_with_its_key():
+    # JobStoreBusy is a ServiceError and a redis ConnectionError: its handler is the former's.
+    busy = JobStoreBusy()
+    for path, answer in answers(busy).items():
+        assert answer.status_code == 503 and int(answer["Retry-After"]) > 0, path
+        assert "send the request again with the same Idempotency-Key" in answer.content.decode()
+    read = on_service_error(RequestFactory().get("/jobs"), busy)
+    assert read.status_code == 503 and b"Idempotency-Key" not in read.content
