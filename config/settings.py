@@ -253,7 +253,10 @@ if JOB_STORE_MAX_CONCURRENT >= _THREADS:
 # A running job whose worker has not been heard of for this many seconds of the store being
 # reachable is run again on another worker, once ("worker lost" the second time); its worker
 # refreshes the job's heartbeat every third of it.
-JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=1.0)
+# At least 3: a waiting request's read (at least one a second: imagegen.distributed.changes)
+# ticks the store's clock, which counts only gaps of at most half the TTL; with every worker
+# dead those reads alone must still see a lost job's TTL pass.
+JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=3.0)
 # How a request waiting on a job learns that it changed: the store's announcements (Redis
 # pub/sub, with a read every second as the fallback), or a read every 50 ms (the way before,
 # kept to measure against: bench/job_wait_bench.py).

@@ -62,7 +62,7 @@ def environment() -> Iterator[dict[str, str]]:
             {"JOB_BROKER_URL": "amqp://guest@rabbit//"},
             "JOB_BROKER_URL must be a redis://, rediss:// or unix:// URL, got 'amqp://guest@rabbit//'",
         ),
-        ({"JOB_HEARTBEAT_TTL": "0.5"}, "JOB_HEARTBEAT_TTL must be at least 1, got 0.5"),
+        ({"JOB_HEARTBEAT_TTL": "2"}, "JOB_HEARTBEAT_TTL must be at least 3, got 2"),
         ({"JOB_STORE_TIMEOUT_MS": "50"}, "JOB_STORE_TIMEOUT_MS must be at least 100, got 50"),
         (
             {"GUNICORN_THREADS": "8", "JOB_STORE_MAX_CONCURRENT": "8"},
