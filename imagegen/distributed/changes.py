@@ -109,6 +109,10 @@ class ChangeFeed:
                     log.warning("job changes: subscription lost, resubscribing: %s", exc)
                 self._lost = True
                 self._closed.wait(LISTEN_SECONDS)
+            except Exception:  # a bug of ours: the listener is the process's only one, so on
+                log.exception("job changes: the listener failed; listening again")
+                self._lost = True
+                self._closed.wait(LISTEN_SECONDS)
 
     def _listen(self) -> None:
         with contextlib.closing(self.client.pubsub()) as pubsub:

@@ -445,6 +445,34 @@ def test_announcements_reach_waiting_requests_again_after_redis_restarts(redis_s
         feed.close()
 
 
+def test_the_listener_goes_on_after_a_failure_of_its_own(redis_server, monkeypatch):
+    feed, publisher = ChangeFeed(redis_server.client()), redis_server.client()
+    failed: list[str] = []
+    wake = feed.wake
+
+    def wake_broken_once(job_id: str) -> None:
+        if not failed:
+            failed.append(job_id)
+            raise RuntimeError("a bug in waking")
+        wake(job_id)
+
+    monkeypatch.setattr(feed, "wake", wake_broken_once)
+
+    def announced(changed: threading.Event) -> bool:
+        changed.clear()
+        publisher.publish(CHANGED, "a")
+        return changed.wait(0.1)
+
+    try:
+        with feed.watch("a") as changed:
+            wait_until(lambda: publisher.pubsub_numsub(CHANGED)[0][1] == 1)
+            time.sleep(0.3)  # its subscription's own message (which wakes all) handled
+            wait_until(lambda: announced(changed), timeout=20)
+        assert failed == ["a"]  # the first announcement broke it; a later one still came
+    finally:
+        feed.close()
+
+
 def wait_until(check, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not check():
