@@ -6,8 +6,9 @@ progress written to the store at every step end (one small Redis call, which als
 worker whether a cancel was asked for).
 
 A thread beats while the process lives, every JOB_HEARTBEAT_TTL / 3 seconds at most once a
-second: it refreshes this worker's key (its model state, for GET /model/status) and the
-running job's heartbeat key, both with JOB_HEARTBEAT_TTL. The running job's beat reads back,
+second: it refreshes this worker's key (its model state, for GET /model/status, with
+JOB_HEARTBEAT_TTL) and the running job's heartbeat (its score in the store's `running` set,
+on the store's own clock of reachable time). The running job's beat reads back,
 in the same round trip, whether a cancel was asked for (or the job was found lost), and sets
 the job's stop flag, which the generation reads between the model's blocks
 (imagegen.generation.stop_points): a worker learns of a cancel within a second, without
