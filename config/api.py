@@ -144,7 +144,7 @@ JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly
 # (imagegen.services) instead of running it twice.
 GENERATING = ("/generate", "/v1/images/generations", "/sdapi/v1/txt2img")
 MAY_HAVE_QUEUED = (
-    "The job may have been queued before it went: send the request again with the same "
+    "The job may have been queued already: send the request again with the same "
     "Idempotency-Key to join that job instead of running it twice"
 )
 GENERATION_UNCONFIRMED = f"{JOB_STORE_UNREACHABLE}. {MAY_HAVE_QUEUED}"
