@@ -14,9 +14,14 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from PIL import Image
 
+from imagegen.generation.edits import EditRequest, edit_parameters, prepared_inputs
+from imagegen.generation.images import GenerationParameters
 from imagegen.generation.jobs import JobQueue
+from imagegen.generation.render import render
 from imagegen.model.edit_pipelines import edit_pipeline
+from imagegen.model.pipeline import load_pipeline
 from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.model_service import SD_REPO, SDXL_REPO
 
 SIZE = 64
 # The marked square of MASK, and how far past it the blur may reach (twice mask_blur 4).
@@ -180,3 +185,28 @@ def test_a_running_edit_is_cancelled_like_any_job(queue):
     assert client.delete(f"/jobs/{job_id}").status_code == 200
     done = queue.wait(job_id, 60)
     assert done is not None and done.state.value == "cancelled"
+
+
+@pytest.mark.parametrize("repo", [SD_REPO, SDXL_REPO])
+def test_both_layouts_inpaint_from_the_loaded_pipelines_modules(hub_root, repo):
+    """SD 1.x and SDXL each get their inpainting pipeline around the loaded modules (SDXL's
+    second text encoder too), and keep the pixels outside the mask's reach."""
+    pipe = load_pipeline(hub_root / repo, variant="fp16", device="cpu")
+    built = edit_pipeline(pipe, inpaint=True)
+    for name in ("unet", "vae", "text_encoder", "text_encoder_2"):
+        assert getattr(built, name, None) is getattr(pipe, name, None), name
+    edit_request = EditRequest(source="0" * 64, mask="1" * 64, strength=1.0)
+    parameters = GenerationParameters(
+        prompt="a door", negative_prompt=None, steps=2, guidance=5.0, width=SIZE, height=SIZE,
+        seed=3, scheduler="Euler", model_id=repo, revision=None,
+        edit=edit_parameters(edit_request, steps=2),
+    )  # fmt: skip
+    inputs = prepared_inputs(
+        png(source_image()), png(mask_image()), size=(SIZE, SIZE), steps=2, edit=edit_request
+    )
+    rendered = render(
+        pipe, parameters, scheduler="euler", device="cpu", home="cpu",
+        on_step=lambda done, total: None, stop_requested=lambda: False, edit=inputs,
+    )  # fmt: skip
+    out, sent = np.asarray(rendered.image), np.asarray(source_image())
+    assert (out[far_from_square()] == sent[far_from_square()]).all()

@@ -126,10 +126,10 @@ def upload(data: bytes, name: str = "in.png") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, data, "image/png")
 
 
-def bomb() -> bytes:
-    """A PNG whose header declares 30,000 x 30,000 pixels; its data is a few bytes."""
+def bomb(side: int) -> bytes:
+    """A PNG whose header declares side x side pixels; its data is a few bytes."""
     data = bytearray(png((1, 1)))
-    data[16:24] = (30_000).to_bytes(4, "big") * 2  # IHDR's width and height
+    data[16:24] = side.to_bytes(4, "big") * 2  # IHDR's width and height
     data[29:33] = zlib.crc32(data[12:29]).to_bytes(4, "big")  # and its checksum
     return bytes(data)
 
@@ -139,7 +139,10 @@ def bomb() -> bytes:
     [
         ({"image": b"not an image"}, {}, "image", "is not an image this service can read"),
         ({"image": png((64, 64))[:70]}, {}, "image", "is not an image this service can read"),
-        ({"image": bomb()}, {}, "image", "declares 30000x30000 pixels, past the bound of "),
+        ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes, "
+         "past the bound of 16777216 pixels"),
+        ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound of "
+         "16777216 pixels (4 x GEN_MAX_SIDE squared)"),
         ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "is not an image"),
         ({"image": png((64, 64)), "mask": png((72, 64), "L")}, {}, "mask",
          "must be the image's size, 64x64; got 72x64"),
