@@ -52,7 +52,7 @@ def brute_within(marked: np.ndarray, reach: int) -> np.ndarray:
     return distances.min(axis=-1) <= reach * reach
 
 
-@pytest.mark.parametrize(("seed", "reach"), itertools.product(range(6), (0, 1, 3, 8)))
+@pytest.mark.parametrize(("seed", "reach"), list(itertools.product(range(6), (0, 1, 3, 8))))
 def test_the_reach_of_the_marked_pixels_is_the_euclidean_distance(seed, reach):
     marked = np.random.default_rng(seed).random((23, 31)) > 0.97
     assert (within(marked, reach) == brute_within(marked, reach)).all()
