@@ -10,7 +10,7 @@ from PIL import Image
 
 from config.errors import FieldError
 from imagegen.generation.edits import check_inputs, pipeline_strength, steps_run, working_size
-from imagegen.generation.masks import blurred_mask, within
+from imagegen.generation.masks import blurred_mask, pasted_back, within
 
 
 @pytest.mark.parametrize(
@@ -87,3 +87,9 @@ def test_a_bad_upload_is_refused_naming_the_field_and_rule(image, mask, field, r
     with pytest.raises(FieldError) as refused:
         check_inputs(image, mask, max_pixels=80_000)
     assert refused.value.field == field and rule in refused.value.rule
+
+
+def test_the_paste_back_blends_where_the_mask_is_grey_and_keeps_where_it_is_black():
+    generated, original = Image.new("RGB", (4, 1), "white"), Image.new("RGB", (4, 1), "black")
+    mask = Image.frombytes("L", (4, 1), bytes([0, 64, 128, 255]))
+    assert [p[0] for p in pasted_back(generated, original, mask).getdata()] == [0, 64, 128, 255]
