@@ -320,7 +320,12 @@ def image_list(
     response={200: None, **errors(404)},
     summary="An edit's input (its image or mask, as sent), by the sha256 its record names",
     openapi_extra={
-        "responses": {200: {"description": "the file as sent", "content": {"image/*": {}}}}
+        "responses": {
+            200: {
+                "description": "the file as sent, with its image media type",
+                "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        }
     },
 )
 def image_input(request: HttpRequest, digest: str):

@@ -92,4 +92,4 @@ def test_a_bad_upload_is_refused_naming_the_field_and_rule(image, mask, field, r
 def test_the_paste_back_blends_where_the_mask_is_grey_and_keeps_where_it_is_black():
     generated, original = Image.new("RGB", (4, 1), "white"), Image.new("RGB", (4, 1), "black")
     mask = Image.frombytes("L", (4, 1), bytes([0, 64, 128, 255]))
-    assert [p[0] for p in pasted_back(generated, original, mask).getdata()] == [0, 64, 128, 255]
+    assert list(np.asarray(pasted_back(generated, original, mask))[0, :, 0]) == [0, 64, 128, 255]
