@@ -18,7 +18,13 @@ from config.errors import FieldError
 from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
+from imagegen.generation.edits import (
+    EDIT_ONLY,
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    MASK_NEEDS_IMAGE,
+    STRENGTH_DEFAULT,
+)
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -197,8 +203,7 @@ class GenerateForm(Schema):
             if files.count(name) > 1
         ]
         if "mask" in files and "image" not in files:
-            refused.append({"loc": ("form", "mask"), "msg": "needs an `image` file part to "
-                            "mask", "type": "extra"})  # fmt: skip
+            refused.append({"loc": ("form", "mask"), "msg": MASK_NEEDS_IMAGE, "type": "extra"})
         return refused
 
     def check_edit_fields(self, *, editing: bool) -> None:
@@ -206,7 +211,7 @@ class GenerateForm(Schema):
         be ignored silently, so they are refused."""
         for name in ("strength", "mask_blur"):
             if getattr(self, name) is not None and not editing:
-                raise FieldError(name, "applies to an edit only: send an `image` file part")
+                raise FieldError(name, EDIT_ONLY)
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(

@@ -34,6 +34,13 @@ MASK_BLUR_MAX = 64  # A1111's slider's end
 # The most pixels an input may declare, checked from its header before any pixel is
 # decoded (a decompression bomb is refused, not decoded): 4 x GEN_MAX_SIDE squared.
 INPUT_PIXELS_FACTOR = 4
+# The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
+NOT_AN_IMAGE = (
+    "must be an image this service can read (PNG, JPEG, WebP, GIF, BMP, TIFF, ...), whole: "
+    "this is none, or is truncated"
+)
+EDIT_ONLY = "applies to an edit only: send an `image` file part"
+MASK_NEEDS_IMAGE = "needs an `image` file part to mask"
 
 
 class EditRequest(BaseModel):
@@ -130,8 +137,8 @@ def read_image(data: bytes, *, field: str, max_pixels: int) -> Image.Image:
         raise
     except Image.DecompressionBombError:  # Pillow's own bound, far above ours by default
         raise FieldError(field, f"declares more pixels than Pillow decodes, {bound}") from None
-    except Exception as error:  # a malformed file raises anything from a decoder
-        raise FieldError(field, f"is not an image this service can read ({error})") from None
+    except Exception:  # a malformed file raises anything from a decoder
+        raise FieldError(field, NOT_AN_IMAGE) from None
     return image
 
 

@@ -76,9 +76,9 @@ def png(size: tuple[int, int], mode: str = "RGB") -> bytes:
 @pytest.mark.parametrize(
     ("image", "mask", "field", "rule"),
     [
-        (b"not an image", None, "image", "is not an image this service can read"),
-        (png((64, 64))[:60], None, "image", "is not an image this service can read"),
-        (png((64, 64)), b"GIF89a", "mask", "is not an image this service can read"),
+        (b"not an image", None, "image", "must be an image this service can read"),
+        (png((64, 64))[:60], None, "image", "must be an image this service can read"),
+        (png((64, 64)), b"GIF89a", "mask", "must be an image this service can read"),
         (png((64, 64)), png((64, 72), "L"), "mask", "must be the image's size, 64x64; got 64x72"),
         (png((300, 300)), None, "image", "declares 300x300 pixels, past the bound of 80000"),
     ],

@@ -137,13 +137,13 @@ def bomb(side: int) -> bytes:
 @pytest.mark.parametrize(
     ("parts", "fields", "field", "rule"),
     [
-        ({"image": b"not an image"}, {}, "image", "is not an image this service can read"),
-        ({"image": png((64, 64))[:70]}, {}, "image", "is not an image this service can read"),
+        ({"image": b"not an image"}, {}, "image", "must be an image this service can read"),
+        ({"image": png((64, 64))[:70]}, {}, "image", "must be an image this service can read"),
         ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes, "
          "past the bound of 16777216 pixels"),
         ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound of "
          "16777216 pixels (4 x GEN_MAX_SIDE squared)"),
-        ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "is not an image"),
+        ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "must be an image this service"),
         ({"image": png((64, 64)), "mask": png((72, 64), "L")}, {}, "mask",
          "must be the image's size, 64x64; got 72x64"),
         ({"mask": png((64, 64), "L")}, {}, "mask", "needs an `image` file part"),
