@@ -74,6 +74,15 @@ class EditParameters(BaseModel):
     steps_run: int = Field(description="denoising steps that ran: max(1, int(steps x strength))")
 
 
+def without_absent_edit(model: Any, handler: Any) -> Any:
+    """A request's or record's fields, without `edit` when it is None: a text-to-image
+    answer, record and PNG stay byte for byte what they were before edits existed."""
+    data = handler(model)
+    if isinstance(data, dict) and getattr(model, "edit", None) is None:
+        data.pop("edit", None)
+    return data
+
+
 def input_url(sha256: str) -> str:
     return f"/images/inputs/{sha256}"
 

@@ -19,11 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from PIL import Image, PngImagePlugin
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
-from imagegen.generation.edits import EditParameters
+from imagegen.generation.edits import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
@@ -49,6 +55,12 @@ class GenerationParameters(BaseModel):
     revision: str | None
     # An edit's inputs and strength (imagegen.generation.edits); absent: text-to-image.
     edit: EditParameters | None = None
+
+    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields.
+        return without_absent_edit(self, handler)
 
     def a1111_text(self) -> str:
         lines = [self.prompt]
@@ -97,9 +109,7 @@ def image_url(image_id: str) -> str:
 def png_bytes(image: Image.Image, parameters: GenerationParameters) -> bytes:
     info = PngImagePlugin.PngInfo()
     info.add_text("parameters", parameters.a1111_text())
-    # Text-to-image's text as before edits existed: the same request keeps its bytes.
-    fields = parameters.model_dump(exclude={"edit"} if parameters.edit is None else set())
-    info.add_text("imagegen", json.dumps(fields, sort_keys=True))
+    info.add_text("imagegen", json.dumps(parameters.model_dump(), sort_keys=True))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", pnginfo=info)
     return buffer.getvalue()

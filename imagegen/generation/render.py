@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from imagegen.generation.edits import EditInputs, EditRequest, edit_parameters
+from imagegen.generation.edits import EditInputs, EditRequest, edit_parameters, without_absent_edit
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.presets import Adjustment, GenerationRules
@@ -50,6 +50,13 @@ class GenerationRequest(BaseModel):
     edit: EditRequest | None = Field(
         default=None, description="null: text-to-image; else the image (and mask) it starts from"
     )
+
+    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields.
+        return without_absent_edit(self, handler)
+
     adjusted: list[Adjustment] = Field(
         default_factory=list,
         description="values changed from what the client sent (a cap, a scheduler the model "
