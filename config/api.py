@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from config.errors import (
     DATABASE_UNREACHABLE,
     NOT_FOUND,
+    FieldError,
     ServiceError,
     error_response,
     takes_basic_auth,
@@ -102,6 +103,12 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         response["WWW-Authenticate"] = challenge
         return response
     return error_response(request, exc.status_code, exc.message)
+
+
+@api.exception_handler(FieldError)
+def on_field_error(request: HttpRequest, exc: FieldError) -> HttpResponse:
+    details = [{"field": exc.field, "message": exc.rule}]
+    return error_response(request, 400, _describe(details), details=details)
 
 
 @api.exception_handler(ServiceError)

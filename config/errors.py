@@ -39,6 +39,18 @@ class ServiceError(Exception):
         super().__init__(self.message)
 
 
+class FieldError(ServiceError):
+    """A request field that breaks a rule no schema can check (an uploaded file that is not
+    an image, a mask of another size): a 400 naming the field and the rule, in the same
+    shape as a schema's refusal."""
+
+    status = 400
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field, self.rule = field, rule
+        super().__init__(f"Invalid request: {field}: {rule}")
+
+
 DATABASE_UNREACHABLE = "The database is unreachable; try again shortly"
 
 

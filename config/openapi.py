@@ -25,15 +25,22 @@ def plain_optional(schema: dict[str, Any]) -> None:
         del schema["default"]
 
 
-def form_request_body(model: type[BaseModel], **extra: dict[str, Any]) -> dict[str, Any]:
+def form_request_body(
+    model: type[BaseModel], files: dict[str, str] | None = None, **extra: dict[str, Any]
+) -> dict[str, Any]:
     """The `openapi_extra` requestBody of a route that reads `model` from a form (Ninja
     merges it into the urlencoded body it documents itself): no undeclared properties,
     `extra` for fields the route reads beside the model's (a flag, say), and the same body
-    as multipart, which the route accepts too."""
+    as multipart, which the route accepts too, with the file parts `files` (name:
+    description) only there."""
     schema = model.model_json_schema()
+    parts = {
+        name: {"type": "string", "format": "binary", "description": description}
+        for name, description in (files or {}).items()
+    }
     multipart = {
         "type": "object",
-        "properties": {**schema["properties"], **extra},
+        "properties": {**schema["properties"], **extra, **parts},
         "required": schema.get("required", []),
         "additionalProperties": False,
     }

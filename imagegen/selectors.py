@@ -2,6 +2,7 @@
 protocol call these; they raise imagegen.errors for what does not exist."""
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import signing
+from PIL import Image
 
 from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
@@ -144,6 +146,18 @@ def image_png(*, image_id: str) -> Path:
     if not is_image_id(image_id) or not path.is_file():
         raise ImageNotFound()
     return path
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def image_input(*, digest: str) -> tuple[Path, str]:
+    """An edit's stored input (the image or mask as sent) and its media type."""
+    path = backend.image_store().input_path(digest)
+    if not _SHA256.match(digest) or not path.is_file():
+        raise ImageNotFound()
+    with Image.open(path) as image:
+        return path, image.get_format_mimetype() or "application/octet-stream"
 
 
 def image_page(*, limit: int, before: str | None) -> ImagePage:

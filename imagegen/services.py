@@ -28,6 +28,14 @@ from imagegen.errors import (
     PastSyncTimeout,
     SyncTimeout,
 )
+from imagegen.generation.edits import (
+    INPUT_PIXELS_FACTOR,
+    EditRequest,
+    check_inputs,
+    check_mask_blur,
+    check_strength,
+    working_size,
+)
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -38,6 +46,34 @@ def model_pull() -> bool:
     """Starts the download-and-load job unless one runs; False when already ready. In
     distributed mode the download runs here once and every running worker loads."""
     return backend.models().pull()
+
+
+def edit_request(
+    *,
+    request: GenerationRequest,
+    image: bytes,
+    mask: bytes | None,
+    strength: float,
+    mask_blur: int,
+) -> GenerationRequest:
+    """`request` made an edit of `image` (with `mask`, an inpainting): every rule checked
+    first (a FieldError naming the field otherwise, with nothing written), then both files
+    stored (the image store, on the share in distributed mode: the job's request names them
+    by sha256). Its size is the one sent, else the input's as the model takes it
+    (imagegen.generation.edits.working_size), so the job shows it from the start."""
+    check_strength(strength)
+    check_mask_blur(mask_blur)
+    low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+    checked = check_inputs(image, mask, max_pixels=INPUT_PIXELS_FACTOR * high * high)
+    store = backend.image_store()
+    edit = EditRequest(
+        source=store.save_input(checked.image),
+        mask=None if checked.mask is None else store.save_input(checked.mask),
+        strength=strength,
+        mask_blur=mask_blur,
+    )
+    size = request.size or working_size(checked.size, low=low, high=high)
+    return request.model_copy(update={"edit": edit, "size": size})
 
 
 def generation_submit(*, request: GenerationRequest) -> JobView:

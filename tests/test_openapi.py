@@ -85,6 +85,12 @@ def test_the_generate_form_is_documented_as_sent():
         assert "Euler a" in scheduler["enum"] and "DPM++ 2M Karras" in scheduler["enum"]
         size = form["properties"]["size"]["pattern"]
         assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")
+        strength = form["properties"]["strength"]
+        assert (strength["exclusiveMinimum"], strength["maximum"]) == (0, 1)
+    multipart = body["multipart/form-data"]["schema"]["properties"]
+    for part in ("image", "mask"):  # file parts: multipart only
+        assert (multipart[part]["type"], multipart[part]["format"]) == ("string", "binary")
+        assert part not in body["application/x-www-form-urlencoded"]["schema"]["properties"]
 
 
 def test_the_event_stream_is_documented_as_one():

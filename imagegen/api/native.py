@@ -26,8 +26,10 @@ from imagegen.api.schemas import (
 )
 from imagegen.errors import JobNotFound
 from imagegen.generation import events
+from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
+from imagegen.generation.render import GenerationRequest, steps_running
 from imagegen.model.device import compute_device
 
 router = Router(tags=["imagegen"])
@@ -100,7 +102,8 @@ def wants_async(request: HttpRequest) -> bool:
 def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
-    X-Guidance and X-Scheduler are what ran (the scheduler by A1111's name, as the record
+    X-Guidance and X-Scheduler are what ran (an edit's X-Steps: the steps its strength ran,
+    with X-Strength) (the scheduler by A1111's name, as the record
     says), X-Adjusted names what was changed from what the client sent
     (`steps 20->4, guidance 7->1`)."""
     png = HttpResponse(
@@ -108,8 +111,10 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     )
     parameters = record.parameters
     png["X-Seed"] = str(parameters.seed)
-    png["X-Steps"] = str(parameters.steps)
+    png["X-Steps"] = str(steps_running(parameters))  # an edit's: those its strength ran
     png["X-Guidance"] = f"{parameters.guidance:g}"
+    if parameters.edit is not None:
+        png["X-Strength"] = f"{parameters.edit.strength:g}"
     png["X-Scheduler"] = parameters.scheduler
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
@@ -127,35 +132,56 @@ ASYNC_FIELD = {
 }
 
 
+EDIT_PARTS = {
+    "image": "start from this image (img2img; with `mask`, inpainting): PNG, JPEG, WebP, ...",
+    "mask": "the image's size; white repaints, black keeps, grey blends",
+}
+
+
 @router.post(
     "/generate",
     auth=token_required(),
     response={200: None, 202: JobOut, **errors(400, 409, 413, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
     openapi_extra={
-        "requestBody": form_request_body(GenerateForm, **{"async": ASYNC_FIELD}),
+        "requestBody": form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD}),
         **png_answer("the PNG; its parameters in X-Seed, X-Steps, ... headers"),
     },
 )  # fmt: skip
 def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
     fields = [name for name in request.POST if name != "async"]
-    if unknown := GenerateForm.unknown_fields(fields, list(request.FILES)):
+    files = [name for name, parts in request.FILES.lists() for _ in parts]
+    if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
+    generation = generation_request(request, form)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
         if key is None:
-            job = services.generation_submit(request=form.to_request())
+            job = services.generation_submit(request=generation)
         else:
             job = services.generation_submit_keyed(
-                request=form.to_request(), client=client_identity(request), idempotency_key=key
+                request=generation, client=client_identity(request), idempotency_key=key
             )
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
-        request=form.to_request(), timeout=settings.GEN_SYNC_TIMEOUT,
+        request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
         client=client_identity(request), idempotency_key=key,
     )  # fmt: skip
     return png_with_headers(record, job)
+
+
+def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRequest:
+    """The form's generation; with an `image` file part (and a `mask`), an edit of it."""
+    image, mask = request.FILES.get("image"), request.FILES.get("mask")
+    form.check_edit_fields(editing=image is not None)
+    if image is None:
+        return form.to_request()
+    return services.edit_request(
+        request=form.to_request(), image=image.read(), mask=None if mask is None else mask.read(),
+        strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
+        mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
+    )  # fmt: skip
 
 
 @router.get(
@@ -286,6 +312,25 @@ def image_list(
     before: str | None = Query(None, description="the last id of the previous page"),
 ):
     return selectors.image_page(limit=limit, before=before)
+
+
+@router.get(
+    "/images/inputs/{digest}",
+    auth=token_required(),
+    response={200: None, **errors(404)},
+    summary="An edit's input (its image or mask, as sent), by the sha256 its record names",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the file as sent, with its image media type",
+                "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        }
+    },
+)
+def image_input(request: HttpRequest, digest: str):
+    path, media_type = selectors.image_input(digest=digest)
+    return FileResponse(path.open("rb"), content_type=media_type)
 
 
 @router.get(

@@ -14,9 +14,17 @@ from ninja import Schema
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from config.errors import FieldError
 from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
+from imagegen.generation.edits import (
+    EDIT_ONLY,
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    MASK_NEEDS_IMAGE,
+    STRENGTH_DEFAULT,
+)
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -114,6 +122,9 @@ OptionalGuidance = Annotated[
 ]
 
 
+FILE_PARTS = ("image", "mask")  # the file parts POST /generate takes
+
+
 class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
@@ -143,6 +154,21 @@ class GenerateForm(Schema):
     )
     seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, *Optional] = None
     force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
+    strength: Annotated[
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(
+        default=None,
+        description=f"with an `image` file part: how far it is noised (0 < s <= 1), and "
+        f"max(1, int(steps x s)) steps run; default {STRENGTH_DEFAULT}",
+    )
+    mask_blur: Annotated[
+        Annotated[int, Field(ge=0, le=MASK_BLUR_MAX), Integer] | None, *Optional
+    ] = Field(
+        default=None,
+        description=f"with a `mask` file part: its edge blurred by this many pixels; pixels "
+        f"farther than twice that from the marked area are the input's exactly; default "
+        f"{MASK_BLUR_DEFAULT}",
+    )
 
     @field_validator("scheduler")
     @classmethod
@@ -156,17 +182,36 @@ class GenerateForm(Schema):
 
     @classmethod
     def unknown_fields(cls, names: list[str], files: list[str]) -> list[dict[str, Any]]:
-        """Pydantic errors for form fields this schema does not have (Ninja drops them), and
-        for file parts, which no field of this form takes."""
-        return [
-            {"loc": ("form", name), "msg": "is not a field of this form", "type": "extra"}
+        """Pydantic errors for form fields this schema does not have (Ninja drops them), for
+        file parts other than `image` and `mask`, one of those twice, a `mask` without an
+        `image`, and a text field where a file part belongs."""
+        refused = [
+            {"loc": ("form", name), "msg": "must be a file part", "type": "extra"}
+            if name in FILE_PARTS
+            else {"loc": ("form", name), "msg": "is not a field of this form", "type": "extra"}
             for name in names
             if name not in cls.model_fields
         ] + [
-            {"loc": ("form", name), "msg": "is a file; this form takes text fields only",
-             "type": "extra"}
+            {"loc": ("form", name), "msg": "is a file; this form takes text fields, and the "
+             "file parts `image` and `mask`", "type": "extra"}
             for name in files
+            if name not in FILE_PARTS
         ]  # fmt: skip
+        refused += [
+            {"loc": ("form", name), "msg": "only one file part of this name", "type": "extra"}
+            for name in FILE_PARTS
+            if files.count(name) > 1
+        ]
+        if "mask" in files and "image" not in files:
+            refused.append({"loc": ("form", "mask"), "msg": MASK_NEEDS_IMAGE, "type": "extra"})
+        return refused
+
+    def check_edit_fields(self, *, editing: bool) -> None:
+        """`strength` and `mask_blur` belong to an edit: sent without an image they would
+        be ignored silently, so they are refused."""
+        for name in ("strength", "mask_blur"):
+            if getattr(self, name) is not None and not editing:
+                raise FieldError(name, EDIT_ONLY)
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(

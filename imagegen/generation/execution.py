@@ -11,9 +11,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from config.errors import ServiceError
-from imagegen.generation.images import ImageRecord, ImageStore, png_bytes
+from imagegen.generation.edits import EditInputs, prepared_inputs
+from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
-from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve
+from imagegen.generation.render import (
+    Cancelled,
+    GenerationRequest,
+    render,
+    resolve,
+    steps_running,
+)
 from imagegen.model.loader import ModelLoader
 from imagegen.model.status import describe
 
@@ -71,12 +78,13 @@ def run_job(
         parameters = resolve(
             pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
         )
-        report.denoising(parameters.steps)
+        edit = _edit_inputs(store, request, parameters)
+        report.denoising(steps_running(parameters))
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
         rendered = render(
             pipe, parameters, scheduler=request.scheduler, device=device, home=loader.device,
-            on_step=report.step, stop_requested=report.stop_requested,
+            on_step=report.step, stop_requested=report.stop_requested, edit=edit,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
         report.phase("saving")
@@ -98,3 +106,18 @@ def run_job(
     except Exception as error:
         log.exception("job %s failed", job_id)
         return Outcome(JobState.FAILED, "failed", error=describe(error))
+
+
+def _edit_inputs(
+    store: ImageStore, request: GenerationRequest, parameters: GenerationParameters
+) -> EditInputs | None:
+    """An edit's inputs, read from the store (the share, for a worker) where the request
+    put them before queueing; None for text-to-image."""
+    edit = request.edit
+    if edit is None:
+        return None
+    mask = None if edit.mask is None else store.read_input(edit.mask)
+    return prepared_inputs(
+        store.read_input(edit.source), mask, size=(parameters.width, parameters.height),
+        steps=parameters.steps, edit=edit,
+    )  # fmt: skip

@@ -10,6 +10,7 @@ popular UIs read, and `imagegen` as JSON); only parameters, never ids or timings
 request and seed give the same PNG bytes.
 """
 
+import hashlib
 import io
 import json
 import re
@@ -18,10 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from PIL import Image, PngImagePlugin
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
+from imagegen.generation.edits import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
@@ -45,6 +53,14 @@ class GenerationParameters(BaseModel):
     scheduler: str
     model_id: str
     revision: str | None
+    # An edit's inputs and strength (imagegen.generation.edits); absent: text-to-image.
+    edit: EditParameters | None = None
+
+    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields.
+        return without_absent_edit(self, handler)
 
     def a1111_text(self) -> str:
         lines = [self.prompt]
@@ -56,6 +72,12 @@ class GenerationParameters(BaseModel):
             f"CFG scale: {self.guidance:g}, "
             f"Seed: {self.seed}, Size: {self.width}x{self.height}, Model: {self.model_id}"
             + (f", Model hash: {self.revision[:10]}" if self.revision else "")
+            + (
+                f", Denoising strength: {self.edit.strength:g}"
+                + (f", Mask blur: {self.edit.mask_blur}" if self.edit.mask else "")
+                if self.edit
+                else ""
+            )
         )
         return "\n".join(lines)
 
@@ -113,6 +135,28 @@ class ImageStore:
             self._record_path(record.id), json.dumps(record.model_dump(), indent=2).encode()
         )
         return record
+
+    def save_input(self, data: bytes) -> str:
+        """Stores an edit's input as sent, under its sha256 (the same file twice is stored
+        once), before its job is queued: in distributed mode the worker reads it from here,
+        on the share. Answers the sha256."""
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.input_path(digest)
+        if not path.is_file():
+            write_atomically(path, data)
+        return digest
+
+    def read_input(self, digest: str) -> bytes:
+        """An input's bytes, or a FileNotFoundError naming the input and where it was
+        looked for (a worker whose share lacks it fails the job saying so)."""
+        path = self.input_path(digest)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"the edit's input {digest} is not in {path.parent}") from None
+
+    def input_path(self, digest: str) -> Path:
+        return self.root / "inputs" / digest
 
     def get(self, image_id: str) -> ImageRecord | None:
         if not is_image_id(image_id):

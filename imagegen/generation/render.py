@@ -18,12 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from imagegen.generation.edits import EditInputs, EditRequest, edit_parameters, without_absent_edit
 from imagegen.generation.images import GenerationParameters
+from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.presets import Adjustment, GenerationRules
 from imagegen.generation.schedulers import SCHEDULERS, sampler_ran, scheduler_applied
 from imagegen.generation.stop_points import stop_points
+from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import native_size
 
 SEED_MAX = 2**32 - 1
@@ -44,6 +47,16 @@ class GenerationRequest(BaseModel):
     size: tuple[int, int] | None = Field(default=None, description="null: the model's native size")
     seed: int | None = None
     force_cpu: bool = False
+    edit: EditRequest | None = Field(
+        default=None, description="null: text-to-image; else the image (and mask) it starts from"
+    )
+
+    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields.
+        return without_absent_edit(self, handler)
+
     adjusted: list[Adjustment] = Field(
         default_factory=list,
         description="values changed from what the client sent (a cap, a scheduler the model "
@@ -112,7 +125,13 @@ def resolve(
         scheduler=sampler_ran(pipe, request.scheduler),
         model_id=model_id,
         revision=revision,
+        edit=None if request.edit is None else edit_parameters(request.edit, steps=steps),
     )
+
+
+def steps_running(parameters: GenerationParameters) -> int:
+    """The denoising steps the job runs: an edit's fewer (strength), else those asked."""
+    return parameters.steps if parameters.edit is None else parameters.edit.steps_run
 
 
 @dataclass(frozen=True)
@@ -138,14 +157,18 @@ def render(
     home: str,
     on_step: Callable[[int, int], None],
     stop_requested: Callable[[], bool],
+    edit: EditInputs | None = None,
 ) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
     `home` afterwards) with `scheduler` from the table (None: the model's own; either way the
     model's own one is in place after). `on_step(done, total)` runs after each of the
     scheduler's timesteps and may raise Cancelled; both count the parameters' steps, the
-    steps asked for, however many timesteps the scheduler makes of them. `stop_requested()`
-    is asked before every stoppable part of the UNet and the decoder, hundreds of times a
-    step, so it must be a flag read; True raises Cancelled there."""
+    steps asked for (an edit's: those it runs, steps_running), however many timesteps the
+    scheduler makes of them. `stop_requested()` is asked before every stoppable part of the
+    UNet and the decoder, hundreds of times a step, so it must be a flag read; True raises
+    Cancelled there. With `edit`, the img2img or inpainting pipeline built from `pipe`'s
+    components runs (imagegen.model.edit_pipelines), and an inpainting's answer is the input
+    outside its mask's blurred edge (imagegen.generation.masks)."""
     import torch
 
     def check() -> None:
@@ -153,12 +176,24 @@ def render(
             raise Cancelled()
 
     marks: dict[str, float] = {}
+    total = steps_running(parameters)
 
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
         marks["steps_done"] = time.monotonic()
-        calls = getattr(pipe_, "num_timesteps", None) or parameters.steps
-        on_step(asked_steps_done(index + 1, calls, parameters.steps), parameters.steps)
+        calls = getattr(pipe_, "num_timesteps", None) or total
+        on_step(asked_steps_done(index + 1, calls, total), total)
         return tensors
+
+    runs, inputs, mask = pipe, {}, None
+    if edit is not None:
+        runs = edit_pipeline(pipe, inpaint=edit.mask is not None)
+        inputs = {"image": edit.image, "strength": edit.strength}
+        if edit.mask is not None:
+            mask = blurred_mask(edit.mask, edit.mask_blur)
+            inputs["mask_image"] = mask
+    size = {"width": parameters.width, "height": parameters.height}
+    if edit is not None and edit.mask is None:
+        size = {}  # img2img works at its image's size and takes none
 
     def unet_called(*_: Any) -> None:
         marks.setdefault("encoded", time.monotonic())
@@ -169,22 +204,24 @@ def render(
             pipe.to(device)
         with (
             torch.inference_mode(),
-            scheduler_applied(pipe, scheduler),
-            stop_points(pipe).watching(check),
+            scheduler_applied(runs, scheduler),
+            stop_points(pipe).watching(check),  # the hooks sit on the shared modules
         ):
             started = time.monotonic()
-            image = pipe(
+            image = runs(
                 prompt=parameters.prompt,
                 negative_prompt=parameters.negative_prompt,
                 num_inference_steps=parameters.steps,
                 guidance_scale=parameters.guidance,
-                width=parameters.width,
-                height=parameters.height,
+                **size,
+                **inputs,
                 # A CPU generator gives the same image for a seed on every device.
                 generator=torch.Generator("cpu").manual_seed(parameters.seed),
                 callback_on_step_end=step_end,
             ).images[0]
             finished = time.monotonic()
+            if edit is not None and mask is not None:
+                image = pasted_back(image, edit.image, mask)
     finally:
         hook.remove()
         if device != home:

@@ -12,6 +12,7 @@ repeatable and CI does not pass or fail by chance.
 """
 
 import base64
+import io
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from bson import ObjectId
 from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from PIL import Image
 from pydantic import ValidationError as PydanticError
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -37,6 +39,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance, status_c
 from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
 from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
+from imagegen.generation.edits import EDIT_ONLY, MASK_NEEDS_IMAGE, NOT_AN_IMAGE
 from imagegen.generation.schedulers import (
     A1111_SCHEDULES,
     SCHEDULERS,
@@ -137,6 +140,25 @@ def is_unoffered_sampler(case: Case, field: str) -> bool:
     return (sampler, _SCHEDULE_LABELS.get(schedule, schedule)) not in _OFFERED_PAIRS
 
 
+def is_no_image(case: Case, field: str) -> bool:
+    """What an `image` file part of POST /generate must be (docs/image-api.md, "Starting
+    from an image"): a whole image Pillow reads. Pillow run here on the bytes sent."""
+    data = sent(case, field)
+    if isinstance(data, str):
+        data = data.encode("latin-1", "replace")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except Exception:
+        return True
+    return False
+
+
+def sent_no_image(case: Case, field: str) -> bool:
+    """`strength`, `mask_blur` and `mask` belong to an edit: refused without an `image`."""
+    return sent(case, "image") in (MISSING, None)
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -145,6 +167,21 @@ class Allowed:
 
 # Refusals of schema-valid requests that are right, by (field, message) of the 400's details.
 ALLOWED_REFUSALS = {
+    ("image", NOT_AN_IMAGE): Allowed(
+        "an `image` file part is binary to the schema; that it is an image no schema can say",
+        is_no_image,
+    ),
+    ("mask", NOT_AN_IMAGE): Allowed("as `image`", is_no_image),
+    ("mask", MASK_NEEDS_IMAGE): Allowed(
+        "a mask masks an image: OpenAPI's form bodies cannot state one part's need of another",
+        sent_no_image,
+    ),
+    ("strength", EDIT_ONLY): Allowed(
+        "strength applies to an image sent; refused without one rather than ignored, which a "
+        "form's schema cannot state",
+        sent_no_image,
+    ),
+    ("mask_blur", EDIT_ONLY): Allowed("as strength", sent_no_image),
     ("prompt", NOT_BLANK): Allowed(
         "the not-blank rule counts format characters and combining marks as invisible; JSON "
         "Schema's regular expressions have no Unicode-category classes to say so, so the "

@@ -2,12 +2,18 @@
 the exception handlers): every refused field is a 400 naming the field and the rule, and
 nothing is queued."""
 
+import io
+import zlib
+from pathlib import Path
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from PIL import Image
 
 from imagegen import backend
 from imagegen.api.schemas import GenerateForm
+from imagegen.generation.images import ImageStore
 from imagegen.generation.schedulers import A1111_NAMES, NAMES
 
 
@@ -74,7 +80,11 @@ def test_a_file_part_is_refused_naming_it():
     response = Client().post("/generate", {"prompt": "fine", "extra": upload})
     assert response.status_code == 400
     assert response.json()["error"]["details"] == [
-        {"field": "extra", "message": "is a file; this form takes text fields only"}
+        {
+            "field": "extra",
+            "message": "is a file; this form takes text fields, and the file parts `image` "
+            "and `mask`",
+        }
     ]
 
 
@@ -104,3 +114,66 @@ def test_a_scheduler_name_reaches_the_request_and_blank_means_the_default():
         GenerateForm.model_validate({"prompt": "a", "scheduler": " "}).to_request().scheduler
         is None
     )
+
+
+def png(size: tuple[int, int], mode: str = "RGB") -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, size).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def upload(data: bytes, name: str = "in.png") -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, data, "image/png")
+
+
+def bomb(side: int) -> bytes:
+    """A PNG whose header declares side x side pixels; its data is a few bytes."""
+    data = bytearray(png((1, 1)))
+    data[16:24] = side.to_bytes(4, "big") * 2  # IHDR's width and height
+    data[29:33] = zlib.crc32(data[12:29]).to_bytes(4, "big")  # and its checksum
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("parts", "fields", "field", "rule"),
+    [
+        ({"image": b"not an image"}, {}, "image", "must be an image this service can read"),
+        ({"image": png((64, 64))[:70]}, {}, "image", "must be an image this service can read"),
+        ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes, "
+         "past the bound of 16777216 pixels"),
+        ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound of "
+         "16777216 pixels (4 x GEN_MAX_SIDE squared)"),
+        ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "must be an image this service"),
+        ({"image": png((64, 64)), "mask": png((72, 64), "L")}, {}, "mask",
+         "must be the image's size, 64x64; got 72x64"),
+        ({"mask": png((64, 64), "L")}, {}, "mask", "needs an `image` file part"),
+        ({"image": png((64, 64))}, {"strength": "0"}, "strength", "greater than 0"),
+        ({"image": png((64, 64))}, {"strength": "1.5"}, "strength", "less than or equal to 1"),
+        ({"image": png((64, 64))}, {"strength": "nan"}, "strength", "finite number"),
+        ({"image": png((64, 64))}, {"mask_blur": "65"}, "mask_blur", "less than or equal to 64"),
+        ({}, {"strength": "0.5"}, "strength", "applies to an edit only: send an `image`"),
+        ({}, {"mask_blur": "4"}, "mask_blur", "applies to an edit only"),
+        ({}, {"image": "in.png"}, "image", "must be a file part"),
+    ],
+)  # fmt: skip
+def test_a_bad_edit_is_a_400_naming_field_and_rule_with_nothing_written(
+    parts, fields, field, rule, settings, tmp_path: Path, monkeypatch
+):
+    monkeypatch.setattr(backend, "image_store", lambda: ImageStore(tmp_path))
+    files = {name: upload(data) for name, data in parts.items()}
+    response = Client().post("/generate", {"prompt": "fine", **fields, **files})
+    assert response.status_code == 400, response.content
+    details = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
+    assert rule in details[field], details
+    assert list(tmp_path.iterdir()) == []  # no input stored
+    assert backend.jobs().recent(1) == []  # nothing queued
+
+
+def test_two_images_are_refused_naming_the_part():
+    response = Client().post(
+        "/generate", {"prompt": "fine", "image": [upload(png((8, 8))), upload(png((8, 8)))]}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == [
+        {"field": "image", "message": "only one file part of this name"}
+    ]

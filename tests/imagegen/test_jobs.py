@@ -1,12 +1,14 @@
 """Asynchronous jobs end to end on the tiny pipeline: queue positions, real progress,
 cancelling the right job, overflow, and the stored image records."""
 
+import hashlib
 import io
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 from PIL import Image
@@ -301,3 +303,38 @@ def test_a_synchronous_generation_past_gen_sync_timeout_is_504_and_its_job_cance
     assert seen["state"] == "cancelled" or seen["phase"].startswith("cancelling")
     final = wait_until(app, job_id, finished)
     assert final["state"] == "cancelled" and final["image"] is None
+
+
+def test_an_async_edit_runs_from_the_stored_inputs_and_keeps_the_pixels_outside_its_mask(app):
+    """In distributed mode the worker reads the inputs from the share, never from Redis:
+    the same job as in process, the same record, the same kept pixels."""
+    rng = np.random.default_rng(9)
+    source = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "RGB")
+    mask = Image.new("L", (64, 64))
+    mask.paste(255, (40, 40, 56, 56))
+    sent = {name: png(image) for name, image in (("image", source), ("mask", mask))}
+    response = requests.post(
+        app.url("/generate"),
+        data={"prompt": "a window", "steps": "4", "strength": "0.5", "seed": "2", "async": "true"},
+        files={name: (f"{name}.png", data, "image/png") for name, data in sent.items()},
+    )
+    assert response.status_code == 202, response.text
+    done = wait_until(app, response.json()["id"], finished)
+    assert done["state"] == "succeeded", done
+    assert (done["progress"]["step"], done["progress"]["steps"]) == (2, 2)
+    edit = done["image"]["parameters"]["edit"]
+    assert edit["steps_run"] == 2
+    for field, name in (("source", "image"), ("mask", "mask")):
+        assert edit[field]["sha256"] == hashlib.sha256(sent[name]).hexdigest()
+        assert requests.get(app.url(edit[field]["url"])).content == sent[name]
+    out = np.asarray(Image.open(io.BytesIO(requests.get(app.url(done["image_url"])).content)))
+    kept = np.ones((64, 64), bool)
+    kept[40 - 8 : 56 + 8, 40 - 8 : 56 + 8] = False  # the square and twice mask_blur around it
+    assert (out[kept] == np.asarray(source)[kept]).all()
+    assert (out[40:56, 40:56] != np.asarray(source)[40:56, 40:56]).any()
+
+
+def png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -1,0 +1,212 @@
+"""Edits on the real tiny pipeline, in process through Django's whole stack (POST /generate
+as multipart, the job queue, the image store): the steps that run, the pixels an inpainting
+keeps, the same bytes for the same seed, the pipelines sharing the loaded one's weights,
+what the record keeps, and every bad upload refused with nothing written or queued."""
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from PIL import Image
+
+from imagegen.generation.edits import EditRequest, edit_parameters, prepared_inputs
+from imagegen.generation.images import GenerationParameters
+from imagegen.generation.jobs import JobQueue
+from imagegen.generation.render import render
+from imagegen.model.edit_pipelines import edit_pipeline
+from imagegen.model.pipeline import load_pipeline
+from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.model_service import SD_REPO, SDXL_REPO
+
+SIZE = 64
+# The marked square of MASK, and how far past it the blur may reach (twice mask_blur 4).
+SQUARE = (24, 24, 40, 40)
+REACH = 8
+
+
+@pytest.fixture
+def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
+    loader = new_loader(hub, share, tmp_path / "cache")
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    return serve(loader, tmp_path / "images", monkeypatch)
+
+
+def png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def source_image(size: tuple[int, int] = (SIZE, SIZE)) -> Image.Image:
+    """Noise: every pixel its own, so a changed one shows."""
+    pixels = np.random.default_rng(5).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    return Image.fromarray(pixels, "RGB")
+
+
+def mask_image() -> Image.Image:
+    mask = Image.new("L", (SIZE, SIZE))
+    mask.paste(255, SQUARE)
+    return mask
+
+
+def far_from_square() -> np.ndarray:
+    """Where a pixel is farther than REACH (Euclidean) from every pixel of SQUARE."""
+    ys, xs = np.indices((SIZE, SIZE))
+    left, top, right, bottom = SQUARE  # right and bottom exclusive
+    dx = np.maximum(np.maximum(left - xs, xs - (right - 1)), 0)
+    dy = np.maximum(np.maximum(top - ys, ys - (bottom - 1)), 0)
+    return dx * dx + dy * dy > REACH * REACH
+
+
+def edit(client: Client, *, mask: bool = True, **fields: str):
+    parts = {"image": SimpleUploadedFile("in.png", png(source_image()), "image/png")}
+    if mask:
+        parts["mask"] = SimpleUploadedFile("mask.png", png(mask_image()), "image/png")
+    return client.post("/generate", {"prompt": "a red door", "seed": "4", **fields, **parts})
+
+
+def pixels(content: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(content)).convert("RGB"))
+
+
+def test_an_inpainting_keeps_every_pixel_beyond_the_blurred_edge_and_repaints_the_square(queue):
+    answer = edit(Client(), steps="4", strength="1")
+    assert answer.status_code == 200, answer.content
+    out, sent = pixels(answer.content), np.asarray(source_image())
+    far = far_from_square()
+    assert (out[far] == sent[far]).all()  # exactly the input's
+    left, top, right, bottom = SQUARE
+    inside = (out[top:bottom, left:right] != sent[top:bottom, left:right]).any(axis=-1)
+    assert inside.mean() > 0.9  # repainted
+
+
+def test_an_img2img_runs_int_steps_times_strength_and_says_so(queue):
+    client = Client()
+    answer = edit(client, mask=False, steps="8", strength="0.5", scheduler="euler")
+    assert answer.status_code == 200, answer.content
+    assert (answer["X-Steps"], answer["X-Strength"]) == ("4", "0.5")
+    record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]
+    assert (record["steps"], record["edit"]["steps_run"], record["edit"]["strength"]) == (8, 4, 0.5)
+    job = client.get(f"/jobs/{answer['X-Job-Id']}").json()
+    assert (job["progress"]["step"], job["progress"]["steps"]) == (4, 4)
+    text = Image.open(io.BytesIO(answer.content)).text["parameters"]
+    assert "Steps: 8, " in text and ", Denoising strength: 0.5" in text
+    changed = (pixels(answer.content) != np.asarray(source_image())).any(axis=-1)
+    assert changed.mean() > 0.9  # img2img: the whole picture
+
+
+@pytest.mark.parametrize(("steps", "strength", "calls"), [(8, 0.5, 4), (4, 0.1, 1), (5, 1.0, 5)])
+def test_the_unet_is_called_once_per_step_of_the_rule(queue, steps, strength, calls):
+    """Euler makes one timestep per step and classifier-free guidance one batched UNet call
+    per timestep: the UNet's calls are the steps that ran."""
+    unet = queue.loader.pipeline(60).unet
+    seen = []
+    hook = unet.register_forward_pre_hook(lambda *_: seen.append(1))
+    try:
+        answer = edit(Client(), steps=str(steps), strength=str(strength), scheduler="euler")
+    finally:
+        hook.remove()
+    assert answer.status_code == 200, answer.content
+    assert len(seen) == calls and answer["X-Steps"] == str(calls)
+
+
+def test_the_same_seed_and_inputs_give_the_same_png_bytes(queue):
+    client = Client()
+    first, second = edit(client, steps="3"), edit(client, steps="3")
+    assert first.status_code == second.status_code == 200
+    assert first.content == second.content
+    other = edit(client, steps="3", seed="5")
+    assert other.content != first.content
+
+
+def test_the_edit_pipelines_share_every_module_of_the_loaded_one(queue):
+    pipe = queue.loader.pipeline(60)
+    for inpaint in (False, True):
+        built = edit_pipeline(pipe, inpaint=inpaint)
+        assert built is edit_pipeline(pipe, inpaint=inpaint)  # built once
+        for name in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):
+            assert getattr(built, name) is getattr(pipe, name), name
+
+
+def test_the_record_keeps_the_inputs_sha256_and_a_link_to_each(queue):
+    client = Client()
+    answer = edit(client, steps="2")
+    assert answer.status_code == 200, answer.content
+    record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]["edit"]
+    for name, sent in (("source", png(source_image())), ("mask", png(mask_image()))):
+        digest = hashlib.sha256(sent).hexdigest()
+        assert record[name] == {"sha256": digest, "url": f"/images/inputs/{digest}"}
+        stored = client.get(record[name]["url"])
+        assert stored.status_code == 200 and stored["Content-Type"] == "image/png"
+        assert b"".join(stored.streaming_content) == sent
+    assert record["mask_blur"] == 4
+    assert json.loads(Image.open(io.BytesIO(answer.content)).text["imagegen"])["edit"] == {**record}
+    assert client.get("/images/inputs/" + "0" * 64).status_code == 404
+
+
+def test_the_output_is_the_inputs_size_rounded_down_to_8_unless_a_size_is_sent(queue):
+    client = Client()
+    parts = {"image": SimpleUploadedFile("in.png", png(source_image((100, 75))), "image/png")}
+    answer = client.post("/generate", {"prompt": "p", "steps": "2", **parts})
+    assert answer.status_code == 200, answer.content
+    assert answer["X-Size"] == "96x72"
+    assert Image.open(io.BytesIO(answer.content)).size == (96, 72)
+    parts = {"image": SimpleUploadedFile("in.png", png(source_image((100, 75))), "image/png")}
+    answer = client.post("/generate", {"prompt": "p", "steps": "2", "size": "64x80", **parts})
+    assert Image.open(io.BytesIO(answer.content)).size == (64, 80)
+
+
+def test_an_async_edit_is_an_ordinary_job_with_its_edit_in_its_parameters(queue):
+    client = Client()
+    started = edit(client, steps="2", **{"async": "true"})
+    assert started.status_code == 202, started.content
+    job = started.json()
+    assert job["parameters"]["edit"]["strength"] == 0.75
+    assert job["parameters"]["size"] == [SIZE, SIZE]  # the input's, known from the start
+    assert job["id"] in [listed["id"] for listed in client.get("/jobs").json()]
+    done = queue.wait(job["id"], 60)
+    assert done is not None and done.state.value == "succeeded"
+    assert done.image is not None and done.image.parameters.edit is not None
+
+
+def test_a_running_edit_is_cancelled_like_any_job(queue):
+    client = Client()
+    started = edit(client, steps="100", strength="1", **{"async": "true"})
+    assert started.status_code == 202, started.content
+    job_id = started.json()["id"]
+    while (view := queue.lookup(job_id)) is not None and view.progress.step < 1:
+        queue.wait_change(job_id, view.revision, 30)
+    assert client.delete(f"/jobs/{job_id}").status_code == 200
+    done = queue.wait(job_id, 60)
+    assert done is not None and done.state.value == "cancelled"
+
+
+@pytest.mark.parametrize("repo", [SD_REPO, SDXL_REPO])
+def test_both_layouts_inpaint_from_the_loaded_pipelines_modules(hub_root, repo):
+    """SD 1.x and SDXL each get their inpainting pipeline around the loaded modules (SDXL's
+    second text encoder too), and keep the pixels outside the mask's reach."""
+    pipe = load_pipeline(hub_root / repo, variant="fp16", device="cpu")
+    built = edit_pipeline(pipe, inpaint=True)
+    for name in ("unet", "vae", "text_encoder", "text_encoder_2"):
+        assert getattr(built, name, None) is getattr(pipe, name, None), name
+    edit_request = EditRequest(source="0" * 64, mask="1" * 64, strength=1.0)
+    parameters = GenerationParameters(
+        prompt="a door", negative_prompt=None, steps=2, guidance=5.0, width=SIZE, height=SIZE,
+        seed=3, scheduler="Euler", model_id=repo, revision=None,
+        edit=edit_parameters(edit_request, steps=2),
+    )  # fmt: skip
+    inputs = prepared_inputs(
+        png(source_image()), png(mask_image()), size=(SIZE, SIZE), steps=2, edit=edit_request
+    )
+    rendered = render(
+        pipe, parameters, scheduler="euler", device="cpu", home="cpu",
+        on_step=lambda done, total: None, stop_requested=lambda: False, edit=inputs,
+    )  # fmt: skip
+    out, sent = np.asarray(rendered.image), np.asarray(source_image())
+    assert (out[far_from_square()] == sent[far_from_square()]).all()
