@@ -25,8 +25,8 @@ from tests.support.model_service import model_service_env
 TIMEOUT_MS = 800
 THREADS = 4
 PLACES = 2  # JOB_STORE_MAX_CONCURRENT
-# docs/distributed.md: a job route answers within JOB_STORE_TIMEOUT_MS plus a second, twice
-# that for an OpenAI or A1111 request that gives back its place among the shared runs.
+# docs/distributed.md: a job route answers within twice JOB_STORE_TIMEOUT_MS plus two seconds
+# (a second call: an OpenAI, A1111 or keyed request gives back its place among the runs).
 BOUND = 2 * (TIMEOUT_MS / 1000 + 1)
 SLACK = 1.5  # a shared 2-core machine
 # A generating route adds that its job may have been queued (retry with the same key).
