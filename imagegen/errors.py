@@ -126,8 +126,8 @@ class ImageNotFound(ServiceError):
 
 class BatchTimeout(ServiceError):
     """A synchronous request of several jobs (the OpenAI and A1111 routes) that waited
-    GEN_SYNC_TIMEOUT. Its unfinished jobs are cancelled unless an identical request that
-    joined them is still waiting for them."""
+    GEN_SYNC_TIMEOUT. Its unfinished jobs are cancelled unless another request that joined
+    them (identical, or with the same Idempotency-Key) is still waiting for them."""
 
     status = 504
 
@@ -140,7 +140,10 @@ class BatchTimeout(ServiceError):
                 "/jobs/<id>"
             )
         else:
-            what = "still running for an identical request that is waiting for them"
+            what = (
+                "still running for another request that is waiting for them (an identical "
+                "one, or one with the same Idempotency-Key)"
+            )
         super().__init__(f"No image within GEN_SYNC_TIMEOUT; job(s) {jobs}: {what}")
 
 

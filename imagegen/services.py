@@ -76,9 +76,10 @@ def edit_request(
     return request.model_copy(update={"edit": edit, "size": size})
 
 
-def generation_submit(*, request: GenerationRequest) -> JobView:
-    """Queues a generation, or refuses it at once (nothing to load, queue full)."""
-    return backend.jobs().submit(request)
+def generation_submit(*, request: GenerationRequest, job_id: str | None = None) -> JobView:
+    """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
+    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs)."""
+    return backend.jobs().submit(request, job_id=job_id)
 
 
 def _failure(job: JobView) -> ServiceError:
@@ -172,10 +173,10 @@ def _keyed_job(
     attempt waits for it still (only then may the timeout cancel it)."""
     key = _run_key(request, 1, client, f"generate:{idempotency_key}")
 
-    def submit() -> list[str]:
+    def submit(job_ids: list[str]) -> None:
         if wait:
             _refuse_past_timeout(request, 1, timeout)
-        return [generation_submit(request=request).id]
+        generation_submit(request=request, job_id=job_ids[0])
 
     runs = backend.runs()
     run = runs.join_or_submit(key, submit=submit, unfinished=_joinable, keep=True)
@@ -259,23 +260,23 @@ def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
 
 
 def _submit_batch(
-    request: GenerationRequest, count: int, client: str, timeout: float | None
-) -> list[str]:
-    """`count` jobs or none: refused whole when they cannot all finish within `timeout`;
-    when the queue fills part-way, the ones queued are cancelled (they never run) and the
-    request is refused as a whole."""
-    _refuse_past_timeout(request, count, timeout)
+    request: GenerationRequest, job_ids: list[str], client: str, timeout: float | None
+) -> None:
+    """A job under each id or none: refused whole when they cannot all finish within
+    `timeout`; when the queue fills part-way, the ones queued are cancelled (they never run)
+    and the request is refused as a whole."""
+    _refuse_past_timeout(request, len(job_ids), timeout)
     jobs_queue, batch, jobs = backend.jobs(), secrets.token_hex(8), []
     try:
-        for index in range(count):
-            job = jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch)
-            jobs.append(job.id)
+        for index, job_id in enumerate(job_ids):
+            request_n = _nth_seed(request, index)
+            jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id)
+            jobs.append(job_id)
     except ServiceError:  # the queue filled up (or the model went away) part-way
         for job_id in jobs:
             with contextlib.suppress(JobFinished):
                 jobs_queue.cancel(job_id)
         raise
-    return jobs
 
 
 def _views(job_ids: list[str]) -> list[JobView]:
@@ -299,15 +300,19 @@ def _join_or_submit(
 ) -> SharedRun:
     """A twin's run is joined whatever its estimate (its jobs were taken already); a new one
     is estimated first."""
+
+    def submit(job_ids: list[str]) -> None:
+        _submit_batch(request, job_ids, client, timeout)
+
     if keyed:  # as POST /generate's key (_keyed_job): a retry joins its twin, even finished
         return backend.runs().join_or_submit(
-            key, submit=lambda: _submit_batch(request, count, client, timeout),
-            unfinished=_joinable, keep=True,
-        )  # fmt: skip
+            key, submit=submit, unfinished=_joinable, count=count, keep=True
+        )
     return backend.runs().join_or_submit(
         key,
-        submit=lambda: _submit_batch(request, count, client, timeout),
+        submit=submit,
         unfinished=lambda jobs: any(_unfinished(job_id) for job_id in jobs),
+        count=count,
     )
 
 

@@ -65,13 +65,18 @@ class RedisJobBoard:
         return app
 
     def submit(
-        self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
+        self,
+        request: GenerationRequest,
+        *,
+        owner: str | None = None,
+        batch: str | None = None,
+        job_id: str | None = None,
     ) -> JobView:
         """Queues a generation in the shared queue, or refuses it at once (model not on the
         share, a download under way, the shared queue full: 503 from every replica)."""
         self.models.check_loadable()
         request = with_defaults(request, rules=self.rules)
-        job_id = secrets.token_hex(8)
+        job_id = job_id or secrets.token_hex(8)
         if not self.jobs.add(
             job_id, request, owner=owner, batch=batch, queue_max=self.queue_max, keep=self.keep
         ):

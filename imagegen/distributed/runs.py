@@ -15,7 +15,7 @@ import redis
 from redis.lock import Lock
 
 from imagegen.distributed.store import decoded
-from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished
+from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished, new_job_ids
 
 RUN = "imagegen:run:{key}"
 WAITERS = "imagegen:run-waiters:{token}"
@@ -37,10 +37,17 @@ class RedisRuns:
         self._delete_if_current = client.register_script(_DELETE_IF_CURRENT)
 
     def join_or_submit(
-        self, key: str, submit: Submit, unfinished: Unfinished, *, keep: bool = False
+        self,
+        key: str,
+        submit: Submit,
+        unfinished: Unfinished,
+        *,
+        count: int = 1,
+        keep: bool = False,
     ) -> SharedRun:
         """As LocalRuns.join_or_submit, for every replica: one request at a time per key
-        (a Redis lock), so two replicas never both submit for the same request."""
+        (a Redis lock), so two replicas never both submit for the same request. A new run
+        is written, with its expiry, before its jobs are queued (shared_runs' docstring)."""
         run_key = RUN.format(key=key)
         with self._locked(key):
             stored = self.client.hgetall(run_key)
@@ -48,11 +55,14 @@ class RedisRuns:
             if stored:
                 jobs = json.loads(stored[b"jobs"])
                 run = SharedRun(key, jobs, decoded(stored[b"token"]), kept=keep)
-            with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
-                if run is None or not unfinished(run.jobs):
-                    run = SharedRun(key, submit(), kept=keep)
-                    # Both fields: the old run's are gone.
+            if run is None or not unfinished(run.jobs):
+                run = SharedRun(key, new_job_ids(count), kept=keep)
+                with self.client.pipeline() as pipe:  # MULTI: both fields and the expiry
                     pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
+                    pipe.expire(run_key, self.ttl)
+                    pipe.execute()
+                submit(run.jobs)
+            with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
                 waiters = WAITERS.format(token=run.token)
                 # One call a line: redis-py types a pipeline's commands as the client's.
                 pipe.incr(waiters)

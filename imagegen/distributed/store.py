@@ -311,9 +311,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
       redis.call('ZADD', KEYS[3], redis.call('HGET', key, 'seq'), id)
     else
       done = 'failed'
+      local lost = 'lost ' .. #names .. ' workers, ' .. table.concat(names, ' and ') ..
+                   ', each of which'
+      if #names == 2 and names[1] == names[2] then  -- one worker (frozen, back, lost again)
+        lost = 'lost its worker ' .. names[1] .. ' twice, which each time'
+      end
       redis.call('HSET', key, 'state', 'failed', 'phase', 'failed', 'finished_at', now, 'error',
-                 'worker lost: job ' .. id .. ' lost ' .. #names .. ' workers, ' ..
-                 table.concat(names, ' and ') .. ', each of which stopped beating for ' ..
+                 'worker lost: job ' .. id .. ' ' .. lost .. ' stopped beating for ' ..
                  ttl_text .. ' s (JOB_HEARTBEAT_TTL) while the job store was reachable; ' ..
                  'it is not run again')
     end
@@ -551,6 +555,11 @@ class JobStore:
             if done == "requeued" and self.wake is not None:
                 self.wake(job_id)
         return handled
+
+    def oldest_queued(self) -> str | None:
+        """The job at the head of the queue: the next one a worker takes."""
+        head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
+        return decoded(head[0]) if head else None
 
     def attempts(self, job_id: str) -> list[dict[str, str]]:
         """Each run of the job, oldest first: its worker, when it started, and when it was

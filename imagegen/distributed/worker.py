@@ -24,7 +24,9 @@ thread re-asserts the job at its first beat once the store is back. Every write 
 names its run (the attempt), so a worker found lost but only slow stores nothing: its next
 beat or write stops it, and its outcome, if it got that far, is refused (its image removed).
 The same thread follows the pull count: when a pull was asked for after this worker
-started, it loads the model.
+started, it loads the model; and an idle worker runs a job left waiting at the head of the
+queue without a message (_take_a_job_left_waiting): a message lost, or Celery's consumer
+stopped for good, never leaves a job waiting forever.
 """
 
 import contextlib
@@ -32,6 +34,7 @@ import gc
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -58,8 +61,16 @@ from imagegen.model.loader import ModelLoader
 log = logging.getLogger(__name__)
 
 
+# How many beats a job may wait at the head of the queue while this worker is idle before
+# the worker runs it without a message (WorkerRuntime._take_a_job_left_waiting).
+RESCUE_BEATS = 3
+
+
 def default_worker_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """Host and pid, and a few random characters: a container started again keeps its host
+    name and often its pid, and two lives of one worker must not read as one in a job's
+    attempts ("lost 2 workers, w and w")."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 @dataclass
@@ -121,6 +132,11 @@ class WorkerRuntime:
         self.job_id: str | None = None
         self.report: _StoreReport | None = None  # the running job's
         self.pulls: int | None = None  # the pull count this worker has followed
+        # The queue's head at this idle worker's last beat, and at how many beats in a row.
+        self.waiting_seen: str | None = None
+        self.waiting_beats = 0
+        # One job at a time, whoever starts it: Celery's task, or this worker's own rescue.
+        self._one_job = threading.Lock()
         self._stop = threading.Event()
         # Held while a job is claimed and while a beat says "idle", so a beat never puts a
         # worker that just took a job back among the idle ones (the queue's bound).
@@ -167,12 +183,38 @@ class WorkerRuntime:
         if report is not None and self.store.beat(report.job_id, report.attempt):
             report.stopping.set()  # a cancel asked, or this run found lost
         self.store.sweep()  # other workers' lost jobs, found whether or not anyone reads them
+        if job_id is None:
+            self._take_a_job_left_waiting()
+
+    def _take_a_job_left_waiting(self) -> None:
+        """Runs the job at the head of the queue itself when it has waited there for
+        RESCUE_BEATS beats in a row with this worker idle. An idle worker's Celery consumer
+        takes a message within a second, so such a job's message was lost (a job queued
+        again after its worker was lost, whose message could not be sent; a broker restarted
+        without persistence) or the consumer has stopped taking any: Celery's Redis consumer
+        can stop for good when the broker goes away in the middle of an ack (seen here with
+        Redis stopped and frozen; celery#10205), and the job would wait forever."""
+        head = self.store.oldest_queued()
+        if head is None or head != self.waiting_seen:
+            self.waiting_seen, self.waiting_beats = head, 0
+            return
+        self.waiting_beats += 1
+        if self.waiting_beats < RESCUE_BEATS or self._one_job.locked():
+            return
+        log.warning("job %s: waited %d beats with worker %s idle and no message taken; "
+                    "the worker takes it itself", head, self.waiting_beats, self.name)  # fmt: skip
+        self.waiting_seen, self.waiting_beats = None, 0
+        threading.Thread(target=self.run_next_job, name="rescue", daemon=True).start()
 
     # -- one job ------------------------------------------------------------------------------
 
     def run_next_job(self) -> str | None:
         """Runs the oldest waiting job, if any is left (a cancelled one's message finds
-        none); returns its id."""
+        none); returns its id. One at a time in this process, however it was started."""
+        with self._one_job:
+            return self._run_next_job()
+
+    def _run_next_job(self) -> str | None:
         with self._claiming:
             claimed = self.store.claim(self.name)
             if claimed is None:

@@ -120,9 +120,15 @@ class JobBoard(Protocol):
         """The defaults and bounds a request meets here (the configured model's preset)."""
 
     def submit(
-        self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
+        self,
+        request: GenerationRequest,
+        *,
+        owner: str | None = None,
+        batch: str | None = None,
+        job_id: str | None = None,
     ) -> JobView:
-        """Queues a generation, or refuses it at once with nothing queued (ServiceError)."""
+        """Queues a generation, or refuses it at once with nothing queued (ServiceError).
+        `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one."""
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images of `request` would take if submitted now, the jobs ahead

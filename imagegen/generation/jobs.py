@@ -120,13 +120,20 @@ class JobQueue:
     # -- what the routes call -----------------------------------------------------------
 
     def submit(
-        self, request: GenerationRequest, *, owner: str | None = None, batch: str | None = None
+        self,
+        request: GenerationRequest,
+        *,
+        owner: str | None = None,
+        batch: str | None = None,
+        job_id: str | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
         job = Job(request=request, owner=owner, batch=batch)
+        if job_id is not None:
+            job.id = job_id
         with self._lock:
             if self._waiting() >= self.queue_max:
                 raise QueueFull()

@@ -7,7 +7,12 @@ ingress sends to another web replica joins too.
 A run registered with an Idempotency-Key is `kept`: it stays registered after its last
 waiter leaves (until the registry's TTL after its last join), so a retry that comes after
 its first attempt gave up on an error joins the job that attempt queued, finished or not,
-instead of running it twice (imagegen.services decides which runs may still be joined)."""
+instead of running it twice (imagegen.services decides which runs may still be joined).
+
+A new run's job ids are chosen and the run registered before its jobs are queued: when the
+queueing's answer is lost (the job store stopped answering after it took the job, so the
+client was told "try again"), the retry still finds the ids and joins the job that was
+queued; had none been queued, the ids name no job and the retry queues anew."""
 
 import secrets
 import threading
@@ -16,10 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-Submit = Callable[[], list[str]]  # queues the jobs of a new run; returns their ids
+# Queues the jobs of a new run under the ids given (chosen by the registry: new_job_ids).
+Submit = Callable[[list[str]], None]
 # Whether a registered run's jobs may still be joined (for a run without a key: any of them
 # is still to finish).
 Unfinished = Callable[[list[str]], bool]
+
+
+def new_job_ids(count: int) -> list[str]:
+    """Ids for jobs not yet queued, in the form every job's id takes."""
+    return [secrets.token_hex(8) for _ in range(count)]
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,13 @@ class RunRegistry(Protocol):
     returns them."""
 
     def join_or_submit(
-        self, key: str, submit: Submit, unfinished: Unfinished, *, keep: bool = False
+        self,
+        key: str,
+        submit: Submit,
+        unfinished: Unfinished,
+        *,
+        count: int = 1,
+        keep: bool = False,
     ) -> SharedRun: ...
 
     def leave(self, run: SharedRun) -> bool: ...
@@ -55,15 +72,24 @@ class LocalRuns:
         self._expires: dict[str, float] = {}  # kept runs without waiters, by key
 
     def join_or_submit(
-        self, key: str, submit: Submit, unfinished: Unfinished, *, keep: bool = False
+        self,
+        key: str,
+        submit: Submit,
+        unfinished: Unfinished,
+        *,
+        count: int = 1,
+        keep: bool = False,
     ) -> SharedRun:
         """Joins the key's run while `unfinished` says its jobs may be joined, else submits a
-        new one; `keep`: the run outlives its waiters (an Idempotency-Key's)."""
+        new one of `count` jobs, registered first (the module's docstring); `keep`: the run
+        outlives its waiters (an Idempotency-Key's)."""
         with self._lock:
             self._forget_expired()
             run = self._current.get(key)
             if run is None or not unfinished(run.jobs):
-                run = self._current[key] = SharedRun(key, submit(), kept=keep)
+                run = self._current[key] = SharedRun(key, new_job_ids(count), kept=keep)
+                self._expires[key] = time.monotonic() + self.ttl
+                submit(run.jobs)
             self._waiters[run.token] = self._waiters.get(run.token, 0) + 1
             self._expires[key] = time.monotonic() + self.ttl
             return run

@@ -6,6 +6,8 @@ in-process queue's."""
 
 import contextlib
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.changes import ChangeFeed
 from imagegen.distributed.store import CHANGED, WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
-from imagegen.distributed.worker import WorkerRuntime
+from imagegen.distributed.worker import RESCUE_BEATS, WorkerRuntime, default_worker_name
 from imagegen.generation.estimates import Measurements, Timing
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
@@ -29,6 +31,7 @@ from imagegen.generation.presets import generation_rules
 from imagegen.generation.render import GenerationRequest
 from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
 from tests.support.distributed import RedisServer
+from tests.support.loaders import new_loader
 
 REQUEST = GenerationRequest(prompt="q", negative_prompt="n", steps=4, guidance=0.0, seed=7)
 
@@ -203,6 +206,52 @@ def test_a_job_that_loses_a_second_worker_fails_naming_both(store):
     assert [a["worker"] for a in store.attempts("a") if a.get("lost_at")] == ["w1", "w2"]
     assert store.claim("w3") is None  # not queued a third time
     assert not store.finish("a", 2, state="succeeded", phase="done")
+
+
+def test_a_job_lost_twice_by_one_worker_says_so_once(store):
+    """A worker frozen past the TTL, back, and lost again: its name is not told twice as if
+    two workers (their default names differ for every process start: default_worker_name)."""
+    add(store, "a")
+    for _ in range(2):
+        store.claim("w1")
+        reachable_for(store, 1.2)
+        store.sweep()
+    assert store.view("a").error.startswith(
+        "worker lost: job a lost its worker w1 twice, which each time stopped beating for 1 s"
+    )
+    names = {default_worker_name() for _ in range(20)}
+    assert len(names) == 20  # the same host and pid: a container started again
+    assert all(name.startswith(f"{socket.gethostname()}-{os.getpid()}-") for name in names)
+
+
+def test_an_idle_worker_runs_a_job_left_waiting_without_its_message(store, hub, tmp_path):
+    """A job whose message was lost (queued again after its worker was lost, the message not
+    sent), or whose message no consumer takes (Celery's consumer stopped for good after
+    Redis went away mid-ack): an idle worker that finds it at the head of the queue for
+    RESCUE_BEATS beats in a row runs it itself, and a busy worker leaves it."""
+    loader = new_loader(hub, tmp_path / "share", tmp_path / "cache")
+    runtime = WorkerRuntime(
+        store, loader, ImageStore(tmp_path / "images"), name="idle", load_timeout=1,
+        timings=RedisTimings(store.redis, "m"),
+    )  # fmt: skip
+    add(store, "a")  # no message
+    for _ in range(RESCUE_BEATS):
+        runtime.beat()
+    assert store.view("a").state is JobState.QUEUED  # its message may be on its way
+    runtime.beat()
+    deadline = time.monotonic() + 30
+    while not store.attempts("a"):
+        assert time.monotonic() < deadline, "no worker took the job"
+        time.sleep(0.05)
+    assert store.attempts("a")[0]["worker"] == "idle"
+    while runtime._one_job.locked():  # the model is not on this share: it fails, saying so
+        time.sleep(0.05)
+    runtime.job_id = "another"  # busy from here: a waiting job is not its to take
+    add(store, "b")
+    for _ in range(RESCUE_BEATS + 2):
+        runtime.beat()
+    time.sleep(0.2)
+    assert store.view("b").state is JobState.QUEUED and store.attempts("b") == []
 
 
 def test_a_lost_job_asked_to_cancel_ends_cancelled_not_run_again(store):

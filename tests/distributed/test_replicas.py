@@ -22,6 +22,11 @@ from tests.support.processes import AppServer
 
 QUEUE_MAX = 2
 TTL = 3.0  # JOB_HEARTBEAT_TTL of this stack
+STORE_TIMEOUT = 2.0  # JOB_STORE_TIMEOUT_MS of this stack, in seconds
+# docs/distributed.md: with the job store frozen a job route answers within twice
+# JOB_STORE_TIMEOUT_MS plus two seconds (503 with Retry-After).
+BOUND = 2 * (STORE_TIMEOUT + 1)
+SLACK = 1.5  # a shared 2-core machine
 SYNC_TIMEOUT = 230  # GEN_SYNC_TIMEOUT of this stack
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 
@@ -40,6 +45,7 @@ def stack(replica_hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> It
         "GEN_QUEUE_MAX": str(QUEUE_MAX),
         "GEN_MAX_STEPS": "500",
         "JOB_HEARTBEAT_TTL": str(TTL),
+        "JOB_STORE_TIMEOUT_MS": str(int(STORE_TIMEOUT * 1000)),
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
         "GEN_SYNC_REFUSE_FACTOR": "0",  # the joined protocol request is long on purpose
     }
@@ -361,6 +367,60 @@ def test_a_redis_restart_longer_than_the_ttl_fails_no_running_job(ready, a, b):
     final = wait_until(b, taken["id"], finished, timeout=180)
     assert final["state"] == "succeeded", final
     assert len(stored(ready, taken["id"])["attempts"]) == 1  # never judged lost
+
+
+def test_a_freeze_past_the_ttl_and_the_bound_fails_nothing_and_every_replica_answers(ready, a, b):
+    """Redis stopped with SIGSTOP (a hung store: connections open, nothing answered) for
+    longer than JOB_HEARTBEAT_TTL and the answer bound, under both replicas and both
+    workers, one of them running a job: job routes on both replicas answer 503 within the
+    bound, /health at once on the replica holding more job requests than it has threads,
+    /model/status 200 with what it last saw; after the thaw the job goes on and succeeds,
+    run once, and both replicas take work again."""
+    taken = submit(a, prompt="outlives a frozen redis", steps="400", size="64x64", seed="9")
+    wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 1)
+    threads = int(ready.env.get("GUNICORN_THREADS", "16"))
+    answers: list[tuple[requests.Response, float]] = []
+    with ready.redis.frozen():
+        frozen_at = time.monotonic()
+        crowd = [
+            threading.Thread(target=lambda: answers.append(timed("GET", a.url("/jobs"))))
+            for _ in range(2 * threads)
+        ]
+        for thread in crowd:
+            thread.start()
+        time.sleep(0.3)  # the job requests hold what they can of replica A
+        health = [timed("GET", a.url("/health")) for _ in range(3)]
+        for app in (a, b):
+            response, seconds = timed("GET", app.url(f"/jobs/{taken['id']}"))
+            assert_unavailable(response, seconds, app.url(""))
+        status, status_seconds = timed("GET", b.url("/model/status"))
+        for thread in crowd:
+            thread.join()
+        time.sleep(max(0.0, TTL + 2 - (time.monotonic() - frozen_at)))
+    assert all(r.status_code == 200 and seconds < 1.0 for r, seconds in health), health
+    assert len(answers) == 2 * threads
+    for response, seconds in answers:
+        assert_unavailable(response, seconds, "GET /jobs on A")
+    assert status.status_code == 200 and status_seconds < BOUND + SLACK, status.text
+    assert status.json()["store"] == "unreachable"
+    final = wait_until(b, taken["id"], finished, timeout=180)
+    assert final["state"] == "succeeded", final
+    assert len(stored(ready, taken["id"])["attempts"]) == 1  # never judged lost
+    for app in (a, b):
+        after = requests.post(app.url("/generate"), data={"prompt": "thawed", "size": "64x64"})
+        assert after.status_code == 200, after.text
+
+
+def timed(method: str, url: str) -> tuple[requests.Response, float]:
+    started = time.monotonic()
+    response = requests.request(method, url, timeout=60)
+    return response, time.monotonic() - started
+
+
+def assert_unavailable(response: requests.Response, seconds: float, what: str) -> None:
+    assert response.status_code == 503, (what, response.text)
+    assert int(response.headers["Retry-After"]) > 0, what
+    assert seconds < BOUND + SLACK, (what, seconds)
 
 
 def test_redis_stopped_answers_503_and_the_service_recovers_when_it_is_back(ready, a, b):

@@ -43,10 +43,9 @@ class Jobs:
         self.submitted: list[list[str]] = []
         self.finished: set[str] = set()
 
-    def submit(self) -> list[str]:
+    def submit(self, ids: list[str]) -> None:
         time.sleep(self.delay)
-        self.submitted.append([f"job-{len(self.submitted)}"])
-        return self.submitted[-1]
+        self.submitted.append(ids)
 
     def unfinished(self, ids: list[str]) -> bool:
         time.sleep(self.delay)
@@ -60,19 +59,20 @@ def join(runs: RunRegistry, jobs: Jobs, key: str = "k"):
 def test_a_twin_joins_and_only_the_last_to_leave_is_last(runs):
     jobs = Jobs()
     first, twin = join(runs, jobs), join(runs, jobs)
-    assert twin == first and jobs.submitted == [["job-0"]]
-    assert join(runs, jobs, key="other").jobs == ["job-1"]  # another request: its own jobs
+    assert twin == first and jobs.submitted == [first.jobs]
+    other = join(runs, jobs, key="other")  # another request: its own jobs
+    assert jobs.submitted == [first.jobs, other.jobs] and other.jobs != first.jobs
     assert runs.leave(twin) is False  # the first still waits: the jobs must not be cancelled
     assert runs.leave(first) is True
-    assert join(runs, jobs).jobs == ["job-2"]  # nobody waited any more: a new run
+    assert join(runs, jobs).jobs == jobs.submitted[2]  # nobody waited any more: a new run
 
 
 def test_a_finished_run_gives_way_and_its_last_waiter_leaves_the_new_one_alone(runs):
     jobs = Jobs()
     old = join(runs, jobs)
-    jobs.finished.add("job-0")
+    jobs.finished.update(old.jobs)
     new = join(runs, jobs)  # the same request again, after the jobs finished: queued anew
-    assert new.jobs == ["job-1"] and new.token != old.token
+    assert new.jobs == jobs.submitted[1] != old.jobs and new.token != old.token
     assert runs.leave(old) is True
     assert join(runs, jobs) == new  # still registered: a third twin joins the new run
     assert runs.leave(new) is False and runs.leave(new) is True
@@ -82,7 +82,7 @@ def test_identical_requests_at_once_submit_once(runs):
     jobs = Jobs(delay=0.2)
     with ThreadPoolExecutor(6) as pool:
         joined = list(pool.map(lambda _: join(runs, jobs), range(6)))
-    assert jobs.submitted == [["job-0"]]
+    assert jobs.submitted == [joined[0].jobs]
     assert all(run == joined[0] for run in joined)
 
 
@@ -124,9 +124,9 @@ def test_a_kept_run_outlives_its_last_waiter_so_a_retry_with_its_key_joins_it(ru
     jobs = Jobs()
     first = runs.join_or_submit("k", jobs.submit, jobs.unfinished, keep=True)
     assert runs.leave(first) is True  # the last (only) waiter: it may cancel on a timeout
-    jobs.finished.add("job-0")
+    jobs.finished.update(first.jobs)
     retry = runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True)
-    assert retry.jobs == ["job-0"] and jobs.submitted == [["job-0"]]
+    assert retry.jobs == first.jobs and jobs.submitted == [first.jobs]
     assert runs.leave(retry) is True
     unkept = join(runs, jobs, key="plain")
     runs.leave(unkept)
@@ -141,5 +141,33 @@ def test_a_kept_run_is_forgotten_after_the_ttl(redis_server):
         jobs = Jobs()
         runs.leave(runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True))
         time.sleep(1.2)
-        assert runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True).jobs == ["job-1"]
+        again = runs.join_or_submit("k", jobs.submit, lambda ids: True, keep=True)
+        assert again.jobs == jobs.submitted[1] != jobs.submitted[0]
     assert local._current.keys() == {"k"}  # the expired one was dropped, not kept beside it
+
+
+def test_a_run_is_registered_before_its_jobs_are_queued_so_a_lost_answer_is_joined(runs):
+    """The job store took the job, then stopped answering (a frozen Redis after the queueing;
+    the client was told to try again): the retry with the same key joins that job, and one
+    of a run whose queueing took nothing queues anew."""
+    jobs, queued = Jobs(), set()
+
+    def queued_then_unanswered(ids: list[str]) -> None:
+        jobs.submit(ids)
+        queued.update(ids)
+        raise ConnectionError("the job store took the job and stopped answering")
+
+    with pytest.raises(ConnectionError):
+        runs.join_or_submit("k", queued_then_unanswered, jobs.unfinished, keep=True)
+    retry = runs.join_or_submit("k", jobs.submit, lambda ids: set(ids) <= queued, keep=True)
+    assert jobs.submitted == [retry.jobs] and retry.jobs[0] in queued  # joined: one job
+
+    def refused(ids: list[str]) -> None:
+        raise ConnectionError("the store was away: nothing queued")
+
+    with pytest.raises(ConnectionError):
+        runs.join_or_submit("other", refused, jobs.unfinished, count=2, keep=True)
+    anew = runs.join_or_submit(
+        "other", jobs.submit, lambda ids: set(ids) <= queued, count=2, keep=True
+    )
+    assert jobs.submitted[-1] == anew.jobs and len(anew.jobs) == 2  # its ids named no job

@@ -5,12 +5,9 @@ next refused at once; the model's status answers what it last saw, marked; the 4
 unknown job says what keeps jobs."""
 
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import kombu
 import pytest
@@ -36,16 +33,6 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
 
 
-@contextmanager
-def frozen(server: RedisServer) -> Iterator[None]:
-    assert server.process is not None
-    os.kill(server.process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(server.process.pid, signal.SIGCONT)
-
-
 def client_of(server: RedisServer, max_waiting: int | None = None) -> redis.Redis:
     return store_client(server.url, timeout=BUDGET, max_waiting=max_waiting)
 
@@ -66,7 +53,7 @@ def test_a_call_to_a_frozen_store_ends_within_its_budget(redis_server, connected
     client = client_of(redis_server)
     if connected:
         client.ping()
-    with frozen(redis_server):
+    with redis_server.frozen():
         error, seconds = timed(lambda: client.set("k", "v"))
         pipeline_error, pipeline_seconds = timed(lambda: client.pipeline().get("k").execute())
     assert isinstance(error, redis.TimeoutError), error
@@ -79,7 +66,7 @@ def test_calls_waiting_at_once_are_bounded_and_the_next_is_refused_at_once(redis
     client = client_of(redis_server, max_waiting=2)
     client.ping()
     errors: list[BaseException | None] = []
-    with frozen(redis_server):
+    with redis_server.frozen():
         waiting = [
             threading.Thread(target=lambda: errors.append(timed(lambda: client.get("k"))[0]))
             for _ in range(2)
@@ -124,7 +111,7 @@ def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_s
     assert (fresh.state, fresh.store, fresh.store_age_seconds) == ("ready", "reachable", 0)
     assert [w.name for w in fresh.workers or []] == ["w1"]
     time.sleep(0.3)
-    with frozen(redis_server):
+    with redis_server.frozen():
         started = time.monotonic()
         stale = model.status()
         seconds = time.monotonic() - started
@@ -168,7 +155,7 @@ def test_a_job_message_published_to_a_frozen_store_gives_up(redis_server, settin
         producer = connection.Producer()
         producer.publish({"wake": 1}, routing_key="imagegen-test")  # connected
         outcome: list[tuple[BaseException | None, float]] = []
-        with frozen(redis_server):
+        with redis_server.frozen():
             publish = threading.Thread(
                 target=lambda: outcome.append(
                     timed(

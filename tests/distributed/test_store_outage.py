@@ -5,12 +5,9 @@ docs/distributed.md states (a request already waiting for its job included), GET
 replica that holds more job requests than it has threads. No worker: the jobs stay queued,
 so the synchronous requests wait."""
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,16 +55,6 @@ def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             yield running
 
 
-@contextmanager
-def frozen(stack: Stack) -> Iterator[None]:
-    assert stack.redis.process is not None
-    os.kill(stack.redis.process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(stack.redis.process.pid, signal.SIGCONT)
-
-
 def timed(method: str, url: str, **kwargs) -> tuple[requests.Response, float]:
     started = time.monotonic()
     response = requests.request(method, url, timeout=60, **kwargs)
@@ -107,7 +94,7 @@ def test_every_job_route_answers_503_within_the_bound_and_status_200(stack):
         time.sleep(0.5)  # one at a time: only two of their calls may be in flight at once
     time.sleep(1)
     assert not waiting, [(response.url, response.text) for response, _ in waiting]
-    with frozen(stack):
+    with stack.redis.frozen():
         frozen_at = time.monotonic()
         for waiter in waiters:
             waiter.join()
@@ -136,7 +123,7 @@ def test_every_job_route_answers_503_within_the_bound_and_status_200(stack):
 def test_health_answers_at_once_while_job_requests_outnumber_the_threads(stack):
     app = stack.apps[0]
     answers: list = []
-    with frozen(stack):
+    with stack.redis.frozen():
         requests_ = [in_background("GET", app.url("/jobs"), answers) for _ in range(3 * THREADS)]
         time.sleep(0.3)  # the job requests hold what they can now
         health = [timed("GET", app.url("/health")) for _ in range(5)]

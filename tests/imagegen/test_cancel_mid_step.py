@@ -11,7 +11,6 @@ plus two seconds. The job behind it then runs on the same pipeline and makes the
 byte for byte, as the same request made before: the stop left nothing half-done behind."""
 
 import contextlib
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,10 +22,6 @@ import torch
 from django.test import override_settings
 
 from imagegen import backend
-from imagegen.distributed.board import RedisJobBoard
-from imagegen.distributed.store import JobStore
-from imagegen.distributed.timings import RedisTimings
-from imagegen.distributed.worker import WorkerRuntime
 from imagegen.errors import JobFinished
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED, JobState, JobView
@@ -39,6 +34,7 @@ from tests.support.distributed import RedisServer
 from tests.support.loaders import new_loader, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO
+from tests.support.solo_worker import solo_worker
 from tests.support.tiny_adapters import TAESD_REPO, build_adapter_repos
 
 SLOW = 1.0  # seconds each slow part sleeps
@@ -104,41 +100,12 @@ def in_process(loader: ModelLoader, images: Path) -> Iterator[Mode]:
 
 @contextlib.contextmanager
 def distributed(loader: ModelLoader, images: Path, server: RedisServer) -> Iterator[Mode]:
-    """The store and board of distributed mode, and a worker's runtime as `manage.py
-    run_worker` makes it (heartbeat every second: JOB_HEARTBEAT_TTL's default of 30 s), its
-    jobs taken one at a time as Celery's solo pool takes their messages."""
-    client = server.client()
-    client.flushdb()
-    store = JobStore(client, heartbeat_ttl=30)
-    timings = RedisTimings(client, "test-model")
-    board = RedisJobBoard(store, models=loader, queue_max=4, keep=20, rules=None, timings=timings)
-    runtime = WorkerRuntime(
-        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings
-    )
-    runtime.start()
-    messages: queue.Queue[str | None] = queue.Queue()
-
-    def solo_pool() -> None:
-        while messages.get() is not None:
-            runtime.run_next_job()  # the Celery task's body (imagegen.distributed.tasks)
-
-    pool = threading.Thread(target=solo_pool, daemon=True)
-    pool.start()
-
-    def submit(request: GenerationRequest) -> str:
-        job_id = f"job-{time.monotonic_ns()}"
-        assert store.add(job_id, request, owner=None, batch=None, queue_max=4, keep=20)
-        messages.put(job_id)
-        return job_id
-
-    mode = Mode(submit, board.cancel, board.wait, images)
-    try:
-        yield mode
-    finally:
-        mode.settle()
-        messages.put(None)
-        pool.join(60)
-        runtime.stop()
+    with solo_worker(loader, images, server) as solo:
+        mode = Mode(solo.submit, solo.board.cancel, solo.board.wait, images)
+        try:
+            yield mode
+        finally:
+            mode.settle()
 
 
 @pytest.fixture(params=["in-process", "distributed"])

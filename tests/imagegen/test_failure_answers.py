@@ -7,8 +7,6 @@ worker runtime on a real redis-server; the service call a route makes, and the a
 project's error handlers make of what it raises."""
 
 import contextlib
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +23,6 @@ from imagegen import backend, services
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
-from imagegen.distributed.worker import WorkerRuntime
 from imagegen.errors import JobFailed, JobStoreBusy
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED, JobBoard, JobView
@@ -36,6 +33,7 @@ from tests.support.distributed import RedisServer
 from tests.support.loaders import new_loader, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.processes import free_port
+from tests.support.solo_worker import solo_worker
 
 REQUEST = GenerationRequest(prompt="a harbour", steps=2, guidance=0.0, seed=3, size=(64, 64))
 ROUTES = ("/generate", "/v1/images/generations")
@@ -75,38 +73,8 @@ def in_process(loader: ModelLoader, images: Path) -> Iterator[Mode]:
 
 @contextlib.contextmanager
 def distributed(loader: ModelLoader, images: Path, server: RedisServer) -> Iterator[Mode]:
-    """The web side's board and a worker's runtime on one redis-server, the worker taking
-    each job as Celery's solo pool takes its message."""
-    client = server.client()
-    client.flushdb()
-    store = JobStore(client, heartbeat_ttl=30)
-    timings = RedisTimings(client, "test-model")
-    board = RedisJobBoard(store, models=loader, queue_max=4, keep=20, rules=None, timings=timings)
-    runtime = WorkerRuntime(
-        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings
-    )
-    runtime.start()
-    messages: queue.Queue[str | None] = queue.Queue()
-
-    def solo_pool() -> None:
-        while messages.get() is not None:
-            runtime.run_next_job()
-
-    pool = threading.Thread(target=solo_pool, daemon=True)
-    pool.start()
-
-    def submit(request: GenerationRequest) -> str:
-        job_id = f"job-{time.monotonic_ns()}"
-        assert store.add(job_id, request, owner=None, batch=None, queue_max=4, keep=20)
-        messages.put(job_id)
-        return job_id
-
-    try:
-        yield Mode(board, submit)
-    finally:
-        messages.put(None)
-        pool.join(60)
-        runtime.stop()
+    with solo_worker(loader, images, server) as solo:
+        yield Mode(solo.board, solo.submit)
 
 
 @pytest.fixture(params=["in-process", "distributed"])

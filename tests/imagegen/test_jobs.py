@@ -4,6 +4,7 @@ cancelling the right job, overflow, and the stored image records."""
 import hashlib
 import io
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,3 +339,62 @@ def png(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def test_a_keyed_jobs_retry_queues_anew_after_a_cancel_or_a_failure_and_keys_are_per_client(app):
+    """A key joins a job that may still give its image; a cancelled or failed one is queued
+    again (the retry is a new attempt), and the same key from another client is not theirs."""
+    prompt = f"keyed again {time.monotonic_ns()}"
+    fields = {"prompt": prompt, "seed": "3", "size": "64x64", "steps": "2", "async": "true"}
+    key = {"Idempotency-Key": f"again-{prompt}"}
+    blocker = submit(app, **LONG)
+    wait_until(app, blocker["id"], lambda j: j["state"] == "running")
+    first = requests.post(app.url("/generate"), data=fields, headers=key).json()
+    assert requests.delete(app.url(f"/jobs/{first['id']}")).status_code == 200
+    after_cancel = requests.post(app.url("/generate"), data=fields, headers=key).json()
+    assert after_cancel["id"] != first["id"] and after_cancel["state"] == "queued"
+    theirs = {**key, "Authorization": "Bearer someone-else"}
+    other_client = requests.post(app.url("/generate"), data=fields, headers=theirs).json()
+    assert other_client["id"] not in (first["id"], after_cancel["id"])
+    # An edit whose input is gone from the store when it runs fails, naming it.
+    source = png(Image.new("RGB", (64, 64), (200, 30, 30)))
+    edit_key = {"Idempotency-Key": f"edit-{prompt}"}
+    upload = {"image": ("in.png", source, "image/png")}
+    failing = requests.post(app.url("/generate"), data=fields, files=upload, headers=edit_key)
+    assert failing.status_code == 202, failing.text
+    (Path(app.env["OUTPUT_DIR"]) / "inputs" / hashlib.sha256(source).hexdigest()).unlink()
+    requests.delete(app.url(f"/jobs/{blocker['id']}"))
+    failed = wait_until(app, failing.json()["id"], finished)
+    assert failed["state"] == "failed", failed
+    retried = requests.post(app.url("/generate"), data=fields, files=upload, headers=edit_key)
+    assert retried.json()["id"] != failed["id"]
+    assert wait_until(app, retried.json()["id"], finished)["state"] == "succeeded"
+
+
+def test_a_keyed_attempt_that_gives_up_while_its_retry_waits_leaves_it_the_job(app):
+    """Both wait on one job; the first to reach GEN_SYNC_TIMEOUT is told who still waits
+    (its retry, by the same key) and the job is not cancelled under the retry."""
+    prompt = f"keyed patience {time.monotonic_ns()}"
+    fields = {"prompt": prompt, "seed": "4", "size": "64x64", "steps": "2"}
+    key = {"Idempotency-Key": f"patient-{prompt}"}
+    blocker = submit(app, **LONG)
+    wait_until(app, blocker["id"], lambda j: j["state"] == "running")
+    answers: dict[str, requests.Response] = {}
+
+    def ask(name: str) -> None:
+        answers[name] = requests.post(app.url("/generate"), data=fields, headers=key)
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    time.sleep(SYNC_TIMEOUT / 2)
+    retry = threading.Thread(target=ask, args=("retry",))
+    retry.start()
+    first.join()
+    gave_up = answers["first"]
+    assert gave_up.status_code == 504, gave_up.text
+    message = gave_up.json()["error"]["message"]
+    assert "still running for another request that is waiting for them" in message
+    assert "the same Idempotency-Key" in message
+    requests.delete(app.url(f"/jobs/{blocker['id']}"))
+    retry.join()
+    assert answers["retry"].status_code == 200, answers["retry"].text

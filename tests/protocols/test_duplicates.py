@@ -153,7 +153,8 @@ def test_a_request_that_gives_up_leaves_the_job_to_a_twin_still_waiting(app):
     assert gave_up.status_code == 504
     assert gave_up.headers["x-should-retry"] == "false"
     message = gave_up.json()["error"]["message"]
-    assert f"job(s) {job['id']}: still running for an identical request" in message
+    still = "still running for another request that is waiting for them (an identical one"
+    assert f"job(s) {job['id']}: {still}" in message
     assert jobs(app, "dup patient")[0]["state"] == "queued"  # not cancelled
     cancel(app, blocker)
     assert twin.outcome().status_code == 200

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,6 +62,17 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The process stopped (SIGSTOP) while the block runs: connections open, nothing
+        answered, as a hung Redis."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.process.pid, signal.SIGCONT)
 
     def __enter__(self) -> "RedisServer":
         return self.start()
