@@ -21,7 +21,7 @@ from pydantic import ValidationError as PydanticError
 
 from config.auth import public_origin, token_required
 from config.errors import FieldError
-from config.openapi import form_request_body
+from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
 from imagegen.api.protocol import run_for_client
@@ -344,8 +344,12 @@ class LinkQuery(Schema):
     """A signed link's query: its signature, and the format of the answer that made it."""
 
     signature: str
-    output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
-    output_compression: int | None = Field(None, ge=0, le=100, description=OUTPUT_COMPRESSION)
+    output_format: OutputFormat | None = Field(
+        None, description=OUTPUT_FORMAT, json_schema_extra=plain_optional
+    )
+    output_compression: int | None = Field(
+        None, ge=0, le=100, description=OUTPUT_COMPRESSION, json_schema_extra=plain_optional
+    )
 
 
 @router.get(
