@@ -7,14 +7,17 @@ Open WebUI against the app under gunicorn: tests/protocols/test_openai_edits.py.
 import base64
 import hashlib
 import io
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
+from django.test import Client, RequestFactory
 from PIL import Image
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from config.api import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen import backend
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
@@ -256,3 +259,11 @@ def test_png_is_the_default_and_a_link_serves_the_format_asked(queue):
     fetched = client.get(url.removeprefix("http://testserver"))
     assert fetched.status_code == 200 and fetched["Content-Type"] == "image/webp"
     assert Image.open(io.BytesIO(fetched.content)).format == "WEBP"
+
+
+def test_an_edit_cut_off_by_a_job_store_outage_says_its_job_may_have_been_queued():
+    """As for generations (docs/distributed.md): its retry with the same Idempotency-Key
+    joins that job."""
+    request = RequestFactory().post("/v1/images/edits")
+    answer = json.loads(on_job_store_error(request, RedisConnectionError("down")).content)
+    assert MAY_HAVE_QUEUED in answer["error"]["message"]
