@@ -101,18 +101,28 @@ def test_a_transparent_square_is_repainted_and_every_pixel_beyond_its_edge_kept(
     assert inside.mean() > 0.9
 
 
-def test_the_mask_is_stored_as_the_service_reads_it_white_where_transparent(queue):
+@pytest.mark.parametrize("format", ["PNG", "WEBP"])
+def test_the_mask_is_stored_as_the_service_reads_it_and_generate_remakes_the_image(queue, format):
+    """The record's mask is white where OpenAI's was transparent (any format with alpha),
+    so POST /generate with the image as sent and that mask makes the same bytes."""
     client = Client()
-    images(post_edit(client))
+    buffer = io.BytesIO()
+    openai_mask().save(buffer, format=format, lossless=True)
+    parts = {"image": part(encode(source_image())), "mask": part(buffer.getvalue(), "m.img")}
+    fields = {"prompt": "a red door", "seed": "4", "steps": "2"}
+    (edited,) = images(client.post("/v1/images/edits", {**fields, **parts}))
     record = client.get(f"/images/{image_id(queue)}").json()["parameters"]["edit"]
-    stored = client.get(record["mask"]["url"])
-    mask = np.asarray(Image.open(io.BytesIO(b"".join(stored.streaming_content))))
+    stored = b"".join(client.get(record["mask"]["url"]).streaming_content)
     expected = np.zeros((SIZE, SIZE), np.uint8)
     left, top, right, bottom = SQUARE
     expected[top:bottom, left:right] = 255
-    assert (mask == expected).all()
+    assert (np.asarray(Image.open(io.BytesIO(stored))) == expected).all()
     digest = hashlib.sha256(encode(source_image())).hexdigest()
     assert record["source"]["sha256"] == digest  # the image as sent
+    parts = {"image": part(encode(source_image())), "mask": part(stored)}
+    remade = client.post("/generate", {**fields, **parts})
+    assert remade.status_code == 200, remade.content
+    assert remade.content == edited
 
 
 def image_id(queue: JobQueue) -> str:
@@ -248,6 +258,10 @@ def test_png_is_the_default_and_a_link_serves_the_format_asked(queue):
     body = {"prompt": "a lighthouse", "size": "64x64", "steps": 2}
     (plain,) = images(client.post("/v1/images/generations", body, content_type="application/json"))
     assert plain == b"".join(client.get(f"/images/{image_id(queue)}.png").streaming_content)
+    png_body = {**body, "output_format": "png", "output_compression": 10}
+    kind = "application/json"
+    (same,) = images(client.post("/v1/images/generations", png_body, content_type=kind))
+    assert same == b"".join(client.get(f"/images/{image_id(queue)}.png").streaming_content)
     linked = client.post(
         "/v1/images/generations",
         {**body, "response_format": "url", "output_format": "webp", "output_compression": 70},

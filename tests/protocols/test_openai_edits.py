@@ -149,7 +149,12 @@ def test_open_webui_edit_replay_of_one_jpeg_and_of_a_list(app, model):
         assert content_type == "image/png"
         assert Image.open(io.BytesIO(png)).size == (SIZE, SIZE)
         assert (pixels(png) != np.asarray(source)).any(axis=-1).mean() > 0.5
-    assert len(jobs(app, f"owui edit {model}")) == 2
+    found = jobs(app, f"owui edit {model}")
+    assert len(found) == 2
+    for job in found:  # no mask, the default strength: img2img of the whole picture
+        assert (job["parameters"]["edit"]["mask"], job["parameters"]["edit"]["strength"]) == (
+            None, 0.75
+        )  # fmt: skip
 
 
 def test_each_bad_part_is_a_400_naming_it_and_the_next_edit_succeeds(app):
@@ -174,32 +179,35 @@ def test_each_bad_part_is_a_400_naming_it_and_the_next_edit_succeeds(app):
 
 
 @pytest.mark.both_modes
-def test_an_identical_edit_while_queued_joins_its_twins_job(app):
+def test_an_identical_edit_while_queued_joins_its_twins_job_and_another_image_does_not(app):
     blocker = start_blocker(app)
-    image, answers = encode(noise()), []
+    answers: dict[int, requests.Response] = {}
 
-    def post() -> None:
-        answers.append(
-            requests.post(
+    def post(index: int, image: bytes) -> threading.Thread:
+        def send() -> None:
+            answers[index] = requests.post(
                 app.url("/v1/images/edits"),
                 data={"prompt": "edit twins", "steps": "2", "seed": "3"},
                 files={"image": ("in.png", image, "image/png")},
                 headers={"Authorization": f"Bearer {TOKEN}"},
             )
-        )
 
-    calls = [threading.Thread(target=post) for _ in range(2)]
-    calls[0].start()
+        thread = threading.Thread(target=send)
+        thread.start()
+        return thread
+
+    calls = [post(0, encode(noise()))]
     wait_until(lambda: len(jobs(app, "edit twins")) == 1)
-    calls[1].start()
+    calls.append(post(1, encode(noise())))
     time.sleep(0.5)  # the twin reaches the service, which has the job queued still
     assert len(jobs(app, "edit twins")) == 1
+    calls.append(post(2, encode(noise(seed=6))))  # the same fields, another picture
+    wait_until(lambda: len(jobs(app, "edit twins")) == 2)
     cancel(app, blocker)
     for call in calls:
         call.join(60)
-    assert [answer.status_code for answer in answers] == [200, 200]
-    assert answers[0].json()["data"] == answers[1].json()["data"]
-    assert len(jobs(app, "edit twins")) == 1
+    assert [answers[index].status_code for index in range(3)] == [200, 200, 200]
+    assert answers[0].json()["data"] == answers[1].json()["data"] != answers[2].json()["data"]
 
 
 @pytest.mark.parametrize("output_format", ["jpeg", "webp"])
