@@ -2,7 +2,9 @@
 engine send, translated into the service's own request and answered in OpenAI's shapes.
 
 A thin translator: the generation is services.generation_run_shared, the same queue and
-jobs as POST /generate; errors take OpenAI's shape in config/errors.py (by path).
+jobs as POST /generate; an edit is services.edit_request, the same rules as POST /generate's
+image part, with OpenAI's mask (transparent repaints) turned into the service's own (white
+repaints) on the way in; errors take OpenAI's shape in config/errors.py (by path).
 """
 
 import base64
