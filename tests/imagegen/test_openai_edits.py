@@ -21,6 +21,7 @@ from config.api import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen import backend
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
+from tests.imagegen.test_generate_form import bomb
 from tests.support.loaders import new_loader, serve, wait_for
 
 SIZE = 64
@@ -196,6 +197,9 @@ def truncated() -> bytes:
     [
         ({"image": b"not an image"}, {}, "image", "must be an image this service can read"),
         ({"image": truncated()}, {}, "image", "must be an image this service can read"),
+        ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes"),
+        ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound"),
+        ({"mask": bomb(5_000)}, {}, "mask", "declares 5000x5000 pixels, past the bound"),
         ({}, {}, "image", "is required"),
         ({}, {"image": "https://example.org/in.png"}, "image", "must be a file part"),
         ({"image": b"x", "image[]": b"y"}, {}, "image", "only one image is supported"),
