@@ -28,6 +28,7 @@ PROTECTED = [  # docs/operations.md, "Access control"
     ("delete", "/todos"),
     # docs/protocols.md, "OpenAI-compatible images API" and "AUTOMATIC1111 API": each route
     ("post", "/v1/images/generations"),
+    ("post", "/v1/images/edits"),
     ("get", "/v1/models"),
     ("post", "/sdapi/v1/txt2img"),
     ("get", "/sdapi/v1/progress"),
@@ -48,8 +49,9 @@ PROTECTED = [  # docs/operations.md, "Access control"
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("post", "/generate"), ("post", "/todo"), ("put", "/todo/{todo_id}"), ("patch", "/todos")],
-)
+    [("post", "/generate"), ("post", "/v1/images/edits"), ("post", "/todo"),
+     ("put", "/todo/{todo_id}"), ("patch", "/todos")],
+)  # fmt: skip
 def test_every_route_with_a_body_declares_413(method, path):
     assert "413" in SCHEMA["paths"][path][method]["responses"]
 
@@ -162,3 +164,34 @@ def test_the_todo_version_route_declares_its_405_in_the_todo_envelope():
 )
 def test_a1111_lists_declare_every_key_they_always_send_as_required(path, name, fields):
     assert fields <= set(SCHEMA["components"]["schemas"][name]["required"])
+
+
+def test_the_openai_edit_is_documented_as_multipart_with_its_parts_and_fields():
+    """docs/protocols.md, "Editing an image": multipart only (an image cannot travel
+    urlencoded), `image` and `prompt` required, the mask a file part, the extensions and the
+    output formats listed; other fields are ignored, so none is refused by the document."""
+    operation = SCHEMA["paths"]["/v1/images/edits"]["post"]
+    body = operation["requestBody"]
+    assert body["required"] is True and list(body["content"]) == ["multipart/form-data"]
+    form = body["content"]["multipart/form-data"]["schema"]
+    assert sorted(form["required"]) == ["image", "prompt"]
+    assert form["additionalProperties"] is True
+    for part in ("image", "mask"):
+        assert (form["properties"][part]["type"], form["properties"][part]["format"]) == (
+            "string", "binary"
+        )  # fmt: skip
+    fields = {"prompt", "model", "n", "size", "response_format", "output_format",
+              "output_compression", "negative_prompt", "steps", "guidance_scale", "seed",
+              "strength", "mask_blur"}  # fmt: skip
+    assert fields <= set(form["properties"])
+    assert form["properties"]["output_format"]["enum"] == ["png", "jpeg", "webp"]
+    compression = form["properties"]["output_compression"]
+    assert (compression["minimum"], compression["maximum"]) == (0, 100)
+    assert "anyOf" not in str(form)  # a form has no null
+    assert {"200", "400", "401", "409", "413", "503", "504"} <= set(operation["responses"])
+
+
+def test_generations_document_the_output_formats():
+    schema = SCHEMA["components"]["schemas"]["ImageGenerationIn"]["properties"]
+    assert schema["output_format"]["anyOf"][0]["enum"] == ["png", "jpeg", "webp"]
+    assert (schema["output_compression"]["anyOf"][0]["maximum"]) == 100

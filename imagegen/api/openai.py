@@ -2,26 +2,53 @@
 engine send, translated into the service's own request and answered in OpenAI's shapes.
 
 A thin translator: the generation is services.generation_run_shared, the same queue and
-jobs as POST /generate; errors take OpenAI's shape in config/errors.py (by path).
+jobs as POST /generate; an edit is services.edit_request, the same rules as POST /generate's
+image part, with OpenAI's mask (transparent repaints) turned into the service's own (white
+repaints) on the way in; errors take OpenAI's shape in config/errors.py (by path).
 """
 
+import base64
+import io
 import time
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from django.conf import settings
-from django.http import FileResponse, HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
+from ninja.errors import ValidationError
+from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
+from pydantic import ValidationError as PydanticError
 
 from config.auth import public_origin, token_required
-from config.openapi import png_answer
+from config.errors import FieldError
+from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
-from imagegen import selectors
-from imagegen.api.protocol import png_base64, run_for_client
-from imagegen.api.schemas import PROMPT_MAX, check_size, parse_size, size_pattern
+from imagegen import selectors, services
+from imagegen.api.protocol import run_for_client
+from imagegen.api.schemas import (
+    PROMPT_MAX,
+    BlankIsAbsent,
+    Integer,
+    Number,
+    Optional,
+    OptionalGuidance,
+    OptionalSteps,
+    check_size,
+    parse_size,
+    size_pattern,
+)
 from imagegen.api.schemas import errors as declared_errors
+from imagegen.generation.edits import (
+    INPUT_PIXELS_FACTOR,
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    STRENGTH_DEFAULT,
+    read_image,
+)
 from imagegen.generation.images import ImageRecord
+from imagegen.generation.output_formats import MEDIA_TYPES, OutputFormat, encoded
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 
 router = Router(tags=["openai"])
@@ -47,6 +74,21 @@ def _size_schema(schema: dict[str, Any]) -> None:
     sides = size_pattern(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE)[1:-1]
     schema.update(type="string", pattern=f"^(?:auto|{sides})$")
     schema.pop("anyOf", None)
+    schema.pop("default", None)
+
+
+def _size(value: str | None) -> str | None:
+    """`auto` (or none): the model's native size, or an edit's input's."""
+    if value is None or value.strip().lower() == "auto":
+        return None
+    return check_size(value)
+
+
+OUTPUT_FORMAT = "png, jpeg or webp; the stored image stays the PNG"
+OUTPUT_COMPRESSION = (
+    "0 to 100: jpeg's and webp's quality (100, the default, the best picture and the largest "
+    "file); a PNG is lossless, so it changes nothing there"
+)
 
 
 class ImageGenerationIn(Schema):
@@ -72,7 +114,8 @@ class ImageGenerationIn(Schema):
     quality: str | None = None
     style: str | None = None
     user: str | None = None
-    output_format: Literal["png"] | None = Field(None, description="png only")
+    output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
+    output_compression: int | None = Field(None, ge=0, le=100, description=OUTPUT_COMPRESSION)
     negative_prompt: str | None = Field(None, max_length=PROMPT_MAX)
     steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
     guidance_scale: float | None = Field(
@@ -80,12 +123,7 @@ class ImageGenerationIn(Schema):
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
 
-    @field_validator("size")
-    @classmethod
-    def _size(cls, value: str | None) -> str | None:
-        if value is None or value.strip().lower() == "auto":
-            return None
-        return check_size(value)
+    _check_size = field_validator("size")(_size)
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(
@@ -96,6 +134,137 @@ class ImageGenerationIn(Schema):
             size=parse_size(self.size) if self.size else None,
             seed=self.seed,
         )
+
+
+class ImageEditForm(Schema):
+    """OpenAI's `images.edit` form fields; the image and the mask are file parts beside them
+    (EDIT_PARTS). As on generations, fields this service does not know are ignored (the SDK
+    sends `background`, `input_fidelity`, `quality`, ... and clients of compatible servers
+    more); an empty field counts as absent, as HTML forms send them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: NotBlank = Field(
+        min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
+    )
+    model: Annotated[str | None, *Optional] = Field(
+        None, description="any name; the configured model answers"
+    )
+    n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
+        Field(None, description="default 1")
+    )
+    size: Annotated[str | None, BlankIsAbsent] = Field(
+        None,
+        json_schema_extra=_size_schema,
+        description=f"WIDTHxHEIGHT (multiples of 8, {settings.GEN_MIN_SIDE} to "
+        f"{settings.GEN_MAX_SIDE}) or auto: the input's size, each side rounded down to a "
+        "multiple of 8 (the default)",
+    )
+    response_format: Annotated[Literal["b64_json", "url"] | None, *Optional] = Field(
+        None, description="b64_json"
+    )
+    output_format: Annotated[OutputFormat | None, *Optional] = Field(
+        None, description=OUTPUT_FORMAT
+    )
+    output_compression: Annotated[
+        Annotated[int, Field(ge=0, le=100), Integer] | None, *Optional
+    ] = Field(None, description=OUTPUT_COMPRESSION)
+    negative_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional] = (
+        None
+    )
+    steps: OptionalSteps = None
+    guidance_scale: OptionalGuidance = None
+    seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, *Optional] = Field(
+        None, description="image i gets seed + i"
+    )
+    strength: Annotated[
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(
+        None,
+        description=f"how far the image is noised (0 < s <= 1); max(1, int(steps x s)) steps "
+        f"run; default {STRENGTH_DEFAULT}",
+    )
+    mask_blur: Annotated[
+        Annotated[int, Field(ge=0, le=MASK_BLUR_MAX), Integer] | None, *Optional
+    ] = Field(
+        None,
+        description=f"the mask's edge blurred by this many pixels; pixels farther than twice "
+        f"that from the repainted area are the input's exactly; default {MASK_BLUR_DEFAULT}",
+    )
+
+    _check_size = field_validator("size")(_size)
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> "ImageEditForm":
+        """The form's text fields, refused as a schema refuses a body (a 400 naming each)."""
+        try:
+            return cls.model_validate(request.POST.dict())
+        except PydanticError as error:
+            raise ValidationError(
+                [{**e, "loc": ("form", *e["loc"])} for e in error.errors()]
+            ) from None
+
+    def to_request(self) -> GenerationRequest:
+        return GenerationRequest(
+            prompt=self.prompt,
+            negative_prompt=self.negative_prompt,
+            steps=self.steps,
+            guidance=self.guidance_scale,
+            size=parse_size(self.size) if self.size else None,
+            seed=self.seed,
+        )
+
+
+EDIT_PARTS = {
+    "image": "the picture to edit: one file (PNG, JPEG, WebP, ...); sent as `image[]` (as the "
+    "openai SDK sends a list) it is taken too, but more than one image is refused",
+    "mask": "optional; the image's size, with an alpha channel: its transparent pixels mark "
+    "what to repaint (OpenAI's mask), opaque ones what to keep",
+}
+IMAGE_PARTS = ("image", "image[]")
+ONE_IMAGE = "only one image is supported: this service edits one picture at a time"
+MASK_NEEDS_ALPHA = (
+    "must have an alpha channel: its transparent pixels mark what to repaint, as OpenAI's mask does"
+)
+ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
+
+
+def edit_body() -> dict[str, Any]:
+    """The route's requestBody: multipart only (an image cannot travel urlencoded), `image`
+    required beside `prompt`, other fields allowed (they are ignored)."""
+    multipart = form_request_body(ImageEditForm, EDIT_PARTS)["content"]["multipart/form-data"]
+    schema = multipart["schema"]
+    schema.update(required=[*schema["required"], "image"], additionalProperties=True)
+    return {"required": True, "content": {"multipart/form-data": multipart}}
+
+
+def edit_files(request: HttpRequest) -> tuple[bytes, bytes | None]:
+    """The image's bytes and the mask's (None without one), or a FieldError naming the part."""
+    images = [part for name in IMAGE_PARTS for part in request.FILES.getlist(name)]
+    if not images:
+        sent_as_text = any(name in request.POST for name in IMAGE_PARTS)
+        raise FieldError("image", "must be a file part" if sent_as_text else "is required")
+    if len(images) > 1:
+        raise FieldError("image", f"{ONE_IMAGE}; got {len(images)}")
+    masks = request.FILES.getlist("mask")
+    if len(masks) > 1:
+        raise FieldError("mask", f"only one mask; got {len(masks)}")
+    if not masks and "mask" in request.POST:
+        raise FieldError("mask", "must be a file part")
+    return images[0].read(), masks[0].read() if masks else None
+
+
+def repaint_mask(data: bytes) -> bytes:
+    """OpenAI's mask as the service's own (white repaints, black keeps, grey blends): a
+    pixel of alpha a becomes 255 - a, so a transparent pixel is repainted, an opaque one
+    kept, and a half-transparent one blended. Colours are not read."""
+    high = settings.GEN_MAX_SIDE
+    image = read_image(data, field="mask", max_pixels=INPUT_PIXELS_FACTOR * high * high)
+    if image.mode not in ALPHA_MODES and "transparency" not in image.info:
+        raise FieldError("mask", MASK_NEEDS_ALPHA)
+    buffer = io.BytesIO()
+    ImageOps.invert(image.convert("RGBA").getchannel("A")).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 class ImageDatum(Schema):
@@ -120,12 +289,25 @@ class ModelList(Schema):
     data: list[Model]
 
 
-def _datum(request: HttpRequest, record: ImageRecord, response_format: str | None) -> ImageDatum:
-    if response_format == "url":
-        signature = selectors.image_link_signature(image_id=record.id)
-        path = f"/v1/images/{record.id}.png?signature={quote(signature)}"
-        return ImageDatum(url=public_origin(request) + path)
-    return ImageDatum(b64_json=png_base64(record))
+def images_response(
+    request: HttpRequest, records: list[ImageRecord], form: ImageGenerationIn | ImageEditForm
+) -> ImagesResponse:
+    """Each image as base64 or as a signed link, in the output format asked for."""
+    data = []
+    for record in records:
+        if form.response_format == "url":
+            query = {"signature": selectors.image_link_signature(image_id=record.id)}
+            if form.output_format not in (None, "png"):  # the link re-encodes it too
+                query["output_format"] = form.output_format
+                if form.output_compression is not None:
+                    query["output_compression"] = str(form.output_compression)
+            path = f"/v1/images/{record.id}.png?{urlencode(query)}"
+            data.append(ImageDatum(url=public_origin(request) + path))
+        else:
+            png = selectors.image_png(image_id=record.id).read_bytes()
+            image = encoded(png, form.output_format, form.output_compression)
+            data.append(ImageDatum(b64_json=base64.b64encode(image).decode()))
+    return ImagesResponse(created=int(time.time()), data=data)
 
 
 @router.post(
@@ -137,19 +319,61 @@ def _datum(request: HttpRequest, record: ImageRecord, response_format: str | Non
 )
 def images_generations(request: HttpRequest, payload: ImageGenerationIn):
     records = run_for_client(request, payload.to_request(), count=payload.n or 1)
-    data = [_datum(request, record, payload.response_format) for record in records]
-    return ImagesResponse(created=int(time.time()), data=data)
+    return images_response(request, records, payload)
+
+
+@router.post(
+    "/images/edits",
+    auth=token_required(),
+    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    exclude_none=True,
+    summary="OpenAI images.edit: n edits of one image (with a mask, only its transparent area)",
+    openapi_extra={"requestBody": edit_body()},
+)
+def images_edits(request: HttpRequest):
+    form = ImageEditForm.of(request)
+    image, mask = edit_files(request)
+    generation = services.edit_request(
+        request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
+        strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
+        mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
+    )  # fmt: skip
+    records = run_for_client(request, generation, count=form.n or 1)
+    return images_response(request, records, form)
+
+
+class LinkQuery(Schema):
+    """A signed link's query: its signature, and the format of the answer that made it."""
+
+    signature: str
+    output_format: OutputFormat | None = Field(
+        None, description=OUTPUT_FORMAT, json_schema_extra=plain_optional
+    )
+    output_compression: int | None = Field(
+        None, ge=0, le=100, description=OUTPUT_COMPRESSION, json_schema_extra=plain_optional
+    )
 
 
 @router.get(
     "/images/{image_id}.png",
     response={200: None, **dict.fromkeys((400, 403, 404), OpenAIErrorBody)},
-    summary="One generated PNG by its signed link (no token: the signature is the credential)",
-    openapi_extra=png_answer("the PNG"),
+    summary="One generated image by its signed link (no token: the signature is the credential)",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the PNG, or the format the answer that made the link asked for",
+                "content": {
+                    media_type: {"schema": {"type": "string", "format": "binary"}}
+                    for media_type in MEDIA_TYPES.values()
+                },
+            }
+        }
+    },
 )
-def image_by_link(request: HttpRequest, image_id: str, signature: str = Query(...)):
-    path = selectors.image_png_by_link(image_id=image_id, signature=signature)
-    return FileResponse(path.open("rb"), content_type="image/png")
+def image_by_link(request: HttpRequest, image_id: str, query: Query[LinkQuery]):
+    path = selectors.image_png_by_link(image_id=image_id, signature=query.signature)
+    image = encoded(path.read_bytes(), query.output_format, query.output_compression)
+    return HttpResponse(image, content_type=MEDIA_TYPES[query.output_format or "png"])
 
 
 @router.get("/models", auth=token_required(), response={200: ModelList, **errors()})

@@ -109,7 +109,8 @@ def _ascii_number(value: Any) -> Any:
 
 
 # An optional form field: empty counts as absent, and it is documented without null.
-Optional = (BeforeValidator(_blank_is_absent), Field(json_schema_extra=plain_optional))
+BlankIsAbsent = BeforeValidator(_blank_is_absent)
+Optional = (BlankIsAbsent, Field(json_schema_extra=plain_optional))
 Integer = BeforeValidator(_ascii_integer)
 Number = BeforeValidator(_ascii_number)
 # The bounded steps and guidance of POST /generate, and of the estimate that asks about it.

@@ -35,10 +35,13 @@ from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance, status_code_conformance
+from schemathesis.transport.serialization import Binary
 
+from config.errors import FieldError
 from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
 from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
+from imagegen.api.openai import MASK_NEEDS_ALPHA, repaint_mask
 from imagegen.generation.edits import EDIT_ONLY, MASK_NEEDS_IMAGE, NOT_AN_IMAGE
 from imagegen.generation.schedulers import (
     A1111_SCHEDULES,
@@ -140,18 +143,34 @@ def is_unoffered_sampler(case: Case, field: str) -> bool:
     return (sampler, _SCHEDULE_LABELS.get(schedule, schedule)) not in _OFFERED_PAIRS
 
 
+def file_bytes(value: Any) -> Any:
+    """A file part's bytes as sent: schemathesis hands a generated file over as `Binary`, an
+    empty str with its bytes in `.data` (read as text it is no image at all), a text as str."""
+    if isinstance(data := getattr(value, "data", None), bytes):
+        return data
+    return value.encode("latin-1", "replace") if isinstance(value, str) else value
+
+
 def is_no_image(case: Case, field: str) -> bool:
     """What an `image` file part of POST /generate must be (docs/image-api.md, "Starting
     from an image"): a whole image Pillow reads. Pillow run here on the bytes sent."""
-    data = sent(case, field)
-    if isinstance(data, str):
-        data = data.encode("latin-1", "replace")
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(file_bytes(sent(case, field)))) as image:
             image.load()
     except Exception:
         return True
     return False
+
+
+def has_no_alpha(case: Case, field: str) -> bool:
+    """OpenAI's mask (docs/protocols.md, "Editing an image"): an image whose transparent
+    pixels mark what to repaint, so one without an alpha channel (nor a transparent colour)
+    marks nothing. Pillow run here on the bytes sent."""
+    try:
+        with Image.open(io.BytesIO(file_bytes(sent(case, field)))) as image:
+            return "A" not in image.getbands() and "transparency" not in image.info
+    except Exception:
+        return False
 
 
 def sent_no_image(case: Case, field: str) -> bool:
@@ -172,6 +191,11 @@ ALLOWED_REFUSALS = {
         is_no_image,
     ),
     ("mask", NOT_AN_IMAGE): Allowed("as `image`", is_no_image),
+    ("mask", MASK_NEEDS_ALPHA): Allowed(
+        "OpenAI's mask marks what to repaint by its alpha channel; a file part is binary to "
+        "the schema, which cannot say it has one",
+        has_no_alpha,
+    ),
     ("mask", MASK_NEEDS_IMAGE): Allowed(
         "a mask masks an image: OpenAPI's form bodies cannot state one part's need of another",
         sent_no_image,
@@ -308,6 +332,12 @@ _FAR = base64.urlsafe_b64encode((2**62).to_bytes(8, "big") + bytes(12)).decode()
 _MAX_N = django_settings.GEN_MAX_N
 
 
+def _png(mode: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, (8, 8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     ("holds", "field", "case", "refused"),
     [
@@ -344,6 +374,14 @@ _MAX_N = django_settings.GEN_MAX_N
         ),
         (is_unoffered_sampler, "sampler_name", _a1111(sampler_name="DDIM", scheduler=None), False),
         (is_unoffered_sampler, "sampler_name", _a1111(scheduler="karras"), False),
+        (is_no_image, "image", _sent({"image": Binary(_png("RGB"))}), False),
+        (is_no_image, "image", _sent({"image": Binary(b"GIF8")}), True),
+        (has_no_alpha, "mask", _sent({"mask": Binary(_png("L"))}), True),
+        (has_no_alpha, "mask", _sent({"mask": Binary(_png("RGBA"))}), False),
+        (has_no_alpha, "mask", _sent({"mask": _png("RGB")}), True),
+        (has_no_alpha, "mask", _sent({"mask": _png("L")}), True),
+        (has_no_alpha, "mask", _sent({"mask": _png("RGBA")}), False),
+        (has_no_alpha, "mask", _sent({"mask": _png("LA")}), False),
     ],
 )
 def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):
@@ -359,6 +397,9 @@ def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case,
     elif holds is exceeds_batch_limit:
         with pytest.raises(PydanticError) if refused else nullcontext():
             Txt2ImgIn(**case.body)
+    elif holds is has_no_alpha:
+        with pytest.raises(FieldError) if refused else nullcontext():
+            repaint_mask(file_bytes(value))
     elif holds is is_unoffered_sampler:
         body = case.body
         sampler = body.get("sampler_name") or body.get("sampler_index")
