@@ -18,7 +18,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--name", default=None, help="default: <host>-<pid>-<4 random hex digits>, new at every start")
+        parser.add_argument(
+            "--name", default=None, help="default: <host>-<pid>-<4 hex digits>, new at every start"
+        )
         parser.add_argument("--loglevel", default=settings.LOGGING["root"]["level"])
 
     def handle(self, *args, **options) -> None:
