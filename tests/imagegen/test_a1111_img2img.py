@@ -170,6 +170,7 @@ def test_png_info_reads_a1111s_own_text():
         ({"init_images": [base64.b64encode(b"GIF89a no").decode()]}, "init_images",
          "must be an image this service can read"),
         ({"init_images": []}, "init_images", "at least 1 item"),
+        ({"init_images": [b64(noise())] * 2}, "init_images", "at most 1 item"),
         ({"mask": "%%%"}, "mask", "must be base64 text"),
         ({"mask": b64(square(size=(72, 64)))}, "mask", "must be the image's size, 64x64"),
         ({"denoising_strength": 0}, "denoising_strength", "greater than 0"),
@@ -198,3 +199,10 @@ def test_png_info_of_what_is_not_an_image_is_a_400_naming_it():
         assert read.status_code == 400
         assert rule in read.json()["error"]["details"][0]["message"]
         assert read.json()["error"]["details"][0]["field"] == "image"
+
+
+def test_every_inpainting_fill_runs_as_original(queue):
+    """docs/protocols.md: 0, 2 and 3 are accepted and run as 1."""
+    body = {"init_images": [b64(noise())], "mask": b64(square()), "denoising_strength": 0.6}
+    made = {fill: img2img(**body, inpainting_fill=fill).json()["images"] for fill in range(4)}
+    assert made[0] == made[1] == made[2] == made[3]
