@@ -14,8 +14,8 @@ from django.test import Client
 from PIL import Image, PngImagePlugin
 
 from imagegen import backend
-from imagegen.generation.framing import resized
 from imagegen.generation.jobs import JobQueue
+from tests.support.framing import check_framed
 from tests.support.loaders import new_loader, serve, wait_for
 
 SIZE = 64
@@ -98,7 +98,7 @@ def test_resize_mode_frames_the_input_as_a1111_does(queue, mode, runs):
     answer = img2img(init_images=[b64(source)], mask=b64(Image.new("L", (128, 64))),
                      width=64, height=64, resize_mode=mode, inpaint_full_res=False)  # fmt: skip
     assert answer.status_code == 200, answer.content
-    assert (image_of(answer) == np.asarray(resized(source, (64, 64), runs))).all()
+    check_framed(image_of(answer), source, runs)
 
 
 def test_sides_are_rounded_down_to_8_within_the_bounds(queue):
@@ -114,9 +114,17 @@ def test_inpaint_full_res_works_the_masked_box_and_answers_the_images_size(queue
     """A1111's default (inpaint_full_res, padding 0): the box of the square grown by twice
     mask_blur, worked at width x height, pasted back into the 128x128 picture."""
     source = noise((128, 128), 9)
-    answer = img2img(init_images=[b64(source)], mask=b64(square((56, 56, 72, 72), (128, 128))),
-                     denoising_strength=1, width=64, height=64)  # fmt: skip
+    unet = queue.loader.pipeline(60).unet
+    seen: list[tuple[int, ...]] = []
+    hook = unet.register_forward_pre_hook(lambda _m, args: seen.append(tuple(args[0].shape[-2:])))
+    try:
+        answer = img2img(init_images=[b64(source)], denoising_strength=1, width=64, height=64,
+                         mask=b64(square((56, 56, 72, 72), (128, 128))))  # fmt: skip
+    finally:
+        hook.remove()
     assert answer.status_code == 200, answer.content
+    # 64x64 worked: the tiny VAE's latents are half each side; the whole 128x128's are 64
+    assert set(seen) == {(32, 32)}
     out, sent = image_of(answer), np.asarray(source)
     assert out.shape == (128, 128, 3)
     outside = np.ones((128, 128), bool)
