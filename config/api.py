@@ -149,7 +149,10 @@ JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly
 # The routes that queue generations: a request of theirs cut off by the outage may have
 # queued its job, which then runs on. The same Idempotency-Key on the retry joins that job
 # (imagegen.services) instead of running it twice.
-GENERATING = ("/generate", "/v1/images/generations", "/v1/images/edits", "/sdapi/v1/txt2img")
+GENERATING = (
+    "/generate", "/v1/images/generations", "/v1/images/edits", "/sdapi/v1/txt2img",
+    "/sdapi/v1/img2img",
+)  # fmt: skip
 MAY_HAVE_QUEUED = (
     "The job may have been queued already: send the request again with the same "
     "Idempotency-Key to join that job instead of running it twice"

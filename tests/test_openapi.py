@@ -31,6 +31,8 @@ PROTECTED = [  # docs/operations.md, "Access control"
     ("post", "/v1/images/edits"),
     ("get", "/v1/models"),
     ("post", "/sdapi/v1/txt2img"),
+    ("post", "/sdapi/v1/img2img"),
+    ("post", "/sdapi/v1/png-info"),
     ("get", "/sdapi/v1/progress"),
     ("post", "/sdapi/v1/interrupt"),
     ("post", "/sdapi/v1/skip"),
@@ -50,7 +52,8 @@ PROTECTED = [  # docs/operations.md, "Access control"
 @pytest.mark.parametrize(
     ("method", "path"),
     [("post", "/generate"), ("post", "/v1/images/edits"), ("post", "/todo"),
-     ("put", "/todo/{todo_id}"), ("patch", "/todos")],
+     ("put", "/todo/{todo_id}"), ("patch", "/todos"), ("post", "/sdapi/v1/img2img"),
+     ("post", "/sdapi/v1/png-info")],
 )  # fmt: skip
 def test_every_route_with_a_body_declares_413(method, path):
     assert "413" in SCHEMA["paths"][path][method]["responses"]
@@ -89,6 +92,7 @@ def test_the_generate_form_is_documented_as_sent():
         assert size.startswith("^(?:2048|2040|") and size.endswith("|72|64)$")
         strength = form["properties"]["strength"]
         assert (strength["exclusiveMinimum"], strength["maximum"]) == (0, 1)
+        assert {"resize_mode", "only_masked", "only_masked_padding"} <= set(form["properties"])
     multipart = body["multipart/form-data"]["schema"]["properties"]
     for part in ("image", "mask"):  # file parts: multipart only
         assert (multipart[part]["type"], multipart[part]["format"]) == ("string", "binary")
@@ -195,3 +199,35 @@ def test_generations_document_the_output_formats():
     schema = SCHEMA["components"]["schemas"]["ImageGenerationIn"]["properties"]
     assert schema["output_format"]["anyOf"][0]["enum"] == ["png", "jpeg", "webp"]
     assert (schema["output_compression"]["anyOf"][0]["maximum"]) == 100
+
+
+def test_a1111_img2img_declares_its_image_fields_and_their_bounds():
+    """docs/protocols.md, "img2img": each field it lists, with the bounds it states."""
+    body = SCHEMA["paths"]["/sdapi/v1/img2img"]["post"]["requestBody"]["content"]
+    ref = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    fields = SCHEMA["components"]["schemas"][ref]["properties"]
+    for name in (
+        "init_images",
+        "mask",
+        "denoising_strength",
+        "resize_mode",
+        "mask_blur",
+        "inpainting_fill",
+        "inpaint_full_res",
+        "inpaint_full_res_padding",
+        "inpainting_mask_invert",
+        "include_init_images",
+        "prompt",
+        "seed",
+        "sampler_name",
+        "batch_size",
+        "n_iter",
+        "cfg_scale",
+        "width",
+        "height",
+    ):
+        assert name in fields, name  # fmt: skip
+    assert (fields["init_images"]["minItems"], fields["init_images"]["maxItems"]) == (1, 1)
+    strength = fields["denoising_strength"]["anyOf"][0]
+    assert (strength["exclusiveMinimum"], strength["maximum"]) == (0, 1)
+    assert "400" in SCHEMA["paths"]["/sdapi/v1/img2img"]["post"]["responses"]

@@ -3,12 +3,16 @@
 A1111's shapes.
 
 A thin translator: txt2img is services.generation_run_shared, the same queue and jobs as
-POST /generate (a model is loaded lazily from the share, 409 without weights); none of these
-routes loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
+POST /generate (a model is loaded lazily from the share, 409 without weights), and img2img
+the same after services.edit_request, the native form's edit rules; none of these routes
+loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
 and /progress reports) is config.auth.client_identity: its credential and its address.
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
 
+import base64
+import binascii
+import io
 import json
 from typing import Any
 
@@ -16,14 +20,26 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
 from ninja.errors import ValidationError
+from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from config.auth import client_identity, token_or_basic_required
+from config.errors import FieldError
 from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
+from imagegen.generation.edits import (
+    INPUT_PIXELS_FACTOR,
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    STRENGTH_DEFAULT,
+    read_image,
+    working_size,
+)
+from imagegen.generation.framing import ONLY_MASKED_PADDING_MAX
 from imagegen.generation.images import ImageRecord
+from imagegen.generation.infotext import png_info
 from imagegen.generation.job_board import JobState
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import (
@@ -136,6 +152,117 @@ class Txt2ImgOut(Schema):
     images: list[str] = Field(description="base64 PNGs")
     parameters: dict[str, Any]
     info: str = Field(description="JSON: seed, all_seeds, infotexts, ... as A1111 writes them")
+
+
+NOT_BASE64 = "must be base64 text (a `data:...;base64,` prefix allowed) of an image"
+INPAINTING_FILL = (
+    "A1111's masked content: 1 original (the masked area starts from the input noised to "
+    "denoising_strength); 0 fill, 2 latent noise and 3 latent nothing are accepted and run "
+    "as 1 (at denoising_strength 1 the masked area starts from pure noise, as 2 does)"
+)
+
+
+class Img2ImgIn(Txt2ImgIn):
+    """A1111's img2img body: txt2img's fields and the image's. Omitted fields take A1111's
+    img2img defaults (denoising_strength 0.75, mask_blur 4, inpaint_full_res true with
+    padding 0), and width and height the input's size; every side is rounded down to a
+    multiple of 8 within GEN_MIN_SIDE..GEN_MAX_SIDE (the edits' rule). A1111's other keys
+    (image_cfg_scale, initial_noise_multiplier, alwayson_scripts, ...) are accepted and
+    ignored."""
+
+    init_images: list[str] = Field(
+        min_length=1, max_length=1, description="the image, base64 (a `data:` prefix allowed)"
+    )
+    mask: str | None = Field(
+        None, description="base64, the image's size: white repaints, black keeps (inpainting)"
+    )
+    denoising_strength: float | None = Field(
+        STRENGTH_DEFAULT, gt=0, le=1, allow_inf_nan=False,
+        description="0 < s <= 1: max(1, int(steps x s)) steps run",
+    )  # fmt: skip
+    resize_mode: int | None = Field(
+        0, description="with a width and height of another shape: 0 just resize, 1 crop and "
+        "resize, 2 resize and fill; any other value as 0",
+    )  # fmt: skip
+    mask_blur: int | None = Field(MASK_BLUR_DEFAULT, ge=0, le=MASK_BLUR_MAX)
+    inpainting_fill: int | None = Field(0, ge=0, le=3, description=INPAINTING_FILL)
+    inpaint_full_res: bool | None = Field(
+        True, description="only masked: the marked area's box, grown by twice mask_blur and "
+        "the padding, is worked at width x height and pasted back; the answer is the image's "
+        "size",
+    )  # fmt: skip
+    inpaint_full_res_padding: int | None = Field(0, ge=0, le=ONLY_MASKED_PADDING_MAX)
+    inpainting_mask_invert: int | None = Field(0, ge=0, le=1, description="1: black repaints")
+    include_init_images: bool | None = Field(
+        False, description="the answer's `parameters` repeat init_images and mask"
+    )
+    width: int | None = Field(
+        None, ge=1, le=settings.GEN_MAX_SIDE,
+        description="omitted: the height's value, or with both omitted the input's size",
+    )  # fmt: skip
+    height: int | None = Field(
+        None, ge=1, le=settings.GEN_MAX_SIDE,
+        description="omitted: the width's value, or with both omitted the input's size",
+    )  # fmt: skip
+
+    def to_edit(self) -> GenerationRequest:
+        """The edit, its inputs checked and stored (services.edit_request); a refused one
+        names the field (init_images, mask, ...) and stores nothing."""
+        generation = self.to_request()
+        if generation.size is not None:
+            low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+            generation = generation.model_copy(
+                update={"size": working_size(generation.size, low=low, high=high)}
+            )
+        image = decoded_image(self.init_images[0], field="init_images")
+        mask = None if self.mask is None else decoded_image(self.mask, field="mask")
+        if mask is not None and self.inpainting_mask_invert:
+            mask = inverted(mask)
+        return services.edit_request(
+            request=generation, image=image, mask=mask,
+            strength=STRENGTH_DEFAULT if self.denoising_strength is None
+            else self.denoising_strength,
+            mask_blur=MASK_BLUR_DEFAULT if self.mask_blur is None else self.mask_blur,
+            resize_mode=self.resize_mode or 0,
+            only_masked_padding=(self.inpaint_full_res_padding or 0)
+            if self.inpaint_full_res is not False else None,
+        )  # fmt: skip
+
+
+def decoded_image(text: str, *, field: str) -> bytes:
+    """A1111's base64 image field as bytes, read once to refuse a non-image naming `field`
+    (the edit's own checks name the native form's parts)."""
+    if text.startswith("data:"):  # data:[<media type>][;base64],<data>
+        text = text.partition(",")[2]
+    try:
+        data = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(field, NOT_BASE64) from None
+    read_image(data, field=field, max_pixels=_max_pixels())
+    return data
+
+
+def _max_pixels() -> int:
+    return INPUT_PIXELS_FACTOR * settings.GEN_MAX_SIDE**2
+
+
+def inverted(mask: bytes) -> bytes:
+    """inpainting_mask_invert: the mask's black repaints and its white keeps."""
+    buffer = io.BytesIO()
+    ImageOps.invert(Image.open(io.BytesIO(mask)).convert("L")).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class PngInfoIn(Schema):
+    model_config = ConfigDict(extra="ignore")
+
+    image: str = Field(description="a PNG, base64 (a `data:` prefix allowed)")
+
+
+class PngInfoOut(Schema):
+    info: str = Field(description="the `parameters` text; empty when the image has none")
+    items: dict[str, str] = Field(description="the image's other text chunks")
+    parameters: dict[str, Any] = Field(description="`info` parsed as A1111 parses it")
 
 
 class ProgressState(Schema):
@@ -254,19 +381,56 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
     # partial: an interrupt answers the images made so far, as A1111 does.
     records = run_for_client(request, payload.to_request(), count=payload.count, partial=True)
-    images = [png_base64(record) for record in records]
+    return _answer(payload, records, payload.model_dump(), _info(payload, records))
+
+
+def _answer(
+    payload: Txt2ImgIn, records: list[ImageRecord], sent: dict[str, Any], info: dict[str, Any]
+) -> Txt2ImgOut:
+    """A1111's answer: the images, the request as it ran (`sent` with the values applied),
+    and `info` as JSON text."""
     first = records[0].parameters if records else None
-    parameters = payload.model_dump() | {
+    parameters = sent | {
         "steps": first.steps if first else payload.steps,
         "cfg_scale": first.guidance if first else payload.cfg_scale,
         "width": first.width if first else payload.width,
         "height": first.height if first else payload.height,
     }
     return Txt2ImgOut(
-        images=images if payload.send_images is not False else [],
+        images=[png_base64(r) for r in records] if payload.send_images is not False else [],
         parameters=parameters,
-        info=json.dumps(_info(payload, records)),
+        info=json.dumps(info),
     )
+
+
+@router.post(
+    "/img2img",
+    auth=auth,
+    response={200: Txt2ImgOut, **errors(400, 409, 413, 500, 503, 504)},
+    summary="A1111 img2img (inpainting with a mask): batch_size x n_iter images, each a job",
+)
+def img2img(request: HttpRequest, payload: Img2ImgIn):
+    """The edit rules of POST /generate's form (docs/image-api.md); a retry of the same body
+    by the same client joins its twin's jobs, as txt2img's does."""
+    records = run_for_client(request, payload.to_edit(), count=payload.count, partial=True)
+    sent = payload.model_dump()
+    if not payload.include_init_images:  # A1111 leaves the inputs out unless asked
+        sent |= {"init_images": None, "mask": None}
+    edit = records[0].parameters.edit if records else None
+    info = _info(payload, records) | {
+        "denoising_strength": edit.strength if edit else payload.denoising_strength,
+        "extra_generation_params": {"Mask blur": edit.mask_blur} if edit and edit.mask else {},
+    }
+    return _answer(payload, records, sent, info)
+
+
+@router.post("/png-info", auth=auth, response={200: PngInfoOut, **errors(400, 413)})
+def png_info_read(request: HttpRequest, payload: PngInfoIn):
+    """The generation parameters a PNG carries (this service's or A1111's), parsed as A1111
+    parses them; an image without them answers empty ones."""
+    data = decoded_image(payload.image, field="image")
+    read = png_info(Image.open(io.BytesIO(data)))
+    return PngInfoOut(info=read.info, items=read.items, parameters=read.parameters)
 
 
 @router.get("/progress", auth=auth, response={200: ProgressOut, **errors()})

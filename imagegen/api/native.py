@@ -27,6 +27,7 @@ from imagegen.api.schemas import (
 from imagegen.errors import JobNotFound
 from imagegen.generation import events
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
+from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
 from imagegen.generation.render import GenerationRequest, steps_running
@@ -174,13 +175,17 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
 def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRequest:
     """The form's generation; with an `image` file part (and a `mask`), an edit of it."""
     image, mask = request.FILES.get("image"), request.FILES.get("mask")
-    form.check_edit_fields(editing=image is not None)
+    form.check_edit_fields(editing=image is not None, masking=mask is not None)
     if image is None:
         return form.to_request()
+    padding = form.only_masked_padding
     return services.edit_request(
         request=form.to_request(), image=image.read(), mask=None if mask is None else mask.read(),
         strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
+        resize_mode=form.resize_mode or 0,
+        only_masked_padding=(ONLY_MASKED_PADDING_DEFAULT if padding is None else padding)
+        if form.only_masked else None,
     )  # fmt: skip
 
 

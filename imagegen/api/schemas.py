@@ -23,8 +23,11 @@ from imagegen.generation.edits import (
     MASK_BLUR_DEFAULT,
     MASK_BLUR_MAX,
     MASK_NEEDS_IMAGE,
+    MASK_ONLY,
+    ONLY_MASKED_ONLY,
     STRENGTH_DEFAULT,
 )
+from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT, ONLY_MASKED_PADDING_MAX
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -170,6 +173,26 @@ class GenerateForm(Schema):
         f"farther than twice that from the marked area are the input's exactly; default "
         f"{MASK_BLUR_DEFAULT}",
     )
+    resize_mode: Annotated[Annotated[int, Integer] | None, *Optional] = Field(
+        default=None,
+        description="with an `image` file part and a `size` of another shape, how the image "
+        "is brought to it (A1111's): 0 just resize (stretch), 1 crop and resize (cover, the "
+        "overflow cut evenly), 2 resize and fill (fit, the bands filled by stretching its "
+        "edges); any other value as 0; default 0",
+    )
+    only_masked: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = Field(
+        default=False,
+        description="with a `mask` file part: only the marked area's box, grown by twice "
+        "mask_blur and `only_masked_padding`, is worked (at `size` if sent, else at its own "
+        "size rounded up to multiples of 8) and pasted back; the answer is the image's size",
+    )
+    only_masked_padding: Annotated[
+        Annotated[int, Field(ge=0, le=ONLY_MASKED_PADDING_MAX), Integer] | None, *Optional
+    ] = Field(
+        default=None,
+        description=f"with only_masked=true: pixels added around the marked area's box; "
+        f"default {ONLY_MASKED_PADDING_DEFAULT}",
+    )
 
     @field_validator("scheduler")
     @classmethod
@@ -207,12 +230,16 @@ class GenerateForm(Schema):
             refused.append({"loc": ("form", "mask"), "msg": MASK_NEEDS_IMAGE, "type": "extra"})
         return refused
 
-    def check_edit_fields(self, *, editing: bool) -> None:
-        """`strength` and `mask_blur` belong to an edit: sent without an image they would
-        be ignored silently, so they are refused."""
-        for name in ("strength", "mask_blur"):
+    def check_edit_fields(self, *, editing: bool, masking: bool = False) -> None:
+        """An edit's fields sent without an image (only_masked: without a mask; its
+        padding: without only_masked) would be ignored silently, so they are refused."""
+        for name in ("strength", "mask_blur", "resize_mode"):
             if getattr(self, name) is not None and not editing:
                 raise FieldError(name, EDIT_ONLY)
+        if self.only_masked and not masking:
+            raise FieldError("only_masked", MASK_ONLY)
+        if self.only_masked_padding is not None and not self.only_masked:
+            raise FieldError("only_masked_padding", ONLY_MASKED_ONLY)
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(

@@ -12,7 +12,9 @@ The rules:
   max(1, int(steps x s)) denoising steps run (diffusers' and A1111's rule, at least one).
 - the working size is the one sent, else the input's with each side rounded down to a
   multiple of 8 and kept within GEN_MIN_SIDE..GEN_MAX_SIDE; the image (and the mask) are
-  resized to it (A1111's resize_mode 0, "just resize", Lanczos) when it differs.
+  brought to it by A1111's resize_mode when it differs (imagegen.generation.framing).
+- "only masked": the marked area's box, padded, is cut out, worked at a size of its own and
+  pasted back (imagegen.generation.framing.only_masked_region).
 - the mask: white repaints, black keeps, grey blends; its edge is blurred by `mask_blur`
   pixels, and pixels farther than twice that from a marked pixel are the input's, exactly
   (imagegen.generation.masks).
@@ -27,6 +29,13 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import FieldError
+from imagegen.generation.framing import (
+    JUST_RESIZE,
+    ONLY_MASKED_PADDING_MAX,
+    Cutout,
+    Region,
+    resized,
+)
 
 STRENGTH_DEFAULT = 0.75
 MASK_BLUR_DEFAULT = 4  # A1111's
@@ -41,6 +50,8 @@ NOT_AN_IMAGE = (
 )
 EDIT_ONLY = "applies to an edit only: send an `image` file part"
 MASK_NEEDS_IMAGE = "needs an `image` file part to mask"
+MASK_ONLY = "applies to an inpainting only: send a `mask` file part"
+ONLY_MASKED_ONLY = "applies with only_masked=true only"
 
 
 class EditRequest(BaseModel):
@@ -53,6 +64,8 @@ class EditRequest(BaseModel):
     mask: str | None = Field(default=None, description="sha256 of the mask as sent")
     strength: float = STRENGTH_DEFAULT
     mask_blur: int = MASK_BLUR_DEFAULT
+    resize_mode: int = Field(default=JUST_RESIZE, description="A1111's, as it runs: 0, 1 or 2")
+    only_masked: Region | None = Field(default=None, description="null: the whole picture")
 
 
 class InputLink(BaseModel):
@@ -72,6 +85,8 @@ class EditParameters(BaseModel):
     strength: float
     mask_blur: int
     steps_run: int = Field(description="denoising steps that ran: max(1, int(steps x strength))")
+    resize_mode: int = JUST_RESIZE
+    only_masked: Region | None = None
 
 
 def without_absent_edit(model: Any, handler: Any) -> Any:
@@ -94,6 +109,8 @@ def edit_parameters(edit: EditRequest, *, steps: int) -> EditParameters:
         strength=edit.strength,
         mask_blur=edit.mask_blur,
         steps_run=steps_run(steps, edit.strength),
+        resize_mode=edit.resize_mode,
+        only_masked=edit.only_masked,
     )
 
 
@@ -128,6 +145,15 @@ def check_strength(value: float) -> float:
 def check_mask_blur(value: int) -> int:
     if not 0 <= value <= MASK_BLUR_MAX:
         raise FieldError("mask_blur", f"must be between 0 and {MASK_BLUR_MAX} pixels, got {value}")
+    return value
+
+
+def check_only_masked_padding(value: int) -> int:
+    if not 0 <= value <= ONLY_MASKED_PADDING_MAX:
+        raise FieldError(
+            "only_masked_padding",
+            f"must be between 0 and {ONLY_MASKED_PADDING_MAX} pixels, got {value}",
+        )
     return value
 
 
@@ -187,25 +213,26 @@ class EditInputs:
     mask: Any | None
     strength: float  # what diffusers is handed (pipeline_strength)
     mask_blur: int
+    cutout: Cutout | None = None  # "only masked": the part of the picture worked
 
 
 def prepared_inputs(
     image: bytes, mask: bytes | None, *, size: tuple[int, int], steps: int, edit: EditRequest
 ) -> EditInputs:
-    """The stored files decoded and brought to the working `size` (resize_mode 0: just
-    resize, Lanczos as A1111). Alpha, palette, CMYK and 16-bit inputs become 8-bit RGB."""
-    source = _first_frame(image).convert("RGB")
-    if source.size != size:
-        source = source.resize(size, Image.Resampling.LANCZOS)
-    marked = None
-    if mask is not None:
-        marked = _first_frame(mask).convert("L")
-        if marked.size != size:
-            marked = marked.resize(size, Image.Resampling.LANCZOS)
+    """The stored files decoded and brought to the working `size` by the edit's resize
+    mode. Alpha, palette, CMYK and 16-bit inputs become 8-bit RGB."""
+    source = resized(_first_frame(image).convert("RGB"), size, edit.resize_mode)
+    marked = None if mask is None else picture_mask(mask, size=size, resize_mode=edit.resize_mode)
+    cutout = None if edit.only_masked is None else Cutout(edit.only_masked)
     return EditInputs(
         image=source, mask=marked, strength=pipeline_strength(steps, edit.strength),
-        mask_blur=edit.mask_blur,
+        mask_blur=edit.mask_blur, cutout=cutout,
     )  # fmt: skip
+
+
+def picture_mask(mask: bytes, *, size: tuple[int, int], resize_mode: int) -> Image.Image:
+    """The stored mask as one channel at the picture's `size`, framed as its image is."""
+    return resized(_first_frame(mask).convert("L"), size, resize_mode)
 
 
 def _first_frame(data: bytes) -> Image.Image:

@@ -194,6 +194,11 @@ def render(
     size = {"width": parameters.width, "height": parameters.height}
     if edit is not None and edit.mask is None:
         size = {}  # img2img works at its image's size and takes none
+    if edit is not None and edit.cutout is not None and mask is not None:  # "only masked"
+        inputs = {**inputs, "image": edit.cutout.cut(edit.image),
+                  "mask_image": edit.cutout.cut(mask)}  # fmt: skip
+        width, height = edit.cutout.region.size
+        size = {"width": width, "height": height}
 
     def unet_called(*_: Any) -> None:
         marks.setdefault("encoded", time.monotonic())
@@ -221,6 +226,8 @@ def render(
             ).images[0]
             finished = time.monotonic()
             if edit is not None and mask is not None:
+                if edit.cutout is not None:
+                    image = edit.cutout.put_back(image, edit.image)
                 image = pasted_back(image, edit.image, mask)
     finally:
         hook.remove()

@@ -40,9 +40,15 @@ from schemathesis.transport.serialization import Binary
 from config.errors import FieldError
 from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
-from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
+from imagegen.api.a1111 import NOT_BASE64, SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, repaint_mask
-from imagegen.generation.edits import EDIT_ONLY, MASK_NEEDS_IMAGE, NOT_AN_IMAGE
+from imagegen.generation.edits import (
+    EDIT_ONLY,
+    MASK_NEEDS_IMAGE,
+    MASK_ONLY,
+    NOT_AN_IMAGE,
+    ONLY_MASKED_ONLY,
+)
 from imagegen.generation.schedulers import (
     A1111_SCHEDULES,
     SCHEDULERS,
@@ -153,9 +159,17 @@ def file_bytes(value: Any) -> Any:
 
 def is_no_image(case: Case, field: str) -> bool:
     """What an `image` file part of POST /generate must be (docs/image-api.md, "Starting
-    from an image"): a whole image Pillow reads. Pillow run here on the bytes sent."""
+    from an image"), and what an A1111 image field's base64 must decode to
+    (docs/protocols.md): a whole image Pillow reads. Pillow run here on the bytes sent."""
+    data = sent(case, field)
+    if _is_json(case):
+        data = _base64_decoded(data)
+        if data is None:
+            return False  # not base64: refused as NOT_BASE64, not as this
+    else:
+        data = file_bytes(data)
     try:
-        with Image.open(io.BytesIO(file_bytes(sent(case, field)))) as image:
+        with Image.open(io.BytesIO(data)) as image:
             image.load()
     except Exception:
         return True
@@ -171,6 +185,40 @@ def has_no_alpha(case: Case, field: str) -> bool:
             return "A" not in image.getbands() and "transparency" not in image.info
     except Exception:
         return False
+
+
+def _is_json(case: Case) -> bool:
+    return getattr(case, "media_type", None) == "application/json"
+
+
+def _base64_decoded(value: Any) -> bytes | None:
+    """An A1111 image field's bytes (the first of a list; a `data:` prefix dropped), None
+    when it is not base64, as RFC 4648 spells it with whitespace ignored."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not isinstance(value, str):
+        return None
+    if value.startswith("data:"):
+        value = value.partition(",")[2]
+    text = "".join(value.split())
+    if len(text) % 4 or not re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", text):
+        return None
+    return base64.b64decode(text)
+
+
+def is_not_base64(case: Case, field: str) -> bool:
+    """NOT_BASE64 (imagegen/api/a1111.py): an A1111 image field that is not base64."""
+    return _base64_decoded(sent(case, field)) is None
+
+
+def sent_no_mask(case: Case, field: str) -> bool:
+    """only_masked needs a `mask` file part."""
+    return sent(case, "mask") in (MISSING, None)
+
+
+def sent_not_only_masked(case: Case, field: str) -> bool:
+    """only_masked_padding applies with only_masked=true only."""
+    return str(sent(case, "only_masked")).lower() not in ("true", "1", "on", "yes")
 
 
 def sent_no_image(case: Case, field: str) -> bool:
@@ -206,6 +254,25 @@ ALLOWED_REFUSALS = {
         sent_no_image,
     ),
     ("mask_blur", EDIT_ONLY): Allowed("as strength", sent_no_image),
+    ("resize_mode", EDIT_ONLY): Allowed("as strength", sent_no_image),
+    ("only_masked", MASK_ONLY): Allowed(
+        "only masked applies to a mask sent; a form's schema cannot state one part's need of "
+        "another",
+        sent_no_mask,
+    ),
+    ("only_masked_padding", ONLY_MASKED_ONLY): Allowed(
+        "the padding applies with only_masked=true; a schema cannot state one field's need of "
+        "another's value",
+        sent_not_only_masked,
+    ),
+    ("init_images", NOT_BASE64): Allowed(
+        "A1111's image fields are strings holding base64 (a `data:` URL allowed); A1111's own "
+        "schema declares them plain strings, and so does this document",
+        is_not_base64,
+    ),
+    ("init_images", NOT_AN_IMAGE): Allowed("as `image`, once the base64 is decoded", is_no_image),
+    ("mask", NOT_BASE64): Allowed("as init_images", is_not_base64),
+    ("image", NOT_BASE64): Allowed("png-info's image, as init_images", is_not_base64),
     ("prompt", NOT_BLANK): Allowed(
         "the not-blank rule counts format characters and combining marks as invisible; JSON "
         "Schema's regular expressions have no Unicode-category classes to say so, so the "
@@ -382,6 +449,10 @@ def _png(mode: str) -> bytes:
         (has_no_alpha, "mask", _sent({"mask": _png("L")}), True),
         (has_no_alpha, "mask", _sent({"mask": _png("RGBA")}), False),
         (has_no_alpha, "mask", _sent({"mask": _png("LA")}), False),
+        (is_not_base64, "init_images", _a1111(init_images=["@@"]), True),
+        (is_not_base64, "init_images", _a1111(init_images=["data:image/png;base64,AA AA"]), False),
+        (is_not_base64, "mask", _a1111(mask="AAA"), True),
+        (is_not_base64, "image", _a1111(image="QUJD"), False),
     ],
 )
 def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):

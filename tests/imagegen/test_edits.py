@@ -15,11 +15,14 @@ from django.test import Client
 from PIL import Image
 
 from imagegen.generation.edits import EditRequest, edit_parameters, prepared_inputs
+from imagegen.generation.framing import Region
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.jobs import JobQueue
+from imagegen.generation.masks import blurred_mask
 from imagegen.generation.render import render
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import load_pipeline
+from tests.support.framing import check_framed
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
@@ -210,3 +213,105 @@ def test_both_layouts_inpaint_from_the_loaded_pipelines_modules(hub_root, repo):
     )  # fmt: skip
     out, sent = np.asarray(rendered.image), np.asarray(source_image())
     assert (out[far_from_square()] == sent[far_from_square()]).all()
+
+
+def noise(size: tuple[int, int], seed: int) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    return Image.fromarray(pixels, "RGB")
+
+
+@pytest.mark.parametrize(("mode", "runs"), [(0, 0), (1, 1), (2, 2), (3, 0)])
+def test_a_size_of_another_shape_frames_the_input_by_its_resize_mode(queue, mode, runs):
+    """A mask that marks nothing keeps every pixel: the answer is the framed input itself."""
+    source = noise((128, 64), 7)
+    parts = {
+        "image": SimpleUploadedFile("in.png", png(source), "image/png"),
+        "mask": SimpleUploadedFile("m.png", png(Image.new("L", (128, 64))), "image/png"),
+    }
+    client = Client()
+    answer = client.post("/generate", {"prompt": "p", "steps": "2", "size": "64x64",
+                                       "resize_mode": str(mode), **parts})  # fmt: skip
+    assert answer.status_code == 200, answer.content
+    check_framed(pixels(answer.content), source, runs)
+    record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]
+    assert record["edit"]["resize_mode"] == runs
+
+
+def test_only_masked_works_the_cut_out_smaller_and_keeps_the_rest_exactly(queue):
+    """A 16-pixel square in 128x128: its box grown by twice mask_blur (8) and the padding
+    (4) is 40 wide, worked at 64x64 (40 rounded up to 8, then GEN_MIN_SIDE) rather than the
+    whole 128x128."""
+    source, mask = noise((128, 128), 9), Image.new("L", (128, 128))
+    mask.paste(255, (56, 56, 72, 72))
+    unet = queue.loader.pipeline(60).unet
+    seen: list[tuple[int, ...]] = []
+    hook = unet.register_forward_pre_hook(lambda _m, args: seen.append(tuple(args[0].shape[-2:])))
+    try:
+        answers = {
+            only: Client().post("/generate", {
+                "prompt": "a red door", "seed": "4", "steps": "2", "strength": "1",
+                "image": SimpleUploadedFile("in.png", png(source), "image/png"),
+                "mask": SimpleUploadedFile("m.png", png(mask), "image/png"),
+                **({"only_masked": "true", "only_masked_padding": "4"} if only else {}),
+            })
+            for only in (True, False)
+        }  # fmt: skip
+    finally:
+        hook.remove()
+    answer = answers[True]
+    assert answer.status_code == 200, answer.content
+    assert Image.open(io.BytesIO(answer.content)).size == (128, 128)
+    half = len(seen) // 2
+    assert seen[0][0] * 2 == seen[half][0]  # the cut-out's latents: half the whole's side
+    out, sent = pixels(answer.content), np.asarray(source)
+    ys, xs = np.indices((128, 128))
+    dx = np.maximum(np.maximum(56 - xs, xs - 71), 0)
+    dy = np.maximum(np.maximum(56 - ys, ys - 71), 0)
+    far = dx * dx + dy * dy > 8 * 8
+    assert (out[far] == sent[far]).all()
+    assert (out[56:72, 56:72] != sent[56:72, 56:72]).any(axis=-1).mean() > 0.9
+    record = Client().get(f"/images/{answer['X-Image-Id']}").json()["parameters"]["edit"]
+    assert record["only_masked"] == {"padding": 4, "box": [44, 44, 84, 84], "size": [64, 64]}
+    again = Client().post("/generate", {
+        "prompt": "a red door", "seed": "4", "steps": "2", "strength": "1",
+        "only_masked": "true", "only_masked_padding": "4",
+        "image": SimpleUploadedFile("in.png", png(source), "image/png"),
+        "mask": SimpleUploadedFile("m.png", png(mask), "image/png"),
+    })  # fmt: skip
+    assert again.content == answer.content  # the same seed and inputs, the same bytes
+
+
+def test_only_masked_pastes_the_worked_cut_out_back_over_its_box(queue):
+    """The render of an "only masked" edit, against the same worked by hand: the box cut
+    from the picture and the blurred mask, the inpainting pipeline run on it alone at the
+    working size, its answer scaled back over the box, the input pasted back beyond the
+    mask's reach."""
+    import torch
+
+    pipe = queue.loader.pipeline(60)
+    source, mask = noise((128, 128), 9), Image.new("L", (128, 128))
+    mask.paste(255, (56, 56, 72, 72))
+    box, lanczos = (44, 44, 84, 84), Image.Resampling.LANCZOS
+    request = EditRequest(source="0" * 64, mask="1" * 64, strength=1.0,
+                          only_masked=Region(padding=4, box=box, size=(64, 64)))  # fmt: skip
+    parameters = GenerationParameters(
+        prompt="a door", negative_prompt=None, steps=2, guidance=5.0, width=128, height=128,
+        seed=3, scheduler="PNDM", model_id=SD_REPO, revision=None,
+        edit=edit_parameters(request, steps=2),
+    )  # fmt: skip
+    inputs = prepared_inputs(png(source), png(mask), size=(128, 128), steps=2, edit=request)
+    rendered = render(
+        pipe, parameters, scheduler=None, device="cpu", home="cpu",
+        on_step=lambda done, total: None, stop_requested=lambda: False, edit=inputs,
+    )  # fmt: skip
+    blurred = blurred_mask(mask, 4)
+    worked = edit_pipeline(pipe, inpaint=True)(
+        prompt="a door", num_inference_steps=2, guidance_scale=5.0, width=64, height=64,
+        image=source.crop(box).resize((64, 64), lanczos),
+        mask_image=blurred.crop(box).resize((64, 64), lanczos), strength=1.0,
+        generator=torch.Generator("cpu").manual_seed(3),
+    ).images[0]  # fmt: skip
+    whole = source.copy()
+    whole.paste(worked.resize((40, 40), lanczos), box[:2])
+    expected = Image.composite(whole, source, blurred)
+    assert (np.asarray(rendered.image) == np.asarray(expected)).all()

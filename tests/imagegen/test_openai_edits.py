@@ -279,9 +279,10 @@ def test_png_is_the_default_and_a_link_serves_the_format_asked(queue):
     assert Image.open(io.BytesIO(fetched.content)).format == "WEBP"
 
 
-def test_an_edit_cut_off_by_a_job_store_outage_says_its_job_may_have_been_queued():
+@pytest.mark.parametrize("path", ["/v1/images/edits", "/sdapi/v1/img2img"])
+def test_an_edit_cut_off_by_a_job_store_outage_says_its_job_may_have_been_queued(path):
     """As for generations (docs/distributed.md): its retry with the same Idempotency-Key
-    joins that job."""
-    request = RequestFactory().post("/v1/images/edits")
+    joins that job, on OpenAI's edits and A1111's img2img alike."""
+    request = RequestFactory().post(path)
     answer = json.loads(on_job_store_error(request, RedisConnectionError("down")).content)
-    assert MAY_HAVE_QUEUED in answer["error"]["message"]
+    assert MAY_HAVE_QUEUED in json.dumps(answer)

@@ -9,7 +9,9 @@ process gives: test_run_command_answers_as_the_real_process holds the two to eac
 import json
 from dataclasses import astuple
 
+import numpy as np
 from django.conf import settings
+from PIL import Image
 
 from imagegen import backend
 from tests.support.commands import manage, run_command
@@ -124,6 +126,33 @@ def test_generate_command_writes_a_png(model_env, tmp_path):
     assert "seed 5" in result.stdout
     bad = run_command("generate", "x", "--steps", "0", env=model_env)
     assert bad.returncode != 0 and "steps" in bad.stderr
+
+
+def test_generate_command_edits_an_image_with_a_mask(model_env, tmp_path):
+    assert run_command("pull_model", env=model_env).returncode == 0
+    pixels = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(pixels, "RGB").save(tmp_path / "in.png")
+    mask = Image.new("L", (64, 64))
+    mask.paste(255, (24, 24, 40, 40))
+    mask.save(tmp_path / "m.png")
+    out = tmp_path / "edited.png"
+    result = run_command("generate", "a door", "--image", str(tmp_path / "in.png"), "--mask",
+                         str(tmp_path / "m.png"), "--strength", "0.6", "--steps", "5",
+                         "--out", str(out), env=model_env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "64x64" in result.stdout and "3 of 5 steps (strength 0.6)" in result.stdout
+    edited = np.asarray(Image.open(out).convert("RGB"))
+    assert (edited[:12] == pixels[:12]).all()  # far from the square: the input's
+    assert (edited[24:40, 24:40] != pixels[24:40, 24:40]).any()
+    for args, said in (
+        (["--strength", "1.5"], "strength: must be greater than 0 and at most 1"),
+        (["--image", str(tmp_path / "missing.png")], "cannot read"),
+    ):
+        bad = run_command("generate", "x", "--image", str(tmp_path / "in.png"), *args,
+                          env=model_env)  # fmt: skip
+        assert bad.returncode != 0 and said in bad.stderr, bad.stderr
+    alone = run_command("generate", "x", "--mask", str(tmp_path / "m.png"), env=model_env)
+    assert alone.returncode != 0 and "--mask: applies to an edit only" in alone.stderr
 
 
 def test_pull_model_force_downloads_again_although_complete(model_env, hub, share):

@@ -1,6 +1,8 @@
-"""manage.py generate: one image from the command line, to check a host end to end."""
+"""manage.py generate: one image from the command line, to check a host end to end; with
+--image (and --mask), an edit of that file by the same rules as POST /generate's form."""
 
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
@@ -8,6 +10,8 @@ from pydantic import ValidationError
 from config.errors import ServiceError
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm
+from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
+from imagegen.generation.render import GenerationRequest, steps_running
 
 
 class Command(BaseCommand):
@@ -25,6 +29,12 @@ class Command(BaseCommand):
         parser.add_argument("--guidance")
         parser.add_argument("--size", help="WIDTHxHEIGHT, multiples of 8")
         parser.add_argument("--seed")
+        parser.add_argument("--image", type=Path, help="start from this image (img2img)")
+        parser.add_argument("--mask", type=Path, help="white repaints, black keeps (inpainting)")
+        parser.add_argument(
+            "--strength", type=float, help=f"0 < s <= 1; default {STRENGTH_DEFAULT}"
+        )
+        parser.add_argument("--mask-blur", type=int, help=f"pixels; default {MASK_BLUR_DEFAULT}")
 
     def handle(self, *args, **options) -> None:
         fields = {
@@ -37,13 +47,39 @@ class Command(BaseCommand):
         except ValidationError as error:
             raise CommandError(str(error)) from None
         try:
+            request = self._edit(request, options)
             _job, record = services.generation_run(request=request, timeout=None)
         except ServiceError as error:
             raise CommandError(error.message) from None
         options["out"].write_bytes(selectors.image_png(image_id=record.id).read_bytes())
         p = record.parameters
+        ran = (
+            f"{p.steps} steps"
+            if p.edit is None
+            else (f"{steps_running(p)} of {p.steps} steps (strength {p.edit.strength:g})")
+        )
         self.stdout.write(
-            f"{options['out']}: {p.width}x{p.height}, seed {p.seed}, {p.steps} steps, "
+            f"{options['out']}: {p.width}x{p.height}, seed {p.seed}, {ran}, "
             f"guidance {p.guidance:g}, {record.device}, "
             f"{record.timings['generation_seconds']:.1f}s (image {record.id})"
         )
+
+    def _edit(self, request: GenerationRequest, options: dict[str, Any]) -> GenerationRequest:
+        """The request made an edit of --image (and --mask), or as it was without one."""
+        edit_only = [f"--{n.replace('_', '-')}" for n in ("mask", "strength", "mask_blur")
+                     if options[n] is not None]  # fmt: skip
+        if options["image"] is None:
+            if edit_only:
+                raise CommandError(f"{', '.join(edit_only)}: applies to an edit only: --image")
+            return request
+        try:
+            image = options["image"].read_bytes()
+            mask = None if options["mask"] is None else options["mask"].read_bytes()
+        except OSError as error:
+            raise CommandError(f"cannot read {error.filename}: {error.strerror}") from None
+        strength, blur = options["strength"], options["mask_blur"]
+        return services.edit_request(
+            request=request, image=image, mask=mask,
+            strength=STRENGTH_DEFAULT if strength is None else strength,
+            mask_blur=MASK_BLUR_DEFAULT if blur is None else blur,
+        )  # fmt: skip
