@@ -50,6 +50,11 @@ NOT_AN_IMAGE = (
 )
 EDIT_ONLY = "applies to an edit only: send an `image` file part"
 MASK_NEEDS_IMAGE = "needs an `image` file part to mask"
+MARKS_NOTHING = (
+    "marks nothing to repaint (no pixel but black; in OpenAI's mask, no pixel at all "
+    "transparent): the answer would be the image as sent. Send no mask for img2img of the "
+    "whole picture"
+)
 MASK_ONLY = "applies to an inpainting only: send a `mask` file part"
 ONLY_MASKED_ONLY = "applies with only_masked=true only"
 
@@ -197,6 +202,8 @@ def check_inputs(image: bytes, mask: bytes | None, *, max_pixels: int) -> Checke
                 f"must be the image's size, {source.width}x{source.height}; got "
                 f"{marked.width}x{marked.height}",
             )
+        if marked.convert("L").getextrema()[1] == 0:
+            raise FieldError("mask", MARKS_NOTHING)
     return CheckedInputs(image=image, mask=mask, size=source.size)
 
 

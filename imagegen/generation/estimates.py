@@ -18,7 +18,9 @@ of the pixels. Convolutions and linear layers, about 70 % of an SD 1.5 UNet call
 slower, so the nearest size keeps the stretch short. The unconditional pass (guidance above 1)
 doubles the UNet's batch, so a step is kept per image of the batch and doubled for a request
 with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
-encoders' time does not depend on the size.
+encoders' time does not depend on the size. An edit counts the steps it runs (max(1,
+int(steps x strength))) at the size it works at ("only masked": its cut-out's); the encoding
+of its input is not counted (not measured yet).
 
 The jobs ahead: what is left of each running one (its steps to go and its decode), then the
 waiting ones in order, each taken by the first worker free (one in process); the request's own
@@ -33,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from imagegen.generation.edits import steps_run
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import NO_GUIDANCE
 from imagegen.generation.render import GenerationRequest
@@ -158,6 +161,10 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
     steps, guidance = request.steps, request.guidance
     if size is None or not measurements.timings or steps is None or guidance is None:
         return None
+    if (edit := request.edit) is not None:  # what an edit runs (imagegen.generation.edits)
+        steps = steps_run(steps, edit.strength)
+        if edit.only_masked is not None:
+            size = edit.only_masked.size
     pixels = size[0] * size[1]
     basis = min(
         measurements.timings,

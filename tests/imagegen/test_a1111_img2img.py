@@ -15,7 +15,7 @@ from PIL import Image, PngImagePlugin
 
 from imagegen import backend
 from imagegen.generation.jobs import JobQueue
-from tests.support.framing import check_framed
+from tests.support.framing import check_framed, middle_mark
 from tests.support.loaders import new_loader, serve, wait_for
 
 SIZE = 64
@@ -93,9 +93,10 @@ def test_a_data_url_is_taken_and_include_init_images_repeats_the_inputs(queue):
 
 @pytest.mark.parametrize(("mode", "runs"), [(0, 0), (1, 1), (2, 2), (3, 0)])
 def test_resize_mode_frames_the_input_as_a1111_does(queue, mode, runs):
-    """A mask that marks nothing keeps every pixel: the answer is the framed input."""
+    """A mask marking one pixel in the middle, unblurred: the rest of the answer is the
+    framed input."""
     source = noise((128, 64), 7)
-    answer = img2img(init_images=[b64(source)], mask=b64(Image.new("L", (128, 64))),
+    answer = img2img(init_images=[b64(source)], mask=b64(middle_mark()), mask_blur=0,
                      width=64, height=64, resize_mode=mode, inpaint_full_res=False)  # fmt: skip
     assert answer.status_code == 200, answer.content
     check_framed(image_of(answer), source, runs)

@@ -22,7 +22,7 @@ from imagegen.generation.masks import blurred_mask
 from imagegen.generation.render import render
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import load_pipeline
-from tests.support.framing import check_framed
+from tests.support.framing import check_framed, middle_mark
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
@@ -222,15 +222,17 @@ def noise(size: tuple[int, int], seed: int) -> Image.Image:
 
 @pytest.mark.parametrize(("mode", "runs"), [(0, 0), (1, 1), (2, 2), (3, 0)])
 def test_a_size_of_another_shape_frames_the_input_by_its_resize_mode(queue, mode, runs):
-    """A mask that marks nothing keeps every pixel: the answer is the framed input itself."""
+    """A mask marking one pixel in the middle, unblurred: the rest of the answer is the
+    framed input itself."""
     source = noise((128, 64), 7)
     parts = {
         "image": SimpleUploadedFile("in.png", png(source), "image/png"),
-        "mask": SimpleUploadedFile("m.png", png(Image.new("L", (128, 64))), "image/png"),
+        "mask": SimpleUploadedFile("m.png", png(middle_mark()), "image/png"),
     }
     client = Client()
     answer = client.post("/generate", {"prompt": "p", "steps": "2", "size": "64x64",
-                                       "resize_mode": str(mode), **parts})  # fmt: skip
+                                       "resize_mode": str(mode), "mask_blur": "0",
+                                       **parts})  # fmt: skip
     assert answer.status_code == 200, answer.content
     check_framed(pixels(answer.content), source, runs)
     record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]

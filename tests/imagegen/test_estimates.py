@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.test import Client, override_settings
 
+from imagegen.generation.edits import EditRequest
 from imagegen.generation.estimates import (
     Ahead,
     LocalTimings,
@@ -17,6 +18,7 @@ from imagegen.generation.estimates import (
     estimate,
     measured,
 )
+from imagegen.generation.framing import Region
 from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
@@ -48,6 +50,19 @@ def test_at_a_measured_size_encode_steps_and_decode_add_up():
     assert found.seconds == found.image_seconds == 1 + 4 * 2 + 3
     assert (found.queue_seconds, found.steps, found.size, found.basis) == (0, 4, (64, 64), (64, 64))
     assert alone(ONE, request(size=None)).size == (64, 64)  # the native size, once seen
+
+
+def test_an_edit_counts_the_steps_it_runs_at_the_size_it_works_at():
+    """max(1, int(steps x strength)) steps (imagegen.generation.edits), and an "only masked"
+    edit at its cut-out's size, not the picture's."""
+    edit = EditRequest(source="0" * 64, strength=0.5)
+    assert alone(ONE, request(steps=4).model_copy(update={"edit": edit})).seconds == 1 + 2 * 2 + 3
+    weak = edit.model_copy(update={"strength": 0.1})
+    assert alone(ONE, request(steps=4).model_copy(update={"edit": weak})).steps == 1
+    cut = Region(padding=0, box=(0, 0, 16, 16), size=(32, 32))
+    masked = edit.model_copy(update={"mask": "1" * 64, "only_masked": cut})
+    found = alone(ONE, request(steps=4, size=(128, 128)).model_copy(update={"edit": masked}))
+    assert (found.size, found.seconds) == ((32, 32), 1 + 2 * 2 / 4 + 3 / 4)
 
 
 def test_guidance_above_1_doubles_each_step_and_at_most_1_does_not():

@@ -147,6 +147,8 @@ def bomb(side: int) -> bytes:
         ({"image": png((64, 64)), "mask": png((72, 64), "L")}, {}, "mask",
          "must be the image's size, 64x64; got 72x64"),
         ({"mask": png((64, 64), "L")}, {}, "mask", "needs an `image` file part"),
+        ({"image": png((64, 64)), "mask": png((64, 64), "L")}, {}, "mask",
+         "marks nothing to repaint (no pixel but black"),
         ({"image": png((64, 64))}, {"strength": "0"}, "strength", "greater than 0"),
         ({"image": png((64, 64))}, {"strength": "1.5"}, "strength", "less than or equal to 1"),
         ({"image": png((64, 64))}, {"strength": "nan"}, "strength", "finite number"),

@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from config.api import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen import backend
+from imagegen.generation.edits import MARKS_NOTHING
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
 from tests.imagegen.test_generate_form import bomb
@@ -133,7 +134,8 @@ def image_id(queue: JobQueue) -> str:
 
 
 def test_half_transparent_pixels_blend(queue):
-    """A pixel of alpha a is repainted by (255 - a) / 255: a mask of alpha 255 keeps all."""
+    """A pixel of alpha a is repainted by (255 - a) / 255; a mask of alpha 255 everywhere
+    marks nothing: a 400 (the answer would be the image as sent), nothing queued."""
     mask = source_image(mode="RGBA")
     mask.putalpha(128)
     parts = {"image": part(encode(source_image())), "mask": part(encode(mask))}
@@ -141,8 +143,12 @@ def test_half_transparent_pixels_blend(queue):
     changed = (pixels(images(answer)[0]) != np.asarray(source_image())).any(axis=-1)
     assert changed.mean() > 0.5
     parts = {"image": part(encode(source_image())), "mask": part(encode(source_image(mode="RGBA")))}
+    jobs_before = len(queue.recent(100))
     answer = Client().post("/v1/images/edits", {"prompt": "p", "steps": "2", **parts})
-    assert (pixels(images(answer)[0]) == np.asarray(source_image())).all()
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"]["param"] == "mask"
+    assert MARKS_NOTHING in answer.json()["error"]["message"]
+    assert len(queue.recent(100)) == jobs_before
 
 
 def test_without_a_mask_the_whole_picture_is_img2img_even_where_the_image_is_transparent(queue):
