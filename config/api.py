@@ -22,6 +22,7 @@ from config.errors import (
     error_response,
     takes_basic_auth,
 )
+from config import metrics
 from config.logs import first_part
 from config.openapi import declare_method_not_allowed
 from config.version import app_version
@@ -140,6 +141,7 @@ def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
     if not (exc.timeout or isinstance(exc, ConnectionFailure)):
         return on_unexpected(request, exc)
     log.warning("database unreachable: %s", first_part(exc))
+    metrics.TODO_REFUSED.labels(reason="unreachable").inc()
     sent = not isinstance(exc, ServerSelectionTimeoutError)
     message = UNCONFIRMED if sent and request.method in WRITES else DATABASE_UNREACHABLE
     return error_response(request, 503, message, retry_after=5)

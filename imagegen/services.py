@@ -16,7 +16,9 @@ from functools import cache
 
 from django.conf import settings
 
+from config import metrics
 from config.errors import ServiceError
+from config.request_context import current_surface
 from imagegen import backend, selectors
 from imagegen.errors import (
     BatchTimeout,
@@ -78,7 +80,9 @@ def edit_request(
 
 def generation_submit(*, request: GenerationRequest) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full)."""
-    return backend.jobs().submit(request)
+    job = backend.jobs().submit(request)
+    metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
+    return job
 
 
 def _failure(job: JobView) -> ServiceError:
@@ -229,11 +233,13 @@ def event_stream_place() -> Callable[[], None]:
     places = _stream_places()
     if not places.acquire(blocking=False):
         raise EventStreamsBusy()
+    metrics.EVENT_STREAMS_OPEN.inc()
     once = threading.Lock()
 
     def give_back() -> None:
         if once.acquire(blocking=False):
             places.release()
+            metrics.EVENT_STREAMS_OPEN.dec()
 
     return give_back
 
@@ -269,6 +275,7 @@ def _submit_batch(
     try:
         for index in range(count):
             job = jobs_queue.submit(_nth_seed(request, index), owner=client, batch=batch)
+            metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job.id)
     except ServiceError:  # the queue filled up (or the model went away) part-way
         for job_id in jobs:

@@ -138,6 +138,9 @@ def steps_running(parameters: GenerationParameters) -> int:
 class Rendered:
     image: Any  # a PIL image
     stages: dict[str, float]  # encode_seconds, denoise_seconds, decode_seconds
+    # Each of the scheduler's timesteps, from the UNet's first call (or the step before) to
+    # its step end: what imagegen_step_seconds observes.
+    step_seconds: tuple[float, ...] = ()
 
 
 def asked_steps_done(calls_done: int, calls: int, asked: int) -> int:
@@ -176,10 +179,12 @@ def render(
             raise Cancelled()
 
     marks: dict[str, float] = {}
+    step_ends: list[float] = []
     total = steps_running(parameters)
 
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
         marks["steps_done"] = time.monotonic()
+        step_ends.append(marks["steps_done"])
         calls = getattr(pipe_, "num_timesteps", None) or total
         on_step(asked_steps_done(index + 1, calls, total), total)
         return tensors
@@ -228,7 +233,9 @@ def render(
             pipe.to(home)
     encoded = marks.get("encoded", started)
     steps_done = marks.get("steps_done", encoded)
+    starts = [encoded, *step_ends[:-1]]
     return Rendered(
+        step_seconds=tuple(end - start for start, end in zip(starts, step_ends, strict=True)),
         image=image,
         stages={
             "encode_seconds": encoded - started,
