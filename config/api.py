@@ -14,6 +14,7 @@ from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from config import metrics
 from config.errors import (
     DATABASE_UNREACHABLE,
     NOT_FOUND,
@@ -22,7 +23,6 @@ from config.errors import (
     error_response,
     takes_basic_auth,
 )
-from config import metrics
 from config.logs import first_part
 from config.openapi import declare_method_not_allowed
 from config.version import app_version

@@ -38,14 +38,18 @@ class RequestIdMiddleware:
             response = self.get_response(request)
             response[request_context.REQUEST_ID_HEADER] = rid
             if self.log_requests:
-                match = getattr(request, "resolver_match", None)
-                route = "/" + match.route if match is not None and match.route else None
                 request_log.info(
                     "%s %s %d", request.method, request.path, response.status_code,
-                    extra={"route": route, "status": response.status_code,
+                    extra={"status": response.status_code,
                            "duration": round(time.monotonic() - started, 6)},
                 )  # fmt: skip
         return response
+
+    def process_view(self, request: HttpRequest, *_: object) -> None:
+        """Once the URL is resolved: the route template, for every log line of the request."""
+        match = request.resolver_match
+        if match is not None and match.route:
+            request_context.route.set("/" + match.route)
 
 
 class AppVersionHeaderMiddleware:

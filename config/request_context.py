@@ -12,7 +12,8 @@ import contextlib
 import re
 import secrets
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from typing import Any
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -52,23 +53,30 @@ def current_surface() -> str:
 
 @contextlib.contextmanager
 def request_scope(*, rid: str, path: str) -> Iterator[None]:
-    tokens = [(request_id, request_id.set(rid)), (_path, _path.set(path)), (route, route.set(None))]
+    tokens: list[tuple[ContextVar[Any], Token[Any]]] = [
+        (request_id, request_id.set(rid)), (_path, _path.set(path)), (route, route.set(None)),
+    ]  # fmt: skip
     try:
         yield
     finally:
-        for var, token in reversed(tokens):
-            var.reset(token)  # type: ignore[attr-defined]
+        _reset(tokens)
 
 
 @contextlib.contextmanager
 def job_scope(*, job: str, rid: str | None, name: str | None = None) -> Iterator[None]:
     """While a job runs (its thread, or a worker process): its log lines carry its id, its
     request's id and, in a worker, the worker's name."""
-    tokens = [(job_id, job_id.set(job)), (request_id, request_id.set(rid))]
+    tokens: list[tuple[ContextVar[Any], Token[Any]]] = [
+        (job_id, job_id.set(job)), (request_id, request_id.set(rid)),
+    ]  # fmt: skip
     if name is not None:
         tokens.append((worker, worker.set(name)))
     try:
         yield
     finally:
-        for var, token in reversed(tokens):
-            var.reset(token)  # type: ignore[attr-defined]
+        _reset(tokens)
+
+
+def _reset(tokens: list[tuple[ContextVar[Any], Token[Any]]]) -> None:
+    for var, token in reversed(tokens):
+        var.reset(token)

@@ -52,14 +52,12 @@ class WebState(Collector):
         try:
             jobs = backend.jobs().unfinished()
             status = backend.models().status()
-        except Exception as exc:  # noqa: BLE001  (a scrape must answer whatever fails)
+        except Exception as exc:  # a scrape must answer whatever fails
             log.warning("metrics: the job board or model did not answer: %s", exc)
             return []
         queued = sum(job.state is JobState.QUEUED for job in jobs)
         return [
-            GaugeMetricFamily(
-                "imagegen_jobs_queued", "Jobs waiting for their turn", value=queued
-            ),
+            GaugeMetricFamily("imagegen_jobs_queued", "Jobs waiting for their turn", value=queued),
             GaugeMetricFamily(
                 "imagegen_jobs_running", "Jobs running now", value=len(jobs) - queued
             ),

@@ -3,6 +3,8 @@ HTTP ones, and the state read at scrape time, imagegen.scrape) in Prometheus' te
 With API_TOKEN set it needs the token, like the other routes that cost nothing but tell a lot
 (Prometheus sends it with its scrape config's `authorization`)."""
 
+from functools import cache
+
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 from prometheus_client import REGISTRY
@@ -13,7 +15,13 @@ from imagegen.api.schemas import errors
 from imagegen.scrape import WebState
 
 router = Router(tags=["operations"])
-REGISTRY.register(WebState())  # once per process: this module is imported once, by the URLs
+
+
+@cache
+def _web_state_registered() -> None:
+    """At the first scrape, not at import: a worker imports the URLs too (Django's checks),
+    and answers for itself (imagegen.scrape.WorkerState) on its own port."""
+    REGISTRY.register(WebState())
 
 
 @router.get(
@@ -33,5 +41,6 @@ REGISTRY.register(WebState())  # once per process: this module is imported once,
 def metrics(request: HttpRequest):
     # The format the scraper asks for (OpenMetrics or the text format), as
     # prometheus_client's own exporter negotiates it.
+    _web_state_registered()
     encode, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encode(REGISTRY), content_type=content_type)
