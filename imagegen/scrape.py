@@ -32,12 +32,12 @@ def _model_families(status: ModelStatus) -> Iterator[GaugeMetricFamily]:
         state.add_metric([name.value], 1.0 if status.state == name.value else 0.0)
     yield state
     yield GaugeMetricFamily(
-        "imagegen_model_pull_bytes_done",
+        "imagegen_model_pull_done_bytes",
         "Bytes of the model's files on the share (or fetched so far by a pull under way)",
         value=status.download.bytes_done,
     )
     yield GaugeMetricFamily(
-        "imagegen_model_pull_bytes_total",
+        "imagegen_model_pull_size_bytes",
         "Bytes of the model's files in all (0 until a pull or the share's manifest says)",
         value=status.download.bytes_total,
     )

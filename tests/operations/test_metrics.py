@@ -3,7 +3,9 @@ pipeline, the scrape parsed by prometheus_client's own parser. The families are 
 so each test reads how far they moved, not their values."""
 
 import contextlib
+import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.test import Client, RequestFactory
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo.errors import ServerSelectionTimeoutError
 
@@ -18,9 +21,10 @@ from config.api import on_database_error
 from imagegen.distributed.connection import store_client
 from imagegen.generation.jobs import JobQueue
 from imagegen.model.loader import ModelLoader
+from imagegen.scrape import WorkerState
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
-from tests.support.processes import free_port
+from tests.support.processes import ROOT, free_port
 
 Samples = dict[tuple[str, frozenset], float]
 
@@ -84,7 +88,7 @@ def test_counters_and_gauges_move_as_a_job_is_queued_runs_and_ends(queue):
     assert value(waiting, "imagegen_jobs_queued") == 1
     assert value(waiting, "imagegen_jobs_running") == 1
     assert value(waiting, "imagegen_model_state", state="ready") == 1
-    assert value(waiting, "imagegen_model_pull_bytes_total") > 0
+    assert value(waiting, "imagegen_model_pull_size_bytes") > 0
     surface = "imagegen_jobs_submitted_total"
     assert value(waiting, surface, surface="native") - value(before, surface, surface="native") == 2
 
@@ -193,3 +197,44 @@ def test_a_scrape_answers_even_when_the_job_board_does_not(monkeypatch, caplog):
         samples = scrape(Client())
     assert ("imagegen_jobs_queued", frozenset()) not in samples
     assert ("imagegen_event_streams_open", frozenset()) in samples
+
+
+FAMILY = re.compile(r"\b((?:imagegen|todos|django_http)_[a-z_]+)\b")
+SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+
+
+def exported_families(loader: ModelLoader) -> set[str]:
+    """Every family a web process's scrape and a worker's port answer with."""
+    web = Client().get("/metrics").content.decode()
+    worker = generate_latest(worker_registry(loader)).decode()
+    return {
+        family.name for text in (web, worker) for family in text_string_to_metric_families(text)
+    }
+
+
+def worker_registry(loader: ModelLoader) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(WorkerState(loader.status, lambda: False))
+    return registry
+
+
+def named(names: set[str], families: set[str]) -> set[str]:
+    """The names that are not a family or one of its series."""
+    return {
+        n
+        for n in names
+        if not any(n.removesuffix(s) in families for s in SUFFIXES if n.endswith(s))
+    }
+
+
+def test_the_docs_and_the_dashboard_name_only_exported_families(queue, loader):
+    families = exported_families(loader)
+    docs = set(FAMILY.findall((ROOT / "docs" / "metrics.md").read_text()))
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = {t["expr"] for panel in dashboard["panels"] for t in panel["targets"]}
+    in_dashboard = {name for expr in exprs for name in FAMILY.findall(expr)}
+    assert named(docs, families) == set()
+    assert named(in_dashboard, families) == set()
+    ours = {f for f in families if f.startswith(("imagegen_", "todos_"))}
+    documented = docs | {n.removesuffix("_total") for n in docs}
+    assert ours - documented == set()  # each one documented
