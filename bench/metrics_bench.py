@@ -9,7 +9,7 @@ thread fetching /metrics every `--interval` seconds for the whole generation and
 alternating which goes first. A step's time is the job's own denoise time over its steps (its
 image record's timings), so the scraper's own requests are not in it.
 
-    .venv/bin/python bench/metrics_bench.py              # 4 pairs, 64x64, 150 steps (~3 min)
+    .venv/bin/python bench/metrics_bench.py              # 4 pairs, 64x64, 100 steps (2-5 min)
     .venv/bin/python bench/metrics_bench.py --pairs 2    # quicker
 """
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--size", default="64x64")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     args = parser.parse_args(argv)
     common.print_machine(common.machine_info())
@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                         if scraped:
                             scraper.join()
                         (with_scrapes if scraped else without).append(seconds)
+                        label = "scraped" if scraped else "none"
+                        print(f"pair {pair}, {label}: {seconds * 1000:.2f} ms a step", flush=True)
 
     base, scraped_median = statistics.median(without), statistics.median(with_scrapes)
-    for pair, (off, on) in enumerate(zip(without, with_scrapes, strict=True)):
-        print(f"pair {pair}: none {off * 1000:.2f} ms, scraped {on * 1000:.2f} ms")
     print(f"{args.pairs} pairs of {args.steps} steps at {args.size}; {scrapes[0]} scrapes")
     print(f"step, no scrape:          median {base * 1000:.2f} ms  ({len(without)} jobs)")
     print(f"step, scrape every {args.interval:g} s: median {scraped_median * 1000:.2f} ms")

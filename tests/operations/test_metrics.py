@@ -19,6 +19,7 @@ from pymongo.errors import ServerSelectionTimeoutError
 
 from config.api import on_database_error
 from imagegen.distributed.connection import store_client
+from imagegen.errors import JobFinished
 from imagegen.generation.jobs import JobQueue
 from imagegen.model.loader import ModelLoader
 from imagegen.scrape import WorkerState
@@ -56,8 +57,13 @@ def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture
-def queue(loader, tmp_path, monkeypatch) -> JobQueue:
-    return serve(loader, tmp_path / "images", monkeypatch)
+def queue(loader, tmp_path, monkeypatch) -> Iterator[JobQueue]:
+    jobs = serve(loader, tmp_path / "images", monkeypatch)
+    yield jobs
+    for job in jobs.unfinished():  # a failed test's jobs end before the next test's
+        with contextlib.suppress(JobFinished):
+            jobs.cancel(job.id)
+        jobs.wait(job.id, 60)
 
 
 def wait_state(queue: JobQueue, job_id: str, state: str, *, steps: int = 0) -> None:
