@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="64x64")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
+    parser.add_argument("--no-json", dest="json", action="store_false", help="no bench/results/")
     args = parser.parse_args(argv)
-    common.print_machine(common.machine_info())
+    machine = common.machine_info()
+    common.print_machine(machine)
 
     with tempfile.TemporaryDirectory(prefix="metrics-bench-") as scratch:
         work = Path(scratch)
@@ -112,6 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         f"one scrape at the client:  median {took * 1000:.2f} ms, at most "
         f"{took / args.interval:.2%} of one core at one scrape every {args.interval:g} s"
     )
+    print(
+        f"summary: s/step scraped/none {scraped_median / base:.3f} "
+        f"({scraped_median * 1000:.2f} / {base * 1000:.2f} ms); a scrape {took * 1000:.2f} ms"
+    )
+    if args.json:
+        common.write_json("metrics_bench", {
+            "args": vars(args), "machine": machine, "step_seconds_none": without,
+            "step_seconds_scraped": with_scrapes, "scrape_seconds": scrapes,
+        })  # fmt: skip
     return 0
 
 
