@@ -3,6 +3,7 @@ pipeline, the scrape parsed by prometheus_client's own parser. The families are 
 so each test reads how far they moved, not their values."""
 
 import contextlib
+import io
 import json
 import logging
 import re
@@ -17,10 +18,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo.errors import ServerSelectionTimeoutError
 
+from config import request_context
 from config.api import on_database_error
+from config.logs import JsonFormatter
 from imagegen.distributed.connection import store_client
 from imagegen.errors import JobFinished
+from imagegen.generation.edits import EditRequest
 from imagegen.generation.jobs import JobQueue
+from imagegen.generation.render import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from imagegen.scrape import WorkerState
 from tests.support.loaders import new_loader, serve, wait_for
@@ -244,3 +249,23 @@ def test_the_docs_and_the_dashboard_name_only_exported_families(queue, loader):
     ours = {f for f in families if f.startswith(("imagegen_", "todos_"))}
     documented = docs | {n.removesuffix("_total") for n in docs}
     assert ours - documented == set()  # each one documented
+
+
+def test_a_jobs_log_lines_carry_its_id_and_its_requests_in_process(queue):
+    """The generation thread logs within the job's scope: a job whose edit input is missing
+    from the store fails, and its log line, as JSON, names the job and the request."""
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("imagegen.generation.execution").addHandler(handler)
+    missing = EditRequest(source="0" * 64)
+    try:
+        with request_context.request_scope(rid="rid-in-thread", path="/generate"):
+            job = queue.submit(GenerationRequest(prompt="x", steps=2, size=(64, 64), edit=missing))
+        assert queue.wait(job.id, 60).state == "failed"
+    finally:
+        logging.getLogger("imagegen.generation.execution").removeHandler(handler)
+    logged = [json.loads(line) for line in lines.getvalue().splitlines()]
+    assert any(
+        line["job_id"] == job.id and line["request_id"] == "rid-in-thread" for line in logged
+    ), logged
