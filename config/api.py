@@ -14,6 +14,7 @@ from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from config import metrics
 from config.errors import (
     DATABASE_UNREACHABLE,
     NOT_FOUND,
@@ -140,6 +141,7 @@ def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
     if not (exc.timeout or isinstance(exc, ConnectionFailure)):
         return on_unexpected(request, exc)
     log.warning("database unreachable: %s", first_part(exc))
+    metrics.TODO_REFUSED.labels(reason="unreachable").inc()
     sent = not isinstance(exc, ServerSelectionTimeoutError)
     message = UNCONFIRMED if sent and request.method in WRITES else DATABASE_UNREACHABLE
     return error_response(request, 503, message, retry_after=5)

@@ -5,7 +5,12 @@ Django logs every 5xx answer at ERROR; a 503 (database down, model loading, queu
 scanning for ERROR lines should find only what needs them.
 """
 
+import json
 import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from config import request_context
 
 EXPECTED_STATUSES = {503, 504}
 
@@ -19,3 +24,33 @@ def first_part(error: BaseException) -> str:
     """pymongo appends its whole topology description to a timeout's message; the cause
     (which server, what failed) is what comes before it."""
     return str(error).split(", Topology Description:", 1)[0]
+
+
+class JsonFormatter(logging.Formatter):
+    """LOG_FORMAT=json: one JSON object per line, for a log search to query by field. Always
+    time (UTC, ISO 8601), level, logger and message; request_id, route, status, duration,
+    job_id and worker when known, from the record's `extra` or the context of the request or
+    job it was logged in (config.request_context); an exception's traceback as `exception`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        context = {
+            "request_id": request_context.request_id.get(),
+            "route": request_context.route.get(),
+            "job_id": request_context.job_id.get(),
+            "worker": request_context.worker.get(),
+        }
+        for field in ("request_id", "route", "status", "duration", "job_id", "worker"):
+            value = getattr(record, field, None)
+            if value is None:
+                value = context.get(field)
+            if value is not None:
+                entry[field] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)

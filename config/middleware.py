@@ -1,6 +1,8 @@
 """Cross-cutting response concerns: the version header and error shapes for unmatched routes."""
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -9,8 +11,45 @@ import pymongo
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from config import metrics, request_context
 from config.errors import NOT_FOUND, error_response, is_todo_path
 from config.version import app_version
+
+request_log = logging.getLogger("config.requests")
+
+
+class RequestIdMiddleware:
+    """Every answer carries X-Request-ID: the client's or proxy's when valid
+    (config.request_context), else a new one, so one id follows a request from the ingress
+    into the logs, the job it queues and the worker that runs it. With LOG_FORMAT=json each
+    request also ends with one log line (route, status, duration), which gunicorn's text
+    access log cannot give a log search."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.log_requests = settings.LOG_FORMAT == "json"
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        rid = request_context.accepted_request_id(
+            request.headers.get(request_context.REQUEST_ID_HEADER)
+        )
+        started = time.monotonic()
+        with request_context.request_scope(rid=rid, path=request.path):
+            response = self.get_response(request)
+            response[request_context.REQUEST_ID_HEADER] = rid
+            if self.log_requests:
+                request_log.info(
+                    "%s %s %d", request.method, request.path, response.status_code,
+                    extra={"status": response.status_code,
+                           "duration": round(time.monotonic() - started, 6)},
+                )  # fmt: skip
+        return response
+
+    def process_view(self, request: HttpRequest, *_: object) -> None:
+        """Once the URL is resolved: the route template, for every log line of the request."""
+        match = request.resolver_match
+        if match is not None and match.route:
+            request_context.route.set("/" + match.route)
 
 
 class AppVersionHeaderMiddleware:
@@ -84,6 +123,7 @@ class DatabaseBudgetMiddleware:
         if request.path == "/" or not is_todo_path(request.path):
             return self.get_response(request)
         if not self.slots.acquire(blocking=False):
+            metrics.TODO_REFUSED.labels(reason="busy").inc()
             return error_response(
                 request, 503, "Too many todo requests are waiting for the database; try again "
                 "shortly", retry_after=5,

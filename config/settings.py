@@ -34,6 +34,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # django-prometheus' pair brackets the rest, so the HTTP families time all of it.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "config.middleware.RequestIdMiddleware",
     "config.middleware.AppVersionHeaderMiddleware",
     "config.middleware.ErrorShapeMiddleware",
     "config.middleware.HeadAsGetMiddleware",
@@ -41,6 +44,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "config.metrics.RouteMetricsMiddleware",
 ]
 
 # Ninja serves /todo and /todo/ as different routes; redirecting would turn a
@@ -283,16 +287,31 @@ if (
 if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
     raise ImproperlyConfigured("GEN_MIN_SIDE and GEN_MAX_SIDE: multiples of 8, min <= max")
 
+# "text" (the default): one readable line per record; "json": one JSON object per line, with
+# the request's id, route, status and duration and the job and worker when known
+# (config.logs.JsonFormatter), for a log search (Log Analytics, Loki) to query by field.
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
+
+# Distributed mode: the port on which a worker (manage.py run_worker) answers Prometheus'
+# scrape of its own metrics (GET /metrics, on every address); 0: none (the container image
+# sets 9100; off here, so workers started side by side on one host do not fight for a port).
+WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0, minimum=0, maximum=65535)
+
 # logging.config.dictConfig's schema: values of every kind, nested.
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "config.logs.JsonFormatter"},
+    },
     "filters": {"expected_answers": {"()": "config.logs.ExpectedAnswers"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
             "filters": ["expected_answers"],
         }
     },

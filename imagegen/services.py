@@ -16,7 +16,9 @@ from functools import cache
 
 from django.conf import settings
 
+from config import metrics
 from config.errors import ServiceError
+from config.request_context import current_surface
 from imagegen import backend, selectors
 from imagegen.errors import (
     BatchTimeout,
@@ -102,7 +104,9 @@ def edit_request(
 def generation_submit(*, request: GenerationRequest, job_id: str | None = None) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
     one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs)."""
-    return backend.jobs().submit(request, job_id=job_id)
+    job = backend.jobs().submit(request, job_id=job_id)
+    metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
+    return job
 
 
 def _failure(job: JobView) -> ServiceError:
@@ -253,11 +257,13 @@ def event_stream_place() -> Callable[[], None]:
     places = _stream_places()
     if not places.acquire(blocking=False):
         raise EventStreamsBusy()
+    metrics.EVENT_STREAMS_OPEN.inc()
     once = threading.Lock()
 
     def give_back() -> None:
         if once.acquire(blocking=False):
             places.release()
+            metrics.EVENT_STREAMS_OPEN.dec()
 
     return give_back
 
@@ -294,6 +300,7 @@ def _submit_batch(
         for index, job_id in enumerate(job_ids):
             request_n = _nth_seed(request, index)
             jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id)
+            metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
     except ServiceError:  # the queue filled up (or the model went away) part-way
         for job_id in jobs:

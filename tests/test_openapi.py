@@ -18,6 +18,7 @@ PROTECTED = [  # docs/operations.md, "Access control"
     ("delete", "/jobs/{job_id}"),
     ("post", "/jobs/{job_id}/cancel"),
     ("get", "/images"),
+    ("get", "/metrics"),  # docs/metrics.md
     ("get", "/images/{image_id}"),
     ("get", "/images/{image_id}.png"),
     ("delete", "/images/{image_id}"),

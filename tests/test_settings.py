@@ -38,6 +38,8 @@ def environment() -> Iterator[dict[str, str]]:
         ({"GEN_MAX_STEPS": "1000"}, "GEN_MAX_STEPS must be at most 500, got 1000"),
         ({"GEN_NICE": "20"}, "GEN_NICE must be at most 19, got 20"),
         ({"GEN_NICE": "-5"}, "GEN_NICE must be at least 0, got -5"),
+        ({"LOG_FORMAT": "xml"}, "LOG_FORMAT must be text or json, got 'xml'"),
+        ({"WORKER_METRICS_PORT": "70000"}, "WORKER_METRICS_PORT must be at most 65535"),
         ({"GEN_LOAD_TIMEOUT": "0"}, "GEN_LOAD_TIMEOUT must be at least 0.001, got 0"),
         ({"GEN_MAX_GUIDANCE": "nan"}, "GEN_MAX_GUIDANCE must be a finite number"),
         ({"GEN_MAX_GUIDANCE": "lots"}, "GEN_MAX_GUIDANCE must be a number, got 'lots'"),

@@ -18,6 +18,7 @@ from functools import cached_property
 import redis
 from kombu.exceptions import OperationalError
 
+from config import metrics
 from imagegen.distributed.changes import FALLBACK_SECONDS, ChangeFeed
 from imagegen.distributed.shared_model import live_workers
 from imagegen.distributed.store import JobStore
@@ -124,6 +125,8 @@ class RedisJobBoard:
             return None
         if state in FINISHED:
             raise JobFinished(state)
+        if state == "queued":  # ended here, never run: no worker counts it
+            metrics.JOBS_FINISHED.labels(outcome="cancelled").inc()
         return self.lookup(job_id)
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:

@@ -37,6 +37,7 @@ from redis.connection import (
 )
 from redis.retry import Retry
 
+from config import metrics
 from imagegen.errors import JobStoreBusy
 
 T = TypeVar("T")
@@ -160,7 +161,11 @@ class BudgetRetry(Retry):
                 return False
             return is_retryable is None or is_retryable(error)
 
-        return super().call_with_retry(do, fail, retryable, with_failure_count)
+        try:
+            return super().call_with_retry(do, fail, retryable, with_failure_count)
+        except redis.RedisError as error:  # the call failed, its retries spent
+            metrics.REDIS_ERRORS.labels(error=type(error).__name__).inc()
+            raise
 
 
 class BudgetedPool(redis.ConnectionPool):

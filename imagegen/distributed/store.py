@@ -45,6 +45,7 @@ import redis
 from redis.commands.core import Script
 
 from config.errors import ServiceError
+from config.request_context import current_request_id
 from imagegen.errors import WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
@@ -399,6 +400,7 @@ class Claimed:
     request: GenerationRequest
     created_at: datetime
     started_at: datetime
+    request_id: str | None = None  # the X-Request-ID of the request that queued it
 
 
 class JobStore:
@@ -480,6 +482,7 @@ class JobStore:
             "created_at": now_text(),
             "step": 0,
             "steps": 0,
+            "request_id": current_request_id() or "",  # its X-Request-ID, for the logs
         }
         flat = [item for pair in fields.items() for item in pair]
         keys = [QUEUED, RECENT, SEQUENCE, IDLE]
@@ -586,7 +589,9 @@ class JobStore:
             return None
         job_id, attempt = decoded(claimed[0]), int(claimed[1])
         self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
-        request, created = self.redis.hmget(job_key(job_id), "request", "created_at")
+        request, created, rid = self.redis.hmget(
+            job_key(job_id), "request", "created_at", "request_id"
+        )
         if request is None or created is None:  # add writes both; only forget removes them
             raise LookupError(f"job {job_id} was claimed without its request")
         return Claimed(
@@ -595,6 +600,7 @@ class JobStore:
             request=GenerationRequest.model_validate_json(request),
             created_at=datetime.fromisoformat(decoded(created)),
             started_at=datetime.fromisoformat(now),
+            request_id=decoded(rid) if rid else None,
         )
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
@@ -661,4 +667,5 @@ def _view(fields: dict, rank: int | None) -> JobView:
         batch=_text(fields, "batch"),
         failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
+        request_id=_text(fields, "request_id"),
     )

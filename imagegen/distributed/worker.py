@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from config.request_context import job_scope
 from imagegen.distributed.store import (
     IDLE,
     PULLS,
@@ -221,9 +222,10 @@ class WorkerRuntime:
                 return None
             self.job_id = job_id = claimed.job_id
             self.report = report = _StoreReport(self.store, job_id, claimed.attempt)
-        log.info("job %s: running on %s (run %d)", job_id, self.name, claimed.attempt)
         try:
-            self._run(report, claimed)
+            with job_scope(job=job_id, rid=claimed.request_id, name=self.name):
+                log.info("job %s: running on %s (run %d)", job_id, self.name, claimed.attempt)
+                self._run(report, claimed)
         finally:
             with self._claiming:
                 self.job_id, self.report = None, None

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from config import metrics
 from config.errors import ServiceError
 from imagegen.generation.edits import EditInputs, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
@@ -68,7 +69,29 @@ def run_job(
     """Loads the model if this process has not (bounded by `load_timeout`), renders, and
     stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
     a ServiceError (its message and status kept for the waiting request) or any other error
-    (logged here, its first line for the client)."""
+    (logged here, its first line for the client). Counted here, in either mode: the time it
+    waited and ran, each step and the decode (config.metrics), and how it ended."""
+    metrics.QUEUE_SECONDS.observe(queued_seconds)
+    started = time.monotonic()
+    outcome = _run(
+        job_id=job_id, loader=loader, store=store, request=request,
+        queued_seconds=queued_seconds, load_timeout=load_timeout, report=report,
+    )  # fmt: skip
+    metrics.RUN_SECONDS.observe(time.monotonic() - started)
+    metrics.JOBS_FINISHED.labels(outcome=outcome.state.value).inc()
+    return outcome
+
+
+def _run(
+    *,
+    job_id: str,
+    loader: ModelLoader,
+    store: ImageStore,
+    request: GenerationRequest,
+    queued_seconds: float,
+    load_timeout: float,
+    report: Report,
+) -> Outcome:
     try:
         started = time.monotonic()
         pipe: Any = loader.pipeline(load_timeout)
@@ -87,6 +110,10 @@ def run_job(
             on_step=report.step, stop_requested=report.stop_requested, edit=edit,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
+        size = metrics.image_size(parameters.width, parameters.height)
+        for seconds in rendered.step_seconds:
+            metrics.STEP_SECONDS.labels(size=size).observe(seconds)
+        metrics.DECODE_SECONDS.labels(size=size).observe(rendered.stages["decode_seconds"])
         report.phase("saving")
         encoding = time.monotonic()
         png = png_bytes(rendered.image, parameters)

@@ -98,6 +98,8 @@ class JobView:
     # Grows with every change a client can see (state, phase, position, each step), for
     # waiting on changes (wait_change).
     revision: int = 0
+    # The X-Request-ID of the request that queued it (config.request_context).
+    request_id: str | None = None
 
 
 def ahead_of(view: JobView) -> Ahead | None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from config import metrics, request_context
 from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
@@ -59,6 +60,9 @@ class Job:
     # client_identity; the n images of one request share a batch). None on the native routes.
     owner: str | None = None
     batch: str | None = None
+    # The X-Request-ID of the request that queued it (config.request_context): its log
+    # lines carry it, so one id follows a request into its job.
+    request_id: str | None = None
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -131,7 +135,10 @@ class JobQueue:
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
-        job = Job(request=request, owner=owner, batch=batch)
+        job = Job(
+            request=request, owner=owner, batch=batch,
+            request_id=request_context.current_request_id(),
+        )  # fmt: skip
         if job_id is not None:
             job.id = job_id
         with self._lock:
@@ -202,6 +209,7 @@ class JobQueue:
                 error=job.error,
                 image=job.image,
                 revision=job.revision,
+                request_id=job.request_id,
                 owner=job.owner,
                 batch=job.batch,
                 failure=job.failure,
@@ -229,6 +237,7 @@ class JobQueue:
             if job.state is JobState.QUEUED:
                 self._leave_queue(job)
                 self._finish(job, Outcome(JobState.CANCELLED, "cancelled before it ran"))
+                metrics.JOBS_FINISHED.labels(outcome=JobState.CANCELLED.value).inc()
             else:
                 job.cancel_requested.set()
                 self._changed(job)  # its phase now says it is stopping
@@ -270,7 +279,8 @@ class JobQueue:
                 job.phase = "loading the model"
                 self._changed(job)
             try:
-                self._run(job)
+                with request_context.job_scope(job=job.id, rid=job.request_id):
+                    self._run(job)
             except Exception:  # the worker must outlive any one job
                 log.exception("job %s crashed the worker loop", job.id)
             finally:

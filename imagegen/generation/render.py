@@ -138,6 +138,10 @@ def steps_running(parameters: GenerationParameters) -> int:
 class Rendered:
     image: Any  # a PIL image
     stages: dict[str, float]  # encode_seconds, denoise_seconds, decode_seconds
+    # Each step asked for, from the UNet's first call (or the step before) to its end: what
+    # imagegen_step_seconds observes. A scheduler that makes more timesteps than steps (PNDM's
+    # 21 for 20) has some step cover two; one that makes fewer shares a timestep's time out.
+    step_seconds: tuple[float, ...] = ()
 
 
 def asked_steps_done(calls_done: int, calls: int, asked: int) -> int:
@@ -176,12 +180,20 @@ def render(
             raise Cancelled()
 
     marks: dict[str, float] = {}
+    step_seconds: list[float] = []
     total = steps_running(parameters)
 
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
-        marks["steps_done"] = time.monotonic()
+        now = time.monotonic()
         calls = getattr(pipe_, "num_timesteps", None) or total
-        on_step(asked_steps_done(index + 1, calls, total), total)
+        done = asked_steps_done(index + 1, calls, total)
+        if done > len(step_seconds):  # the steps this timestep completed share its time
+            since = marks.get("step_mark") or marks.get("encoded", now)
+            new = done - len(step_seconds)
+            step_seconds.extend([(now - since) / new] * new)
+            marks["step_mark"] = now
+        marks["steps_done"] = now
+        on_step(done, total)
         return tensors
 
     runs, inputs, mask = pipe, {}, None
@@ -236,6 +248,7 @@ def render(
     encoded = marks.get("encoded", started)
     steps_done = marks.get("steps_done", encoded)
     return Rendered(
+        step_seconds=tuple(step_seconds),
         image=image,
         stages={
             "encode_seconds": encoded - started,

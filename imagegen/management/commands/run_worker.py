@@ -6,7 +6,21 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from imagegen.backend import worker_runtime
-from imagegen.distributed.worker import default_worker_name, set_runtime
+from imagegen.distributed.worker import WorkerRuntime, default_worker_name, set_runtime
+from imagegen.scrape import WorkerState
+
+
+def serve_metrics(runtime: WorkerRuntime, port: int) -> None:
+    """The worker's own Prometheus families (its steps, decodes, jobs and Redis errors, its
+    model and whether it is busy) on `port`, every address, from a thread of prometheus_client's
+    own: a worker serves no HTTP otherwise. A port already taken stops the start, saying so."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    REGISTRY.register(WorkerState(runtime.loader.status, lambda: runtime.job_id is not None))
+    try:
+        start_http_server(port)
+    except OSError as exc:
+        raise CommandError(f"WORKER_METRICS_PORT: cannot listen on port {port}: {exc}") from exc
 
 
 class Command(BaseCommand):
@@ -40,6 +54,8 @@ class Command(BaseCommand):
 
             import_loading_code()
         runtime.start()
+        if settings.WORKER_METRICS_PORT:
+            serve_metrics(runtime, settings.WORKER_METRICS_PORT)
         if settings.WARM_START:
             runtime.loader.warm_start()
         logging.getLogger(__name__).info("worker %s: taking jobs from %s", name, QUEUE)

@@ -1,0 +1,89 @@
+"""The service's Prometheus metric families, all in one place, so the names an operator's
+dashboards and alerts use are listed once (docs/metrics.md lists the same).
+
+They live in prometheus_client's default registry, which django-prometheus' HTTP families
+(`django_http_*`) use too, so GET /metrics and a worker's metrics port answer them all. One
+gunicorn worker process serves the web role (config/gunicorn.py: the model's state is per
+process), so no multiprocess mode is needed: each process's registry is its own and
+Prometheus adds up replicas and workers by their `instance` label.
+
+The gauges that describe state (the queue, the model) are not kept here: they are read when
+a scrape asks (imagegen.api.metrics, the worker command's collector), so they cannot drift
+from what GET /jobs and GET /model/status say. This module imports nothing of the project,
+so every layer may count into it.
+"""
+
+from django_prometheus.middleware import PrometheusAfterMiddleware
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
+
+# No `_created` series: one more line per series that no dashboard here reads.
+disable_created_metrics()
+
+# Seconds: a tiny model's step is milliseconds, SDXL's on a CPU tens of seconds.
+_STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+# Seconds: a job waits and runs from milliseconds (tiny) to many minutes (SDXL, a deep queue).
+_JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 240, 480, 900, 1800, 3600)
+
+JOBS_SUBMITTED = Counter(
+    "imagegen_jobs_submitted",
+    "Jobs queued, by the surface that queued them (native, openai, a1111)",
+    ["surface"],
+)
+JOBS_FINISHED = Counter(
+    "imagegen_jobs_finished",
+    "Jobs ended, by outcome (succeeded, failed, cancelled), counted where they ended: the "
+    "process that ran them, or the web process that cancelled them while queued",
+    ["outcome"],
+)
+QUEUE_SECONDS = Histogram(
+    "imagegen_job_queue_seconds", "Time a job waited before it started", buckets=_JOB_BUCKETS
+)
+RUN_SECONDS = Histogram(
+    "imagegen_job_run_seconds",
+    "Time a job ran, model wait, steps, decode and PNG included",
+    buckets=_JOB_BUCKETS,
+)
+STEP_SECONDS = Histogram(
+    "imagegen_step_seconds",
+    "Seconds per denoising step (one UNet pass, both guidance halves), by image size",
+    ["size"],
+    buckets=_STEP_BUCKETS,
+)
+DECODE_SECONDS = Histogram(
+    "imagegen_decode_seconds",
+    "Seconds to decode the latents into pixels, by image size",
+    ["size"],
+    buckets=_STEP_BUCKETS,
+)
+EVENT_STREAMS_OPEN = Gauge(
+    "imagegen_event_streams_open", "Job event streams (GET /jobs/<id>/events) open now"
+)
+TODO_REFUSED = Counter(
+    "todos_requests_refused_database",
+    "Todo requests answered 503 for the database: `busy` (TODO_MAX_CONCURRENT already "
+    "waiting) or `unreachable` (no answer in time)",
+    ["reason"],
+)
+REDIS_ERRORS = Counter(
+    "imagegen_redis_errors",
+    "Calls to the job store (Redis, distributed mode) that failed, retries spent, by error",
+    ["error"],
+)
+
+
+def image_size(width: int, height: int) -> str:
+    """The `size` label: a handful of values, as sizes are what clients choose from."""
+    return f"{width}x{height}"
+
+
+class RouteMetricsMiddleware(PrometheusAfterMiddleware):
+    """django-prometheus' HTTP families labelled by route template (`/jobs/<job_id>`)
+    instead of view name: every Ninja route of the project is named by its function, which
+    says less than its path, and an unmatched path stays `<unnamed view>`, so no label grows
+    with the ids clients send."""
+
+    def _get_view_name(self, request):
+        match = getattr(request, "resolver_match", None)
+        if match is None or match.route is None:
+            return "<unnamed view>"
+        return "/" + match.route

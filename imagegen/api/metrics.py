@@ -1,0 +1,46 @@
+"""GET /metrics: the whole process's Prometheus families (config.metrics, django-prometheus'
+HTTP ones, and the state read at scrape time, imagegen.scrape) in Prometheus' text format.
+With API_TOKEN set it needs the token, like the other routes that cost nothing but tell a lot
+(Prometheus sends it with its scrape config's `authorization`)."""
+
+from functools import cache
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Router
+from prometheus_client import REGISTRY
+from prometheus_client.exposition import choose_encoder
+
+from config.auth import token_required
+from imagegen.api.schemas import errors
+from imagegen.scrape import WebState
+
+router = Router(tags=["operations"])
+
+
+@cache
+def _web_state_registered() -> None:
+    """At the first scrape, not at import: a worker imports the URLs too (Django's checks),
+    and answers for itself (imagegen.scrape.WorkerState) on its own port."""
+    REGISTRY.register(WebState())
+
+
+@router.get(
+    "/metrics",
+    auth=token_required(),
+    response={200: None, **errors()},
+    summary="Prometheus metrics of this process (text format)",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "Prometheus' text exposition format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def metrics(request: HttpRequest):
+    # The format the scraper asks for (OpenMetrics or the text format), as
+    # prometheus_client's own exporter negotiates it.
+    _web_state_registered()
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encode(REGISTRY), content_type=content_type)
