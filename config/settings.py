@@ -64,6 +64,12 @@ TEMPLATES = [
 
 # A full todo batch (1000 items of 40 + 1000 characters) JSON-escaped is about 13 MB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
+# File parts count too (config.uploads): Django's limit above leaves them out.
+FILE_UPLOAD_HANDLERS = [
+    "config.uploads.BodyLimit",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 # Todos live in MongoDB (see todos/); nothing here needs Django's SQL database.
 DATABASES: dict = {}

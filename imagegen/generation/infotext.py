@@ -16,15 +16,20 @@ from typing import Any
 from PIL import Image
 
 # A1111's re_param: a key, then a quoted value (JSON-escaped) or anything to the next comma.
-_PARAM = re.compile(r'\s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
+# The key is bounded (A1111's is not): unbounded, a long line without a colon costs time in
+# the square of its length (a 1 MB text chunk, a PNG of 1 KB compressed: hours).
+_PARAM = re.compile(r'\s*(\w[\w \-/]{0,63}):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 NEGATIVE = "Negative prompt:"
+# The most of a `parameters` text that is parsed: an A1111 text is a few KB; Pillow reads
+# text chunks of up to 1 MB, and what is beyond this is answered in `info` but not parsed.
+MAX_PARSED = 65_536
 
 
 def parse_infotext(text: str) -> dict[str, Any]:
     """A1111's infotext as a dict: Prompt, Negative prompt, and each `Key: value` of its
     last line (when that line has at least three, as A1111 decides)."""
-    *lines, last = text.strip().split("\n")
+    *lines, last = text[:MAX_PARSED].strip().split("\n")
     if len(_PARAM.findall(last)) < 3:
         lines, last = [*lines, last], ""
     prompt: list[str] = []

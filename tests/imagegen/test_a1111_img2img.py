@@ -6,6 +6,7 @@ tests/protocols/test_webuiapi_img2img.py."""
 import base64
 import io
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,19 @@ def test_png_info_reads_a1111s_own_text():
     plain = Client().post("/sdapi/v1/png-info", {"image": b64(noise())},
                           content_type="application/json")  # fmt: skip
     assert plain.json() == {"info": "", "items": {}, "parameters": {}}
+
+
+def test_png_info_of_a_megabyte_text_without_a_colon_answers_at_once():
+    """A 1 MB `parameters` text compressed into a PNG of a few KB (zTXt): its parse stays
+    linear and bounded (infotext.MAX_PARSED), so it cannot hold the process for hours."""
+    info = PngImagePlugin.PngInfo()
+    info.add_text("parameters", "a" * 1_000_000, zip=True)
+    body = {"image": b64(Image.new("RGB", (8, 8)), info)}
+    assert len(body["image"]) < 8_000
+    started = time.monotonic()
+    read = Client().post("/sdapi/v1/png-info", body, content_type="application/json")
+    assert time.monotonic() - started < 1.0
+    assert read.status_code == 200 and len(read.json()["info"]) == 1_000_000
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,19 @@ def test_an_expected_503_is_logged_as_one_warning_line_not_an_error(start_app):
     assert len(warnings) == 1 and " WARNING " in warnings[0]
     assert "Topology Description" not in log
     assert " ERROR " not in log and "Traceback" not in log
+
+
+def test_a_file_part_past_the_limit_is_413_on_every_route_that_takes_one(start_app):
+    """Django's own limit leaves file parts out; MAX_BODY_BYTES counts them (config.uploads),
+    so an image of any size is refused before it is read, in each route's error shape."""
+    app = start_app(MAX_BODY_BYTES="4096")
+    big = {"image": ("in.png", b"\x89PNG" + b"x" * 200_000, "image/png")}
+    for path in ("/generate", "/v1/images/edits"):
+        response = requests.post(app.url(path), data={"prompt": "p"}, files=big, timeout=30)
+        assert response.status_code == 413, (path, response.text)
+        assert "too large" in response.text, path
+    small = requests.post(
+        app.url("/generate"), data={"prompt": "p", "steps": "0"},
+        files={"image": ("in.png", b"x" * 100, "image/png")}, timeout=30,
+    )  # fmt: skip
+    assert small.status_code == 400  # under the limit: read, and refused for what it is

@@ -1,0 +1,189 @@
+"""How close to the machine: the work of one image counted in FLOPs, and this machine's own
+fp32 peak measured at the torch thread count a bench uses. Not a benchmark itself; the
+time-to-image bench puts both beside its seconds (issue: "How close to the machine").
+
+Why counted and measured here rather than taken from a datasheet: a guessed peak (cores x FMA
+units x lanes x clock) was wrong on the VMs this runs on (boost clocks, shared cores), so the
+same decode read as 80 % and 130 % of it. The denominator is measured in the same run as the
+figures it divides: a large matrix multiply and a 3x3 convolution at the shapes of the VAE's
+decoder, best of a few, each at the bench's thread count.
+
+FLOPs are counted by torch's FlopCounterMode (2 FLOPs per multiply-add, as its formulas
+count) on the meta device, from the model's own configs: no weights are read, so counting an
+SDXL image takes seconds. Counted: each text encoder on 77 tokens; one UNet call at the
+image's latent size for a batch of 1 (a call with guidance runs a batch of 2: twice that);
+the full VAE's decode (as one piece: tiles overlap, so a tiled decode does a little more) and
+the tiny decoder's; the VAE's encode of an input image (edits).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+TOKENS = 77  # CLIP's context: every prompt is padded to it
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs of the stages of one image of `side` x `side` (batch 1)."""
+
+    side: int
+    encode: float  # the text encoders, all of them
+    unet_call: float  # one UNet call, batch 1
+    decode_full: float
+    decode_tiny: float | None  # None: no tiny decoder given
+    encode_image: float  # the full VAE's encoder on an input image (an edit)
+
+    def image(self, *, calls: int, batch: int, tiny: bool) -> float:
+        """All of one image: the prompt, `calls` UNet calls of `batch`, the decode."""
+        decode = self.decode_tiny if tiny and self.decode_tiny is not None else self.decode_full
+        return self.encode + calls * batch * self.unet_call + decode
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def count_work(model_path: Path, side: int, tiny_path: Path | None = None) -> Work:
+    """The FLOPs of one image at `side` x `side` of the diffusers repo at `model_path` (its
+    configs only), with the tiny decoder at `tiny_path` if given."""
+    import torch
+    from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    def flops(run: Any) -> float:
+        with FlopCounterMode(display=False) as counter:
+            run()
+        return float(counter.get_total_flops())
+
+    with torch.device("meta"), torch.inference_mode():
+        unet = UNet2DConditionModel.from_config(
+            UNet2DConditionModel.load_config(model_path / "unet")
+        )
+        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(model_path / "vae"))
+        tiny = (
+            AutoencoderTiny.from_config(AutoencoderTiny.load_config(tiny_path))
+            if tiny_path is not None
+            else None
+        )
+        tokens = torch.zeros(1, TOKENS, dtype=torch.long)
+        encode, hidden = 0.0, 0
+        for name, kind in (("text_encoder", CLIPTextModel),
+                           ("text_encoder_2", CLIPTextModelWithProjection)):  # fmt: skip
+            if not (model_path / name).is_dir():
+                continue
+            text = kind(AutoConfig.from_pretrained(model_path / name))
+            encode += flops(lambda text=text: text(tokens))
+            hidden += text.config.hidden_size
+        scale = 2 ** (len(vae.config.block_out_channels) - 1)
+        latent = torch.empty(1, unet.config.in_channels, side // scale, side // scale)
+        context = torch.empty(1, TOKENS, unet.config.cross_attention_dim or hidden)
+        extra: dict[str, Any] = {}
+        if unet.config.addition_embed_type == "text_time":  # SDXL's pooled text and sizes
+            pooled = unet.config.projection_class_embeddings_input_dim - 6 * (
+                unet.config.addition_time_embed_dim
+            )
+            extra["added_cond_kwargs"] = {"text_embeds": torch.empty(1, pooled),
+                                          "time_ids": torch.empty(1, 6)}  # fmt: skip
+        timestep = torch.tensor([999.0])
+        unet_call = flops(lambda: unet(latent, timestep, encoder_hidden_states=context, **extra))
+        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
+        decode_full = flops(lambda: vae.decode(z))
+        decode_tiny = None if tiny is None else flops(lambda: tiny.decode(z))
+        image = torch.empty(1, 3, side, side)
+        encode_image = flops(lambda: vae.encode(image))
+    return Work(side, encode, unet_call, decode_full, decode_tiny, encode_image)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """This machine's fp32 FLOP/s at `threads` torch threads, each the best of a few runs."""
+
+    threads: int
+    matmul: float  # a 4096 x 4096 by 4096 x 4096 matrix multiply
+    conv: float  # 3x3 convolutions at the VAE decoder's shapes (best of them)
+    conv_shapes: dict[str, float]
+
+    @property
+    def best(self) -> float:
+        """The denominator of "fraction of peak": the faster of the two."""
+        return max(self.matmul, self.conv)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"best": self.best}
+
+
+# The 3x3 convolutions of SDXL's (and SD 1.5's) VAE decoder at a 1024x1024 image: channels
+# in and out and the feature map's side. The decoder's work is nearly all of these.
+VAE_CONVS = {"512ch@128": (512, 128), "512ch@256": (512, 256), "256ch@512": (256, 512),
+             "128ch@1024": (128, 1024)}  # fmt: skip
+
+
+def measure_peak(threads: int, repeats: int = 3) -> Peak:
+    """Best of `repeats` of each, after one warm-up: the machine's own denominator."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+    def best(run: Any, work: float) -> float:
+        run()  # warm-up: kernels chosen, pages touched
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - started)
+        return work / min(seconds)
+
+    with torch.inference_mode():
+        n = 4096
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        matmul = best(lambda: a @ b, 2.0 * n**3)
+        shapes = {}
+        for label, (channels, side) in VAE_CONVS.items():
+            conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+            x = torch.randn(1, channels, side, side)
+            work = 2.0 * channels * channels * 9 * side * side
+            shapes[label] = best(lambda conv=conv, x=x: conv(x), work)
+            del conv, x
+    return Peak(threads, matmul, max(shapes.values()), shapes)
+
+
+def fraction(flops: float, seconds: float, peak: Peak) -> tuple[float, float]:
+    """(achieved FLOP/s, its fraction of the measured peak)."""
+    achieved = flops / seconds if seconds > 0 else 0.0
+    return achieved, achieved / peak.best
+
+
+def describe_peak(peak: Peak) -> str:
+    convs = ", ".join(f"{k} {v / 1e9:.0f}" for k, v in peak.conv_shapes.items())
+    return (
+        f"measured fp32 peak at {peak.threads} threads: matmul {peak.matmul / 1e9:.0f} GFLOP/s, "
+        f"3x3 conv {peak.conv / 1e9:.0f} GFLOP/s ({convs})"
+    )
+
+
+def main() -> int:
+    """`python bench/efficiency.py MODEL_PATH SIDE [TINY_PATH] [--threads N]`: the counts and
+    the peak, as JSON (a smoke run of both)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("model_path", type=Path)
+    parser.add_argument("side", type=int)
+    parser.add_argument("tiny_path", type=Path, nargs="?")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    work = count_work(args.model_path, args.side, args.tiny_path)
+    peak = measure_peak(args.threads, args.repeats)
+    print(describe_peak(peak))
+    print(json.dumps({"work": work.as_dict(), "peak": peak.as_dict()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
