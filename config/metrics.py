@@ -13,6 +13,8 @@ from what GET /jobs and GET /model/status say. This module imports nothing of th
 so every layer may count into it.
 """
 
+import math
+
 from django_prometheus.middleware import PrometheusAfterMiddleware
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
@@ -71,9 +73,17 @@ REDIS_ERRORS = Counter(
 )
 
 
+# The `size` label's values: the squares a size is counted with (the nearest by pixels).
+SIZE_CLASSES = (64, 128, 256, 512, 768, 1024, 1536, 2048)
+
+
 def image_size(width: int, height: int) -> str:
-    """The `size` label: a handful of values, as sizes are what clients choose from."""
-    return f"{width}x{height}"
+    """The `size` label: the square of SIZE_CLASSES nearest in pixels (on a log scale), so
+    the families keep a fixed handful of series whatever sizes clients send (any multiple
+    of 8 per side is allowed: tens of thousands of sizes), and a common square is itself."""
+    pixels = width * height
+    side = min(SIZE_CLASSES, key=lambda s: abs(math.log(pixels / (s * s))))
+    return f"{side}x{side}"
 
 
 class RouteMetricsMiddleware(PrometheusAfterMiddleware):

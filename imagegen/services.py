@@ -17,7 +17,7 @@ from functools import cache
 from django.conf import settings
 
 from config import metrics
-from config.errors import ServiceError
+from config.errors import FieldError, ServiceError
 from config.request_context import current_surface
 from imagegen import backend, selectors
 from imagegen.errors import (
@@ -33,6 +33,7 @@ from imagegen.errors import (
 from imagegen.generation import framing
 from imagegen.generation.edits import (
     INPUT_PIXELS_FACTOR,
+    MARKS_NOTHING,
     EditRequest,
     check_inputs,
     check_mask_blur,
@@ -82,13 +83,22 @@ def edit_request(
     mode = framing.resize_mode(resize_mode)
     size = request.size or working_size(checked.size, low=low, high=high)
     region = None
-    if only_masked_padding is not None and checked.mask is not None:
-        check_only_masked_padding(only_masked_padding)
+    only_masked = only_masked_padding is not None and checked.mask is not None
+    if only_masked:
+        check_only_masked_padding(only_masked_padding or 0)
         size = working_size(checked.size, low=low, high=high)
-        region = framing.only_masked_region(
-            picture_mask(checked.mask, size=size, resize_mode=mode), padding=only_masked_padding,
-            reach=2 * mask_blur, size=request.size, low=low, high=high,
-        )  # fmt: skip
+    if checked.mask is not None:
+        # A mark that the framing cuts away (resize_mode 1) or a resize blurs to nothing
+        # marks nothing either: refused as the mask as sent would be (check_inputs).
+        framed = picture_mask(checked.mask, size=size, resize_mode=mode)
+        if framed.getextrema()[1] == 0:
+            where = f"once brought to {size[0]}x{size[1]} (resize_mode {mode})"
+            raise FieldError("mask", f"{where}, {MARKS_NOTHING}")
+        if only_masked:
+            region = framing.only_masked_region(
+                framed, padding=only_masked_padding or 0, reach=2 * mask_blur,
+                size=request.size, low=low, high=high,
+            )  # fmt: skip
     store = backend.image_store()
     edit = EditRequest(
         source=store.save_input(checked.image),

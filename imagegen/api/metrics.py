@@ -3,7 +3,7 @@ HTTP ones, and the state read at scrape time, imagegen.scrape) in Prometheus' te
 With API_TOKEN set it needs the token, like the other routes that cost nothing but tell a lot
 (Prometheus sends it with its scrape config's `authorization`)."""
 
-from functools import cache
+import threading
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
@@ -17,11 +17,19 @@ from imagegen.scrape import WebState
 router = Router(tags=["operations"])
 
 
-@cache
+_registering = threading.Lock()
+_registered: list[WebState] = []
+
+
 def _web_state_registered() -> None:
     """At the first scrape, not at import: a worker imports the URLs too (Django's checks),
-    and answers for itself (imagegen.scrape.WorkerState) on its own port."""
-    REGISTRY.register(WebState())
+    and answers for itself (imagegen.scrape.WorkerState) on its own port. Under a lock: two
+    first scrapes at once would register it twice (functools.cache does not lock)."""
+    with _registering:
+        if not _registered:
+            state = WebState()
+            REGISTRY.register(state)
+            _registered.append(state)
 
 
 @router.get(

@@ -138,6 +138,7 @@ class WorkerRuntime:
         self.waiting_beats = 0
         # One job at a time, whoever starts it: Celery's task, or this worker's own rescue.
         self._one_job = threading.Lock()
+        self._closing = threading.Event()  # stop() was called: take up no job
         self._stop = threading.Event()
         # Held while a job is claimed and while a beat says "idle", so a beat never puts a
         # worker that just took a job back among the idle ones (the queue's bound).
@@ -149,7 +150,12 @@ class WorkerRuntime:
         threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def stop(self) -> None:
-        self._stop.set()
+        """A job this worker took up itself (_take_a_job_left_waiting) finishes first, as
+        Celery's warm shutdown lets its own task finish, its heartbeat going on meanwhile;
+        none is taken up from here on."""
+        self._closing.set()
+        with self._one_job:
+            self._stop.set()
         with contextlib.suppress(redis.RedisError):
             self.redis.srem(IDLE, self.name)
             self.redis.delete(worker_key(self.name))
@@ -200,12 +206,17 @@ class WorkerRuntime:
             self.waiting_seen, self.waiting_beats = head, 0
             return
         self.waiting_beats += 1
-        if self.waiting_beats < RESCUE_BEATS or self._one_job.locked():
+        if self.waiting_beats < RESCUE_BEATS or self._one_job.locked() or self._closing.is_set():
             return
         log.warning("job %s: waited %d beats with worker %s idle and no message taken; "
                     "the worker takes it itself", head, self.waiting_beats, self.name)  # fmt: skip
         self.waiting_seen, self.waiting_beats = None, 0
-        threading.Thread(target=self.run_next_job, name="rescue", daemon=True).start()
+        threading.Thread(target=self._take_up, name="take-up", daemon=True).start()
+
+    def _take_up(self) -> None:
+        with self._one_job:
+            if not self._closing.is_set():  # stop() may have come between
+                self._run_next_job()
 
     # -- one job ------------------------------------------------------------------------------
 

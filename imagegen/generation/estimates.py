@@ -20,7 +20,8 @@ doubles the UNet's batch, so a step is kept per image of the batch and doubled f
 with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
 encoders' time does not depend on the size. An edit counts the steps it runs (max(1,
 int(steps x strength))) at the size it works at ("only masked": its cut-out's); the encoding
-of its input is not counted (not measured yet).
+of its input is not counted (not measured yet). What an edit measured is recorded the same
+way: its steps run, at its working size.
 
 The jobs ahead: what is left of each running one (its steps to go and its decode), then the
 waiting ones in order, each taken by the first worker free (one in process); the request's own
@@ -38,7 +39,7 @@ from typing import Protocol
 from imagegen.generation.edits import steps_run
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import NO_GUIDANCE
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.render import GenerationRequest, steps_running
 
 Size = tuple[int, int]
 KEPT = 3  # images kept per size
@@ -90,10 +91,16 @@ def measured(image: ImageRecord, *, home: str) -> Timing | None:
     stages = ("encode_seconds", "denoise_seconds", "decode_seconds")
     if image.device != home or not all(stage in timings for stage in stages):
         return None
-    per_step = timings["denoise_seconds"] / parameters.steps / unet_batch(parameters.guidance)
+    # An edit ran its own steps (render.steps_running) at the size it worked at ("only
+    # masked": its cut-out's), which is what it measured.
+    steps = steps_running(parameters)
+    per_step = timings["denoise_seconds"] / steps / unet_batch(parameters.guidance)
+    width, height = parameters.width, parameters.height
+    if parameters.edit is not None and parameters.edit.only_masked is not None:
+        width, height = parameters.edit.only_masked.size
     return Timing(
-        width=parameters.width,
-        height=parameters.height,
+        width=width,
+        height=height,
         encode_seconds=timings["encode_seconds"],
         step_seconds=per_step,
         decode_seconds=timings["decode_seconds"],

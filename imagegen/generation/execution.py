@@ -110,7 +110,10 @@ def _run(
             on_step=report.step, stop_requested=report.stop_requested, edit=edit,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
-        size = metrics.image_size(parameters.width, parameters.height)
+        worked = (parameters.width, parameters.height)  # "only masked": its cut-out's
+        if parameters.edit is not None and parameters.edit.only_masked is not None:
+            worked = parameters.edit.only_masked.size
+        size = metrics.image_size(*worked)
         for seconds in rendered.step_seconds:
             metrics.STEP_SECONDS.labels(size=size).observe(seconds)
         metrics.DECODE_SECONDS.labels(size=size).observe(rendered.stages["decode_seconds"])

@@ -31,7 +31,7 @@ from imagegen.generation.presets import generation_rules
 from imagegen.generation.render import GenerationRequest
 from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
 from tests.support.distributed import RedisServer
-from tests.support.loaders import new_loader
+from tests.support.loaders import new_loader, wait_for
 
 REQUEST = GenerationRequest(prompt="q", negative_prompt="n", steps=4, guidance=0.0, seed=7)
 
@@ -224,7 +224,41 @@ def test_a_job_lost_twice_by_one_worker_says_so_once(store):
     assert all(name.startswith(f"{socket.gethostname()}-{os.getpid()}-") for name in names)
 
 
-def test_an_idle_worker_runs_a_job_left_waiting_without_its_message(store, hub, tmp_path):
+def test_a_worker_stopping_lets_the_job_it_took_up_itself_finish(store, hub, tmp_path):
+    """A scale-in's SIGTERM while an idle worker runs a job without a message: stop() waits
+    for it (its heartbeat going on), as Celery's warm shutdown waits for its own task, and
+    takes up nothing after."""
+    loader = new_loader(hub, tmp_path / "share", tmp_path / "cache")
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "ready", loader.status()
+    runtime = WorkerRuntime(
+        store, loader, ImageStore(tmp_path / "images"), name="leaving", load_timeout=60,
+        timings=RedisTimings(store.redis, "m"),
+    )  # fmt: skip
+    long = GenerationRequest(prompt="q", steps=150, guidance=0.0, seed=1, size=(64, 64))
+    assert store.add("a", long, owner=None, batch=None, queue_max=8, keep=200)
+    for _ in range(RESCUE_BEATS + 1):
+        runtime.beat()
+    deadline = time.monotonic() + 30
+    while store.view("a").progress.step < 1:
+        assert time.monotonic() < deadline, store.view("a")
+        time.sleep(0.02)
+    stopping = threading.Thread(target=runtime.stop)
+    stopping.start()
+    stopping.join(0.3)
+    assert stopping.is_alive() and store.view("a").state is JobState.RUNNING
+    stopping.join(120)
+    assert not stopping.is_alive()
+    done = store.view("a")
+    assert done.state is JobState.SUCCEEDED and len(store.attempts("a")) == 1
+    add(store, "b")  # after stop(): nothing is taken up
+    for _ in range(RESCUE_BEATS + 2):
+        runtime.beat()
+    time.sleep(0.2)
+    assert store.attempts("b") == []
+
+
+def test_an_idle_worker_runs_a_job_left_waiting_without_its_message(store, hub, tmp_path, caplog):
     """A job whose message was lost (queued again after its worker was lost, the message not
     sent), or whose message no consumer takes (Celery's consumer stopped for good after
     Redis went away mid-ack): an idle worker that finds it at the head of the queue for
@@ -244,6 +278,7 @@ def test_an_idle_worker_runs_a_job_left_waiting_without_its_message(store, hub, 
         assert time.monotonic() < deadline, "no worker took the job"
         time.sleep(0.05)
     assert store.attempts("a")[0]["worker"] == "idle"
+    assert "job a: waited 3 beats with worker idle idle and no message taken" in caplog.text
     while runtime._one_job.locked():  # the model is not on this share: it fails, saying so
         time.sleep(0.05)
     runtime.job_id = "another"  # busy from here: a waiting job is not its to take

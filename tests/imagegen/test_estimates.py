@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.test import Client, override_settings
 
-from imagegen.generation.edits import EditRequest
+from imagegen.generation.edits import EditParameters, EditRequest, InputLink
 from imagegen.generation.estimates import (
     Ahead,
     LocalTimings,
@@ -132,6 +132,23 @@ def test_a_finished_image_measures_a_step_per_image_of_the_batch_at_its_size():
     assert measured(record(guidance=0.0), home="cpu").step_seconds == 2.0
     # force_cpu on an accelerator host: not what a job of this process costs.
     assert measured(record(device="cpu"), home="cuda") is None
+
+
+def test_an_edit_measures_the_steps_it_ran_at_the_size_it_worked_at():
+    """4 steps asked at strength 0.5 ran 2 (8 s: 2 s a step of a batch of two); an "only
+    masked" edit's figures are its cut-out's size, not the picture's."""
+    base = record(guidance=7.0)
+    source = InputLink(sha256="0" * 64, url="/images/inputs/0")
+    edit = EditParameters(source=source, mask=None, strength=0.5, mask_blur=4, steps_run=2)
+    parameters = base.parameters.model_copy(update={"edit": edit})
+    found = measured(base.model_copy(update={"parameters": parameters}), home="cpu")
+    assert (found.step_seconds, found.size) == (2.0, (72, 64))
+    cut = Region(padding=0, box=(0, 0, 16, 16), size=(32, 32))
+    masked = parameters.model_copy(
+        update={"edit": edit.model_copy(update={"mask": source, "only_masked": cut})}
+    )
+    found = measured(base.model_copy(update={"parameters": masked}), home="cpu")
+    assert (found.step_seconds, found.size) == (2.0, (32, 32))
 
 
 def timing(step: float, *, encode: float = 1.0, decode: float = 3.0) -> Timing:

@@ -122,6 +122,15 @@ def png(size: tuple[int, int], mode: str = "RGB") -> bytes:
     return buffer.getvalue()
 
 
+def corner_mark(size: tuple[int, int]) -> bytes:
+    """A mask marking only its top left pixel: a crop to the middle cuts it away."""
+    image = Image.new("L", size)
+    image.putpixel((0, 0), 255)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def upload(data: bytes, name: str = "in.png") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, data, "image/png")
 
@@ -149,6 +158,9 @@ def bomb(side: int) -> bytes:
         ({"mask": png((64, 64), "L")}, {}, "mask", "needs an `image` file part"),
         ({"image": png((64, 64)), "mask": png((64, 64), "L")}, {}, "mask",
          "marks nothing to repaint (no pixel but black"),
+        ({"image": png((128, 64)), "mask": corner_mark((128, 64))},
+         {"size": "64x64", "resize_mode": "1"}, "mask",
+         "once brought to 64x64 (resize_mode 1), marks nothing to repaint"),
         ({"image": png((64, 64))}, {"strength": "0"}, "strength", "greater than 0"),
         ({"image": png((64, 64))}, {"strength": "1.5"}, "strength", "less than or equal to 1"),
         ({"image": png((64, 64))}, {"strength": "nan"}, "strength", "finite number"),

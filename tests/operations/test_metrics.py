@@ -269,3 +269,51 @@ def test_a_jobs_log_lines_carry_its_id_and_its_requests_in_process(queue):
     assert any(
         line["job_id"] == job.id and line["request_id"] == "rid-in-thread" for line in logged
     ), logged
+
+
+def test_the_size_label_is_one_of_a_fixed_handful_whatever_sizes_are_sent():
+    """Any multiple of 8 per side is allowed (tens of thousands of sizes): each is counted
+    with the square nearest in pixels, and a common square is itself."""
+    from config.metrics import SIZE_CLASSES, image_size
+
+    labels = {image_size(w, h) for w in range(64, 2049, 8) for h in range(64, 2049, 40)}
+    assert labels == {f"{side}x{side}" for side in SIZE_CLASSES}
+    assert (image_size(1024, 1024), image_size(832, 1216), image_size(512, 768)) == (
+        "1024x1024", "1024x1024", "512x512"
+    )  # fmt: skip
+
+
+def test_two_first_scrapes_at_once_register_the_scrape_state_once(monkeypatch):
+    """A registration that takes a moment (prometheus_client collects once to check the
+    names): two first scrapes at once would both register, and one would answer 500."""
+    import threading
+    import time
+
+    from prometheus_client import REGISTRY
+
+    from imagegen.api import metrics as route
+
+    for state in route._registered:
+        REGISTRY.unregister(state)
+    monkeypatch.setattr(route, "_registered", [])
+    register = REGISTRY.register
+
+    def slow(collector):
+        time.sleep(0.1)
+        register(collector)
+
+    monkeypatch.setattr(REGISTRY, "register", slow)
+    errors: list[BaseException] = []
+
+    def first_scrape():
+        try:
+            route._web_state_registered()
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_scrape) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(route._registered) == 1

@@ -119,3 +119,10 @@ def test_a_worker_serves_its_metrics_and_a_replica_the_shared_queue(hub_root, tm
             traced = [line for line in lines if line.get("request_id") == "through-the-worker"]
             assert traced, worker.log_tail()
             assert all(line["job_id"] == short["id"] and line["worker"] == "w0" for line in traced)
+
+            # docs/configuration.md: a port already taken stops the worker's start, saying
+            # so, and no worker is listed for it.
+            taken = stack.launch_worker(1, WORKER_METRICS_PORT=str(port))
+            assert taken.process is not None and taken.process.wait(120) != 0
+            assert f"WORKER_METRICS_PORT: cannot listen on port {port}" in taken.log_tail()
+            assert not stack.redis.client().exists("imagegen:worker:w1")

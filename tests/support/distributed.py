@@ -193,6 +193,10 @@ class Stack:
     def add_worker(self, n: int, **env: str) -> WorkerProcess:
         return self._worker(n, **env).start()
 
+    def launch_worker(self, n: int, **env: str) -> WorkerProcess:
+        """Started, not waited for (one expected to fail its start)."""
+        return self._worker(n, **env).launch()
+
     def add_workers(self, *numbers: int) -> None:
         """Several workers, started at once (their imports overlap) and waited for."""
         for worker in [self._worker(n).launch() for n in numbers]:

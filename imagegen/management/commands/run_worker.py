@@ -53,9 +53,9 @@ class Command(BaseCommand):
             from imagegen.model.preload import import_loading_code
 
             import_loading_code()
-        runtime.start()
-        if settings.WORKER_METRICS_PORT:
+        if settings.WORKER_METRICS_PORT:  # before the heartbeat: a port taken lists no worker
             serve_metrics(runtime, settings.WORKER_METRICS_PORT)
+        runtime.start()
         if settings.WARM_START:
             runtime.loader.warm_start()
         logging.getLogger(__name__).info("worker %s: taking jobs from %s", name, QUEUE)
