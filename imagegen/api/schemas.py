@@ -427,6 +427,10 @@ class JobOut(Schema):
     error: str | None
     image: ImageRecord | None
     image_url: str | None
+    request_id: str | None = Field(
+        description="the X-Request-ID of the request that queued it (its own, or the one "
+        "the service gave it), as the logs of the web process and the worker carry it"
+    )
 
     @staticmethod
     def resolve_parameters(job: JobView) -> GenerationRequest:

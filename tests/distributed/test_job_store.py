@@ -17,6 +17,7 @@ import pytest
 import redis
 from PIL import Image
 
+from config.request_context import request_scope
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.changes import ChangeFeed
@@ -325,7 +326,9 @@ def test_answers_are_byte_for_byte_those_of_the_in_process_queue(store):
     store.redis.hset(f"imagegen:job:{QUEUED.id}", "created_at", QUEUED.created_at.isoformat())
     assert answer(JobOut, store.view(QUEUED.id)) == answer(JobOut, QUEUED)
 
-    store.add(SUCCEEDED.id, SUCCEEDED.parameters, owner=None, batch=None, queue_max=8, keep=200)
+    with request_scope(rid=SUCCEEDED.request_id or "", path="/generate"):  # its X-Request-ID
+        store.add(SUCCEEDED.id, SUCCEEDED.parameters, owner=None, batch=None, queue_max=8,
+                  keep=200)  # fmt: skip
     store.redis.zrem("imagegen:queued", SUCCEEDED.id)
     store.redis.hset(
         f"imagegen:job:{SUCCEEDED.id}",

@@ -8,7 +8,8 @@ what will run; and every scheduler is answered by A1111's name (a record made wi
 chosen scheduler said the model's class, "EulerDiscreteScheduler", and now "Euler"; a chosen
 `lcm` is "LCM"). And the model status gained `generation` at its end, GET /api's
 `generation` `adapters` at its end, so a client sees the preset in force (what each answered
-before is still its beginning, byte for byte). Everything else is byte for byte as it was."""
+before is still its beginning, byte for byte), and a job `request_id` at its end (the
+X-Request-ID that queued it). Everything else is byte for byte as it was."""
 
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -45,7 +46,7 @@ SUCCEEDED = JobView(
     created_at=CREATED,
     started_at=datetime(2026, 11, 22, 9, 31, 12, 10500, tzinfo=UTC),
     finished_at=datetime(2026, 11, 22, 9, 33, 2, 728900, tzinfo=UTC),
-    error=None, image=RECORD,
+    error=None, image=RECORD, request_id="req-1",
 )  # fmt: skip
 QUEUED = JobView(
     id="0000000000000001", state=JobState.QUEUED, position=3, phase="waiting for its turn",
@@ -77,7 +78,7 @@ def test_a_finished_job_answers_exactly_as_before():
         'height": 1024, "seed": 42, "scheduler": "Euler", "model_id": "o'
         'rg/m", "revision": "abc123"}, "device": "cpu", "timings": {"queued_seconds": 0.0'
         '06, "model_wait_seconds": 0.0, "generation_seconds": 110.718}}, "image_url": "/i'
-        'mages/20261122T093302728900Z-a1b2c3.png"}'
+        'mages/20261122T093302728900Z-a1b2c3.png", "request_id": "req-1"}'
     )
 
 
@@ -89,7 +90,7 @@ def test_a_queued_job_answers_exactly_as_before():
         '": "n", "steps": 4, "guidance": 0.0, "scheduler": null, "size": null, "seed": 7,'
         ' "force_cpu": false, "adjusted": []}, "created_at": "2026-11-22T09:31:12.004Z", '
         '"started_at": null, "finished_at": null, "error": null, "image": null, "image_ur'
-        'l": null}'
+        'l": null, "request_id": null}'
     )
 
 

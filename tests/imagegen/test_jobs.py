@@ -398,3 +398,15 @@ def test_a_keyed_attempt_that_gives_up_while_its_retry_waits_leaves_it_the_job(a
     requests.delete(app.url(f"/jobs/{blocker['id']}"))
     retry.join()
     assert answers["retry"].status_code == 200, answers["retry"].text
+
+
+def test_a_job_says_the_request_id_that_queued_it(app):
+    """X-Request-ID follows the request into its job: GET /jobs/<id> says it, as the logs
+    of the web process and of the worker do."""
+    response = requests.post(
+        app.url("/generate"), headers={"X-Request-ID": "from-the-ingress.1"},
+        data={"prompt": "traced", "size": "64x64", "steps": "2", "async": "true"},
+    )  # fmt: skip
+    assert response.headers["X-Request-ID"] == "from-the-ingress.1"
+    done = wait_until(app, response.json()["id"], finished)
+    assert done["request_id"] == "from-the-ingress.1"
