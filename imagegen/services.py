@@ -7,12 +7,14 @@ which config/api.py turns into answers.
 """
 
 import contextlib
+import functools
 import hashlib
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from functools import cache
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 
@@ -111,6 +113,28 @@ def edit_request(
     return request.model_copy(update={"edit": edit, "size": size})
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
+    """An edit refused or ended without an image (its `request`'s inputs stored already:
+    edit_request) leaves no input behind that nothing names (_prune_inputs)."""
+
+    @functools.wraps(call)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return call(*args, **kwargs)
+        except ServiceError:
+            request = kwargs.get("request")
+            if isinstance(request, GenerationRequest) and request.edit is not None:
+                _prune_inputs(_inputs_of(request.edit))
+            raise
+
+    return wrapped
+
+
+@_prunes_refused_inputs
 def generation_submit(*, request: GenerationRequest, job_id: str | None = None) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
     one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs)."""
@@ -166,6 +190,7 @@ def _refuse_past_timeout(request: GenerationRequest, count: int, timeout: float 
         raise PastSyncTimeout(verdict.message)
 
 
+@_prunes_refused_inputs
 def generation_run(
     *,
     request: GenerationRequest,
@@ -184,6 +209,7 @@ def generation_run(
     return job, generation_result(job=job, timeout=timeout)
 
 
+@_prunes_refused_inputs
 def generation_submit_keyed(
     *, request: GenerationRequest, client: str, idempotency_key: str
 ) -> JobView:
@@ -240,11 +266,47 @@ def _joinable(job_ids: list[str]) -> bool:
 def image_delete(*, image_id: str) -> ImageRecord:
     """Removes a stored image (its PNG and its record) from OUTPUT_DIR, the one store of
     both job modes; answers the record it removed. The job that made it still names it in
-    GET /jobs until the job is forgotten (JOBS_KEEP); its image_url then answers 404."""
+    GET /jobs until the job is forgotten (JOBS_KEEP); its image_url then answers 404. An
+    edit's inputs go with it unless another image or job names them (_prune_inputs)."""
     record = backend.image_store().delete(image_id)
     if record is None:
         raise ImageNotFound()
+    _prune_inputs(_inputs_of(record.parameters.edit))
     return record
+
+
+# An input named by no image and no unfinished job is removed once this old: younger, its
+# request may still be on its way to being queued (save_input makes a reused one young).
+INPUT_GRACE_SECONDS = 600
+
+
+def _inputs_of(edit: Any) -> set[str]:
+    """The sha256 of an edit's inputs (a request's EditRequest or a record's
+    EditParameters); none for text-to-image."""
+    if edit is None:
+        return set()
+    if isinstance(edit, EditRequest):
+        return {edit.source} | ({edit.mask} if edit.mask else set())
+    return {edit.source.sha256} | ({edit.mask.sha256} if edit.mask else set())
+
+
+def _prune_inputs(freed: set[str]) -> None:
+    """Removes the inputs no stored image and no unfinished job names: those of `freed`
+    (a deleted image's, a refused request's) at once, any other once INPUT_GRACE_SECONDS
+    old (left by a job that failed or was cancelled, or a crash). An edit's source is the
+    user's picture: it does not outlive what was made from it."""
+    store = backend.image_store()
+    ages = store.input_ages()
+    if not ages:
+        return
+    named: set[str] = set()
+    for job in backend.jobs().unfinished():
+        named |= _inputs_of(job.parameters.edit)
+    for record in store.records():
+        named |= _inputs_of(record.parameters.edit)
+    for digest, age in ages.items():
+        if digest not in named and (digest in freed or age > INPUT_GRACE_SECONDS):
+            store.remove_input(digest)
 
 
 def job_cancel(*, job_id: str) -> JobView:
@@ -385,6 +447,7 @@ def _cancel_unfinished(jobs: list[JobView]) -> list[str]:
     return cancelled
 
 
+@_prunes_refused_inputs
 def generation_run_shared(
     *,
     request: GenerationRequest,

@@ -10,11 +10,15 @@ popular UIs read, and `imagegen` as JSON); only parameters, never ids or timings
 request and seed give the same PNG bytes.
 """
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import re
 import secrets
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -142,8 +146,11 @@ class ImageStore:
         on the share. Answers the sha256."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.input_path(digest)
-        if not path.is_file():
-            write_atomically(path, data)
+        if path.is_file():
+            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile: written anew
+                os.utime(path)  # in use again: young for the prune's grace (services)
+                return digest
+        write_atomically(path, data)
         return digest
 
     def read_input(self, digest: str) -> bytes:
@@ -157,6 +164,31 @@ class ImageStore:
 
     def input_path(self, digest: str) -> Path:
         return self.root / "inputs" / digest
+
+    def input_ages(self) -> dict[str, float]:
+        """Every stored input: its sha256 and seconds since it was written."""
+        folder = self.root / "inputs"
+        if not folder.is_dir():
+            return {}
+        now = time.time()
+        ages = {}
+        for path in folder.iterdir():
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                if path.is_file() and len(path.name) == 64:
+                    ages[path.name] = now - path.stat().st_mtime
+        return ages
+
+    def remove_input(self, digest: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.input_path(digest).unlink()
+
+    def records(self) -> Iterator[ImageRecord]:
+        """Every stored record, in no order."""
+        if not self.root.is_dir():
+            return
+        for path in self.root.glob("*.json"):
+            if (record := self.get(path.name[: -len(".json")])) is not None:
+                yield record
 
     def get(self, image_id: str) -> ImageRecord | None:
         if not is_image_id(image_id):

@@ -317,3 +317,25 @@ def test_only_masked_pastes_the_worked_cut_out_back_over_its_box(queue):
     whole.paste(worked.resize((40, 40), lanczos), box[:2])
     expected = Image.composite(whole, source, blurred)
     assert (np.asarray(rendered.image) == np.asarray(expected)).all()
+
+
+def test_an_edits_inputs_go_with_the_last_image_that_names_them(queue, tmp_path: Path):
+    """The source is the user's picture: deleting what was made from it removes it (and the
+    mask), unless another image still names it; GET /images/inputs/<sha256> then 404."""
+    client = Client()
+    first, second = edit(client, steps="2"), edit(client, steps="2", seed="5")
+    assert first.status_code == second.status_code == 200, first.content
+    record = client.get(f"/images/{first['X-Image-Id']}").json()["parameters"]["edit"]
+    links = [record["source"]["url"], record["mask"]["url"]]
+    assert client.delete(f"/images/{first['X-Image-Id']}").status_code == 200
+    assert all(client.get(link).status_code == 200 for link in links)  # the second names them
+    assert client.delete(f"/images/{second['X-Image-Id']}").status_code == 200
+    assert all(client.get(link).status_code == 404 for link in links)
+    assert list((tmp_path / "images" / "inputs").iterdir()) == []
+
+
+def test_a_refused_edit_leaves_no_input_behind(queue, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(queue, "queue_max", -1)  # full: 503 after the inputs were stored
+    answer = edit(Client(), steps="2")
+    assert answer.status_code == 503, answer.content
+    assert list((tmp_path / "images" / "inputs").iterdir()) == []

@@ -333,6 +333,10 @@ def test_an_async_edit_runs_from_the_stored_inputs_and_keeps_the_pixels_outside_
     kept[40 - 8 : 56 + 8, 40 - 8 : 56 + 8] = False  # the square and twice mask_blur around it
     assert (out[kept] == np.asarray(source)[kept]).all()
     assert (out[40:56, 40:56] != np.asarray(source)[40:56, 40:56]).any()
+    # The inputs go with the image made from them (on the share in distributed mode).
+    assert requests.delete(app.url(f"/images/{done['image']['id']}")).status_code == 200
+    for field in ("source", "mask"):
+        assert requests.get(app.url(edit[field]["url"])).status_code == 404
 
 
 def png(image: Image.Image) -> bytes:
