@@ -6,6 +6,8 @@ what the record keeps, and every bad upload refused with nothing written or queu
 import hashlib
 import io
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from PIL import Image
 
+from imagegen import backend, services
 from imagegen.generation.edits import EditRequest, edit_parameters, prepared_inputs
 from imagegen.generation.framing import Region
 from imagegen.generation.images import GenerationParameters
@@ -339,3 +342,15 @@ def test_a_refused_edit_leaves_no_input_behind(queue, tmp_path: Path, monkeypatc
     answer = edit(Client(), steps="2")
     assert answer.status_code == 503, answer.content
     assert list((tmp_path / "images" / "inputs").iterdir()) == []
+
+
+def test_an_orphan_input_goes_at_the_next_prune_once_ten_minutes_old(queue, tmp_path: Path):
+    """An input nothing names (left by a crash) is removed with the next image deleted or
+    edit refused once INPUT_GRACE_SECONDS old; a younger one may be on its way to a job."""
+    store = backend.image_store()
+    old, young = store.save_input(b"old orphan"), store.save_input(b"young orphan")
+    aged = time.time() - services.INPUT_GRACE_SECONDS - 1
+    os.utime(store.input_path(old), (aged, aged))
+    made = edit(Client(), steps="2")
+    assert Client().delete(f"/images/{made['X-Image-Id']}").status_code == 200
+    assert not store.input_path(old).exists() and store.input_path(young).exists()
