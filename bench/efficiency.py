@@ -10,10 +10,13 @@ decoder, best of a few, each at the bench's thread count.
 
 FLOPs are counted by torch's FlopCounterMode (2 FLOPs per multiply-add, as its formulas
 count) on the meta device, from the model's own configs: no weights are read, so counting an
-SDXL image takes seconds. Counted: each text encoder on 77 tokens; one UNet call at the
-image's latent size for a batch of 1 (a call with guidance runs a batch of 2: twice that);
-the full VAE's decode (as one piece: tiles overlap, so a tiled decode does a little more) and
-the tiny decoder's; the VAE's encode of an input image (edits).
+SDXL image takes seconds. On the meta device attention runs as its matrix products and is
+counted; a real CPU run would leave it out (the counter has no formula for the CPU's fused
+attention kernel), so these are the work done, attention included. Counted: each text
+encoder on 77 tokens; one UNet call at the image's latent size for a batch of 1 (a call with
+guidance runs a batch of 2: twice that); the full VAE's decode (as one piece: tiles overlap,
+so a tiled decode does a little more) and the tiny decoder's; the VAE's encode of an input
+image (edits).
 """
 
 from __future__ import annotations

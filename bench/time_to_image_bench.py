@@ -65,7 +65,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, efficiency  # noqa: E402
 from bench.common import GIB  # noqa: E402
 from bench.model_fixture import (  # noqa: E402
     DEFAULT_LORA_FILE,
@@ -630,6 +630,65 @@ def lines_for(result: dict[str, Any]) -> list[Line]:
     return lines
 
 
+def describe_work(work: efficiency.Work) -> str:
+    tiny = "" if work.decode_tiny is None else f", tiny decode {work.decode_tiny / 1e12:.2f}"
+    return (
+        f"text encoders {work.encode / 1e12:.2f} TFLOP, a UNet call (batch 1) "
+        f"{work.unet_call / 1e12:.2f}, full decode {work.decode_full / 1e12:.2f}{tiny}"
+    )
+
+
+def stage_flops(run: Run, work: efficiency.Work) -> dict[str, float]:
+    """The FLOPs of each stage of `run`: its UNet calls of its batch, its decoder's."""
+    tiny = CONFIGS[run.config].tiny
+    decode = work.decode_tiny if tiny and work.decode_tiny is not None else work.decode_full
+    return {"encode": work.encode, "denoise": run.calls * run.batch * work.unet_call,
+            "decode": decode}  # fmt: skip
+
+
+def efficiency_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each request, each stage: its TFLOP, seconds, achieved GFLOP/s and the fraction
+    of this run's measured peak (the best of the measurements before and after)."""
+    work: efficiency.Work = result["work"]
+    peak = max(result["peaks"], key=lambda p: p.best)
+    rows = []
+    for run in result["runs"]:
+        if run.threads != peak.threads:
+            continue  # the 1-thread scaling run: another denominator
+        flops = stage_flops(run, work)
+        seconds = {"encode": run.encode, "denoise": run.denoise, "decode": run.decode}
+        for stage in ("encode", "denoise", "decode"):
+            achieved, share = efficiency.fraction(flops[stage], seconds[stage], peak)
+            rows.append({"config": run.config, "variant": run.variant, "stage": stage,
+                         "tflop": flops[stage] / 1e12, "seconds": seconds[stage],
+                         "gflops": achieved / 1e9, "of_peak": share})  # fmt: skip
+        total_flops, total_seconds = sum(flops.values()), sum(seconds.values())
+        achieved, share = efficiency.fraction(total_flops, total_seconds, peak)
+        rows.append({"config": run.config, "variant": run.variant, "stage": "image",
+                     "tflop": total_flops / 1e12, "seconds": total_seconds,
+                     "gflops": achieved / 1e9, "of_peak": share})  # fmt: skip
+    return rows
+
+
+def print_efficiency(result: dict[str, Any]) -> None:
+    peak = max(result["peaks"], key=lambda p: p.best)
+    print(
+        "\nefficiency: FLOPs counted (torch FlopCounterMode, 2 per multiply-add) against this "
+        f"run's measured peak, {peak.best / 1e9:.0f} GFLOP/s at {peak.threads} threads"
+    )
+    header = (
+        f"{'configuration':<10} {'variant':<8} {'stage':<8} {'TFLOP':>7} {'s':>7} "
+        f"{'GFLOP/s':>8} {'of peak':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in efficiency_rows(result):
+        print(
+            f"{row['config']:<10} {row['variant']:<8} {row['stage']:<8} {row['tflop']:>7.2f} "
+            f"{row['seconds']:>7.1f} {row['gflops']:>8.0f} {row['of_peak']:>8.0%}"
+        )
+
+
 def print_table(result: dict[str, Any]) -> None:
     size = f"{result['size']}x{result['size']}"
     print(f"\n{result['model']} at {size}, fp32 weights {result['fp32_bytes'] / GIB:.2f} GiB")
@@ -788,6 +847,9 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         f"| fp32 weights {fp32 / GIB:.2f} GiB",
         flush=True,
     )
+    work_counted = efficiency.count_work(spec.path, side, ensure_tiny_decoder(model))
+    print(f"  FLOPs counted: {describe_work(work_counted)}", flush=True)
+    peaks = [measure_peak(args.threads, work, "peak before")]
     primed = common.prime_size(int(1.5 * fp32))
     print(f"  primed {primed / GIB:.1f} GiB in {common.prime_memory(primed):.1f} s", flush=True)
     service = []
@@ -821,9 +883,11 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         for p in plain
         if s.config == p.config
     }
+    peaks.append(measure_peak(args.threads, work, "peak after"))
     return {
         "model": model, "size": side, "fp32_bytes": fp32, "runs": runs,
         "speedup_1_to_2": speedup, "plain_load": plain_load, "image_difference": differences,
+        "work": work_counted, "peaks": peaks,
     }  # fmt: skip
 
 
@@ -846,6 +910,7 @@ def run(args: argparse.Namespace) -> int:
     verdicts, summaries = [], []
     for result in results:
         print_table(result)
+        print_efficiency(result)
         if speedup := result["speedup_1_to_2"]:
             gains = ", ".join(f"{stage} {gain:.2f}x" for stage, gain in speedup.items())
             print(f"1 -> 2 threads speed-up (fast path): {gains}")
@@ -871,7 +936,9 @@ def run(args: argparse.Namespace) -> int:
         },
         "results": [
             r | {"runs": [asdict(x) for x in r["runs"]],
-                 "table": [asdict(x) for x in lines_for(r)]}
+                 "table": [asdict(x) for x in lines_for(r)],
+                 "work": r["work"].as_dict(), "peaks": [p.as_dict() for p in r["peaks"]],
+                 "efficiency": efficiency_rows(r)}
             for r in results
         ],
         "verdicts": verdicts,
@@ -883,10 +950,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def peak_child(args: argparse.Namespace) -> int:
+    """This machine's fp32 peak at the bench's thread count (bench.efficiency), in a fresh
+    process as each variant runs."""
+    common.emit_child_result(efficiency.measure_peak(args.threads).as_dict())
+    return 0
+
+
+def measure_peak(threads: int, work: Path, when: str) -> efficiency.Peak:
+    result = common.run_child(SCRIPT, ["peak", "--threads", str(threads)],
+                              work / f"peak-{when}.log", timeout=1800, env={})  # fmt: skip
+    result.pop("best")
+    peak = efficiency.Peak(**result)
+    print(f"  {when}: {efficiency.describe_peak(peak)}", flush=True)
+    return peak
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        return plain_child(args)
+        return peak_child(args) if args.child[0] == "peak" else plain_child(args)
     common.install_signal_handlers()
     try:
         return run(args)

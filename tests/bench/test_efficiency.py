@@ -1,0 +1,80 @@
+"""bench/efficiency.py: the FLOPs an image takes, counted on the meta device from a repo's
+configs alone, are what the same models count running for real (so the full-size figures
+need no weights), grow with the pixels, and the time-to-image bench divides them by its
+measured peak stage by stage. On the tests' tiny SD and SDXL pipelines."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import AutoencoderKL, UNet2DConditionModel
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from bench.efficiency import TOKENS, Peak, Work, count_work
+from bench.time_to_image_bench import Run, efficiency_rows
+from tests.support.model_service import SD_REPO, SDXL_REPO
+
+
+def counted(run) -> float:
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return float(counter.get_total_flops())
+
+
+@pytest.mark.parametrize("repo", [SD_REPO, SDXL_REPO])
+def test_meta_counts_are_what_the_real_models_count_and_grow_with_the_pixels(hub_root, repo):
+    path = Path(hub_root) / repo
+    work = count_work(path, 64)
+    unet = UNet2DConditionModel.from_pretrained(path / "unet")
+    vae = AutoencoderKL.from_pretrained(path / "vae")
+    scale = 2 ** (len(vae.config.block_out_channels) - 1)
+    latent = torch.randn(1, unet.config.in_channels, 64 // scale, 64 // scale)
+    context = torch.randn(1, TOKENS, unet.config.cross_attention_dim)
+    extra = {}
+    if unet.config.addition_embed_type == "text_time":
+        pooled = unet.config.projection_class_embeddings_input_dim - 6 * (
+            unet.config.addition_time_embed_dim
+        )
+        extra["added_cond_kwargs"] = {"text_embeds": torch.randn(1, pooled),
+                                      "time_ids": torch.randn(1, 6)}  # fmt: skip
+    # Attention as its matrix products, as on the meta device: torch's counter has no formula
+    # for the CPU's fused attention kernel, so a real run would leave attention out.
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH):
+        real_unet = counted(lambda: unet(latent, torch.tensor([999.0]), context, **extra))
+        real_decode = counted(lambda: vae.decode(latent[:, : vae.config.latent_channels]))
+    assert work.unet_call == real_unet > 0
+    assert work.decode_full == real_decode > 0
+    assert work.encode > 0 and work.encode_image > 0 and work.decode_tiny is None
+    bigger = count_work(path, 128)
+    assert bigger.unet_call / work.unet_call > 3.5 and bigger.decode_full / work.decode_full > 3.9
+    assert bigger.encode == work.encode  # the prompt's cost does not depend on the size
+
+
+def test_each_stage_is_divided_by_the_runs_best_measured_peak():
+    counts = Work(side=64, encode=1e9, unet_call=4e9, decode_full=6e9, decode_tiny=1e9,
+                  encode_image=2e9)  # fmt: skip
+    peaks = [Peak(2, matmul=50e9, conv=80e9, conv_shapes={}),
+             Peak(2, matmul=60e9, conv=100e9, conv_shapes={})]  # fmt: skip
+
+    def run(config: str, variant: str) -> Run:
+        return Run(model="sdxl", config=config, variant=variant, threads=2, encode=0.1,
+                   denoise=0.8, decode=0.2, png_store=0.0, total=1.1, calls=4, batch=1,
+                   peak_rss_bytes=0)  # fmt: skip
+
+    rows = efficiency_rows(
+        {
+            "work": counts,
+            "peaks": peaks,
+            "runs": [run("fast", "service"), run("fast_tiny", "plain")],
+        }
+    )
+    by = {(r["config"], r["stage"]): r for r in rows}
+    assert by[("fast", "denoise")]["tflop"] == pytest.approx(4 * 4e9 / 1e12)
+    assert by[("fast", "denoise")]["gflops"] == pytest.approx(20.0)  # 16 GFLOP in 0.8 s
+    assert by[("fast", "denoise")]["of_peak"] == pytest.approx(0.2)  # of 100 GFLOP/s
+    assert by[("fast", "decode")]["tflop"] == pytest.approx(6e-3)  # the full decoder
+    assert by[("fast_tiny", "decode")]["tflop"] == pytest.approx(1e-3)  # the tiny one
+    image = by[("fast", "image")]
+    assert image["tflop"] == pytest.approx((1 + 16 + 6) / 1e3)
+    assert image["seconds"] == pytest.approx(1.1)
