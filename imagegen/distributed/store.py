@@ -44,6 +44,7 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
+from config import metrics
 from config.errors import ServiceError
 from config.request_context import current_request_id
 from imagegen.errors import WorkerLost
@@ -555,6 +556,8 @@ class JobStore:
             self._announce(*(job_id for job_id, _ in handled), EVERY_JOB)
         for job_id, done in handled:
             log.warning("job %s: its worker was lost; %s", job_id, done)
+            if done != "requeued":  # it ended here, in whichever process judged it
+                metrics.JOBS_FINISHED.labels(outcome=done).inc()
             if done == "requeued" and self.wake is not None:
                 self.wake(job_id)
         return handled

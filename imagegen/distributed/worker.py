@@ -54,7 +54,7 @@ from imagegen.distributed.store import (
 )
 from imagegen.distributed.timings import RedisTimings
 from imagegen.generation.estimates import measured
-from imagegen.generation.execution import Outcome, run_job
+from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageStore
 from imagegen.generation.render import Cancelled
 from imagegen.model.loader import ModelLoader
@@ -284,6 +284,8 @@ class WorkerRuntime:
                         claimed.job_id, claimed.attempt)  # fmt: skip
             if outcome.image is not None:
                 self.images.delete(outcome.image.id)
+        else:
+            count_finished(outcome)
         return written
 
 

@@ -70,7 +70,8 @@ def run_job(
     stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
     a ServiceError (its message and status kept for the waiting request) or any other error
     (logged here, its first line for the client). Counted here, in either mode: the time it
-    waited and ran, each step and the decode (config.metrics), and how it ended."""
+    waited and ran, each step and the decode (config.metrics); how it ended is counted where
+    the outcome is kept (a worker's run found lost keeps none: count_finished)."""
     metrics.QUEUE_SECONDS.observe(queued_seconds)
     started = time.monotonic()
     outcome = _run(
@@ -78,8 +79,12 @@ def run_job(
         queued_seconds=queued_seconds, load_timeout=load_timeout, report=report,
     )  # fmt: skip
     metrics.RUN_SECONDS.observe(time.monotonic() - started)
-    metrics.JOBS_FINISHED.labels(outcome=outcome.state.value).inc()
     return outcome
+
+
+def count_finished(outcome: Outcome) -> None:
+    """imagegen_jobs_finished_total, once the outcome is the job's."""
+    metrics.JOBS_FINISHED.labels(outcome=outcome.state.value).inc()
 
 
 def _run(

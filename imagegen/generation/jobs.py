@@ -30,7 +30,7 @@ from config.errors import ServiceError
 from config.timestamps import utc_now
 from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
-from imagegen.generation.execution import Outcome, run_job
+from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageRecord, ImageStore
 from imagegen.generation.job_board import (
     CANCELLING,
@@ -308,6 +308,7 @@ class JobQueue:
         if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
             self.timings.record(timing, native=job.request.size is None)
         self._finish(job, outcome)
+        count_finished(outcome)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:

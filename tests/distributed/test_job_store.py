@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from PIL import Image
+from prometheus_client import REGISTRY
 
 from config.request_context import request_scope
 from imagegen.api.schemas import JobOut
@@ -110,6 +111,12 @@ def reachable_for(store: JobStore, seconds: float) -> None:
         time.sleep(0.1)
 
 
+def finished_count(outcome: str) -> float:
+    """imagegen_jobs_finished_total{outcome} of this process (config.metrics)."""
+    value = REGISTRY.get_sample_value("imagegen_jobs_finished_total", {"outcome": outcome})
+    return value or 0.0
+
+
 def unfinished(store: JobStore) -> list[str]:
     return [i.decode() for i in store.redis.lrange("imagegen:unfinished", 0, -1)]
 
@@ -182,10 +189,13 @@ def test_a_stale_runs_image_is_removed_when_its_outcome_is_refused(store, tmp_pa
     store.sweep()
     current = store.claim("w2")
     late = images.save(png, parameters, device="cpu", timings={})
+    counted = finished_count("succeeded")
     assert not runtime.finish(stale, Outcome(JobState.SUCCEEDED, "done", image=late))
+    assert finished_count("succeeded") == counted  # not the job's outcome: not counted
     assert images.get(late.id) is None and not images.png_path(late.id).exists()
     kept = images.save(png, parameters, device="cpu", timings={})
     assert runtime.finish(current, Outcome(JobState.SUCCEEDED, "done", image=kept))
+    assert finished_count("succeeded") == counted + 1
     assert images.get(kept.id) == kept and store.view("a").image == kept
 
 
@@ -196,7 +206,9 @@ def test_a_job_that_loses_a_second_worker_fails_naming_both(store):
     store.sweep()
     store.claim("w2")
     reachable_for(store, 1.2)
+    failed = finished_count("failed")
     assert store.sweep() == [("a", "failed")]
+    assert finished_count("failed") == failed + 1  # counted where it was judged
     view = store.view("a")
     assert view.state is JobState.FAILED and view.finished_at is not None
     assert view.error == (
