@@ -374,9 +374,12 @@ def _submit_batch(
             jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id)
             metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
-    except ServiceError:  # the queue filled up (or the model went away) part-way
-        for job_id in jobs:
-            with contextlib.suppress(JobFinished):
+    except Exception:  # the queue filled up, the model went away, the store stopped answering
+        # Every job tried, the failing one too (the store may have taken it and lost its
+        # answer): none is left to run for nobody. A cancel the store cannot take is given up:
+        # the request's own error is the answer.
+        for job_id in job_ids[: len(jobs) + 1]:
+            with contextlib.suppress(Exception):
                 jobs_queue.cancel(job_id)
         raise
 

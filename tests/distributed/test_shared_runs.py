@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 
 from imagegen import services
 from imagegen.distributed.runs import RUN, WAITERS, RedisRuns
@@ -171,3 +172,39 @@ def test_a_run_is_registered_before_its_jobs_are_queued_so_a_lost_answer_is_join
         "other", jobs.submit, lambda ids: set(ids) <= queued, count=2, keep=True
     )
     assert jobs.submitted[-1] == anew.jobs and len(anew.jobs) == 2  # its ids named no job
+
+
+def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, monkeypatch):
+    """The store took the batch's second job and its answer was lost (the client is told
+    to try again): the first job and the second are both cancelled, so a retry's new run
+    does not leave them running for nobody."""
+    from imagegen import backend
+    from imagegen.distributed.board import RedisJobBoard
+    from imagegen.distributed.store import JobStore
+    from imagegen.distributed.timings import RedisTimings
+    from imagegen.generation.job_board import JobState
+    from imagegen.generation.render import GenerationRequest
+    from imagegen.generation.shared_runs import new_job_ids
+
+    client = redis_server.client()
+    client.flushdb()
+    store = JobStore(client, heartbeat_ttl=30)
+    board = RedisJobBoard(store, models=None, queue_max=8, keep=20, rules=None,
+                          timings=RedisTimings(client, "m"))  # fmt: skip
+    taken: list[str] = []
+
+    def submit(request, *, owner=None, batch=None, job_id=None):
+        assert store.add(job_id, request, owner=owner, batch=batch, queue_max=8, keep=20)
+        taken.append(job_id)
+        if len(taken) == 2:
+            raise redis.TimeoutError("the store took it and its answer was lost")
+
+    monkeypatch.setattr(board, "submit", submit)
+    monkeypatch.setattr(backend, "jobs", lambda: board)
+    ids = new_job_ids(3)
+    request = GenerationRequest(prompt="q", steps=2, guidance=0.0, seed=1, size=(64, 64))
+    with pytest.raises(redis.TimeoutError):
+        services._submit_batch(request, ids, "client", timeout=None)
+    assert taken == ids[:2]
+    assert [store.view(i).state for i in taken] == [JobState.CANCELLED, JobState.CANCELLED]
+    assert store.view(ids[2]) is None  # never tried
