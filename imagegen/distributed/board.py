@@ -26,6 +26,7 @@ from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.estimates import Estimate, estimate
 from imagegen.generation.job_board import FINISHED, JobView, ahead_of
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest, with_defaults
 from imagegen.model.status import ModelHandle
 
@@ -125,6 +126,9 @@ class RedisJobBoard:
         if state in FINISHED:
             raise JobFinished(state)
         return self.lookup(job_id)
+
+    def preview(self, job_id: str) -> Preview | None:
+        return self.jobs.preview(job_id)
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
         """The job's view once it has finished, or as it is when `timeout` runs out."""

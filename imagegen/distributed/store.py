@@ -49,6 +49,7 @@ from imagegen.errors import WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,16 @@ EVERY_JOB = "*"
 
 def job_key(job_id: str) -> str:
     return f"{PREFIX}job:{job_id}"
+
+
+def preview_key(job_id: str) -> str:
+    """The job's latest preview (a hash: its step, steps, size, media type and bytes), written
+    over at each preview, deleted with the job's hash (_SUBMIT, forget) and expiring after
+    PREVIEW_TTL_MS in any case: a preview outlives nothing."""
+    return f"{PREFIX}job:{job_id}:preview"
+
+
+PREVIEW_TTL_MS = 24 * 3600 * 1000
 
 
 def worker_key(name: str) -> str:
@@ -151,7 +162,7 @@ for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
     finished = finished + 1
     if finished > keep or not state then
       redis.call('ZREM', KEYS[2], other)
-      redis.call('DEL', prefix .. 'job:' .. other)
+      redis.call('DEL', prefix .. 'job:' .. other, prefix .. 'job:' .. other .. ':preview')
     end
   end
 end
@@ -494,6 +505,7 @@ class JobStore:
             pipe.zrem(RECENT, job_id)
             pipe.lrem(UNFINISHED, 0, job_id)
             pipe.delete(job_key(job_id))
+            pipe.delete(preview_key(job_id))
             pipe.execute()
 
     def cancel(self, job_id: str) -> str | None:
@@ -611,6 +623,28 @@ class JobStore:
         keys = [job_key(job_id), RUNNING, UNFINISHED]
         return bool(self._finish(keys=keys, args=[attempt, *flat]))
 
+    def write_preview(self, job_id: str, attempt: int, preview: Preview) -> int:
+        """Stores the job's latest preview over the last, then records its step in the job
+        (update: a change its watchers wake for, refused for a run no longer current)."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(preview_key(job_id), mapping={
+                "step": preview.step, "steps": preview.steps, "width": preview.width,
+                "height": preview.height, "type": preview.media_type, "data": preview.data,
+            })  # fmt: skip
+            pipe.pexpire(preview_key(job_id), PREVIEW_TTL_MS)
+            pipe.execute()
+        return self.update(job_id, attempt, preview_step=preview.step)
+
+    def preview(self, job_id: str) -> Preview | None:
+        stored = cast(dict[bytes, bytes], self.redis.hgetall(preview_key(job_id)))
+        if not stored:
+            return None
+        return Preview(
+            step=int(stored[b"step"]), steps=int(stored[b"steps"]), width=int(stored[b"width"]),
+            height=int(stored[b"height"]), media_type=stored[b"type"].decode(),
+            data=stored[b"data"],
+        )  # fmt: skip
+
     def beat(self, job_id: str, attempt: int) -> bool:
         """Refreshes the running job's heartbeat; True when the job is to stop (a cancel was
         asked for, or this run is no longer current: found lost), in the same round trip."""
@@ -661,4 +695,5 @@ def _view(fields: dict, rank: int | None) -> JobView:
         batch=_text(fields, "batch"),
         failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
+        preview_step=int(_text(fields, "preview_step") or 0),
     )

@@ -19,6 +19,7 @@ from config.errors import ServiceError
 from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 
 
@@ -95,9 +96,12 @@ class JobView:
     owner: str | None = None
     batch: str | None = None
     failure: ServiceError | None = None
-    # Grows with every change a client can see (state, phase, position, each step), for
-    # waiting on changes (wait_change).
+    # Grows with every change a client can see (state, phase, position, each step, each
+    # preview), for waiting on changes (wait_change).
     revision: int = 0
+    # The step of the latest preview (0: none yet); its image is read apart (JobBoard.preview),
+    # so a list of jobs never carries images.
+    preview_step: int = 0
 
 
 def ahead_of(view: JobView) -> Ahead | None:
@@ -154,3 +158,6 @@ class JobBoard(Protocol):
 
     def cancel(self, job_id: str) -> JobView | None:
         """None for an unknown job; raises JobFinished for a finished one."""
+
+    def preview(self, job_id: str) -> Preview | None:
+        """The job's latest preview; None before the first, or for an unknown job."""

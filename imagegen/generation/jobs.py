@@ -41,6 +41,7 @@ from imagegen.generation.job_board import (
     job_progress,
 )
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
 from imagegen.model.loader import ModelLoader
@@ -73,6 +74,7 @@ class Job:
     error: str | None = None
     failure: ServiceError | None = None
     image: ImageRecord | None = None
+    preview: Preview | None = None  # the latest only
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -102,8 +104,10 @@ class JobQueue:
         keep: int,
         rules: GenerationRules,
         nice: int = 0,
+        previews: PreviewPolicy = DEFAULT_PREVIEWS,
     ) -> None:
         self.loader = loader
+        self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.nice = nice  # GEN_NICE: how far below the request threads the generation runs
         self.rules = rules
         self.store = store
@@ -202,6 +206,7 @@ class JobQueue:
                 error=job.error,
                 image=job.image,
                 revision=job.revision,
+                preview_step=0 if job.preview is None else job.preview.step,
                 owner=job.owner,
                 batch=job.batch,
                 failure=job.failure,
@@ -233,6 +238,10 @@ class JobQueue:
                 job.cancel_requested.set()
                 self._changed(job)  # its phase now says it is stopping
         return self.view(job)
+
+    def preview(self, job_id: str) -> Preview | None:
+        job = self.get(job_id)
+        return None if job is None else job.preview
 
     def _changed(self, job: Job) -> None:
         """Records a change a client could see and wakes its watchers. Lock held."""
@@ -292,6 +301,7 @@ class JobQueue:
             queued_seconds=(job.started_at - job.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),
+            previews=self.previews,
         )
         # Measured before the job is seen finished, so its client's next request is
         # estimated with it.
@@ -345,4 +355,9 @@ class _LocalReport:
     def phase(self, text: str) -> None:
         with self.lock:
             self.job.phase = text
+            self.changed(self.job)
+
+    def preview(self, preview: Preview) -> None:
+        with self.lock:
+            self.job.preview = preview
             self.changed(self.job)
