@@ -99,10 +99,16 @@ def edit_request(
     return request.model_copy(update={"edit": edit, "size": size})
 
 
-def generation_submit(*, request: GenerationRequest, job_id: str | None = None) -> JobView:
+def generation_submit(
+    *, request: GenerationRequest, job_id: str | None = None, client: str | None = None
+) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
-    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs)."""
-    return backend.jobs().submit(request, job_id=job_id)
+    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs);
+    `client`: a protocol request's client (an OpenAI stream), whose /progress then shows it,
+    as a batch of one."""
+    if client is None:
+        return backend.jobs().submit(request, job_id=job_id)
+    return backend.jobs().submit(request, job_id=job_id, owner=client, batch=secrets.token_hex(8))
 
 
 def _failure(job: JobView) -> ServiceError:
