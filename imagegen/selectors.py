@@ -116,9 +116,10 @@ def job_get(*, job_id: str) -> JobView:
     return job
 
 
-def job_preview(*, job_id: str) -> Preview | None:
-    """The job's latest preview; None before the first (or for a job not known)."""
-    return backend.jobs().preview(job_id)
+def job_preview(*, job_id: str, partial: int | None = None) -> Preview | None:
+    """The job's latest preview, or its partial image number `partial` (an OpenAI stream's);
+    None before it is made (or for a job not known)."""
+    return backend.jobs().preview(job_id, partial)
 
 
 def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:

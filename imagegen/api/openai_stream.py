@@ -7,8 +7,9 @@ Why its own module: the generation is the service's own job, submitted as any ot
 module only follows the job (the event stream's wait on its revision) and speaks OpenAI's
 events. The partial images are the job's previews at the steps the job was told to make
 them (GenerationRequest.partial_images, imagegen.generation.previews.partial_steps), so the
-N asked for are spread over the steps whatever PREVIEW_EVERY and PREVIEW_SECONDS say; a job
-of fewer steps than N + 1 has fewer such steps, and sends fewer.
+N asked for are spread over the steps whatever PREVIEW_EVERY and PREVIEW_SECONDS say (a job
+of fewer steps than N + 1 has fewer such steps, and sends fewer), and the job keeps each
+apart from its latest preview, so a stream that wakes late still sends every one.
 """
 
 import base64
@@ -25,7 +26,6 @@ from imagegen.errors import JobNotFound
 from imagegen.generation.events import ClosingStream
 from imagegen.generation.job_board import FINISHED, JobState
 from imagegen.generation.output_formats import OutputFormat, converted, encoded
-from imagegen.generation.previews import partial_steps
 from imagegen.generation.render import GenerationRequest
 
 GENERATION, EDIT = "image_generation", "image_edit"
@@ -55,7 +55,7 @@ def image_events(
 ) -> Generator[bytes, None, None]:
     """The events of one streamed image: up to `partials` partial images, then the completed
     one, or an `error` event when the job fails or is cancelled (the SDK raises it)."""
-    revision, index, sent_step = -1, 0, 0
+    revision, index = -1, 0
     while True:
         try:
             view = selectors.job_wait(job_id=job_id, after=revision, timeout=keepalive)
@@ -66,17 +66,14 @@ def image_events(
             yield b": keep-alive\n\n"
             continue
         revision = view.revision
-        if index < partials and view.state not in FINISHED and view.preview_step > sent_step:
-            preview = selectors.job_preview(job_id=job_id)
-            targets = sorted(partial_steps(partials, preview.steps)) if preview else []
-            if preview and index < len(targets) and preview.step >= targets[index]:
-                data = converted(preview.data, output_format, compression)
-                yield sse(f"{prefix}.partial_image", {
-                    "type": f"{prefix}.partial_image", "b64_json": base64.b64encode(data).decode(),
-                    "partial_image_index": index,
-                    **_common(output_format, f"{preview.width}x{preview.height}"),
-                })  # fmt: skip
-                index, sent_step = index + 1, preview.step
+        while index < partials and (found := selectors.job_preview(job_id=job_id, partial=index)):
+            data = converted(found.data, output_format, compression)
+            yield sse(f"{prefix}.partial_image", {
+                "type": f"{prefix}.partial_image", "b64_json": base64.b64encode(data).decode(),
+                "partial_image_index": index,
+                **_common(output_format, f"{found.width}x{found.height}"),
+            })  # fmt: skip
+            index += 1
         if view.state is JobState.SUCCEEDED and view.image is not None:
             png = selectors.image_png(image_id=view.image.id).read_bytes()
             data = encoded(png, output_format, compression)

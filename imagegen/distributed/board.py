@@ -127,8 +127,8 @@ class RedisJobBoard:
             raise JobFinished(state)
         return self.lookup(job_id)
 
-    def preview(self, job_id: str) -> Preview | None:
-        return self.jobs.preview(job_id)
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        return self.jobs.preview(job_id, partial)
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
         """The job's view once it has finished, or as it is when `timeout` runs out."""

@@ -624,25 +624,32 @@ class JobStore:
         return bool(self._finish(keys=keys, args=[attempt, *flat]))
 
     def write_preview(self, job_id: str, attempt: int, preview: Preview) -> int:
-        """Stores the job's latest preview over the last, then records its step in the job
-        (update: a change its watchers wake for, refused for a run no longer current)."""
+        """Stores the job's latest preview over the last (and an OpenAI stream's partial
+        image under its own fields too: at most PARTIALS of them), then records its step in
+        the job (update: a change its watchers wake for, refused for a run no longer
+        current)."""
+        names = [""] if preview.partial is None else ["", f"partial{preview.partial}:"]
+        fields = {f"{name}{key}": value for name in names for key, value in (
+            ("step", preview.step), ("steps", preview.steps), ("width", preview.width),
+            ("height", preview.height), ("type", preview.media_type), ("data", preview.data),
+        )}  # fmt: skip
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(preview_key(job_id), mapping={
-                "step": preview.step, "steps": preview.steps, "width": preview.width,
-                "height": preview.height, "type": preview.media_type, "data": preview.data,
-            })  # fmt: skip
+            pipe.hset(preview_key(job_id), mapping=cast(Any, fields))
             pipe.pexpire(preview_key(job_id), PREVIEW_TTL_MS)
             pipe.execute()
         return self.update(job_id, attempt, preview_step=preview.step)
 
-    def preview(self, job_id: str) -> Preview | None:
-        stored = cast(dict[bytes, bytes], self.redis.hgetall(preview_key(job_id)))
-        if not stored:
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        """The latest preview, or the partial image number `partial`."""
+        name = "" if partial is None else f"partial{partial}:"
+        keys = ("step", "steps", "width", "height", "type", "data")
+        stored = self.redis.hmget(preview_key(job_id), [name + key for key in keys])
+        if any(value is None for value in stored):
             return None
+        step, steps, width, height, media_type, data = cast(list[bytes], stored)
         return Preview(
-            step=int(stored[b"step"]), steps=int(stored[b"steps"]), width=int(stored[b"width"]),
-            height=int(stored[b"height"]), media_type=stored[b"type"].decode(),
-            data=stored[b"data"],
+            step=int(step), steps=int(steps), width=int(width), height=int(height),
+            media_type=media_type.decode(), data=data, partial=partial,
         )  # fmt: skip
 
     def beat(self, job_id: str, attempt: int) -> bool:

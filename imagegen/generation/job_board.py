@@ -159,5 +159,6 @@ class JobBoard(Protocol):
     def cancel(self, job_id: str) -> JobView | None:
         """None for an unknown job; raises JobFinished for a finished one."""
 
-    def preview(self, job_id: str) -> Preview | None:
-        """The job's latest preview; None before the first, or for an unknown job."""
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        """The job's latest preview, or its partial image number `partial` (an OpenAI
+        stream's); None before it is made, or for an unknown job."""

@@ -75,6 +75,7 @@ class Job:
     failure: ServiceError | None = None
     image: ImageRecord | None = None
     preview: Preview | None = None  # the latest only
+    partials: list[Preview] = field(default_factory=list)  # an OpenAI stream's, in order
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -239,9 +240,14 @@ class JobQueue:
                 self._changed(job)  # its phase now says it is stopping
         return self.view(job)
 
-    def preview(self, job_id: str) -> Preview | None:
-        job = self.get(job_id)
-        return None if job is None else job.preview
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            if partial is None:
+                return job.preview
+            return next((p for p in job.partials if p.partial == partial), None)
 
     def _changed(self, job: Job) -> None:
         """Records a change a client could see and wakes its watchers. Lock held."""
@@ -360,4 +366,6 @@ class _LocalReport:
     def preview(self, preview: Preview) -> None:
         with self.lock:
             self.job.preview = preview
+            if preview.partial is not None:
+                self.job.partials.append(preview)
             self.changed(self.job)

@@ -84,6 +84,10 @@ class Preview:
     height: int
     data: bytes
     media_type: str = MEDIA_TYPE
+    # Which of an OpenAI stream's partial images this is (0-based); None for any other. A
+    # job keeps each partial image apart from its latest preview, so a stream that reads
+    # late still finds every one.
+    partial: int | None = None
 
     def data_url(self) -> str:
         return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode()}"
@@ -122,7 +126,13 @@ def preview_image(latents: Any, *, pipe: Any, method: str) -> Any:
             return None
         pixels = ((rgb.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         array = pixels.permute(1, 2, 0).contiguous().numpy()
-    return Image.fromarray(array, "RGB")
+    image = Image.fromarray(array, "RGB")
+    if method != TINY:  # at most the output's side / 4, whatever the VAE's scale (8 for SD)
+        scale = getattr(pipe, "vae_scale_factor", 8) or 8
+        height, width = (side * scale // 4 for side in latent.shape[-2:])
+        if image.width > width or image.height > height:
+            image = image.resize((max(1, width), max(1, height)), Image.Resampling.BILINEAR)
+    return image
 
 
 def _approx(latent: Any, *, sdxl: bool) -> Any:
@@ -199,4 +209,6 @@ class Previewer:
         data = jpeg(image)
         if len(data) > PREVIEW_BYTES_MAX:
             return None
-        return Preview(step=step, steps=steps, width=image.width, height=image.height, data=data)
+        partial = sorted(self.forced).index(step) if step in self.forced else None
+        return Preview(step=step, steps=steps, width=image.width, height=image.height,
+                       data=data, partial=partial)  # fmt: skip
