@@ -134,9 +134,7 @@ VAE_DECODER = parse_decoder(
 # after every PREVIEW_EVERY steps, at least PREVIEW_SECONDS apart.
 PREVIEW = env_str("PREVIEW", "approx")
 if PREVIEW not in PREVIEW_METHODS:
-    raise ImproperlyConfigured(
-        f"PREVIEW must be one of {', '.join(PREVIEW_METHODS)}; got {PREVIEW!r}"
-    )
+    raise ImproperlyConfigured(f"PREVIEW must be approx, tiny or off, got {PREVIEW!r}")
 if PREVIEW == TINY and not VAE_DECODER.tiny:
     raise ImproperlyConfigured("PREVIEW=tiny needs VAE_DECODER=tiny (the decoder it uses)")
 PREVIEW_EVERY = env_int("PREVIEW_EVERY", 1, minimum=1)

@@ -1,22 +1,36 @@
 """The Queue panel's live preview in a real browser against the app under gunicorn (tiny
-pipeline): a running job shows the picture forming in its place and the time left (its
-remaining steps at the pace measured so far, as the API's eta_seconds); a cancelled job keeps
-its last preview, captioned "Cancelled at step n"."""
+pipeline), in both job modes (distributed: a web replica on the session's shared Redis and
+worker, where the worker writes the previews to Redis): a running job shows the picture
+forming in its place and the time left (its remaining steps at the pace measured so far, as
+the API's eta_seconds); a cancelled job keeps its last preview, captioned "Cancelled at step
+n"."""
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect
 
-from tests.ui.conftest import WAIT_MS, screenshot
+from tests.support.processes import AppServer
+from tests.ui.conftest import WAIT_MS, app_env, screenshot
 from tests.ui.test_page import cancel_unfinished, fill, jobs, open_ui, queued
 
 PROMPT = "a picture forming"
 
 
-def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps_it(
-    new_page, ui_app
-):
-    page = open_ui(new_page, ui_app)
+@pytest.fixture(params=["in-process", "distributed"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppServer]:
+    if request.param == "in-process":
+        yield request.getfixturevalue("ui_app")
+        return
+    stack = request.getfixturevalue("shared_stack")
+    with stack.replica(tmp_path / "web.log", **app_env()) as replica:
+        yield replica
+
+
+def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps_it(new_page, app):
+    page = open_ui(new_page, app)
     try:
         fill(page, prompt=PROMPT, steps="400", size="128x128")
         page.click("#generate")
@@ -33,7 +47,7 @@ def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps
         steps = item.locator(".job-steps")
         expect(steps).to_have_text(re.compile(r"^Step \d+ of 400, about \d+ s left$"))
         shown = int(re.search(r"about (\d+) s left", steps.inner_text()).group(1))
-        progress = jobs(ui_app, PROMPT)[0]["progress"]
+        progress = jobs(app, PROMPT)[0]["progress"]
         eta = progress["eta_seconds"]
         assert eta is not None and abs(shown - eta) <= 3 + 0.25 * eta, (shown, progress)
         screenshot(page, "10-preview")
@@ -44,4 +58,4 @@ def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps
         expect(figure.locator("figcaption")).to_have_text(re.compile(r"^Cancelled at step \d+$"))
         screenshot(page, "11-preview-cancelled")
     finally:
-        cancel_unfinished(ui_app)
+        cancel_unfinished(app)
