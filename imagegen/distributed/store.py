@@ -10,6 +10,7 @@ taken in one step. Each transition is one Lua script, which Redis runs atomicall
 
 Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
 change a client can see, `attempt` and `attempts` its runs: each worker that took it);
+`job:<id>:preview` its latest live preview and an OpenAI stream's partial images (preview_key);
 `queued` the waiting jobs in submission order (a sorted set by a sequence number: `ZRANK` is
 the position); `recent` every remembered job in the same order; `running` the running jobs,
 scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
