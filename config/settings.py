@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
 from imagegen.model.decoder import default_decoder, parse_decoder
@@ -137,6 +138,17 @@ VAE_DECODER = parse_decoder(
     env_str("VAE_DECODER", default_decoder(MODEL_ID, MODEL_ADAPTERS)),
     env_str("VAE_DECODER_REPO", ""),
 )
+
+# Live previews of a running job (imagegen/generation/previews.py): "approx" (a linear map of
+# the latents, the default), "tiny" (the tiny decoder: needs VAE_DECODER=tiny) or "off". Made
+# after every PREVIEW_EVERY steps, at least PREVIEW_SECONDS apart.
+PREVIEW = env_str("PREVIEW", "approx")
+if PREVIEW not in PREVIEW_METHODS:
+    raise ImproperlyConfigured(f"PREVIEW must be approx, tiny or off, got {PREVIEW!r}")
+if PREVIEW == TINY and not VAE_DECODER.tiny:
+    raise ImproperlyConfigured("PREVIEW=tiny needs VAE_DECODER=tiny (the decoder it uses)")
+PREVIEW_EVERY = env_int("PREVIEW_EVERY", 1, minimum=1)
+PREVIEW_SECONDS = env_float("PREVIEW_SECONDS", 1.0, minimum=0)
 
 DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):

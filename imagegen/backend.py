@@ -25,6 +25,7 @@ from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
+from imagegen.generation.previews import PreviewPolicy
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
 from imagegen.model import hub
 from imagegen.model.cpu import torch_threads
@@ -138,6 +139,7 @@ def jobs() -> JobBoard:
         keep=settings.JOBS_KEEP,
         rules=rules_from_settings(),
         nice=settings.GEN_NICE,
+        previews=preview_policy(),
     )
 
 
@@ -175,4 +177,12 @@ def worker_runtime(name: str) -> "WorkerRuntime":
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         timings=RedisTimings(redis_client(), measured_model(model_source())),
+        previews=preview_policy(),
+    )
+
+
+def preview_policy() -> PreviewPolicy:
+    """PREVIEW, PREVIEW_EVERY and PREVIEW_SECONDS, for whoever runs the jobs."""
+    return PreviewPolicy(
+        method=settings.PREVIEW, every=settings.PREVIEW_EVERY, seconds=settings.PREVIEW_SECONDS
     )

@@ -41,6 +41,11 @@ class JobNotFound(ServiceError):
     message = "No such job (jobs are kept while this process runs)"
 
 
+class PreviewNotYet(ServiceError):
+    status = 404
+    message = "No preview yet: one is made after the job's first denoising step (PREVIEW)"
+
+
 class JobNotInStore(JobNotFound):
     """Distributed mode's 404: the jobs are the store's (Redis), not a process's."""
 

@@ -17,6 +17,7 @@ from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
 from imagegen.generation.estimates import Estimate
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 from imagegen.model.download_size import documented_download_bytes
 from imagegen.model.status import ModelStatus
@@ -113,6 +114,12 @@ def job_get(*, job_id: str) -> JobView:
     if job is None:
         raise backend.job_not_found()
     return job
+
+
+def job_preview(*, job_id: str, partial: int | None = None) -> Preview | None:
+    """The job's latest preview, or its partial image number `partial` (an OpenAI stream's);
+    None before it is made (or for a job not known)."""
+    return backend.jobs().preview(job_id, partial)
 
 
 def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:

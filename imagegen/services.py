@@ -135,10 +135,18 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
 
 
 @_prunes_refused_inputs
-def generation_submit(*, request: GenerationRequest, job_id: str | None = None) -> JobView:
+def generation_submit(
+    *, request: GenerationRequest, job_id: str | None = None, client: str | None = None
+) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
-    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs)."""
-    job = backend.jobs().submit(request, job_id=job_id)
+    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs);
+    `client`: a protocol request's client (an OpenAI stream), whose /progress then shows it,
+    as a batch of one."""
+    if client is None:
+        job = backend.jobs().submit(request, job_id=job_id)
+    else:
+        batch = secrets.token_hex(8)
+        job = backend.jobs().submit(request, job_id=job_id, owner=client, batch=batch)
     metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
     return job
 

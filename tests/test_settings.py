@@ -29,6 +29,10 @@ def environment() -> Iterator[dict[str, str]]:
     [
         ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu or cuda, got 'gpu'"),
         ({"MODEL_LOADER": "fast"}, "MODEL_LOADER must be streaming or diffusers"),
+        ({"PREVIEW": "full"}, "PREVIEW must be approx, tiny or off"),
+        ({"PREVIEW": "tiny", "VAE_DECODER": "full"}, "PREVIEW=tiny needs VAE_DECODER=tiny"),
+        ({"PREVIEW_EVERY": "0"}, "PREVIEW_EVERY"),
+        ({"PREVIEW_SECONDS": "-1"}, "PREVIEW_SECONDS"),
         ({"TORCH_THREADS": "0"}, "TORCH_THREADS must be auto or at least 1, got '0'"),
         ({"VAE_TILE_SIZE": "100"}, "VAE_TILE_SIZE must be 0 or a multiple of 8 of at least 64"),
         ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),

@@ -40,7 +40,7 @@ from imagegen.generation.edits import (
 from imagegen.generation.framing import ONLY_MASKED_PADDING_MAX
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
-from imagegen.generation.job_board import JobState
+from imagegen.generation.job_board import JobState, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import (
     A1111_SAMPLERS,
@@ -433,9 +433,15 @@ def png_info_read(request: HttpRequest, payload: PngInfoIn):
     return PngInfoOut(info=read.info, items=read.items, parameters=read.parameters)
 
 
+def preview_base64(job: JobView) -> str | None:
+    found = selectors.job_preview(job_id=job.id)
+    return None if found is None else found.base64()
+
+
 @router.get("/progress", auth=auth, response={200: ProgressOut, **errors()})
-def progress(request: HttpRequest):
-    """This client's oldest request under way; zeros when it has none."""
+def progress(request: HttpRequest, skip_current_image: bool = False):
+    """This client's oldest request under way; zeros when it has none. `current_image`: the
+    running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image."""
     batch = selectors.client_progress(client=client_identity(request))
     current, count = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
@@ -454,7 +460,7 @@ def progress(request: HttpRequest):
             sampling_step=running.progress.step if running else 0,
             sampling_steps=running.progress.steps if running else 0,
         ),
-        current_image=None,
+        current_image=None if skip_current_image or running is None else preview_base64(running),
         textinfo=current.phase + waiting if current else None,
     )
 

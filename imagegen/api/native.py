@@ -24,7 +24,7 @@ from imagegen.api.schemas import (
     RouteEntry,
     errors,
 )
-from imagegen.errors import JobNotFound
+from imagegen.errors import JobNotFound, PreviewNotYet
 from imagegen.generation import events
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
 from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT
@@ -234,7 +234,9 @@ EVENT_STREAM_DOC = {
             "description": (
                 "text/event-stream: `queued`, `running`, `succeeded`, `failed` and `cancelled` "
                 "events carry the job (as GET /jobs/{job_id}), `step` events "
-                "{step, steps, fraction, eta_seconds}; the stream ends after the final state "
+                "{step, steps, fraction, eta_seconds}, `preview` events (no id, never replayed) "
+                "{step, steps, width, height, image: a data: URL} after the steps they follow; "
+                "the stream ends after the final state "
                 "or after EVENT_STREAM_SECONDS (resume with Last-Event-ID)"
             ),
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
@@ -280,9 +282,30 @@ def job_events(
     chunks = events.job_event_stream(
         wait=wait, seen=seen, describe=job_json, life=settings.EVENT_STREAM_SECONDS,
         keepalive=settings.EVENT_STREAM_KEEPALIVE,
+        preview=lambda: selectors.job_preview(job_id=job_id),
     )  # fmt: skip
     body = events.ClosingStream(chunks, give_back)
     return StreamingHttpResponse(body, content_type="text/event-stream", headers=headers)
+
+
+@router.get(
+    "/jobs/{job_id}/preview",
+    auth=token_required(),
+    response={200: None, **errors(404)},
+    summary="The running job's latest preview (a small JPEG); 404 before the first",
+    openapi_extra={"responses": {200: {"description": "image/jpeg: the latest preview, with "
+                   "X-Preview-Step", "content": {"image/jpeg": {"schema": {"type": "string",
+                   "format": "binary"}}}}}},
+)  # fmt: skip
+def job_preview(request: HttpRequest, job_id: str):
+    selectors.job_get(job_id=job_id)  # 404 for an unknown job
+    found = selectors.job_preview(job_id=job_id)
+    if found is None:
+        raise PreviewNotYet()
+    response = HttpResponse(found.data, content_type=found.media_type)
+    response["X-Preview-Step"] = str(found.step)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @router.delete(

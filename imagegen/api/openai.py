@@ -21,11 +21,12 @@ from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
 from pydantic import ValidationError as PydanticError
 
-from config.auth import public_origin, token_required
+from config.auth import client_identity, public_origin, token_required
 from config.errors import FieldError
 from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
+from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
 from imagegen.api.protocol import run_for_client
 from imagegen.api.schemas import (
     PROMPT_MAX,
@@ -91,6 +92,22 @@ OUTPUT_COMPRESSION = (
 )
 
 
+PARTIALS_MAX = 3
+STREAM = (
+    "true: Server-Sent Events as the openai SDK reads them (`partial_images` previews, then "
+    "the completed image); n must be 1"
+)
+PARTIAL_IMAGES = (
+    "0 to 3, with stream: previews of the image as it forms, spread over the steps (a job of "
+    "fewer steps than partial_images + 1 sends fewer; none with PREVIEW=off)"
+)
+
+
+def one_image_streamed(form: "ImageGenerationIn | ImageEditForm") -> None:
+    if (form.n or 1) != 1:
+        raise FieldError("n", "must be 1 with stream: true (one image per stream)")
+
+
 class ImageGenerationIn(Schema):
     """OpenAI's `images.generate` body. Keys this service does not know are ignored: clients
     of compatible servers send extras (`background`, `moderation`, ...), and refusing them
@@ -122,6 +139,8 @@ class ImageGenerationIn(Schema):
         None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
+    stream: bool | None = Field(None, description=STREAM)
+    partial_images: int | None = Field(None, ge=0, le=PARTIALS_MAX, description=PARTIAL_IMAGES)
 
     _check_size = field_validator("size")(_size)
 
@@ -191,6 +210,10 @@ class ImageEditForm(Schema):
         description=f"the mask's edge blurred by this many pixels; pixels farther than twice "
         f"that from the repainted area are the input's exactly; default {MASK_BLUR_DEFAULT}",
     )
+    stream: Annotated[bool | None, *Optional] = Field(None, description=STREAM)
+    partial_images: Annotated[
+        Annotated[int, Field(ge=0, le=PARTIALS_MAX), Integer] | None, *Optional
+    ] = Field(None, description=PARTIAL_IMAGES)
 
     _check_size = field_validator("size")(_size)
 
@@ -315,9 +338,16 @@ def images_response(
     auth=token_required(),
     response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
     exclude_none=True,
-    summary="OpenAI images.generate: n images, as base64 PNGs or signed links",
+    summary="OpenAI images.generate: n images, as base64 PNGs or signed links; stream: SSE",
 )
 def images_generations(request: HttpRequest, payload: ImageGenerationIn):
+    if payload.stream:
+        one_image_streamed(payload)
+        return streamed_image(
+            payload.to_request(), client=client_identity(request), prefix=GENERATION,
+            partials=payload.partial_images or 0, output_format=payload.output_format,
+            compression=payload.output_compression,
+        )  # fmt: skip
     records = run_for_client(request, payload.to_request(), count=payload.n or 1)
     return images_response(request, records, payload)
 
@@ -332,12 +362,20 @@ def images_generations(request: HttpRequest, payload: ImageGenerationIn):
 )
 def images_edits(request: HttpRequest):
     form = ImageEditForm.of(request)
+    if form.stream:
+        one_image_streamed(form)
     image, mask = edit_files(request)
     generation = services.edit_request(
         request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
         strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
     )  # fmt: skip
+    if form.stream:
+        return streamed_image(
+            generation, client=client_identity(request), prefix=EDIT,
+            partials=form.partial_images or 0, output_format=form.output_format,
+            compression=form.output_compression,
+        )  # fmt: skip
     records = run_for_client(request, generation, count=form.n or 1)
     return images_response(request, records, form)
 

@@ -427,10 +427,16 @@ class JobOut(Schema):
     error: str | None
     image: ImageRecord | None
     image_url: str | None
+    preview_step: int = Field(description="the step of the latest preview; 0: none yet")
+    preview_url: str | None = Field(description="the latest preview (a small JPEG); null: none")
     request_id: str | None = Field(
         description="the X-Request-ID of the request that queued it (its own, or the one "
         "the service gave it), as the logs of the web process and the worker carry it"
     )
+
+    @staticmethod
+    def resolve_preview_url(job: JobView) -> str | None:
+        return f"/jobs/{job.id}/preview" if job.preview_step else None
 
     @staticmethod
     def resolve_parameters(job: JobView) -> GenerationRequest:

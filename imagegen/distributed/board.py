@@ -27,6 +27,7 @@ from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.estimates import Estimate, estimate
 from imagegen.generation.job_board import FINISHED, JobView, ahead_of
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest, with_defaults
 from imagegen.model.status import ModelHandle
 
@@ -128,6 +129,9 @@ class RedisJobBoard:
         if state == "queued":  # ended here, never run: no worker counts it
             metrics.JOBS_FINISHED.labels(outcome="cancelled").inc()
         return self.lookup(job_id)
+
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        return self.jobs.preview(job_id, partial)
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
         """The job's view once it has finished, or as it is when `timeout` runs out."""

@@ -10,6 +10,7 @@ taken in one step. Each transition is one Lua script, which Redis runs atomicall
 
 Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
 change a client can see, `attempt` and `attempts` its runs: each worker that took it);
+`job:<id>:preview` its latest live preview and an OpenAI stream's partial images (preview_key);
 `queued` the waiting jobs in submission order (a sorted set by a sequence number: `ZRANK` is
 the position); `recent` every remembered job in the same order; `running` the running jobs,
 scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
@@ -51,6 +52,7 @@ from imagegen.errors import WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,16 @@ EVERY_JOB = "*"
 
 def job_key(job_id: str) -> str:
     return f"{PREFIX}job:{job_id}"
+
+
+def preview_key(job_id: str) -> str:
+    """The job's latest preview (a hash: its step, steps, size, media type and bytes), written
+    over at each preview, deleted with the job's hash (_SUBMIT, forget) and expiring after
+    PREVIEW_TTL_MS in any case: a preview outlives nothing."""
+    return f"{PREFIX}job:{job_id}:preview"
+
+
+PREVIEW_TTL_MS = 24 * 3600 * 1000
 
 
 def worker_key(name: str) -> str:
@@ -153,7 +165,7 @@ for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
     finished = finished + 1
     if finished > keep or not state then
       redis.call('ZREM', KEYS[2], other)
-      redis.call('DEL', prefix .. 'job:' .. other)
+      redis.call('DEL', prefix .. 'job:' .. other, prefix .. 'job:' .. other .. ':preview')
     end
   end
 end
@@ -498,6 +510,7 @@ class JobStore:
             pipe.zrem(RECENT, job_id)
             pipe.lrem(UNFINISHED, 0, job_id)
             pipe.delete(job_key(job_id))
+            pipe.delete(preview_key(job_id))
             pipe.execute()
 
     def cancel(self, job_id: str) -> str | None:
@@ -620,6 +633,35 @@ class JobStore:
         keys = [job_key(job_id), RUNNING, UNFINISHED]
         return bool(self._finish(keys=keys, args=[attempt, *flat]))
 
+    def write_preview(self, job_id: str, attempt: int, preview: Preview) -> int:
+        """Stores the job's latest preview over the last (and an OpenAI stream's partial
+        image under its own fields too: at most PARTIALS of them), then records its step in
+        the job (update: a change its watchers wake for, refused for a run no longer
+        current)."""
+        names = [""] if preview.partial is None else ["", f"partial{preview.partial}:"]
+        fields = {f"{name}{key}": value for name in names for key, value in (
+            ("step", preview.step), ("steps", preview.steps), ("width", preview.width),
+            ("height", preview.height), ("type", preview.media_type), ("data", preview.data),
+        )}  # fmt: skip
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(preview_key(job_id), mapping=cast(Any, fields))
+            pipe.pexpire(preview_key(job_id), PREVIEW_TTL_MS)
+            pipe.execute()
+        return self.update(job_id, attempt, preview_step=preview.step)
+
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        """The latest preview, or the partial image number `partial`."""
+        name = "" if partial is None else f"partial{partial}:"
+        keys = ("step", "steps", "width", "height", "type", "data")
+        stored = self.redis.hmget(preview_key(job_id), [name + key for key in keys])
+        if any(value is None for value in stored):
+            return None
+        step, steps, width, height, media_type, data = cast(list[bytes], stored)
+        return Preview(
+            step=int(step), steps=int(steps), width=int(width), height=int(height),
+            media_type=media_type.decode(), data=data, partial=partial,
+        )  # fmt: skip
+
     def beat(self, job_id: str, attempt: int) -> bool:
         """Refreshes the running job's heartbeat; True when the job is to stop (a cancel was
         asked for, or this run is no longer current: found lost), in the same round trip."""
@@ -671,4 +713,5 @@ def _view(fields: dict, rank: int | None) -> JobView:
         failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
         request_id=_text(fields, "request_id"),
+        preview_step=int(_text(fields, "preview_step") or 0),
     )

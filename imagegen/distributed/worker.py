@@ -56,6 +56,7 @@ from imagegen.distributed.timings import RedisTimings
 from imagegen.generation.estimates import measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageStore
+from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.render import Cancelled
 from imagegen.model.loader import ModelLoader
 
@@ -110,6 +111,13 @@ class _StoreReport:
     def phase(self, text: str) -> None:
         self._write(phase=text)
 
+    def preview(self, preview: Preview) -> None:
+        """The latest preview into the store (one per job, written over); a blip loses it."""
+        try:
+            self.store.write_preview(self.job_id, self.attempt, preview)
+        except redis.RedisError as exc:
+            log.warning("job %s: preview not written: %s", self.job_id, exc)
+
 
 class WorkerRuntime:
     def __init__(
@@ -121,8 +129,10 @@ class WorkerRuntime:
         name: str,
         load_timeout: float,
         timings: RedisTimings,
+        previews: PreviewPolicy = DEFAULT_PREVIEWS,
     ) -> None:
         self.store = store
+        self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
         self.redis = store.redis
         self.loader = loader
@@ -255,6 +265,7 @@ class WorkerRuntime:
             queued_seconds=(claimed.started_at - claimed.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=report,
+            previews=self.previews,
         )
         # Measured before the job is seen finished, so its client's next request is
         # estimated with it; a Redis blip loses one measurement, never the job.

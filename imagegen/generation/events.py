@@ -12,6 +12,10 @@ Why the stream is built this way:
   state, queue position and phase), not where it was in one connection. A client that
   reconnects with `Last-Event-ID` (the stream ends itself before Azure's 240 s cut) gets
   exactly what it missed, from any replica that knows the job.
+- A `preview` event (imagegen.generation.previews) follows the step events of the wake that
+  saw it: the latest preview only, never one per step, and without an `id`, so it is never
+  replayed: a client resuming gets what it missed, then the latest preview once if it is
+  newer than its last step. Previews are pictures of a moment; a late one is no use.
 """
 
 import hashlib
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen.generation.job_board import FINISHED, JobView
+from imagegen.generation.previews import Preview
 
 # `<last step sent>.<digest of the status sent>`; documented as opaque. Empty: none (a new
 # stream), as a header a client sends without a value.
@@ -60,6 +65,13 @@ class Event:
     def encode(self) -> bytes:
         data = json.dumps(self.data, separators=(",", ":"))
         return f"id: {self.id}\nevent: {self.name}\ndata: {data}\n\n".encode()
+
+
+def preview_event(preview: Preview) -> bytes:
+    """A preview as an event of its own, with no `id` (never replayed)."""
+    data = {"step": preview.step, "steps": preview.steps, "width": preview.width,
+            "height": preview.height, "image": preview.data_url()}  # fmt: skip
+    return f"event: preview\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 def status_digest(view: JobView) -> str:
@@ -104,13 +116,17 @@ def job_event_stream(
     describe: Callable[[JobView], dict[str, Any]],
     life: float,
     keepalive: float,
+    preview: Callable[[], Preview | None] | None = None,
 ) -> Generator[bytes, None, None]:
     """The bytes of one stream. A new one (no `seen`) starts with the job as it is now; one
     resumed from `seen` sends what the client missed. It ends after the final state, after
     `life` seconds (the client resumes), or when the job is gone; a comment goes out after
-    `keepalive` seconds without a change."""
+    `keepalive` seconds without a change. `preview()` reads the job's latest preview, sent
+    when the job's `preview_step` passes the last one sent (for a resumed stream: the
+    client's last step)."""
     deadline = time.monotonic() + life
     revision = -1
+    preview_sent = 0 if seen is None else seen.step
     yield f"retry: {RECONNECT_MS}\n\n".encode()
     while (remaining := deadline - time.monotonic()) > 0:
         view = wait(revision, min(keepalive, remaining))
@@ -127,6 +143,11 @@ def job_event_stream(
             yield event.encode()
         if view.state in FINISHED:
             return
+        if preview is not None and view.preview_step > preview_sent:
+            latest = preview()
+            if latest is not None and latest.step > preview_sent:
+                preview_sent = latest.step
+                yield preview_event(latest)
 
 
 class ClosingStream:

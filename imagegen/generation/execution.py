@@ -15,6 +15,13 @@ from config.errors import ServiceError
 from imagegen.generation.edits import EditInputs, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
+from imagegen.generation.previews import (
+    DEFAULT_PREVIEWS,
+    Preview,
+    Previewer,
+    PreviewPolicy,
+    partial_steps,
+)
 from imagegen.generation.render import (
     Cancelled,
     GenerationRequest,
@@ -44,6 +51,9 @@ class Report(Protocol):
 
     def phase(self, text: str) -> None: ...
 
+    def preview(self, preview: Preview) -> None:
+        """The job's latest preview (imagegen.generation.previews), replacing the last."""
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -65,6 +75,7 @@ def run_job(
     queued_seconds: float,
     load_timeout: float,
     report: Report,
+    previews: PreviewPolicy = DEFAULT_PREVIEWS,
 ) -> Outcome:
     """Loads the model if this process has not (bounded by `load_timeout`), renders, and
     stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
@@ -77,6 +88,7 @@ def run_job(
     outcome = _run(
         job_id=job_id, loader=loader, store=store, request=request,
         queued_seconds=queued_seconds, load_timeout=load_timeout, report=report,
+        previews=previews,
     )  # fmt: skip
     metrics.RUN_SECONDS.observe(time.monotonic() - started)
     return outcome
@@ -96,6 +108,7 @@ def _run(
     queued_seconds: float,
     load_timeout: float,
     report: Report,
+    previews: PreviewPolicy,
 ) -> Outcome:
     try:
         started = time.monotonic()
@@ -107,12 +120,20 @@ def _run(
             pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
         )
         edit = _edit_inputs(store, request, parameters)
-        report.denoising(steps_running(parameters))
+        steps = steps_running(parameters)
+        report.denoising(steps)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
+        previewer = Previewer(pipe, previews, partial_steps(request.partial_images, steps))
+
+        def on_latents(latents: Any, done: int, total: int) -> None:
+            if (preview := previewer.make(latents, done, total)) is not None:
+                report.preview(preview)
+
         rendered = render(
             pipe, parameters, scheduler=request.scheduler, device=device, home=loader.device,
             on_step=report.step, stop_requested=report.stop_requested, edit=edit,
+            on_latents=on_latents if previews.on else None,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
         worked = (parameters.width, parameters.height)  # "only masked": its cut-out's

@@ -19,6 +19,7 @@ from config.errors import ServiceError
 from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 
 
@@ -95,11 +96,14 @@ class JobView:
     owner: str | None = None
     batch: str | None = None
     failure: ServiceError | None = None
-    # Grows with every change a client can see (state, phase, position, each step), for
-    # waiting on changes (wait_change).
+    # Grows with every change a client can see (state, phase, position, each step, each
+    # preview), for waiting on changes (wait_change).
     revision: int = 0
     # The X-Request-ID of the request that queued it (config.request_context).
     request_id: str | None = None
+    # The step of the latest preview (0: none yet); its image is read apart (JobBoard.preview),
+    # so a list of jobs never carries images.
+    preview_step: int = 0
 
 
 def ahead_of(view: JobView) -> Ahead | None:
@@ -156,3 +160,7 @@ class JobBoard(Protocol):
 
     def cancel(self, job_id: str) -> JobView | None:
         """None for an unknown job; raises JobFinished for a finished one."""
+
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        """The job's latest preview, or its partial image number `partial` (an OpenAI
+        stream's); None before it is made, or for an unknown job."""

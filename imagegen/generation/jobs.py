@@ -42,6 +42,7 @@ from imagegen.generation.job_board import (
     job_progress,
 )
 from imagegen.generation.presets import GenerationRules
+from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
 from imagegen.model.loader import ModelLoader
@@ -77,6 +78,8 @@ class Job:
     error: str | None = None
     failure: ServiceError | None = None
     image: ImageRecord | None = None
+    preview: Preview | None = None  # the latest only
+    partials: list[Preview] = field(default_factory=list)  # an OpenAI stream's, in order
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -106,8 +109,10 @@ class JobQueue:
         keep: int,
         rules: GenerationRules,
         nice: int = 0,
+        previews: PreviewPolicy = DEFAULT_PREVIEWS,
     ) -> None:
         self.loader = loader
+        self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.nice = nice  # GEN_NICE: how far below the request threads the generation runs
         self.rules = rules
         self.store = store
@@ -210,6 +215,7 @@ class JobQueue:
                 image=job.image,
                 revision=job.revision,
                 request_id=job.request_id,
+                preview_step=0 if job.preview is None else job.preview.step,
                 owner=job.owner,
                 batch=job.batch,
                 failure=job.failure,
@@ -242,6 +248,15 @@ class JobQueue:
                 job.cancel_requested.set()
                 self._changed(job)  # its phase now says it is stopping
         return self.view(job)
+
+    def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            if partial is None:
+                return job.preview
+            return next((p for p in job.partials if p.partial == partial), None)
 
     def _changed(self, job: Job) -> None:
         """Records a change a client could see and wakes its watchers. Lock held."""
@@ -302,6 +317,7 @@ class JobQueue:
             queued_seconds=(job.started_at - job.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),
+            previews=self.previews,
         )
         # Measured before the job is seen finished, so its client's next request is
         # estimated with it.
@@ -356,4 +372,11 @@ class _LocalReport:
     def phase(self, text: str) -> None:
         with self.lock:
             self.job.phase = text
+            self.changed(self.job)
+
+    def preview(self, preview: Preview) -> None:
+        with self.lock:
+            self.job.preview = preview
+            if preview.partial is not None:
+                self.job.partials.append(preview)
             self.changed(self.job)

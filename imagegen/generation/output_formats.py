@@ -29,3 +29,15 @@ def encoded(png: bytes, output_format: OutputFormat | None, compression: int | N
     with Image.open(io.BytesIO(png)) as image:
         image.convert("RGB").save(buffer, format=output_format.upper(), quality=quality)
     return buffer.getvalue()
+
+
+def converted(
+    image_bytes: bytes, output_format: OutputFormat | None, compression: int | None
+) -> bytes:
+    """Any image (a JPEG preview) as `output_format` (None: png), for a streamed partial image
+    in the format the client asked for."""
+    quality = COMPRESSION_DEFAULT if compression is None else compression
+    buffer = io.BytesIO()
+    with Image.open(io.BytesIO(image_bytes)) as image:
+        image.convert("RGB").save(buffer, format=(output_format or "png").upper(), quality=quality)
+    return buffer.getvalue()

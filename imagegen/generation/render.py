@@ -51,11 +51,19 @@ class GenerationRequest(BaseModel):
         default=None, description="null: text-to-image; else the image (and mask) it starts from"
     )
 
-    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    partial_images: int = Field(
+        default=0, description="an OpenAI stream's partial images: previews made at their steps"
+    )
+
+    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all,
+    # and no `partial_images` unless a stream asked for some.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
-        return without_absent_edit(self, handler)
+        data = without_absent_edit(self, handler)
+        if isinstance(data, dict) and not self.partial_images:
+            data.pop("partial_images", None)
+        return data
 
     adjusted: list[Adjustment] = Field(
         default_factory=list,
@@ -162,6 +170,7 @@ def render(
     on_step: Callable[[int, int], None],
     stop_requested: Callable[[], bool],
     edit: EditInputs | None = None,
+    on_latents: Callable[[Any, int, int], None] | None = None,
 ) -> Rendered:
     """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
     `home` afterwards) with `scheduler` from the table (None: the model's own; either way the
@@ -172,7 +181,9 @@ def render(
     UNet and the decoder, hundreds of times a step, so it must be a flag read; True raises
     Cancelled there. With `edit`, the img2img or inpainting pipeline built from `pipe`'s
     components runs (imagegen.model.edit_pipelines), and an inpainting's answer is the input
-    outside its mask's blurred edge (imagegen.generation.masks)."""
+    outside its mask's blurred edge (imagegen.generation.masks). `on_latents(latents, done,
+    total)` runs after `on_step` with the step's latents, which it must not change (the
+    live previews, imagegen.generation.previews)."""
     import torch
 
     def check() -> None:
@@ -194,6 +205,8 @@ def render(
             marks["step_mark"] = now
         marks["steps_done"] = now
         on_step(done, total)
+        if on_latents is not None:
+            on_latents(tensors.get("latents"), done, total)
         return tensors
 
     runs, inputs, mask = pipe, {}, None

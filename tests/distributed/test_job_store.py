@@ -597,3 +597,32 @@ def test_a_job_whose_worker_was_lost_answers_503_with_retry_after(store):
     store.claim("w1")
     store.finish("b", 1, state="failed", phase="failed", error="RuntimeError: the UNet raised")
     assert store.view("b").failure is None  # the pipeline raised: JobFailed's 500
+
+
+def test_a_jobs_preview_is_one_hash_written_over_and_removed_with_the_job(store):
+    from imagegen.distributed.store import PREVIEW_TTL_MS, preview_key
+    from imagegen.generation.previews import Preview
+
+    add(store, "p")
+    store.claim("w1")
+    before = store.view("p").revision
+    for step in (1, 2):
+        store.write_preview(
+            "p", 1, Preview(step=step, steps=4, width=8, height=8, data=b"x" * step)
+        )
+    assert store.view("p").preview_step == 2 and store.view("p").revision == before + 2
+    latest = store.preview("p")
+    assert latest is not None and (latest.step, latest.data) == (2, b"xx")  # the latest only
+    assert store.redis.keys(preview_key("p") + "*") == [preview_key("p").encode()]  # one key
+    assert 0 < store.redis.pttl(preview_key("p")) <= PREVIEW_TTL_MS  # expires in any case
+    store.write_preview("p", 1, Preview(step=3, steps=4, width=8, height=8, data=b"z", partial=0))
+    assert store.preview("p", 0).data == b"z" and store.preview("p", 1) is None
+    assert store.preview("p").step == 3
+    store.finish("p", 1, state="cancelled", phase="cancelled while running")
+    assert store.preview("p").step == 3  # a cancelled job keeps its last preview
+    # Remembered no more (JOBS_KEEP, here 0 finished jobs kept): its preview goes with it.
+    store.add("q", REQUEST, owner=None, batch=None, queue_max=8, keep=0)
+    assert store.view("p") is None and store.preview("p") is None
+    store.redis.hset(preview_key("q"), "step", 1)
+    store.forget("q")  # a job taken back: its preview too
+    assert not store.redis.exists(preview_key("q"))

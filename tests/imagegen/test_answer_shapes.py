@@ -7,9 +7,10 @@ and `adjusted` (what the service changed from what the client sent), because a j
 what will run; and every scheduler is answered by A1111's name (a record made without a
 chosen scheduler said the model's class, "EulerDiscreteScheduler", and now "Euler"; a chosen
 `lcm` is "LCM"). And the model status gained `generation` at its end, GET /api's
-`generation` `adapters` at its end, so a client sees the preset in force (what each answered
-before is still its beginning, byte for byte), and a job `request_id` at its end (the
-X-Request-ID that queued it). Everything else is byte for byte as it was."""
+`generation` `adapters` at its end, so a client sees the preset in force, and a job gained
+`preview_step` and `preview_url` at its end, the live preview, and `request_id` after them
+(the X-Request-ID that queued it) (what each answered before is still its beginning, byte
+for byte). Everything else is byte for byte as it was."""
 
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -78,7 +79,8 @@ def test_a_finished_job_answers_exactly_as_before():
         'height": 1024, "seed": 42, "scheduler": "Euler", "model_id": "o'
         'rg/m", "revision": "abc123"}, "device": "cpu", "timings": {"queued_seconds": 0.0'
         '06, "model_wait_seconds": 0.0, "generation_seconds": 110.718}}, "image_url": "/i'
-        'mages/20261122T093302728900Z-a1b2c3.png", "request_id": "req-1"}'
+        'mages/20261122T093302728900Z-a1b2c3.png", "preview_step": 0, "preview_url": null, '
+        '"request_id": "req-1"}'
     )
 
 
@@ -90,7 +92,7 @@ def test_a_queued_job_answers_exactly_as_before():
         '": "n", "steps": 4, "guidance": 0.0, "scheduler": null, "size": null, "seed": 7,'
         ' "force_cpu": false, "adjusted": []}, "created_at": "2026-11-22T09:31:12.004Z", '
         '"started_at": null, "finished_at": null, "error": null, "image": null, "image_ur'
-        'l": null, "request_id": null}'
+        'l": null, "preview_step": 0, "preview_url": null, "request_id": null}'
     )
 
 
@@ -189,3 +191,8 @@ def test_the_model_status_of_distributed_mode_keeps_its_workers_before_the_rules
 def test_the_index_rules_answer_as_before_with_the_adapters_at_the_end():
     rules = {**RULES, "adapters": [STATUS.adapters[0].model_dump()]}
     assert answer(GenerationInForce, rules) == f"{RULES_BEFORE}, {ADAPTERS}}}"
+
+
+def test_a_job_with_a_preview_answers_its_step_and_url_at_its_end():
+    shown = answer(JobOut, replace(QUEUED, state=JobState.RUNNING, position=None, preview_step=3))
+    assert shown.endswith('"preview_step": 3, "preview_url": "/jobs/0000000000000001/preview"}')

@@ -3,6 +3,7 @@ events' order, one event per step and per change of state, position or phase, th
 ending after the final state and before EVENT_STREAM_SECONDS, resuming with Last-Event-ID,
 and the bound on open streams, which keeps /health answering."""
 
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from PIL import Image
 
 from imagegen.generation.job_board import CANCELLING
 from tests.support.jobs import cancel_all
@@ -62,6 +64,12 @@ def events_of(app: AppServer, job_id: str, last_event_id: str | None = None) -> 
         return list(read_events(response))
 
 
+def last_event_id(events: list[Event]) -> str | None:
+    """The id a client resumes with: the last one received (a browser keeps it across
+    `preview` events, which carry none)."""
+    return next((event.id for event in reversed(events) if event.id is not None), None)
+
+
 def follow(app: AppServer, job_id: str, timeout: float = 120) -> list[list[Event]]:
     """The job's events from the start to its final state, one list per stream: each stream
     the server ends is resumed with the last id received, as a client does."""
@@ -71,8 +79,7 @@ def follow(app: AppServer, job_id: str, timeout: float = 120) -> list[list[Event
     while not streams or streams[-1] == [] or streams[-1][-1].name not in FINAL:
         assert time.monotonic() < deadline, streams
         streams.append(events_of(app, job_id, last_id))
-        if streams[-1]:
-            last_id = streams[-1][-1].id
+        last_id = last_event_id(streams[-1]) or last_id
     return streams
 
 
@@ -110,8 +117,8 @@ def test_a_job_streams_its_states_in_order_each_step_once_and_the_stream_ends(ap
     order_of_phases = ["loading the model", "denoising", "decoding", "saving"]
     places = [order_of_phases.index(phase) for phase in phases]
     assert places and places == sorted(set(places))
-    ids = [event.id for event in events]
-    assert len(set(ids)) == len(ids)  # every event has an id of its own
+    ids = [event.id for event in events if event.name != "preview"]
+    assert len(set(ids)) == len(ids) and None not in ids  # every event but a preview has its own
     requests.delete(app.url(f"/jobs/{ahead}"))
 
 
@@ -154,7 +161,8 @@ def test_a_stream_ends_before_its_life_and_resumes_with_last_event_id_losing_no_
     sent_last = max(e.data["step"] for e in first if e.name == "step")
     wait_running(app, job_id, min_step=sent_last + 3)
     second_started = time.monotonic()
-    with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=first[-1].id) as response:
+    resume_from = last_event_id(first)
+    with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=resume_from) as response:
         second = list(read_events(response))
     requests.delete(app.url(f"/jobs/{job_id}"))
     # Ended by its life again (or by the job's end, on a fast machine).
@@ -188,7 +196,7 @@ def follow_live(app: AppServer, job_id: str, seen: list[Event], timeout: float =
             assert response.status_code == 200, response.text
             for event in read_events(response):
                 seen.append(event)
-        last_id = seen[-1].id if seen else None
+        last_id = last_event_id(seen)
 
 
 def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(app):
@@ -212,7 +220,7 @@ def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(ap
     reader.join(60)
     assert not reader.is_alive(), seen
 
-    statuses = [(e.name, e.data["phase"]) for e in seen if e.name != "step"]
+    statuses = [(e.name, e.data["phase"]) for e in seen if e.name not in ("step", "preview")]
     cancelled = ("cancelled", "cancelled while running")
     assert statuses[-1] == cancelled and statuses.count(cancelled) == 1, statuses
     assert seen[-1].data["progress"]["step"] <= answer["progress"]["step"] + 1
@@ -226,7 +234,74 @@ def test_cancelling_a_running_job_streams_the_cancelling_phase_then_cancelled(ap
     assert statuses[-2:] == [("running", CANCELLING), cancelled], statuses
     assert statuses.count(("running", CANCELLING)) == 1, statuses
     phase_at = max(i for i, e in enumerate(seen) if e.name == "running")
-    assert [e.name for e in seen[phase_at + 1 : -1]] in ([], ["step"]), seen[phase_at:]
+    between = [e.name for e in seen[phase_at + 1 : -1] if e.name != "preview"]
+    assert between in ([], ["step"]), seen[phase_at:]
+
+
+def steps_sent_before(events: list[Event], index: int) -> int:
+    """The last step a client knows at event `index`: from the step events, or the first
+    event's job (a new stream starts at the job as it is)."""
+    known = [e.data["step"] for e in events[:index] if e.name == "step"]
+    known += [e.data["progress"]["step"] for e in events[:index] if "progress" in e.data]
+    return max(known, default=0)
+
+
+def test_previews_follow_their_steps_without_an_id_and_a_resumed_stream_gets_the_latest_once(app):
+    job_id = submit(app, **{**LONG, "size": "128x128"}, seed="9")
+    wait_running(app, job_id)
+    with open_stream(app.url(f"/jobs/{job_id}/events")) as response:
+        first = list(read_events(response))  # STREAM_SECONDS long: a preview a second
+    previews = [i for i, event in enumerate(first) if event.name == "preview"]
+    assert previews, [event.name for event in first]
+    for i in previews:
+        preview = first[i]
+        assert preview.id is None  # never replayed
+        assert preview.data["image"].startswith("data:image/jpeg;base64,")
+        assert max(preview.data["width"], preview.data["height"]) <= 128 // 4
+        assert 1 <= preview.data["step"] <= steps_sent_before(first, i)  # after its step
+    steps_seen = [e.data["step"] for e in first if e.name == "step"]
+    # Away while a newer preview is made: the resumed stream sends the steps missed, then
+    # that latest preview, once.
+    deadline = time.monotonic() + 60
+    while True:
+        latest = requests.get(app.url(f"/jobs/{job_id}/preview"), timeout=10)
+        if latest.status_code == 200 and int(latest.headers["X-Preview-Step"]) > steps_seen[-1]:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with open_stream(
+        app.url(f"/jobs/{job_id}/events"), last_event_id=last_event_id(first)
+    ) as response:
+        second = list(read_events(response))
+    requests.delete(app.url(f"/jobs/{job_id}"))
+    resumed = [i for i, event in enumerate(second) if event.name == "preview"]
+    assert resumed, [event.name for event in second]
+    assert second[resumed[0]].data["step"] > steps_seen[-1]
+    assert second[0].name == "step" and second[0].data["step"] == steps_seen[-1] + 1
+    assert resumed[0] > 0 and second[resumed[0] - 1].name == "step"  # after the steps missed
+    sent = [second[i].data["step"] for i in resumed]
+    assert sent == sorted(set(sent))  # each preview once
+
+
+def test_the_latest_preview_is_served_as_a_jpeg_and_404_before_the_first(app):
+    running = submit(app, **{**LONG, "size": "128x128"}, seed="10")
+    waiting = submit(app, prompt="waits", steps="2", size="64x64")
+    before = requests.get(app.url(f"/jobs/{waiting}/preview"), timeout=10)
+    assert before.status_code == 404 and "No preview yet" in before.json()["error"]["message"]
+    unknown = requests.get(app.url("/jobs/0123456789abcdef/preview"), timeout=10)
+    assert unknown.status_code == 404 and "No such job" in unknown.json()["error"]["message"]
+    deadline = time.monotonic() + 60
+    while (
+        found := requests.get(app.url(f"/jobs/{running}/preview"), timeout=10)
+    ).status_code != 200:
+        assert found.status_code == 404 and time.monotonic() < deadline
+        time.sleep(0.1)
+    assert found.headers["Content-Type"] == "image/jpeg"
+    assert (
+        found.headers["Cache-Control"] == "no-store" and int(found.headers["X-Preview-Step"]) >= 1
+    )
+    image = Image.open(io.BytesIO(found.content))
+    assert image.format == "JPEG" and max(image.size) <= 128 // 4 and len(found.content) < 8_000
 
 
 def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answers(app):

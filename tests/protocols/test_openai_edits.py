@@ -218,3 +218,20 @@ def test_librechat_asks_for_jpeg_or_webp_with_a_compression_and_gets_it(app, out
     )  # fmt: skip
     (image,) = b64_images(result)
     assert Image.open(io.BytesIO(image)).format == output_format.upper()
+
+
+@pytest.mark.both_modes
+def test_a_streamed_edit_sends_image_edit_events_to_its_completed_one(app):
+    stream = client(app).images.edit(
+        image=("in.png", encode(noise()), "image/png"),
+        mask=("mask.png", transparent_square_mask(), "image/png"),
+        prompt="sdk streamed edit", size="auto", stream=True, partial_images=1,
+        extra_body={"seed": 4, "strength": 1, "steps": 4, "guidance_scale": 0},
+    )  # fmt: skip
+    events = list(stream)
+    assert [event.type for event in events] == ["image_edit.partial_image", "image_edit.completed"]
+    assert events[0].partial_image_index == 0
+    png = base64.b64decode(events[1].b64_json)
+    assert Image.open(io.BytesIO(png)).size == (SIZE, SIZE) and events[1].size == f"{SIZE}x{SIZE}"
+    (job,) = jobs(app, "sdk streamed edit")
+    assert job["state"] == "succeeded" and job["parameters"]["edit"]["mask"] is not None

@@ -181,3 +181,44 @@ def test_errors_under_v1_take_openais_shape(app):
     assert missing.headers["x-should-retry"] == "false"
     with pytest.raises(openai.NotFoundError):
         client(app).files.list()
+
+
+@pytest.mark.both_modes
+def test_a_streamed_generation_sends_its_partial_images_then_the_image(app):
+    stream = client(app).images.generate(
+        prompt="sdk streamed harbour", size="64x64", stream=True, partial_images=2,
+        extra_body={"seed": 11, "steps": 6},
+    )  # fmt: skip
+    events = list(stream)  # to its completed event, as the SDK parses them
+    assert [event.type for event in events] == [
+        "image_generation.partial_image", "image_generation.partial_image",
+        "image_generation.completed",
+    ]  # fmt: skip
+    partials, completed = events[:2], events[2]
+    assert [event.partial_image_index for event in partials] == [0, 1]
+    for event in partials:
+        partial = Image.open(io.BytesIO(base64.b64decode(event.b64_json)))
+        assert partial.format == "PNG" and event.output_format == "png"
+        assert max(partial.size) <= 64 // 4 and event.size == f"{partial.width}x{partial.height}"
+    png = base64.b64decode(completed.b64_json)
+    assert completed.size == "64x64" and completed.output_format == "png"
+    (job,) = jobs(app, "sdk streamed harbour")
+    assert job["state"] == "succeeded" and job["parameters"]["partial_images"] == 2
+    assert requests.get(app.url(job["image_url"]), headers=BEARER).content == png
+
+
+def test_a_streamed_job_of_few_steps_sends_fewer_partial_images_and_n_must_be_1(app):
+    events = list(client(app).images.generate(
+        prompt="sdk streamed short", size="64x64", stream=True, partial_images=3,
+        output_format="jpeg", extra_body={"steps": 2},
+    ))  # fmt: skip
+    assert [event.type for event in events] == [
+        "image_generation.partial_image",
+        "image_generation.completed",
+    ]
+    assert Image.open(io.BytesIO(base64.b64decode(events[0].b64_json))).format == "JPEG"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client(app).images.generate(prompt="sdk two streamed", stream=True, n=2)
+    assert "n" in str(refused.value) and "stream" in str(refused.value)
+    with pytest.raises(openai.BadRequestError):
+        client(app).images.generate(prompt="sdk too many", stream=True, partial_images=4)

@@ -2,6 +2,8 @@
 password): txt2img, progress, interrupt and skip of this client's jobs only, models and
 options."""
 
+import base64
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -9,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 import webuiapi
+from PIL import Image
 
 from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, wait_until
 from tests.support.processes import AppServer
@@ -110,6 +113,21 @@ def test_progress_follows_this_clients_job_and_interrupt_stops_it(app):
     assert {j["state"] for j in jobs(app, "webui long")} == {"cancelled"}
     after = api.get_progress()
     assert after["progress"] == 0 and after["state"]["job_count"] == 0  # util_wait_for_ready
+
+
+@pytest.mark.both_modes
+def test_progress_shows_the_running_jobs_latest_preview_unless_skipped(app):
+    api = webui(app)
+    assert api.get_progress()["current_image"] is None  # nothing under way
+    call = Background(api, prompt="webui preview", **LONG)
+    seen = wait_until(lambda: (p := api.get_progress())["current_image"] and p)
+    image = Image.open(io.BytesIO(base64.b64decode(seen["current_image"])))
+    assert image.format == "JPEG" and max(image.size) <= LONG["width"] // 4
+    url = app.url("/sdapi/v1/progress")
+    skipped = api.session.get(url, params={"skip_current_image": "true"}).json()
+    assert skipped["current_image"] is None and skipped["state"]["sampling_step"] >= 1
+    api.interrupt()
+    call.join()
 
 
 @pytest.mark.parametrize(

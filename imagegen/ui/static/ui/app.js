@@ -351,9 +351,42 @@
     return item;
   }
 
+  // The picture as it forms: the job's latest preview (PREVIEW on the server), fetched when
+  // its step changes, shown in the job's place while it runs. A cancelled job keeps its last
+  // one, captioned, so a person sees what was stopped.
+  async function showPreview(job, item) {
+    const figure = item.querySelector(".job-preview");
+    const caption = figure.querySelector("figcaption");
+    if (job.state === "cancelled" && figure.dataset.step) {
+      caption.textContent = `Cancelled at step ${figure.dataset.step}`;
+      return;
+    }
+    if (!job.preview_url || FINAL.has(job.state)) return;
+    const step = String(job.preview_step);
+    if (figure.dataset.step === step || figure.dataset.loading === step) return;
+    figure.dataset.loading = step;
+    try {
+      const url = await blobUrl(job.preview_url);
+      const img = figure.querySelector("img");
+      if (img.src) URL.revokeObjectURL(img.src);
+      img.src = url;
+      img.alt = `Preview at step ${step}: ${job.parameters.prompt}`;
+      figure.dataset.step = step;
+      caption.textContent = `Preview at step ${step} of ${job.progress.steps}`;
+      figure.hidden = false;
+      const shown = queue.get(job.id);
+      if (shown && shown.state === "cancelled") showPreview(shown, item);
+    } catch {
+      // a preview is a nicety: the next poll tries again
+    } finally {
+      delete figure.dataset.loading;
+    }
+  }
+
   function renderJob(job) {
     const item = jobItem(job);
     const ended = FINAL.has(job.state);
+    showPreview(job, item);
     item.dataset.state = job.state;
     item.querySelector(".job-state").textContent = describeJob(job);
     const steps = stepsText(job);
