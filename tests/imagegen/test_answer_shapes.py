@@ -195,4 +195,6 @@ def test_the_index_rules_answer_as_before_with_the_adapters_at_the_end():
 
 def test_a_job_with_a_preview_answers_its_step_and_url_at_its_end():
     shown = answer(JobOut, replace(QUEUED, state=JobState.RUNNING, position=None, preview_step=3))
-    assert shown.endswith('"preview_step": 3, "preview_url": "/jobs/0000000000000001/preview"}')
+    assert shown.endswith(
+        '"preview_step": 3, "preview_url": "/jobs/0000000000000001/preview", "request_id": null}'
+    )
