@@ -228,3 +228,29 @@ def test_a_dropped_or_pasted_image_and_without_one_text_to_image(new_page, ui_ap
     assert "edit" not in record["parameters"]  # strength not sent without an image
     card = page.locator("#gallery li").first
     expect(card.locator("img")).to_have_count(1)  # no source beside it
+
+
+def test_a_refused_image_or_field_is_said_beside_it(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    image = page.get_by_label("Image", exact=True)
+    image.set_input_files(files=[{"name": "x.png", "mimeType": "image/png", "buffer": b"no"}])
+    expect(page.locator("#error-image")).to_have_text(  # the page's own check: nothing to paint
+        "Image could not be read: it is not an image, or it is truncated"
+    )
+    expect(image).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#mask")).to_be_hidden()
+
+    choose(page, source_png())
+    fill(page, prompt="refused strength", strength="0")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#error-strength")).to_contain_text("greater than 0")
+    expect(page.get_by_label("Strength")).to_be_focused()
+
+    out = io.BytesIO()  # past the API's pixel bound (4 x GEN_MAX_SIDE squared), from its header
+    Image.new("L", (4200, 4200)).save(out, format="PNG")
+    choose(page, out.getvalue(), "huge.png")
+    expect(page.locator("#edit-status")).to_contain_text("Editing huge.png (4200x4200)")
+    fill(page, strength="")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#error-image")).to_contain_text("declares 4200x4200 pixels")
+    expect(image).to_be_focused()
