@@ -1,9 +1,10 @@
 """Starting from an image on the page, in a real browser against the app under gunicorn (tiny
 pipeline, 64 px, 2 steps): a mask stroke painted with the mouse repaints only its area (every
 pixel beyond the stroke's reach plus twice the mask's blur is the source's, exactly), the
-result shown beside its source; the eraser and Clear mask, each control by its accessible
+result shown beside its source; a finger's stroke (touch) painting, not scrolling; the
+eraser and Clear mask, each control by its accessible
 name and by the keyboard; a gallery image's Edit; an image dropped or pasted; and, the image
-removed, text-to-image as before."""
+removed, text-to-image as before; refusals beside their field."""
 
 import hashlib
 import io
@@ -168,6 +169,32 @@ def test_the_eraser_and_clear_by_name_and_keyboard(new_page, ui_app):
     page.keyboard.press("Enter")
     record = generate(page, ui_app, "cleared: img2img", mask_blur="")
     assert record["parameters"]["edit"]["mask"] is None
+
+
+def test_a_finger_paints_the_mask(new_page, ui_app):
+    page = open_ui(new_page, ui_app)
+    mask = choose(page, source_png())
+    page.get_by_label("Brush size").fill("8")
+    mask.scroll_into_view_if_needed()
+    mask.evaluate("c => c.addEventListener('pointerdown', e => { c.dataset.by = e.pointerType })")
+    box = mask.bounding_box()
+    assert box
+    scale = box["width"] / SIDE
+    x = box["x"] + 32.5 * scale
+    touch = page.context.new_cdp_session(page)
+    touch.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+    scrolled = page.evaluate("window.scrollY")
+    for kind, y in [("touchStart", 16), *[("touchMove", y) for y in range(18, 46, 2)]]:
+        point = {"x": x, "y": box["y"] + (y + 0.5) * scale}
+        touch.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [point]})
+    touch.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+    expect(mask).to_have_attribute("data-by", "touch")
+    column = mask.evaluate(
+        "c => Array.from(c.getContext('2d').getImageData(32, 0, 1, c.height).data)"
+        ".filter((_, i) => i % 4 === 3)"
+    )
+    assert all(alpha == 255 for alpha in column[16:45]) and column[:10] == [0] * 10  # painted
+    assert page.evaluate("window.scrollY") == scrolled  # a stroke down it, not a scroll
 
 
 def test_edit_on_a_gallery_image_makes_it_the_source(new_page, ui_app):
