@@ -146,6 +146,13 @@ def test_the_eraser_and_clear_by_name_and_keyboard(new_page, ui_app):
     expect(page.get_by_role("group", name="Mask tools")).to_be_visible()
     brush, eraser = (page.get_by_role("radio", name=name) for name in ("Brush", "Eraser"))
     expect(brush).to_be_checked()
+    page.get_by_label("Image", exact=True).focus()
+    reached = []
+    for _ in range(6):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id"))
+    assert reached == ["tool-brush", "brush-size", "mask-clear", "strength", "mask_blur",
+                       "edit-remove"]  # fmt: skip
     size = page.get_by_label("Brush size")
     size.fill("8")
     paint(page, (8, 32), (56, 32))
@@ -248,6 +255,11 @@ def test_a_dropped_or_pasted_image_and_without_one_text_to_image(new_page, ui_ap
     assert mask.evaluate("c => [c.width, c.height]") == [56, 64]
 
     page.get_by_label("Strength").fill("0.5")
+    page.reload()
+    expect(page.locator("#mask")).to_be_hidden()  # the image is not kept across a reload
+    assert page.input_value("#strength") == "0.5"  # the edit's fields are, with the form's
+    drop_or_paste(page, source_png(48, 40), "dropped.png", "drop")
+    shown_mask(page)
     page.get_by_role("button", name="Remove image").click()
     expect(mask).to_be_hidden()
     expect(page.get_by_label("Image", exact=True)).to_be_focused()

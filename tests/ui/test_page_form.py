@@ -63,3 +63,5 @@ def test_the_edit_fields_offer_the_apis_defaults_and_bounds(base_model):
     blur = html.split('<input id="mask_blur"', 1)[1].split(">", 1)[0]
     assert f'placeholder="{MASK_BLUR_DEFAULT}"' in blur and f'max="{MASK_BLUR_MAX}"' in blur
     assert '<canvas id="mask" role="img" aria-label="Mask"' in html
+    brush = html.split('<input id="brush-size"', 1)[1].split(">", 1)[0]
+    assert all(bound in brush for bound in ('min="1"', 'max="256"', 'value="16"'))
