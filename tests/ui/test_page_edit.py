@@ -16,7 +16,7 @@ from PIL import Image
 from playwright.sync_api import Locator, Page, expect
 
 from tests.support.processes import AppServer
-from tests.ui.conftest import WAIT_MS, screenshot
+from tests.ui.conftest import TOKEN, WAIT_MS, screenshot
 from tests.ui.test_page import done, fill, jobs, open_ui
 
 SIDE = 64
@@ -293,3 +293,26 @@ def test_a_refused_image_or_field_is_said_beside_it(new_page, ui_app):
     page.get_by_role("button", name="Generate").click()
     expect(page.locator("#error-image")).to_contain_text("declares 4200x4200 pixels")
     expect(image).to_be_focused()
+
+
+def test_with_the_token_an_edits_source_shows_and_edit_loads_it(new_page, token_ui_app):
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    png = source_png()
+    answer = requests.post(
+        token_ui_app.url("/generate"),
+        data={"prompt": "edited with the token", "steps": "2", "strength": "0.5"},
+        files={"image": ("house.png", png, "image/png")},
+        headers=bearer,
+        timeout=WAIT_MS,
+    )
+    assert answer.status_code == 200, answer.text
+    page = new_page()
+    page.context.add_init_script(f"sessionStorage.setItem('imagegen.token', '{TOKEN}')")
+    page.goto(token_ui_app.url("/ui/"))
+    card = page.locator(f"#gallery li[data-image-id='{answer.headers['X-Image-Id']}']")
+    source = card.get_by_role("img", name="Source: edited with the token", exact=True)
+    expect(source).to_have_attribute("src", re.compile("^blob:"))  # fetched with the token
+    assert source.evaluate("i => i.decode().then(() => i.naturalWidth)") == SIDE
+    card.get_by_role("button", name="Edit: edited with the token").click()
+    expect(page.locator("#edit-status")).to_contain_text("(64x64)")
+    shown_mask(page)
