@@ -13,6 +13,7 @@ from django.shortcuts import render
 from config.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
+from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
 from imagegen.generation.render import SEED_MAX
 from imagegen.generation.schedulers import SCHEDULERS
 
@@ -52,6 +53,9 @@ def page(request: HttpRequest) -> HttpResponse:
         "sizes": _sizes(settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE),
         "seed_max": SEED_MAX,
         "count_max": settings.GEN_MAX_N,
+        "strength_default": STRENGTH_DEFAULT,
+        "mask_blur_default": MASK_BLUR_DEFAULT,
+        "mask_blur_max": MASK_BLUR_MAX,
     }
     config = {
         "tokenRequired": bool(settings.API_TOKEN),

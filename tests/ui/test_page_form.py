@@ -1,5 +1,6 @@
 """The page's form as the server renders it, in process: its bounds, defaults and scheduler
-choices are the ones the API enforces, for the model configured (a preset narrows them)."""
+choices are the ones the API enforces, for the model configured (a preset narrows them), and
+the edit's fields (strength, mask blur) the edit API's."""
 
 import re
 
@@ -8,6 +9,7 @@ from django.test import Client
 
 from imagegen import backend
 from imagegen.backend import rules_from_settings
+from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
 from imagegen.generation.schedulers import NAMES
 
 
@@ -52,3 +54,14 @@ def test_a_model_preset_narrows_the_schedulers_and_sets_the_defaults(turbo):
     assert '<option value="euler_a_trailing">Euler a SGM Uniform</option>' in html
     assert 'placeholder="1"' in html  # its one step
     assert "above 4 lowered to 4" in html
+
+
+def test_the_edit_fields_offer_the_apis_defaults_and_bounds(base_model):
+    html = Client().get("/ui/").content.decode()
+    strength = html.split('<input id="strength"', 1)[1].split(">", 1)[0]
+    assert f'placeholder="{STRENGTH_DEFAULT}"' in strength and 'max="1"' in strength
+    blur = html.split('<input id="mask_blur"', 1)[1].split(">", 1)[0]
+    assert f'placeholder="{MASK_BLUR_DEFAULT}"' in blur and f'max="{MASK_BLUR_MAX}"' in blur
+    assert '<canvas id="mask" role="img" aria-label="Mask"' in html
+    brush = html.split('<input id="brush-size"', 1)[1].split(">", 1)[0]
+    assert all(bound in brush for bound in ('min="1"', 'max="256"', 'value="16"'))

@@ -76,7 +76,10 @@
   const FIELDS = ["prompt", "negative_prompt", "steps", "guidance", "size", "scheduler", "seed"];
   // The API's fields and the page's own batch count: what is kept across reloads and what
   // an error can be shown beside.
-  const FORM_FIELDS = [...FIELDS, "count"];
+  const EDIT_FIELDS = ["strength", "mask_blur"]; // sent only with an image (mask.js)
+  const FORM_FIELDS = [...FIELDS, ...EDIT_FIELDS, "count"];
+  // Where the API's refusals can be shown: the fields above and the edit's file parts.
+  const ERROR_FIELDS = [...FORM_FIELDS, "image", "mask"];
   const FORM_KEY = "imagegen.form";
   let lastSeed = null;
   let formWaitsForModel = false; // the form's message is about the model (formAdvice)
@@ -120,7 +123,7 @@
   function clearErrors() {
     formWaitsForModel = false;
     $("form-error").hidden = true;
-    for (const name of FORM_FIELDS) {
+    for (const name of ERROR_FIELDS) {
       $(`error-${name}`).textContent = "";
       $(name).removeAttribute("aria-invalid");
     }
@@ -131,7 +134,7 @@
     const unplaced = [];
     let first = null;
     for (const detail of error.details || []) {
-      const field = FORM_FIELDS.includes(detail.field) ? detail.field : null;
+      const field = ERROR_FIELDS.includes(detail.field) ? detail.field : null;
       if (!field) {
         unplaced.push(`${detail.field}: ${detail.message}`);
         continue;
@@ -191,12 +194,7 @@
     if (refuseBlankPrompt()) return;
     const count = batchCount();
     if (count === null) return;
-    const data = new URLSearchParams();
-    for (const name of FIELDS) {
-      const value = $(name).value;
-      if (value.trim() !== "") data.set(name, value);
-    }
-    data.set("async", "true");
+    const data = await requestBody();
     const seed = data.get("seed");
     $("generate").disabled = true;
     try {
@@ -224,6 +222,24 @@
       pollQueue();
     }
   });
+
+  // The form's fields; with an image (mask.js), multipart with the image, its mask (when
+  // one is painted) and the edit's own fields, which the API refuses without an image.
+  async function requestBody() {
+    const edit = window.imagegenEdit && window.imagegenEdit.active();
+    const data = edit ? new FormData() : new URLSearchParams();
+    for (const name of edit ? [...FIELDS, ...EDIT_FIELDS] : FIELDS) {
+      const value = $(name).value;
+      if (value.trim() !== "") data.set(name, value);
+    }
+    data.set("async", "true");
+    if (edit) {
+      const parts = await window.imagegenEdit.parts();
+      data.set("image", parts.image, parts.name);
+      if (parts.mask) data.set("mask", parts.mask, "mask.png");
+    }
+    return data;
+  }
 
   $("seed-random").addEventListener("click", () => {
     $("seed").value = "";
@@ -559,6 +575,7 @@
       `guidance ${p.guidance}`,
       `seed ${p.seed}`,
       `sampler ${p.scheduler}`,
+      ...(p.edit ? [`edited: strength ${p.edit.strength}${p.edit.mask ? ", masked" : ""}`] : []),
     ].join(" · ");
   }
 
@@ -586,6 +603,10 @@
     const reuse = item.querySelector(".reuse");
     reuse.setAttribute("aria-label", `Use these settings: ${prompt}`);
     reuse.addEventListener("click", () => useSettings(record.parameters));
+    const edit = item.querySelector(".edit");
+    edit.setAttribute("aria-label", `Edit: ${prompt}`);
+    edit.addEventListener("click", () => editImage(record));
+    showSource(record, item);
     const view = item.querySelector(".view");
     view.setAttribute("aria-label", `View larger: ${prompt}`);
     view.addEventListener("click", () => openViewer(record, item));
@@ -604,6 +625,41 @@
     }, () => {
       image.alt = `${prompt} (image unavailable)`;
     });
+  }
+
+  // An edit's record links its source (GET /images/inputs/<sha256>): shown beside the result
+  // (a card of a text-to-image record has its one image).
+  function showSource(record, item) {
+    const edit = record.parameters.edit;
+    if (!edit) return;
+    const image = document.createElement("img");
+    image.className = "source";
+    image.alt = `Source: ${record.parameters.prompt}`;
+    image.title = "The source image";
+    item.querySelector(".pair").append(image);
+    markTiny(image);
+    blobUrl(edit.source.url).then((src) => {
+      image.src = src;
+    }, () => {
+      image.alt = `Source: ${record.parameters.prompt} (unavailable)`;
+    });
+  }
+
+  // "Edit": the stored image becomes the form's source (mask.js), to paint a mask on.
+  async function editImage(record) {
+    $("gallery-status").textContent = "";
+    const response = await api(`/images/${encodeURIComponent(record.id)}.png`);
+    if (!response.ok) {
+      $("gallery-status").textContent =
+        `Could not load the image: ${(await errorMessage(response)).message}`;
+      return;
+    }
+    const blob = await response.blob();
+    if (await window.imagegenEdit.load(blob, `${record.id}.png`)) {
+      clearErrors();
+      $("edit").scrollIntoView({ block: "start" });
+      $("image").focus();
+    }
   }
 
   function galleryCard(id) {
@@ -625,6 +681,15 @@
     $("viewer-params").textContent = describeParameters(record.parameters);
     $("viewer-download").href = src;
     $("viewer-download").download = `${record.id}.png`;
+    const source = item.querySelector("img.source");
+    $("viewer-source").hidden = !source;
+    if (source) {
+      $("viewer-source").src = source.src;
+      $("viewer-source").alt = source.alt;
+      $("viewer-source").classList.toggle("tiny", source.classList.contains("tiny"));
+    } else {
+      $("viewer-source").removeAttribute("src");
+    }
     viewing = record;
     // A modal dialog gives the focus back to the image's button when it closes.
     $("viewer").showModal();
@@ -650,7 +715,7 @@
     if (viewing && viewing.id === record.id) $("viewer").close();
     if (item) {
       const next = item.nextElementSibling || item.previousElementSibling;
-      URL.revokeObjectURL(item.querySelector("img").src);
+      for (const image of item.querySelectorAll("img")) URL.revokeObjectURL(image.src);
       item.remove();
       if (next) next.querySelector(".view").focus(); // the keyboard's place is not lost
     }
