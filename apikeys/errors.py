@@ -1,5 +1,7 @@
 """What the key services refuse, each naming the field and the rule."""
 
+from config.errors import ServiceError
+
 
 class KeyRefused(Exception):
     """Base of the key services' refusals (the command prints the message)."""
@@ -18,3 +20,15 @@ class KeyNotFound(KeyRefused):
 class BadKeyField(KeyRefused):
     def __init__(self, field: str, rule: str) -> None:
         super().__init__(f"{field}: {rule}")
+
+
+class KeyStoreUnreachable(ServiceError):
+    """A key that must be looked up while MongoDB does not answer: 503, never 401, since the
+    key may well be good (API_TOKEN is compared without the database and still works)."""
+
+    status = 503
+    message = (
+        "The key store (MongoDB) is unreachable, so this API key cannot be checked; "
+        "try again shortly"
+    )
+    retry_after = 5

@@ -22,7 +22,9 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.http.request import split_domain_port, validate_host
 from ninja.security import HttpBasicAuth, HttpBearer
+from pymongo.errors import PyMongoError
 
+from apikeys.errors import KeyStoreUnreachable
 from apikeys.selectors import TOKEN_CALLER, Caller, key_caller
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,11 @@ def caller_for(secret: str) -> Caller | None:
     if _is_token(secret):
         return TOKEN_CALLER
     if settings.API_KEYS:
-        return key_caller(secret=secret)
+        try:
+            return key_caller(secret=secret)
+        except PyMongoError as error:
+            log.warning("key store unreachable: %s", type(error).__name__)
+            raise KeyStoreUnreachable() from None
     return None
 
 
