@@ -86,6 +86,20 @@ def request_caller(request: HttpRequest) -> Caller | None:
     return auth if isinstance(auth, Caller) else None
 
 
+def owner_key(request: HttpRequest) -> str | None:
+    """The name of the key a request's jobs and images belong to ("API_TOKEN" for the
+    token); None on an open service."""
+    caller = request_caller(request)
+    return None if caller is None else caller.name
+
+
+def seen_by(request: HttpRequest) -> str | None:
+    """Whose jobs and images a request may see and touch: a key that is not an admin, its
+    own (the name); an admin key, API_TOKEN or an open service, everyone's (None)."""
+    caller = request_caller(request)
+    return None if caller is None or caller.admin else caller.name
+
+
 def warn_if_open() -> None:
     if not protected() and not settings.DEBUG:
         log.warning(

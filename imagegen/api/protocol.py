@@ -11,7 +11,7 @@ import base64
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity
+from config.auth import client_identity, owner_key
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest
@@ -30,6 +30,7 @@ def run_for_client(
         idempotency_key=request.headers.get("Idempotency-Key"),
         timeout=settings.GEN_SYNC_TIMEOUT,
         partial=partial,
+        key=owner_key(request),
     )
 
 

@@ -399,6 +399,7 @@ class Claimed:
     request: GenerationRequest
     created_at: datetime
     started_at: datetime
+    key: str | None = None  # the API key it belongs to: its image is recorded as that key's
 
 
 class JobStore:
@@ -466,6 +467,7 @@ class JobStore:
         *,
         owner: str | None,
         batch: str | None,
+        key: str | None = None,
         queue_max: int,
         keep: int,
     ) -> bool:
@@ -475,6 +477,7 @@ class JobStore:
             "request": request.model_dump_json(),
             "owner": owner or "",
             "batch": batch or "",
+            "key": key or "",
             "state": JobState.QUEUED.value,
             "phase": "waiting for its turn",
             "created_at": now_text(),
@@ -586,7 +589,7 @@ class JobStore:
             return None
         job_id, attempt = decoded(claimed[0]), int(claimed[1])
         self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
-        request, created = self.redis.hmget(job_key(job_id), "request", "created_at")
+        request, created, key = self.redis.hmget(job_key(job_id), "request", "created_at", "key")
         if request is None or created is None:  # add writes both; only forget removes them
             raise LookupError(f"job {job_id} was claimed without its request")
         return Claimed(
@@ -595,6 +598,7 @@ class JobStore:
             request=GenerationRequest.model_validate_json(request),
             created_at=datetime.fromisoformat(decoded(created)),
             started_at=datetime.fromisoformat(now),
+            key=decoded(key) or None if key else None,
         )
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
@@ -659,6 +663,7 @@ def _view(fields: dict, rank: int | None) -> JobView:
         image=ImageRecord.model_validate_json(image) if image else None,
         owner=_text(fields, "owner"),
         batch=_text(fields, "batch"),
+        key=_text(fields, "key"),
         failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
     )

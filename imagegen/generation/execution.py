@@ -61,6 +61,7 @@ def run_job(
     loader: ModelLoader,
     store: ImageStore,
     request: GenerationRequest,
+    key: str | None = None,
     queued_seconds: float,
     load_timeout: float,
     report: Report,
@@ -97,7 +98,7 @@ def run_job(
             **rendered.stages,
             "png_seconds": time.monotonic() - encoding,
         }
-        image = store.save(png, parameters, device=device, timings=timings)
+        image = store.save(png, parameters, device=device, timings=timings, key=key)
         return Outcome(JobState.SUCCEEDED, "done", image=image)
     except Cancelled:
         return Outcome(JobState.CANCELLED, "cancelled while running")

@@ -94,6 +94,7 @@ class JobView:
     # (the protocol routes' lookups), and the error a synchronous request raises for it.
     owner: str | None = None
     batch: str | None = None
+    key: str | None = None  # the API key that submitted it (config.auth); None when open
     failure: ServiceError | None = None
     # Grows with every change a client can see (state, phase, position, each step), for
     # waiting on changes (wait_change).
@@ -126,9 +127,11 @@ class JobBoard(Protocol):
         owner: str | None = None,
         batch: str | None = None,
         job_id: str | None = None,
+        key: str | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once with nothing queued (ServiceError).
-        `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one."""
+        `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one.
+        `key`: the API key it belongs to (its own jobs and images)."""
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images of `request` would take if submitted now, the jobs ahead

@@ -59,6 +59,9 @@ class Job:
     # client_identity; the n images of one request share a batch). None on the native routes.
     owner: str | None = None
     batch: str | None = None
+    # The name of the API key that submitted it (config.auth): its jobs and images are that
+    # key's own. None on an open service.
+    key: str | None = None
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -126,12 +129,13 @@ class JobQueue:
         owner: str | None = None,
         batch: str | None = None,
         job_id: str | None = None,
+        key: str | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
-        job = Job(request=request, owner=owner, batch=batch)
+        job = Job(request=request, owner=owner, batch=batch, key=key)
         if job_id is not None:
             job.id = job_id
         with self._lock:
@@ -204,6 +208,7 @@ class JobQueue:
                 revision=job.revision,
                 owner=job.owner,
                 batch=job.batch,
+                key=job.key,
                 failure=job.failure,
             )
 
@@ -289,6 +294,7 @@ class JobQueue:
             loader=self.loader,
             store=self.store,
             request=job.request,
+            key=job.key,
             queued_seconds=(job.started_at - job.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),
