@@ -25,6 +25,8 @@ from imagegen.errors import (
     JobCancelled,
     JobFailed,
     JobFinished,
+    KeyQueueLimit,
+    KeyRateLimit,
     PastSyncTimeout,
     SyncTimeout,
 )
@@ -97,6 +99,22 @@ def edit_request(
         only_masked=region,
     )
     return request.model_copy(update={"edit": edit, "size": size})
+
+
+def key_admit(*, key: str, max_queued: int | None, per_minute: int | None, count: int) -> None:
+    """Whether an API key may queue `count` more images now (429 if not): `max_queued`
+    against its jobs queued or running on the board (every replica's in distributed mode),
+    then `per_minute` against its count this minute, counted here when admitted. The first is
+    a check, not a reservation: requests of one key arriving at the same instant may pass it
+    together (by at most their number); the second is exact (imagegen.generation.rates)."""
+    if max_queued is not None:
+        mine = sum(1 for job in backend.jobs().unfinished() if job.key == key)
+        if mine + count > max_queued:
+            raise KeyQueueLimit(max_queued, count)
+    if per_minute is not None:
+        wait = backend.rates().take(key, count, per_minute)
+        if wait is not None:
+            raise KeyRateLimit(per_minute, count, wait)
 
 
 def generation_submit(

@@ -11,6 +11,7 @@ from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
 from imagegen import selectors, services
+from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
     ApiIndex,
     EstimateOut,
@@ -142,7 +143,7 @@ EDIT_PARTS = {
 @router.post(
     "/generate",
     auth=token_required(),
-    response={200: None, 202: JobOut, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: None, 202: JobOut, **errors(400, 409, 413, 429, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
     openapi_extra={
         "requestBody": form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD}),
@@ -155,6 +156,7 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
     generation = generation_request(request, form)
+    admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
         if key is None:

@@ -313,7 +313,7 @@ def images_response(
 @router.post(
     "/images/generations",
     auth=token_required(),
-    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: ImagesResponse, **errors(400, 409, 413, 429, 500, 503, 504)},
     exclude_none=True,
     summary="OpenAI images.generate: n images, as base64 PNGs or signed links",
 )
@@ -325,7 +325,7 @@ def images_generations(request: HttpRequest, payload: ImageGenerationIn):
 @router.post(
     "/images/edits",
     auth=token_required(),
-    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: ImagesResponse, **errors(400, 409, 413, 429, 500, 503, 504)},
     exclude_none=True,
     summary="OpenAI images.edit: n edits of one image (with a mask, only its transparent area)",
     openapi_extra={"requestBody": edit_body()},

@@ -1,7 +1,10 @@
 """Two keys and an admin through the openai SDK and webuiapi, in both job modes: each key
 lists only its own images and jobs, another key's id answers 404 (to read, to cancel, its
-PNG), the admin sees both, and a signed image link works whoever fetches it."""
+PNG), the admin sees both, and a signed image link works whoever fetches it. A key's limits
+give the SDK a RateLimitError while other keys get through, on every replica (distributed
+mode runs two web replicas here)."""
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,8 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
         "alice": services.key_create(name="alice").secret,
         "bob": services.key_create(name="bob").secret,
         "root": services.key_create(name="root", admin=True).secret,
+        "carol": services.key_create(name="carol", max_queued=1).secret,
+        "dave": services.key_create(name="dave", per_minute=2).secret,
     }
     yield {**made, "uri": uri}
     mongoengine.disconnect()
@@ -41,17 +46,22 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module", params=MODES)
-def app(
+def apps(
     request: pytest.FixtureRequest,
     secrets: dict[str, str],
     hub_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[AppServer]:
-    env = {"API_KEYS": "1", "MONGODB_URI": secrets["uri"]}
+) -> Iterator[list[AppServer]]:
+    """The module's app in process; in distributed mode two web replicas of one stack."""
+    env = {"API_KEYS": "1", "MONGODB_URI": secrets["uri"], "GEN_MAX_STEPS": "500"}
     work = tmp_path_factory.mktemp(f"keys-{request.param}")
     if request.param == "distributed":  # the session's stack, its model pulled already
-        with request.getfixturevalue("shared_stack").replica(work / "web.log", **env) as app:
-            yield app
+        stack = request.getfixturevalue("shared_stack")
+        with (
+            stack.replica(work / "web-1.log", **env) as one,
+            stack.replica(work / "web-2.log", **env) as two,
+        ):
+            yield [one, two]
         return
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
@@ -62,7 +72,12 @@ def app(
                 wait_for_state(app, {"ready", "failed"}, PULL_TIMEOUT["in-process"])["state"]
                 == "ready"
             )
-            yield app
+            yield [app]
+
+
+@pytest.fixture
+def app(apps: list[AppServer]) -> AppServer:
+    return apps[0]
 
 
 def as_(secret: str) -> dict[str, str]:
@@ -120,3 +135,60 @@ def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[st
     # A signed link works for the image it names, with no key at all.
     link = made.data[0].url
     assert link and requests.get(link, timeout=30).status_code == 200
+
+
+def wait_for(app: AppServer, job_id: str, secret: str, states: set[str]) -> dict:
+    deadline = time.monotonic() + 120
+    while (job := get(app, f"/jobs/{job_id}", secret).json())["state"] not in states:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    return job
+
+
+def test_max_queued_gives_the_sdk_a_rate_limit_error_while_other_keys_get_through(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    first, other = apps[0], apps[-1]
+    long_job = {"prompt": "carol's long one", "steps": "400", "size": "256x256", "async": "1"}
+    started = requests.post(first.url("/generate"), data=long_job, headers=as_(secrets["carol"]))
+    assert started.status_code == 202, started.text
+    blocker = started.json()["id"]
+    try:
+        wait_for(first, blocker, secrets["carol"], {"running"})
+        sdk = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["carol"], max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:
+            sdk.images.generate(prompt="carol again", size="64x64")
+        assert refused.value.response.headers["Retry-After"]
+        assert "1 generations queued or running" in str(refused.value)
+        # Another key still gets through (its job waits its turn: the one worker is busy).
+        alice = requests.post(
+            other.url("/generate"),
+            data={"prompt": "alice meanwhile", "size": "64x64", "async": "1"},
+            headers=as_(secrets["alice"]),
+        )
+        assert alice.status_code == 202, alice.text
+    finally:
+        requests.delete(first.url(f"/jobs/{blocker}"), headers=as_(secrets["carol"]))
+    done = wait_for(other, alice.json()["id"], secrets["alice"], {"succeeded", "failed"})
+    assert done["state"] == "succeeded"
+    wait_for(first, blocker, secrets["carol"], {"cancelled", "succeeded", "failed"})
+    # Its job finished, carol may generate again.
+    assert sdk.images.generate(prompt="carol after", size="64x64").data
+
+
+def test_per_minute_counts_images_across_replicas(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    if time.time() % 60 > 40:  # the whole test inside one minute's window
+        time.sleep(61 - time.time() % 60)
+    first, other = apps[0], apps[-1]
+    sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=secrets["dave"], max_retries=0)
+    assert len(sdk.images.generate(prompt="dave two", size="64x64", n=2).data) == 2
+    again = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["dave"], max_retries=0)
+    with pytest.raises(openai.RateLimitError) as refused:
+        again.images.generate(prompt="dave three", size="64x64")
+    assert 1 <= int(refused.value.response.headers["Retry-After"]) <= 60
+    assert "2 images a minute" in str(refused.value)
+    # Others are not counted with dave.
+    alice = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["alice"], max_retries=0)
+    assert alice.images.generate(prompt="alice not counted", size="64x64").data
