@@ -61,6 +61,12 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
         "clock",
     )
 )  # fmt: skip
+# The fair order (imagegen.generation.job_board.fair_round): each key's latest round, and the
+# round of the job claimed last.
+ROUNDS, SERVED = PREFIX + "rounds", PREFIX + "served"
+# A queued job's score: its round x ROUND_SPAN + its sequence number (mod ROUND_SPAN, which
+# orders only jobs of one round, one a key): by round, then by arrival.
+ROUND_SPAN = 1_000_000
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
 # for its own reasons (out of memory, a node taken away); twice in a row points at the job.
@@ -128,6 +134,7 @@ end
 # Workers whose heartbeat is gone are not idle, whatever they said last.
 _SUBMIT = """
 local prefix, id, queue_max, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local owner, span = ARGV[5], tonumber(ARGV[6])
 local idle = 0
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('EXISTS', prefix .. 'worker:' .. name) == 1 then
@@ -140,9 +147,19 @@ if redis.call('ZCARD', KEYS[1]) - idle >= queue_max then
   return 0
 end
 local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'rev', 1, unpack(ARGV, 5))
-redis.call('ZADD', KEYS[1], seq, id)
+-- fair_round: one job of each key with waiting jobs a round; never a round gone by.
+local round = math.max(tonumber(redis.call('GET', KEYS[6]) or '0'),
+                       tonumber(redis.call('HGET', KEYS[5], owner) or '0')) + 1
+redis.call('HSET', KEYS[5], owner, round)
+local score = round * span + seq % span
+redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'score', score, 'rev', 1,
+           unpack(ARGV, 7))
+redis.call('ZADD', KEYS[1], score, id)
 redis.call('ZADD', KEYS[2], seq, id)
+-- The jobs it passed move down one place.
+for _, other in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. score, '+inf')) do
+  redis.call('HINCRBY', prefix .. 'job:' .. other, 'rev', 1)
+end
 redis.call('RPUSH', prefix .. 'unfinished', id)
 local finished = 0
 for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
@@ -158,9 +175,10 @@ end
 return 1
 """
 
-# A worker takes the oldest waiting job, whichever message woke it: the queue's order is
-# this set's, so positions are exact with any number of workers. A job run again keeps its
-# place (its sequence number): it is the oldest. Answers the job's id and its attempt number.
+# A worker takes the first waiting job, whichever message woke it: the queue's order is
+# this set's (by round across keys, then by arrival: _SUBMIT), so positions are exact with
+# any number of workers. A job run again keeps its place (its score): it is among the first.
+# The round it was in becomes the one served. Answers the job's id and its attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
@@ -171,6 +189,10 @@ if #popped == 0 then
   return false
 end
 local id = popped[1]
+local round = math.floor(tonumber(popped[2]) / tonumber(ARGV[5]))
+if round > tonumber(redis.call('GET', KEYS[5]) or '0') then
+  redis.call('SET', KEYS[5], round)
+end
 local key = prefix .. 'job:' .. id
 local attempts = cjson.decode(redis.call('HGET', key, 'attempts') or '[]')
 table.insert(attempts, {worker = worker, started_at = now})
@@ -308,7 +330,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
       redis.call('HSET', key, 'state', 'queued', 'step', 0, 'steps', 0, 'phase',
                  'waiting for its turn: its worker ' .. worker .. ' was lost, it runs again')
       redis.call('HDEL', key, 'started_at', 'denoise_started')
-      redis.call('ZADD', KEYS[3], redis.call('HGET', key, 'seq'), id)
+      local place = redis.call('HGET', key, 'score') or redis.call('HGET', key, 'seq')
+      redis.call('ZADD', KEYS[3], place, id)
     else
       done = 'failed'
       local lost = 'lost ' .. #names .. ' workers, ' .. table.concat(names, ' and ') ..
@@ -485,8 +508,9 @@ class JobStore:
             "steps": 0,
         }
         flat = [item for pair in fields.items() for item in pair]
-        keys = [QUEUED, RECENT, SEQUENCE, IDLE]
-        return bool(self._submit(keys=keys, args=[PREFIX, job_id, queue_max, keep, *flat]))
+        keys = [QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED]
+        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, *flat]
+        return bool(self._submit(keys=keys, args=args))
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
@@ -583,8 +607,8 @@ class JobStore:
     def claim(self, worker: str) -> Claimed | None:
         """Takes the oldest waiting job for this worker (running, with its heartbeat)."""
         now = now_text()
-        keys = [QUEUED, IDLE, RUNNING, CLOCK]
-        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms])
+        keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
+        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN])
         if claimed is None:
             return None
         job_id, attempt = decoded(claimed[0]), int(claimed[1])

@@ -38,6 +38,7 @@ from imagegen.generation.job_board import (
     JobState,
     JobView,
     ahead_of,
+    fair_round,
     job_progress,
 )
 from imagegen.generation.presets import GenerationRules
@@ -62,6 +63,9 @@ class Job:
     # The name of the API key that submitted it (config.auth): its jobs and images are that
     # key's own. None on an open service.
     key: str | None = None
+    # Its round among the keys with waiting jobs (fair_round): the queue's order is by round,
+    # then by arrival.
+    round: int = 0
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -118,6 +122,8 @@ class JobQueue:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._worker: threading.Thread | None = None
         self._running: Job | None = None
+        self._rounds: dict[str, int] = {}  # each key's latest round (fair_round)
+        self._served = 0  # the round of the job that started last
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
 
     # -- what the routes call -----------------------------------------------------------
@@ -141,7 +147,8 @@ class JobQueue:
         with self._lock:
             if self._waiting() >= self.queue_max:
                 raise QueueFull()
-            self._queued.append(job)
+            job.round = fair_round(self._rounds, job.key, served=self._served)
+            self._enqueue(job)
             self._jobs[job.id] = job
             self._forget_old_jobs()
             self._start_worker()
@@ -244,6 +251,17 @@ class JobQueue:
         job.revision += 1
         self._lock.notify_all()
 
+    def _enqueue(self, job: Job) -> None:
+        """Places a job after every job of an earlier or the same round: behind its own key's
+        earlier jobs, ahead of another key's later ones. The jobs it passes move down one
+        place (their revisions grow with it). Lock held."""
+        place = len(self._queued)
+        while place > 0 and self._queued[place - 1].round > job.round:
+            place -= 1
+        self._queued.insert(place, job)
+        for behind in list(self._queued)[place + 1 :]:
+            self._changed(behind)
+
     def _leave_queue(self, job: Job) -> None:
         """Takes a job out of the queue; every job behind it moves up one place. Lock held."""
         place = self._queued.index(job)
@@ -270,6 +288,7 @@ class JobQueue:
                 while not self._queued:
                     self._lock.wait()
                 job = self._running = self._queued[0]
+                self._served = max(self._served, job.round)
                 self._leave_queue(job)
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
