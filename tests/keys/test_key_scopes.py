@@ -4,6 +4,7 @@ PNG), the admin sees both, and a signed image link works whoever fetches it. A k
 give the SDK a RateLimitError while other keys get through, on every replica (distributed
 mode runs two web replicas here)."""
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -192,3 +193,49 @@ def test_per_minute_counts_images_across_replicas(
     # Others are not counted with dave.
     alice = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["alice"], max_retries=0)
     assert alice.images.generate(prompt="alice not counted", size="64x64").data
+
+
+def test_the_queue_takes_keys_in_turn_and_positions_say_so(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    """alice's batch of 3 waits; bob's one job, sent after it, runs second, not fourth."""
+    first, other = apps[0], apps[-1]
+    run = uuid.uuid4().hex[:6]
+    long_job = {"prompt": f"hold {run}", "steps": "400", "size": "256x256", "async": "1"}
+    blocker = requests.post(first.url("/generate"), data=long_job, headers=as_(secrets["root"]))
+    assert blocker.status_code == 202, blocker.text
+    blocker_id = blocker.json()["id"]
+    wait_for(first, blocker_id, secrets["root"], {"running"})
+    sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=secrets["alice"], max_retries=0)
+    batch = threading.Thread(
+        target=sdk.images.generate, kwargs={"prompt": f"alice {run}", "size": "64x64", "n": 3}
+    )
+    batch.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(mine := by_prompt(first, secrets["alice"], f"alice {run}")) < 3:
+            assert time.monotonic() < deadline, mine
+            time.sleep(0.05)
+        bob = requests.post(
+            other.url("/generate"),
+            data={"prompt": f"bob {run}", "size": "64x64", "async": "1"},
+            headers=as_(secrets["bob"]),
+        )
+        assert bob.status_code == 202, bob.text
+        assert bob.json()["position"] == 2
+        alices = sorted(
+            job["position"] for job in by_prompt(other, secrets["root"], f"alice {run}")
+        )
+        assert alices == [1, 3, 4]
+    finally:
+        requests.delete(first.url(f"/jobs/{blocker_id}"), headers=as_(secrets["root"]))
+    batch.join(120)
+    done = by_prompt(first, secrets["root"], run)
+    assert all(job["state"] in ("succeeded", "cancelled") for job in done), done
+    order = [job["parameters"]["prompt"] for job in sorted(done, key=lambda j: j["started_at"])]
+    assert order == [f"hold {run}", f"alice {run}", f"bob {run}", f"alice {run}", f"alice {run}"]
+
+
+def by_prompt(app: AppServer, secret: str, text: str) -> list[dict]:
+    found = get(app, "/jobs", secret, limit=200).json()
+    return [job for job in found if text in job["parameters"]["prompt"]]
