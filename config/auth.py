@@ -103,8 +103,8 @@ def seen_by(request: HttpRequest) -> str | None:
 def warn_if_open() -> None:
     if not protected() and not settings.DEBUG:
         log.warning(
-            "Neither API_TOKEN nor API_KEYS is set: anyone who reaches this service can pull "
-            "the model, generate images and change todos"
+            "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can "
+            "pull the model, generate images and change todos"
         )
     elif settings.API_KEYS:
         log.info("API keys: named keys from MongoDB are taken (read on every request)")

@@ -141,3 +141,17 @@ def test_the_page_asks_for_a_key_when_only_named_keys_are_on(client, settings) -
     page = client.get("/ui/").content.decode()
     config = re.search(r"<script id=\"ui-config\" type=\"application/json\">(.*?)</script>", page)
     assert config and '"tokenRequired": true' in config.group(1)
+
+
+@pytest.mark.parametrize(
+    ("token", "keys", "warned"), [("", False, True), ("", True, False), ("t", False, False)]
+)
+def test_only_a_service_with_neither_token_nor_keys_warns_that_it_is_open(
+    settings, caplog, token: str, keys: bool, warned: bool
+) -> None:
+    from config.auth import warn_if_open
+
+    settings.API_TOKEN, settings.API_KEYS, settings.DEBUG = token, keys, False
+    with caplog.at_level("INFO", logger="config.auth"):
+        warn_if_open()
+    assert ("API_TOKEN is not set and API_KEYS is off" in caplog.text) is warned

@@ -1,11 +1,14 @@
 """The key store and `manage.py keys`, in process against a real MongoDB: a secret is shown
 once and stored only as a salted hash; revoke and rotate take effect on the next lookup."""
 
+from datetime import timedelta
+
 import pytest
 
 from apikeys import selectors, services
 from apikeys.documents import keys_collection
 from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
+from config.timestamps import utc_now
 from tests.support.commands import run_command
 
 
@@ -111,3 +114,15 @@ def test_the_command_refuses_clearly(keys_db: str) -> None:
     assert missing.returncode == 2 and "name: no live key named 'nobody'" in missing.stderr
     bad = run_command("keys", "create", "bob", "--max-queued", "0")
     assert bad.returncode == 2 and "--max-queued: must be at least 1" in bad.stderr
+
+
+def test_last_used_is_written_at_most_once_a_minute(keys_db: str) -> None:
+    issued = services.key_create(name="alice")
+    recent = utc_now() - timedelta(seconds=30)
+    keys_collection().update_one({}, {"$set": {"lastUsedAt": recent}})
+    selectors.key_caller(secret=issued.secret)
+    assert keys_collection().find_one()["lastUsedAt"] == recent
+    stale = utc_now() - timedelta(minutes=2)
+    keys_collection().update_one({}, {"$set": {"lastUsedAt": stale}})
+    selectors.key_caller(secret=issued.secret)
+    assert keys_collection().find_one()["lastUsedAt"] > recent
