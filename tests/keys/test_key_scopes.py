@@ -54,7 +54,14 @@ def apps(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[AppServer]]:
     """The module's app in process; in distributed mode two web replicas of one stack."""
-    env = {"API_KEYS": "1", "MONGODB_URI": secrets["uri"], "GEN_MAX_STEPS": "500"}
+    env = {
+        "API_KEYS": "1",
+        "MONGODB_URI": secrets["uri"],
+        "GEN_MAX_STEPS": "500",
+        # Synchronous requests wait behind long jobs on purpose (below): none refused by its
+        # estimate.
+        "GEN_SYNC_REFUSE_FACTOR": "0",
+    }
     work = tmp_path_factory.mktemp(f"keys-{request.param}")
     if request.param == "distributed":  # the session's stack, its model pulled already
         stack = request.getfixturevalue("shared_stack")
