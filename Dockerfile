@@ -26,6 +26,7 @@ COPY pyproject.toml manage.py ./
 COPY scripts/start scripts/start
 COPY config/ config/
 COPY todos/ todos/
+COPY apikeys/ apikeys/
 COPY imagegen/ imagegen/
 
 RUN useradd --create-home --uid 10001 app \

@@ -1,8 +1,10 @@
 """Optional bearer-token protection of everything that changes state or costs compute, and
 who a client is.
 
-With API_TOKEN unset the service stays open (and says so in the log at start when DEBUG is
-off); /health and /model/status always stay open for the platform's probes and the gate.
+With neither API_TOKEN nor API_KEYS set the service stays open (and says so in the log at
+start when DEBUG is off); /health and /model/status always stay open for the platform's probes
+and the gate. API_TOKEN is one admin key from the environment; API_KEYS adds the named keys of
+MongoDB (apikeys; docs/keys.md). Wherever the token is taken, a live key is too.
 The OpenAI routes take the token as a bearer token (the SDK's api_key); the AUTOMATIC1111
 routes also as HTTP Basic's password (A1111 clients only know `--api-auth user:password`),
 and their 401 offers both schemes.
@@ -20,6 +22,10 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.http.request import split_domain_port, validate_host
 from ninja.security import HttpBasicAuth, HttpBearer
+from pymongo.errors import PyMongoError
+
+from apikeys.errors import KeyStoreUnreachable
+from apikeys.selectors import TOKEN_CALLER, Caller, key_caller
 
 log = logging.getLogger(__name__)
 
@@ -29,36 +35,79 @@ def _is_token(value: str) -> bool:
     return bool(expected) and hmac.compare_digest(value.encode(), expected.encode())
 
 
+def protected() -> bool:
+    """Whether anything is checked: API_TOKEN set, named keys on, or both."""
+    return bool(settings.API_TOKEN) or settings.API_KEYS
+
+
+def caller_for(secret: str) -> Caller | None:
+    """Who presents this secret: the API_TOKEN (compared here, MongoDB never asked), else a
+    live named key (read from MongoDB on every request; its errors become a 503, not a 401,
+    since the key may well be good)."""
+    if _is_token(secret):
+        return TOKEN_CALLER
+    if settings.API_KEYS:
+        try:
+            return key_caller(secret=secret)
+        except PyMongoError as error:
+            log.warning("key store unreachable: %s", type(error).__name__)
+            raise KeyStoreUnreachable() from None
+    return None
+
+
 class ApiToken(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> str | None:
-        return "api-token" if _is_token(token) else None
+    def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
+        return caller_for(token)
 
 
 class ApiTokenAsPassword(HttpBasicAuth):
-    """HTTP Basic with the token as the password and any user name."""
+    """HTTP Basic with the token or key as the password and any user name."""
 
-    def authenticate(self, request: HttpRequest, username: str, password: str) -> str | None:
-        return "api-token" if _is_token(password) else None
+    def authenticate(self, request: HttpRequest, username: str, password: str) -> Caller | None:
+        return caller_for(password)
 
 
 def token_required() -> list[HttpBearer] | None:
-    """The `auth=` of protected routes: the token when one is configured, else none."""
-    return [ApiToken()] if settings.API_TOKEN else None
+    """The `auth=` of protected routes: a token or key when either is configured, else none."""
+    return [ApiToken()] if protected() else None
 
 
 def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth] | None:
-    """The `auth=` of the protocol routes: the token as a bearer token or as Basic's password.
-    With no token configured nothing is checked, so the bare `Basic ` header that clients
-    send when they have no credentials changes nothing."""
-    return [ApiToken(), ApiTokenAsPassword()] if settings.API_TOKEN else None
+    """The `auth=` of the protocol routes: the token or a key as a bearer token or as Basic's
+    password. With neither configured nothing is checked, so the bare `Basic ` header that
+    clients send when they have no credentials changes nothing."""
+    return [ApiToken(), ApiTokenAsPassword()] if protected() else None
+
+
+def request_caller(request: HttpRequest) -> Caller | None:
+    """The caller a protected route authenticated; None on an open service (everyone is
+    everyone's, as before keys)."""
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, Caller) else None
+
+
+def owner_key(request: HttpRequest) -> str | None:
+    """The name of the key a request's jobs and images belong to ("API_TOKEN" for the
+    token); None on an open service."""
+    caller = request_caller(request)
+    return None if caller is None else caller.name
+
+
+def seen_by(request: HttpRequest) -> str | None:
+    """Whose jobs and images a request may see and touch: a key that is not an admin, its
+    own (the name); an admin key, API_TOKEN or an open service, everyone's (None)."""
+    caller = request_caller(request)
+    return None if caller is None or caller.admin else caller.name
 
 
 def warn_if_open() -> None:
-    if not settings.API_TOKEN and not settings.DEBUG:
+    if not protected() and not settings.DEBUG:
         log.warning(
-            "API_TOKEN is not set: anyone who reaches this service can pull the model, "
-            "generate images and change todos"
+            "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can "
+            "pull the model, generate images and change todos"
         )
+    elif settings.API_KEYS:
+        log.info("API keys: named keys from MongoDB are taken (read on every request)")
 
 
 def _trusted(address: str) -> bool:

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "ninja",
     "todos",
+    "apikeys",
     "imagegen",
     "imagegen.ui",
 ]
@@ -84,6 +85,9 @@ TIME_ZONE = "UTC"
 
 # Bearer token required by requests that change state or cost compute; unset = open.
 API_TOKEN = env_str("API_TOKEN", "")
+# Named keys kept in MongoDB (manage.py keys; docs/keys.md), taken besides API_TOKEN. Off, the
+# service never reads them, so the image routes never need the database.
+API_KEYS = env_bool("API_KEYS", False)
 
 # Addresses or networks (CIDR) of the reverse proxies in front of the service (Azure's
 # ingress). Only a request arriving from one of them has its X-Forwarded-For,

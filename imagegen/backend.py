@@ -26,6 +26,7 @@ from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.presets import GenerationRules, generation_rules, preset_for
 from imagegen.generation.previews import PreviewPolicy
+from imagegen.generation.rates import LocalRates, RateCounter
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
 from imagegen.model import hub
 from imagegen.model.cpu import torch_threads
@@ -161,6 +162,18 @@ def runs() -> RunRegistry:
 
         return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
     return LocalRuns(ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
+
+
+@cache
+def rates() -> RateCounter:
+    """The API keys' per-minute image counts: this process's, or Redis's for every web
+    replica in distributed mode."""
+    if is_distributed():
+        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.rates import RedisRates
+
+        return RedisRates(redis_client())
+    return LocalRates()
 
 
 def worker_runtime(name: str) -> "WorkerRuntime":

@@ -36,6 +36,34 @@ class QueueFull(ServiceError):
     retry_after = 60
 
 
+class KeyQueueLimit(ServiceError):
+    """An API key's `--max-queued` reached (OpenAI's status for a rate limit: its SDK raises
+    RateLimitError and honours Retry-After); other keys still get through."""
+
+    status = 429
+    retry_after = 5
+
+    def __init__(self, limit: int, count: int) -> None:
+        also = f" (this request asks for {count})" if count > 1 else ""
+        super().__init__(
+            f"This API key may have {limit} generations queued or running at once{also}; "
+            "try again when one has finished"
+        )
+
+
+class KeyRateLimit(ServiceError):
+    """An API key's `--per-minute` reached: 429 until the minute's window ends."""
+
+    status = 429
+
+    def __init__(self, limit: int, count: int, retry_after: int) -> None:
+        also = f" (this request asks for {count})" if count > 1 else ""
+        super().__init__(
+            f"This API key may start {limit} images a minute{also}; try again in {retry_after} s",
+            retry_after=retry_after,
+        )
+
+
 class JobNotFound(ServiceError):
     status = 404
     message = "No such job (jobs are kept while this process runs)"

@@ -109,9 +109,16 @@ def _breakdown(found: Estimate) -> str:
     return text
 
 
-def job_get(*, job_id: str) -> JobView:
+def visible(owner: str | None, seen_by: str | None) -> bool:
+    """Whether a job or image of API key `owner` is shown to `seen_by`: a key that is not an
+    admin (config.auth.seen_by) sees its own only; None (an admin, API_TOKEN, an open
+    service) sees everything. Another key's is answered 404, not 403: ids are not confirmed."""
+    return seen_by is None or owner == seen_by
+
+
+def job_get(*, job_id: str, seen_by: str | None = None) -> JobView:
     job = backend.jobs().lookup(job_id)
-    if job is None:
+    if job is None or not visible(job.key, seen_by):
         raise backend.job_not_found()
     return job
 
@@ -122,33 +129,38 @@ def job_preview(*, job_id: str, partial: int | None = None) -> Preview | None:
     return backend.jobs().preview(job_id, partial)
 
 
-def job_wait(*, job_id: str, after: int, timeout: float) -> JobView:
+def job_wait(*, job_id: str, after: int, timeout: float, seen_by: str | None = None) -> JobView:
     """The job as soon as it changes past revision `after` (a state, a phase, its place in
     the queue, a step), or as it is after `timeout` seconds: what the event stream watches,
     so it wakes for changes instead of polling."""
     view = backend.jobs().wait_change(job_id, after, timeout)
-    if view is None:
+    if view is None or not visible(view.key, seen_by):
         raise backend.job_not_found()
     return view
 
 
-def job_list(*, limit: int, unfinished: bool = False) -> list[JobView]:
+def job_list(*, limit: int, unfinished: bool = False, seen_by: str | None = None) -> list[JobView]:
     """The newest jobs, or only the queued and running ones: those are read from the
     board's own list of them, so one that runs long while many newer ones finish is never
-    beyond `limit`'s reach."""
+    beyond `limit`'s reach. A key's own are picked from every job remembered (JOBS_KEEP)."""
+    jobs = backend.jobs()
     if unfinished:
-        return backend.jobs().unfinished()[:limit]
-    return backend.jobs().recent(limit)
+        found = jobs.unfinished()
+    else:
+        found = jobs.recent(limit if seen_by is None else settings.JOBS_KEEP)
+    return [job for job in found if visible(job.key, seen_by)][:limit]
 
 
-def image_get(*, image_id: str) -> ImageRecord:
+def image_get(*, image_id: str, seen_by: str | None = None) -> ImageRecord:
     record = backend.image_store().get(image_id)
-    if record is None:
+    if record is None or not visible(record.key, seen_by):
         raise ImageNotFound()
     return record
 
 
-def image_png(*, image_id: str) -> Path:
+def image_png(*, image_id: str, seen_by: str | None = None) -> Path:
+    if seen_by is not None:
+        image_get(image_id=image_id, seen_by=seen_by)  # another key's: 404
     path = backend.image_store().png_path(image_id)
     if not is_image_id(image_id) or not path.is_file():
         raise ImageNotFound()
@@ -167,8 +179,8 @@ def image_input(*, digest: str) -> tuple[Path, str]:
         return path, image.get_format_mimetype() or "application/octet-stream"
 
 
-def image_page(*, limit: int, before: str | None) -> ImagePage:
-    records = backend.image_store().page(limit=limit, before=before)
+def image_page(*, limit: int, before: str | None, seen_by: str | None = None) -> ImagePage:
+    records = backend.image_store().page(limit=limit, before=before, key=seen_by)
     more = len(records) == limit
     return ImagePage(
         items=records,

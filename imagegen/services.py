@@ -29,6 +29,8 @@ from imagegen.errors import (
     JobCancelled,
     JobFailed,
     JobFinished,
+    KeyQueueLimit,
+    KeyRateLimit,
     PastSyncTimeout,
     SyncTimeout,
 )
@@ -113,6 +115,22 @@ def edit_request(
     return request.model_copy(update={"edit": edit, "size": size})
 
 
+def key_admit(*, key: str, max_queued: int | None, per_minute: int | None, count: int) -> None:
+    """Whether an API key may queue `count` more images now (429 if not): `max_queued`
+    against its jobs queued or running on the board (every replica's in distributed mode),
+    then `per_minute` against its count this minute, counted here when admitted. The first is
+    a check, not a reservation: requests of one key arriving at the same instant may pass it
+    together (by at most their number); the second is exact (imagegen.generation.rates)."""
+    if max_queued is not None:
+        mine = sum(1 for job in backend.jobs().unfinished() if job.key == key)
+        if mine + count > max_queued:
+            raise KeyQueueLimit(max_queued, count)
+    if per_minute is not None:
+        wait = backend.rates().take(key, count, per_minute)
+        if wait is not None:
+            raise KeyRateLimit(per_minute, count, wait)
+
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -136,17 +154,21 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
 
 @_prunes_refused_inputs
 def generation_submit(
-    *, request: GenerationRequest, job_id: str | None = None, client: str | None = None
+    *,
+    request: GenerationRequest,
+    job_id: str | None = None,
+    client: str | None = None,
+    key: str | None = None,
 ) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
     one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs);
     `client`: a protocol request's client (an OpenAI stream), whose /progress then shows it,
-    as a batch of one."""
+    as a batch of one; `key`: the API key it belongs to (config.auth)."""
     if client is None:
-        job = backend.jobs().submit(request, job_id=job_id)
+        job = backend.jobs().submit(request, job_id=job_id, key=key)
     else:
         batch = secrets.token_hex(8)
-        job = backend.jobs().submit(request, job_id=job_id, owner=client, batch=batch)
+        job = backend.jobs().submit(request, job_id=job_id, owner=client, batch=batch, key=key)
     metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
     return job
 
@@ -205,25 +227,26 @@ def generation_run(
     timeout: float | None,
     client: str = "",
     idempotency_key: str | None = None,
+    key: str | None = None,
 ) -> tuple[JobView, ImageRecord]:
     """A synchronous generation: submitted as a job like any other, then waited for; refused
     at once when it cannot finish in time (asynchronous ones are taken as they come). With
     an Idempotency-Key, a retry joins the job its first attempt queued (_keyed_job)."""
     if idempotency_key is not None:
-        job, last = _keyed_job(request, timeout, client, idempotency_key, wait=True)
+        job, last = _keyed_job(request, timeout, client, idempotency_key, key, wait=True)
         return job, _answer(job, alone=last)
     _refuse_past_timeout(request, 1, timeout)
-    job = generation_submit(request=request)
+    job = generation_submit(request=request, key=key)
     return job, generation_result(job=job, timeout=timeout)
 
 
 @_prunes_refused_inputs
 def generation_submit_keyed(
-    *, request: GenerationRequest, client: str, idempotency_key: str
+    *, request: GenerationRequest, client: str, idempotency_key: str, key: str | None = None
 ) -> JobView:
     """An asynchronous POST /generate with an Idempotency-Key: its retry answers the job
     the first attempt queued (_keyed_job), not a second one."""
-    return _keyed_job(request, None, client, idempotency_key, wait=False)[0]
+    return _keyed_job(request, None, client, idempotency_key, key, wait=False)[0]
 
 
 def _keyed_job(
@@ -231,6 +254,7 @@ def _keyed_job(
     timeout: float | None,
     client: str,
     idempotency_key: str,
+    owner_key: str | None,
     *,
     wait: bool,
 ) -> tuple[JobView, bool]:
@@ -247,7 +271,7 @@ def _keyed_job(
     def submit(job_ids: list[str]) -> None:
         if wait:
             _refuse_past_timeout(request, 1, timeout)
-        generation_submit(request=request, job_id=job_ids[0])
+        generation_submit(request=request, job_id=job_ids[0], key=owner_key)
 
     runs = backend.runs()
     run = runs.join_or_submit(key, submit=submit, unfinished=_joinable, keep=True)
@@ -271,11 +295,12 @@ def _joinable(job_ids: list[str]) -> bool:
     )
 
 
-def image_delete(*, image_id: str) -> ImageRecord:
+def image_delete(*, image_id: str, seen_by: str | None = None) -> ImageRecord:
     """Removes a stored image (its PNG and its record) from OUTPUT_DIR, the one store of
     both job modes; answers the record it removed. The job that made it still names it in
     GET /jobs until the job is forgotten (JOBS_KEEP); its image_url then answers 404. An
     edit's inputs go with it unless another image or job names them (_prune_inputs)."""
+    selectors.image_get(image_id=image_id, seen_by=seen_by)  # another key's: 404
     record = backend.image_store().delete(image_id)
     if record is None:
         raise ImageNotFound()
@@ -317,7 +342,8 @@ def _prune_inputs(freed: set[str]) -> None:
             store.remove_input(digest)
 
 
-def job_cancel(*, job_id: str) -> JobView:
+def job_cancel(*, job_id: str, seen_by: str | None = None) -> JobView:
+    selectors.job_get(job_id=job_id, seen_by=seen_by)  # another key's: 404
     job = backend.jobs().cancel(job_id)
     if job is None:
         raise backend.job_not_found()
@@ -369,7 +395,11 @@ def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
 
 
 def _submit_batch(
-    request: GenerationRequest, job_ids: list[str], client: str, timeout: float | None
+    request: GenerationRequest,
+    job_ids: list[str],
+    client: str,
+    timeout: float | None,
+    owner_key: str | None,
 ) -> None:
     """A job under each id or none: refused whole when they cannot all finish within
     `timeout`; when the queue fills part-way, the ones queued are cancelled (they never run)
@@ -379,7 +409,7 @@ def _submit_batch(
     try:
         for index, job_id in enumerate(job_ids):
             request_n = _nth_seed(request, index)
-            jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id)
+            jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id, key=owner_key)
             metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
     except Exception:  # the queue filled up, the model went away, the store stopped answering
@@ -408,6 +438,7 @@ def _join_or_submit(
     count: int,
     client: str,
     timeout: float | None,
+    owner_key: str | None,
     *,
     keyed: bool,
 ) -> SharedRun:
@@ -415,7 +446,7 @@ def _join_or_submit(
     is estimated first."""
 
     def submit(job_ids: list[str]) -> None:
-        _submit_batch(request, job_ids, client, timeout)
+        _submit_batch(request, job_ids, client, timeout, owner_key)
 
     if keyed:  # as POST /generate's key (_keyed_job): a retry joins its twin, even finished
         return backend.runs().join_or_submit(
@@ -467,6 +498,7 @@ def generation_run_shared(
     idempotency_key: str | None,
     timeout: float | None,
     partial: bool = False,
+    key: str | None = None,
 ) -> list[ImageRecord]:
     """A synchronous request for `count` images, as the OpenAI and A1111 routes make: one
     ordinary job per image (seed, seed+1, ... when a seed is given), all in the one queue.
@@ -482,8 +514,10 @@ def generation_run_shared(
 
     A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
     or with `partial` leaves its image out (A1111 answers what was finished)."""
-    key = _run_key(request, count, client, idempotency_key)
-    run = _join_or_submit(key, request, count, client, timeout, keyed=bool(idempotency_key))
+    run_key = _run_key(request, count, client, idempotency_key)
+    run = _join_or_submit(
+        run_key, request, count, client, timeout, key, keyed=bool(idempotency_key)
+    )
     try:
         _wait(run.jobs, timeout, partial=partial)
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support.processes import ROOT
 
-PACKAGES = ("config", "imagegen", "todos")
+PACKAGES = ("apikeys", "config", "imagegen", "todos")
 
 # Lower number = lower layer. A module may import its own layer or a lower one.
 LAYERS = {

@@ -232,3 +232,18 @@ def test_a1111_img2img_declares_its_image_fields_and_their_bounds():
     strength = fields["denoising_strength"]["anyOf"][0]
     assert (strength["exclusiveMinimum"], strength["maximum"]) == (0, 1)
     assert "400" in SCHEMA["paths"]["/sdapi/v1/img2img"]["post"]["responses"]
+
+
+GENERATING_ROUTES = [
+    ("post", "/generate"),
+    ("post", "/v1/images/generations"),
+    ("post", "/v1/images/edits"),
+    ("post", "/sdapi/v1/txt2img"),
+    ("post", "/sdapi/v1/img2img"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), GENERATING_ROUTES)
+def test_every_generating_route_declares_the_429_of_a_key_past_its_limits(method, path):
+    """An API key past --max-queued or --per-minute (docs/keys.md)."""
+    assert "429" in SCHEMA["paths"][path][method]["responses"]

@@ -375,7 +375,7 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
 @router.post(
     "/txt2img",
     auth=auth,
-    response={200: Txt2ImgOut, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: Txt2ImgOut, **errors(400, 409, 413, 429, 500, 503, 504)},
     summary="A1111 txt2img: batch_size x n_iter images, each a job in the queue",
 )
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
@@ -406,7 +406,7 @@ def _answer(
 @router.post(
     "/img2img",
     auth=auth,
-    response={200: Txt2ImgOut, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: Txt2ImgOut, **errors(400, 409, 413, 429, 500, 503, 504)},
     summary="A1111 img2img (inpainting with a mask): batch_size x n_iter images, each a job",
 )
 def img2img(request: HttpRequest, payload: Img2ImgIn):

@@ -6,11 +6,12 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, token_required
+from config.auth import client_identity, owner_key, seen_by, token_required
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
 from imagegen import selectors, services
+from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
     ApiIndex,
     EstimateOut,
@@ -142,7 +143,7 @@ EDIT_PARTS = {
 @router.post(
     "/generate",
     auth=token_required(),
-    response={200: None, 202: JobOut, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: None, 202: JobOut, **errors(400, 409, 413, 429, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
     openapi_extra={
         "requestBody": form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD}),
@@ -155,19 +156,21 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
     generation = generation_request(request, form)
+    admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
         if key is None:
-            job = services.generation_submit(request=generation)
+            job = services.generation_submit(request=generation, key=owner_key(request))
         else:
             job = services.generation_submit_keyed(
-                request=generation, client=client_identity(request), idempotency_key=key
-            )
+                request=generation, client=client_identity(request), idempotency_key=key,
+                key=owner_key(request),
+            )  # fmt: skip
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
         request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
-        client=client_identity(request), idempotency_key=key,
+        client=client_identity(request), idempotency_key=key, key=owner_key(request),
     )  # fmt: skip
     return png_with_headers(record, job)
 
@@ -215,7 +218,7 @@ def job_list(
         False, description="only the jobs queued or running (every one, however old)"
     ),
 ):
-    return selectors.job_list(limit=limit, unfinished=unfinished)
+    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=seen_by(request))
 
 
 @router.get(
@@ -225,7 +228,7 @@ def job_list(
     summary="One job: state, queue position, progress, result",
 )
 def job_get(request: HttpRequest, job_id: str):
-    return selectors.job_get(job_id=job_id)
+    return selectors.job_get(job_id=job_id, seen_by=seen_by(request))
 
 
 EVENT_STREAM_DOC = {
@@ -266,7 +269,8 @@ def job_events(
         description="the id of the last event received: the stream resumes after it",
     ),
 ):  # fmt: skip
-    selectors.job_get(job_id=job_id)  # 404 before a place is taken
+    scope = seen_by(request)
+    selectors.job_get(job_id=job_id, seen_by=scope)  # 404 before a place is taken
     seen = events.Seen.from_event_id(last_event_id) if last_event_id else None
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.META.get("REQUEST_METHOD") == "HEAD":  # the headers only; no place held
@@ -275,7 +279,7 @@ def job_events(
 
     def wait(after: int, timeout: float) -> JobView | None:
         try:
-            return selectors.job_wait(job_id=job_id, after=after, timeout=timeout)
+            return selectors.job_wait(job_id=job_id, after=after, timeout=timeout, seen_by=scope)
         except JobNotFound:
             return None
 
@@ -298,7 +302,7 @@ def job_events(
                    "format": "binary"}}}}}},
 )  # fmt: skip
 def job_preview(request: HttpRequest, job_id: str):
-    selectors.job_get(job_id=job_id)  # 404 for an unknown job
+    selectors.job_get(job_id=job_id, seen_by=seen_by(request))  # unknown, or another key's
     found = selectors.job_preview(job_id=job_id)
     if found is None:
         raise PreviewNotYet()
@@ -315,7 +319,7 @@ def job_preview(request: HttpRequest, job_id: str):
     summary="Cancel a job: a queued one never runs, a running one stops at the next block",
 )
 def job_cancel(request: HttpRequest, job_id: str):
-    return services.job_cancel(job_id=job_id)
+    return services.job_cancel(job_id=job_id, seen_by=seen_by(request))
 
 
 @router.post(
@@ -325,7 +329,7 @@ def job_cancel(request: HttpRequest, job_id: str):
     summary="Cancel a job (as DELETE /jobs/{job_id}, for clients that cannot send DELETE)",
 )
 def job_cancel_post(request: HttpRequest, job_id: str):
-    return services.job_cancel(job_id=job_id)
+    return services.job_cancel(job_id=job_id, seen_by=seen_by(request))
 
 
 @router.get(
@@ -339,7 +343,7 @@ def image_list(
     limit: int = Query(20, ge=1, le=100),
     before: str | None = Query(None, description="the last id of the previous page"),
 ):
-    return selectors.image_page(limit=limit, before=before)
+    return selectors.image_page(limit=limit, before=before, seen_by=seen_by(request))
 
 
 @router.get(
@@ -369,7 +373,8 @@ def image_input(request: HttpRequest, digest: str):
     openapi_extra=png_answer("the PNG"),
 )
 def image_png(request: HttpRequest, image_id: str):
-    return FileResponse(selectors.image_png(image_id=image_id).open("rb"), content_type="image/png")
+    path = selectors.image_png(image_id=image_id, seen_by=seen_by(request))
+    return FileResponse(path.open("rb"), content_type="image/png")
 
 
 @router.get(
@@ -379,7 +384,7 @@ def image_png(request: HttpRequest, image_id: str):
     summary="One stored image's record: its parameters and timings",
 )
 def image_get(request: HttpRequest, image_id: str):
-    return selectors.image_get(image_id=image_id)
+    return selectors.image_get(image_id=image_id, seen_by=seen_by(request))
 
 
 @router.delete(
@@ -389,4 +394,4 @@ def image_get(request: HttpRequest, image_id: str):
     summary="Delete one stored image (its PNG and its record); answers the record removed",
 )
 def image_delete(request: HttpRequest, image_id: str):
-    return services.image_delete(image_id=image_id)
+    return services.image_delete(image_id=image_id, seen_by=seen_by(request))

@@ -21,13 +21,13 @@ from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
 from pydantic import ValidationError as PydanticError
 
-from config.auth import client_identity, public_origin, token_required
+from config.auth import client_identity, owner_key, public_origin, token_required
 from config.errors import FieldError
 from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
-from imagegen.api.protocol import run_for_client
+from imagegen.api.protocol import admit, run_for_client
 from imagegen.api.schemas import (
     PROMPT_MAX,
     BlankIsAbsent,
@@ -336,15 +336,17 @@ def images_response(
 @router.post(
     "/images/generations",
     auth=token_required(),
-    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: ImagesResponse, **errors(400, 409, 413, 429, 500, 503, 504)},
     exclude_none=True,
     summary="OpenAI images.generate: n images, as base64 PNGs or signed links; stream: SSE",
 )
 def images_generations(request: HttpRequest, payload: ImageGenerationIn):
     if payload.stream:
         one_image_streamed(payload)
+        admit(request, 1)  # an API key's limits, as run_for_client applies them
         return streamed_image(
             payload.to_request(), client=client_identity(request), prefix=GENERATION,
+            key=owner_key(request),
             partials=payload.partial_images or 0, output_format=payload.output_format,
             compression=payload.output_compression,
         )  # fmt: skip
@@ -355,7 +357,7 @@ def images_generations(request: HttpRequest, payload: ImageGenerationIn):
 @router.post(
     "/images/edits",
     auth=token_required(),
-    response={200: ImagesResponse, **errors(400, 409, 413, 500, 503, 504)},
+    response={200: ImagesResponse, **errors(400, 409, 413, 429, 500, 503, 504)},
     exclude_none=True,
     summary="OpenAI images.edit: n edits of one image (with a mask, only its transparent area)",
     openapi_extra={"requestBody": edit_body()},
@@ -371,8 +373,9 @@ def images_edits(request: HttpRequest):
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
     )  # fmt: skip
     if form.stream:
+        admit(request, 1)
         return streamed_image(
-            generation, client=client_identity(request), prefix=EDIT,
+            generation, client=client_identity(request), prefix=EDIT, key=owner_key(request),
             partials=form.partial_images or 0, output_format=form.output_format,
             compression=form.output_compression,
         )  # fmt: skip

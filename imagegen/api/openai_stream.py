@@ -94,6 +94,7 @@ def streamed_image(
     *,
     client: str,
     prefix: str,
+    key: str | None,
     partials: int,
     output_format: OutputFormat | None,
     compression: int | None,
@@ -103,7 +104,9 @@ def streamed_image(
     give_back: Callable[[], None] = services.event_stream_place()
     try:
         job = services.generation_submit(
-            request=request.model_copy(update={"partial_images": partials}), client=client
+            request=request.model_copy(update={"partial_images": partials}),
+            client=client,
+            key=key,
         )
     except Exception:
         give_back()

@@ -11,10 +11,21 @@ import base64
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity
+from config.auth import client_identity, owner_key, request_caller
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest
+
+
+def admit(request: HttpRequest, count: int) -> None:
+    """Refuses with 429 a generating request of an API key past its `--max-queued` or
+    `--per-minute` (services.key_admit); every generating route calls it first."""
+    caller = request_caller(request)
+    if caller is not None and (caller.max_queued or caller.per_minute):
+        services.key_admit(
+            key=caller.name, max_queued=caller.max_queued, per_minute=caller.per_minute,
+            count=count,
+        )  # fmt: skip
 
 
 def run_for_client(
@@ -23,6 +34,7 @@ def run_for_client(
     """`count` images for this client; an identical request or a retry joins its twin's jobs
     (services.generation_run_shared). `partial`: a cancelled job leaves its image out
     instead of failing the request (A1111's interrupt)."""
+    admit(request, count)
     return services.generation_run_shared(
         request=generation,
         count=count,
@@ -30,6 +42,7 @@ def run_for_client(
         idempotency_key=request.headers.get("Idempotency-Key"),
         timeout=settings.GEN_SYNC_TIMEOUT,
         partial=partial,
+        key=owner_key(request),
     )
 
 

@@ -73,6 +73,7 @@ class RedisJobBoard:
         owner: str | None = None,
         batch: str | None = None,
         job_id: str | None = None,
+        key: str | None = None,
     ) -> JobView:
         """Queues a generation in the shared queue, or refuses it at once (model not on the
         share, a download under way, the shared queue full: 503 from every replica)."""
@@ -80,7 +81,13 @@ class RedisJobBoard:
         request = with_defaults(request, rules=self.rules)
         job_id = job_id or secrets.token_hex(8)
         if not self.jobs.add(
-            job_id, request, owner=owner, batch=batch, queue_max=self.queue_max, keep=self.keep
+            job_id,
+            request,
+            owner=owner,
+            batch=batch,
+            key=key,
+            queue_max=self.queue_max,
+            keep=self.keep,
         ):
             raise QueueFull()
         try:

@@ -65,6 +65,12 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
         "clock",
     )
 )  # fmt: skip
+# The fair order (imagegen.generation.job_board.fair_round): each key's latest round, and the
+# round of the job claimed last.
+ROUNDS, SERVED = PREFIX + "rounds", PREFIX + "served"
+# A queued job's score: its round x ROUND_SPAN + its sequence number (mod ROUND_SPAN, which
+# orders only jobs of one round, one a key): by round, then by arrival.
+ROUND_SPAN = 1_000_000
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
 # for its own reasons (out of memory, a node taken away); twice in a row points at the job.
@@ -142,6 +148,7 @@ end
 # Workers whose heartbeat is gone are not idle, whatever they said last.
 _SUBMIT = """
 local prefix, id, queue_max, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local owner, span = ARGV[5], tonumber(ARGV[6])
 local idle = 0
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('EXISTS', prefix .. 'worker:' .. name) == 1 then
@@ -154,9 +161,19 @@ if redis.call('ZCARD', KEYS[1]) - idle >= queue_max then
   return 0
 end
 local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'rev', 1, unpack(ARGV, 5))
-redis.call('ZADD', KEYS[1], seq, id)
+-- fair_round: one job of each key with waiting jobs a round; never a round gone by.
+local round = math.max(tonumber(redis.call('GET', KEYS[6]) or '0'),
+                       tonumber(redis.call('HGET', KEYS[5], owner) or '0')) + 1
+redis.call('HSET', KEYS[5], owner, round)
+local score = round * span + seq % span
+redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'score', score, 'rev', 1,
+           unpack(ARGV, 7))
+redis.call('ZADD', KEYS[1], score, id)
 redis.call('ZADD', KEYS[2], seq, id)
+-- The jobs it passed move down one place.
+for _, other in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. score, '+inf')) do
+  redis.call('HINCRBY', prefix .. 'job:' .. other, 'rev', 1)
+end
 redis.call('RPUSH', prefix .. 'unfinished', id)
 local finished = 0
 for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
@@ -172,9 +189,10 @@ end
 return 1
 """
 
-# A worker takes the oldest waiting job, whichever message woke it: the queue's order is
-# this set's, so positions are exact with any number of workers. A job run again keeps its
-# place (its sequence number): it is the oldest. Answers the job's id and its attempt number.
+# A worker takes the first waiting job, whichever message woke it: the queue's order is
+# this set's (by round across keys, then by arrival: _SUBMIT), so positions are exact with
+# any number of workers. A job run again keeps its place (its score): it is among the first.
+# The round it was in becomes the one served. Answers the job's id and its attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
@@ -185,6 +203,10 @@ if #popped == 0 then
   return false
 end
 local id = popped[1]
+local round = math.floor(tonumber(popped[2]) / tonumber(ARGV[5]))
+if round > tonumber(redis.call('GET', KEYS[5]) or '0') then
+  redis.call('SET', KEYS[5], round)
+end
 local key = prefix .. 'job:' .. id
 local attempts = cjson.decode(redis.call('HGET', key, 'attempts') or '[]')
 table.insert(attempts, {worker = worker, started_at = now})
@@ -322,7 +344,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
       redis.call('HSET', key, 'state', 'queued', 'step', 0, 'steps', 0, 'phase',
                  'waiting for its turn: its worker ' .. worker .. ' was lost, it runs again')
       redis.call('HDEL', key, 'started_at', 'denoise_started')
-      redis.call('ZADD', KEYS[3], redis.call('HGET', key, 'seq'), id)
+      local place = redis.call('HGET', key, 'score') or redis.call('HGET', key, 'seq')
+      redis.call('ZADD', KEYS[3], place, id)
     else
       done = 'failed'
       local lost = 'lost ' .. #names .. ' workers, ' .. table.concat(names, ' and ') ..
@@ -414,6 +437,7 @@ class Claimed:
     created_at: datetime
     started_at: datetime
     request_id: str | None = None  # the X-Request-ID of the request that queued it
+    key: str | None = None  # the API key it belongs to: its image is recorded as that key's
 
 
 class JobStore:
@@ -481,6 +505,7 @@ class JobStore:
         *,
         owner: str | None,
         batch: str | None,
+        key: str | None = None,
         queue_max: int,
         keep: int,
     ) -> bool:
@@ -490,6 +515,7 @@ class JobStore:
             "request": request.model_dump_json(),
             "owner": owner or "",
             "batch": batch or "",
+            "key": key or "",
             "state": JobState.QUEUED.value,
             "phase": "waiting for its turn",
             "created_at": now_text(),
@@ -498,8 +524,9 @@ class JobStore:
             "request_id": current_request_id() or "",  # its X-Request-ID, for the logs
         }
         flat = [item for pair in fields.items() for item in pair]
-        keys = [QUEUED, RECENT, SEQUENCE, IDLE]
-        return bool(self._submit(keys=keys, args=[PREFIX, job_id, queue_max, keep, *flat]))
+        keys = [QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED]
+        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, *flat]
+        return bool(self._submit(keys=keys, args=args))
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
@@ -599,14 +626,14 @@ class JobStore:
     def claim(self, worker: str) -> Claimed | None:
         """Takes the oldest waiting job for this worker (running, with its heartbeat)."""
         now = now_text()
-        keys = [QUEUED, IDLE, RUNNING, CLOCK]
-        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms])
+        keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
+        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN])
         if claimed is None:
             return None
         job_id, attempt = decoded(claimed[0]), int(claimed[1])
         self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
-        request, created, rid = self.redis.hmget(
-            job_key(job_id), "request", "created_at", "request_id"
+        request, created, rid, key = self.redis.hmget(
+            job_key(job_id), "request", "created_at", "request_id", "key"
         )
         if request is None or created is None:  # add writes both; only forget removes them
             raise LookupError(f"job {job_id} was claimed without its request")
@@ -617,6 +644,7 @@ class JobStore:
             created_at=datetime.fromisoformat(decoded(created)),
             started_at=datetime.fromisoformat(now),
             request_id=decoded(rid) if rid else None,
+            key=decoded(key) or None if key else None,
         )
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
@@ -710,6 +738,7 @@ def _view(fields: dict, rank: int | None) -> JobView:
         image=ImageRecord.model_validate_json(image) if image else None,
         owner=_text(fields, "owner"),
         batch=_text(fields, "batch"),
+        key=_text(fields, "key"),
         failure=_failure(fields),
         revision=int(_text(fields, "rev") or 0),
         request_id=_text(fields, "request_id"),

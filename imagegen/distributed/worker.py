@@ -262,6 +262,7 @@ class WorkerRuntime:
             loader=self.loader,
             store=self.images,
             request=request,
+            key=claimed.key,
             queued_seconds=(claimed.started_at - claimed.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=report,

@@ -72,6 +72,7 @@ def run_job(
     loader: ModelLoader,
     store: ImageStore,
     request: GenerationRequest,
+    key: str | None = None,
     queued_seconds: float,
     load_timeout: float,
     report: Report,
@@ -88,7 +89,7 @@ def run_job(
     outcome = _run(
         job_id=job_id, loader=loader, store=store, request=request,
         queued_seconds=queued_seconds, load_timeout=load_timeout, report=report,
-        previews=previews,
+        previews=previews, key=key,
     )  # fmt: skip
     metrics.RUN_SECONDS.observe(time.monotonic() - started)
     return outcome
@@ -109,6 +110,7 @@ def _run(
     load_timeout: float,
     report: Report,
     previews: PreviewPolicy,
+    key: str | None,
 ) -> Outcome:
     try:
         started = time.monotonic()
@@ -153,7 +155,7 @@ def _run(
             **rendered.stages,
             "png_seconds": time.monotonic() - encoding,
         }
-        image = store.save(png, parameters, device=device, timings=timings)
+        image = store.save(png, parameters, device=device, timings=timings, key=key)
         return Outcome(JobState.SUCCEEDED, "done", image=image)
     except Cancelled:
         return Outcome(JobState.CANCELLED, "cancelled while running")

@@ -96,6 +96,16 @@ class ImageRecord(BaseModel):
     parameters: GenerationParameters
     device: str
     timings: dict[str, float]
+    # The API key that made it (config.auth), whose own it is; absent on an open service.
+    key: str | None = None
+
+    # Records and answers as before keys existed when there is none: no `key` at all.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("key") is None:
+            data.pop("key", None)
+        return data
 
 
 def new_image_id(now: datetime) -> str:
@@ -124,7 +134,13 @@ class ImageStore:
         self.root = Path(root)
 
     def save(
-        self, png: bytes, parameters: GenerationParameters, *, device: str, timings: dict
+        self,
+        png: bytes,
+        parameters: GenerationParameters,
+        *,
+        device: str,
+        timings: dict,
+        key: str | None = None,
     ) -> ImageRecord:
         now = datetime.now(UTC)
         record = ImageRecord(
@@ -132,7 +148,8 @@ class ImageStore:
             created_at=iso_ms(now),
             parameters=parameters,
             device=device,
-            timings={key: round(value, 3) for key, value in timings.items()},
+            timings={name: round(value, 3) for name, value in timings.items()},
+            key=key,
         )
         write_atomically(self.png_path(record.id), png)
         write_atomically(
@@ -216,8 +233,11 @@ class ImageStore:
     def png_path(self, image_id: str) -> Path:
         return self.root / f"{image_id}.png"
 
-    def page(self, *, limit: int, before: str | None = None) -> list[ImageRecord]:
-        """Newest first; `before` is the id the previous page ended with."""
+    def page(
+        self, *, limit: int, before: str | None = None, key: str | None = None
+    ) -> list[ImageRecord]:
+        """Newest first; `before` is the id the previous page ended with; with `key`, only
+        that API key's images."""
         if not self.root.is_dir():
             return []
         ids = sorted((p.name[: -len(".json")] for p in self.root.glob("*.json")), reverse=True)
@@ -226,7 +246,7 @@ class ImageStore:
         records = []
         for image_id in ids:
             record = self.get(image_id)
-            if record is not None:
+            if record is not None and (key is None or record.key == key):
                 records.append(record)
             if len(records) == limit:
                 break

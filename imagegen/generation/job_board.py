@@ -95,6 +95,7 @@ class JobView:
     # (the protocol routes' lookups), and the error a synchronous request raises for it.
     owner: str | None = None
     batch: str | None = None
+    key: str | None = None  # the API key that submitted it (config.auth); None when open
     failure: ServiceError | None = None
     # Grows with every change a client can see (state, phase, position, each step, each
     # preview), for waiting on changes (wait_change).
@@ -104,6 +105,20 @@ class JobView:
     # The step of the latest preview (0: none yet); its image is read apart (JobBoard.preview),
     # so a list of jobs never carries images.
     preview_step: int = 0
+
+
+def fair_round(rounds: dict[str, int], key: str | None, *, served: int) -> int:
+    """The round a new job of API key `key` runs in, recorded in `rounds` (each key's latest
+    round). The queue takes jobs by round, then by arrival: one job of each key with waiting
+    jobs a round, so a key's batch of 8 does not make every other key wait behind all 8.
+    A key whose jobs are all done starts at the round after the one running (`served`), never
+    in rounds gone by. Both boards order their queue by it (the distributed one in Redis:
+    imagegen.distributed.store), so the positions they report are the order jobs run in.
+    Jobs of no key (an open service) share one turn."""
+    name = key or ""
+    found = max(served, rounds.get(name, 0)) + 1
+    rounds[name] = found
+    return found
 
 
 def ahead_of(view: JobView) -> Ahead | None:
@@ -132,9 +147,11 @@ class JobBoard(Protocol):
         owner: str | None = None,
         batch: str | None = None,
         job_id: str | None = None,
+        key: str | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once with nothing queued (ServiceError).
-        `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one."""
+        `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one.
+        `key`: the API key it belongs to (its own jobs and images)."""
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images of `request` would take if submitted now, the jobs ahead

@@ -39,6 +39,7 @@ from imagegen.generation.job_board import (
     JobState,
     JobView,
     ahead_of,
+    fair_round,
     job_progress,
 )
 from imagegen.generation.presets import GenerationRules
@@ -64,6 +65,12 @@ class Job:
     # The X-Request-ID of the request that queued it (config.request_context): its log
     # lines carry it, so one id follows a request into its job.
     request_id: str | None = None
+    # The name of the API key that submitted it (config.auth): its jobs and images are that
+    # key's own. None on an open service.
+    key: str | None = None
+    # Its round among the keys with waiting jobs (fair_round): the queue's order is by round,
+    # then by arrival.
+    round: int = 0
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -124,6 +131,8 @@ class JobQueue:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._worker: threading.Thread | None = None
         self._running: Job | None = None
+        self._rounds: dict[str, int] = {}  # each key's latest round (fair_round)
+        self._served = 0  # the round of the job that started last
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
 
     # -- what the routes call -----------------------------------------------------------
@@ -135,13 +144,14 @@ class JobQueue:
         owner: str | None = None,
         batch: str | None = None,
         job_id: str | None = None,
+        key: str | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once (model not pulled, queue full) with
         nothing started: the model's load begins when the worker takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
         job = Job(
-            request=request, owner=owner, batch=batch,
+            request=request, owner=owner, batch=batch, key=key,
             request_id=request_context.current_request_id(),
         )  # fmt: skip
         if job_id is not None:
@@ -149,7 +159,8 @@ class JobQueue:
         with self._lock:
             if self._waiting() >= self.queue_max:
                 raise QueueFull()
-            self._queued.append(job)
+            job.round = fair_round(self._rounds, job.key, served=self._served)
+            self._enqueue(job)
             self._jobs[job.id] = job
             self._forget_old_jobs()
             self._start_worker()
@@ -218,6 +229,7 @@ class JobQueue:
                 preview_step=0 if job.preview is None else job.preview.step,
                 owner=job.owner,
                 batch=job.batch,
+                key=job.key,
                 failure=job.failure,
             )
 
@@ -263,6 +275,17 @@ class JobQueue:
         job.revision += 1
         self._lock.notify_all()
 
+    def _enqueue(self, job: Job) -> None:
+        """Places a job after every job of an earlier or the same round: behind its own key's
+        earlier jobs, ahead of another key's later ones. The jobs it passes move down one
+        place (their revisions grow with it). Lock held."""
+        place = len(self._queued)
+        while place > 0 and self._queued[place - 1].round > job.round:
+            place -= 1
+        self._queued.insert(place, job)
+        for behind in list(self._queued)[place + 1 :]:
+            self._changed(behind)
+
     def _leave_queue(self, job: Job) -> None:
         """Takes a job out of the queue; every job behind it moves up one place. Lock held."""
         place = self._queued.index(job)
@@ -289,6 +312,7 @@ class JobQueue:
                 while not self._queued:
                     self._lock.wait()
                 job = self._running = self._queued[0]
+                self._served = max(self._served, job.round)
                 self._leave_queue(job)
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
@@ -314,6 +338,7 @@ class JobQueue:
             loader=self.loader,
             store=self.store,
             request=job.request,
+            key=job.key,
             queued_seconds=(job.started_at - job.created_at).total_seconds(),
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),

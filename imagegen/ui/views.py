@@ -10,6 +10,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from config.auth import protected
 from config.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
@@ -58,7 +59,7 @@ def page(request: HttpRequest) -> HttpResponse:
         "mask_blur_max": MASK_BLUR_MAX,
     }
     config = {
-        "tokenRequired": bool(settings.API_TOKEN),
+        "tokenRequired": protected(),
         "galleryPage": 12,
         # The batch count's bound is the page's own check (one POST /generate per image):
         # the native route takes one image a request, so no API answer names it.

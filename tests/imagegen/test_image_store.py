@@ -52,3 +52,13 @@ def test_saved_records_round_trip_and_list_newest_first(tmp_path):
     assert [r.id for r in store.page(limit=10, before=second.id)] == [first.id]
     assert store.png_path(first.id).read_bytes() == png()
     assert store.get("../../etc/passwd") is None
+
+
+def test_a_record_names_its_key_only_when_it_has_one_and_a_page_can_pick_a_keys_own(tmp_path):
+    store = ImageStore(tmp_path)
+    open_one = store.save(png(), PARAMETERS, device="cpu", timings={})
+    alices = store.save(png(), PARAMETERS, device="cpu", timings={}, key="alice")
+    assert "key" not in open_one.model_dump()  # answers and records as before keys
+    assert store.get(alices.id).model_dump()["key"] == "alice"
+    assert [r.id for r in store.page(limit=10, key="alice")] == [alices.id]
+    assert [r.id for r in store.page(limit=10)] == [alices.id, open_one.id]

@@ -1,0 +1,79 @@
+"""manage.py keys: create, list, revoke and rotate the service's named API keys.
+
+The secret is printed once, by create and rotate, on stdout alone (so `... | tee` or a
+secret store's CLI takes it as it is); everything else goes to stderr."""
+
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from pymongo.errors import PyMongoError
+
+from apikeys.errors import KeyRefused
+from apikeys.selectors import key_list
+from apikeys.services import key_create, key_revoke, key_rotate
+from config.timestamps import iso_ms
+
+
+class Command(BaseCommand):
+    help = "Manage the named API keys kept in MongoDB (docs/keys.md)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        create = actions.add_parser("create", help="make a key and print its secret once")
+        create.add_argument("name")
+        create.add_argument("--admin", action="store_true", help="sees and cancels every job")
+        create.add_argument("--max-queued", type=int, help="jobs queued or running at once")
+        create.add_argument("--per-minute", type=int, help="images a minute")
+        actions.add_parser("list", help="name, created, last used, limits (never the secret)")
+        revoke = actions.add_parser("revoke", help="refuse the key from now on")
+        revoke.add_argument("name")
+        rotate = actions.add_parser("rotate", help="a new secret for the key; the old one stops")
+        rotate.add_argument("name")
+
+    def handle(self, *args, **options) -> None:
+        try:
+            getattr(self, f"do_{options['action']}")(options)
+        except KeyRefused as refusal:
+            self.stderr.write(f"keys: {refusal}")
+            sys.exit(2)
+        except PyMongoError as error:
+            self.stderr.write(f"keys: the database at MONGODB_URI did not answer: {error}")
+            sys.exit(1)
+
+    def do_create(self, options: dict) -> None:
+        issued = key_create(
+            name=options["name"],
+            admin=options["admin"],
+            max_queued=options["max_queued"],
+            per_minute=options["per_minute"],
+        )
+        self._issued(issued.name, issued.secret, "created")
+
+    def do_rotate(self, options: dict) -> None:
+        issued = key_rotate(name=options["name"])
+        self._issued(issued.name, issued.secret, "rotated")
+
+    def do_revoke(self, options: dict) -> None:
+        key_revoke(name=options["name"])
+        self.stderr.write(f"key {options['name']!r} revoked: refused from the next request on")
+
+    def do_list(self, options: dict) -> None:
+        self.stdout.write("name\tadmin\tcreated\tlast used\tmax queued\tper minute\trevoked")
+        for key in key_list():
+            cells = (
+                key.name,
+                "yes" if key.admin else "no",
+                iso_ms(key.created_at),
+                iso_ms(key.last_used_at) or "never",
+                key.max_queued or "-",
+                key.per_minute or "-",
+                iso_ms(key.revoked_at) or "-",
+            )
+            self.stdout.write("\t".join(str(cell) for cell in cells))
+
+    def _issued(self, name: str, secret: str, what: str) -> None:
+        self.stderr.write(f"key {name!r} {what}; its secret, shown this once:")
+        self.stdout.write(secret)
+        if not settings.API_KEYS:
+            self.stderr.write("note: API_KEYS is off, so the service does not take named keys yet")

@@ -1,0 +1,58 @@
+"""Reads of keys: who a presented secret is (every authenticated request), and the list.
+
+The lookup reads MongoDB on every request, no cache: a revoked or rotated key is refused by
+every replica from the next request on. `lastUsedAt` is written at most once a minute a key,
+so a busy key costs one read a request, not a write too."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from apikeys import secret_form
+from apikeys.documents import ApiKey, keys_collection
+from config.timestamps import utc_now
+
+LAST_USED_EVERY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request is: a named key, or the API_TOKEN (an admin named "API_TOKEN")."""
+
+    name: str
+    admin: bool
+    max_queued: int | None = None
+    per_minute: int | None = None
+
+
+TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
+
+
+def key_caller(*, secret: str) -> Caller | None:
+    """The live key this secret is, or None. Raises pymongo's errors when the database does
+    not answer: the caller answers 503, since the key may well be good."""
+    key_id = secret_form.key_id_of(secret)
+    if key_id is None:
+        return None
+    collection = keys_collection()
+    doc = collection.find_one({"keyId": key_id, "revokedAt": None})
+    if doc is None or not secret_form.matches(doc["salt"], doc["digest"], secret):
+        return None
+    now = utc_now()
+    last = doc.get("lastUsedAt")
+    if last is None or _aware(last) < now - LAST_USED_EVERY:
+        collection.update_one({"_id": doc["_id"]}, {"$set": {"lastUsedAt": now}})
+    return Caller(
+        name=doc["name"],
+        admin=bool(doc.get("admin")),
+        max_queued=doc.get("maxQueued"),
+        per_minute=doc.get("perMinute"),
+    )
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=utc_now().tzinfo)
+
+
+def key_list() -> list[ApiKey]:
+    """Every key, live and revoked, oldest first."""
+    return list(ApiKey.objects.order_by("created_at"))

@@ -1,0 +1,76 @@
+"""What changes keys: create, revoke, rotate. Called by `manage.py keys`; the secret a create
+or rotate makes is returned once and stored only as a salted hash."""
+
+import re
+from dataclasses import dataclass
+
+from mongoengine.errors import NotUniqueError
+
+from apikeys import secret_form
+from apikeys.documents import NAME_MAX, ApiKey, keys_collection
+from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
+from config.timestamps import utc_now
+
+NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    name: str
+    secret: str
+
+
+def _check(*, name: str, max_queued: int | None, per_minute: int | None) -> None:
+    if not NAME_RULE.match(name) or len(name) > NAME_MAX:
+        raise BadKeyField(
+            "name",
+            f"1 to {NAME_MAX} letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    for field, value in (("--max-queued", max_queued), ("--per-minute", per_minute)):
+        if value is not None and value < 1:
+            raise BadKeyField(field, "must be at least 1 (leave it out for no limit)")
+
+
+def key_create(
+    *, name: str, admin: bool = False, max_queued: int | None = None, per_minute: int | None = None
+) -> IssuedKey:
+    _check(name=name, max_queued=max_queued, per_minute=per_minute)
+    ApiKey.ensure_indexes()  # unique name and key id: two creates of one name cannot both win
+    key_id, secret = secret_form.new_secret()
+    salt = secret_form.new_salt()
+    key = ApiKey(
+        name=name,
+        key_id=key_id,
+        salt=salt,
+        digest=secret_form.digest(salt, secret),
+        admin=admin,
+        max_queued=max_queued,
+        per_minute=per_minute,
+        created_at=utc_now(),
+    )
+    try:
+        key.save(force_insert=True)
+    except NotUniqueError:
+        raise KeyNameTaken(name) from None
+    return IssuedKey(name=name, secret=secret)
+
+
+def key_revoke(*, name: str) -> None:
+    """Refused from the next request on, on every replica: each request reads its key."""
+    result = keys_collection().update_one(
+        {"name": name, "revokedAt": None}, {"$set": {"revokedAt": utc_now()}}
+    )
+    if not result.matched_count:
+        raise KeyNotFound(name)
+
+
+def key_rotate(*, name: str) -> IssuedKey:
+    """A new secret for the same name (its jobs, images and limits stay); the old secret is
+    refused from the next request on."""
+    key_id, secret = secret_form.new_secret()
+    salt = secret_form.new_salt()
+    change = {"keyId": key_id, "salt": salt, "digest": secret_form.digest(salt, secret)}
+    result = keys_collection().update_one({"name": name, "revokedAt": None}, {"$set": change})
+    if not result.matched_count:
+        raise KeyNotFound(name)
+    return IssuedKey(name=name, secret=secret)

@@ -1,0 +1,157 @@
+"""Named keys at the door, end to end under gunicorn: taken wherever API_TOKEN is (Bearer,
+A1111's Basic password), refused by every replica once revoked, and, with MongoDB
+unreachable, a 503 for a key while API_TOKEN and /health go on without the database."""
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import mongoengine
+import pytest
+import requests
+
+from apikeys import services
+from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.commands import manage
+from tests.support.processes import AppServer
+from todos.connection import connect_database
+
+TOKEN = "the-api-token-of-the-environment"
+UNREACHABLE = "mongodb://127.0.0.1:9/keys"
+
+
+@pytest.fixture(scope="module")
+def db_uri(mongo: EmbeddedMongo) -> Iterator[str]:
+    """The module's database, this process's MongoEngine connected to it (to make keys)."""
+    from django.conf import settings
+
+    uri = mongo.uri(f"keys_{uuid.uuid4().hex[:12]}")
+    before = settings.MONGODB_URI
+    settings.MONGODB_URI = uri
+    mongoengine.disconnect()
+    connect_database()
+    yield uri
+    mongoengine.disconnect()
+    settings.MONGODB_URI = before
+
+
+def _app(work: Path, name: str, **env: str) -> AppServer:
+    base = {"DATA_DIR": str(work / "data"), "OUTPUT_DIR": str(work / "images"), "API_KEYS": "1"}
+    return AppServer({**base, **env}, work / f"{name}.log")
+
+
+@pytest.fixture(scope="module")
+def replicas(db_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[AppServer]]:
+    work = tmp_path_factory.mktemp("keys-replicas")
+    apps = [_app(work, f"app-{n}", MONGODB_URI=db_uri, API_TOKEN=TOKEN) for n in range(2)]
+    for app in apps:
+        app.launch()
+    try:
+        yield [app.wait_ready() for app in apps]
+    finally:
+        for app in apps:
+            app.stop()
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def test_a_key_opens_what_the_token_opens_in_the_same_places(replicas: list[AppServer]) -> None:
+    app = replicas[0]
+    secret = services.key_create(name=f"k{uuid.uuid4().hex[:6]}").secret
+    assert requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10).status_code == 200
+    assert requests.get(app.url("/v1/models"), headers=bearer(secret), timeout=10).ok
+    basic = requests.get(app.url("/sdapi/v1/sd-models"), auth=("anyone", secret), timeout=10)
+    assert basic.status_code == 200, basic.text
+    assert requests.get(app.url("/jobs"), headers=bearer(TOKEN), timeout=10).status_code == 200
+    for headers in ({}, bearer(secret + "x"), bearer("igk_000000000000_guess")):
+        refused = requests.get(app.url("/jobs"), headers=headers, timeout=10)
+        assert refused.status_code == 401, refused.text
+    refused = requests.get(app.url("/sdapi/v1/sd-models"), auth=("a", "wrong"), timeout=10)
+    assert refused.status_code == 401
+
+
+def test_a_revoked_key_is_refused_on_another_replica_at_once(
+    replicas: list[AppServer], db_uri: str
+) -> None:
+    name = f"k{uuid.uuid4().hex[:6]}"
+    secret = services.key_create(name=name).secret
+    for app in replicas:
+        assert requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10).ok
+    revoked = manage("keys", "revoke", name, env={"MONGODB_URI": db_uri})
+    assert revoked.returncode == 0, revoked.stderr
+    # No wait: each request reads its key (apikeys.selectors).
+    refused = requests.get(replicas[1].url("/jobs"), headers=bearer(secret), timeout=10)
+    assert refused.status_code == 401
+
+
+def test_a_rotated_key_is_refused_on_another_replica_at_once(replicas: list[AppServer]) -> None:
+    name = f"k{uuid.uuid4().hex[:6]}"
+    old = services.key_create(name=name).secret
+    assert requests.get(replicas[1].url("/jobs"), headers=bearer(old), timeout=10).ok
+    new = services.key_rotate(name=name).secret
+    assert (
+        requests.get(replicas[1].url("/jobs"), headers=bearer(old), timeout=10).status_code == 401
+    )
+    assert requests.get(replicas[1].url("/jobs"), headers=bearer(new), timeout=10).ok
+
+
+def test_no_secret_in_the_logs_or_the_answers(replicas: list[AppServer]) -> None:
+    secret = services.key_create(name=f"k{uuid.uuid4().hex[:6]}").secret
+    answers = [
+        requests.get(app.url(path), headers=bearer(secret), timeout=10)
+        for app in replicas
+        for path in ("/jobs", "/v1/models", "/api", "/nowhere")
+    ]
+    answers.append(requests.get(replicas[0].url("/jobs"), headers=bearer(secret + "x"), timeout=10))
+    random_part = secret.rsplit("_", 1)[1]
+    for answer in answers:
+        assert random_part not in answer.text
+        assert random_part not in str(answer.headers)
+    for app in replicas:
+        assert random_part not in app.log_path.read_text(errors="replace")
+
+
+def test_with_the_database_unreachable_a_key_gets_503_and_the_token_still_works(
+    tmp_path: Path,
+) -> None:
+    env = {"MONGODB_URI": UNREACHABLE, "MONGODB_TIMEOUT_MS": "300", "API_TOKEN": TOKEN}
+    with _app(tmp_path, "app", **env) as app:
+        assert requests.get(app.url("/health"), timeout=10).ok
+        assert requests.get(app.url("/jobs"), headers=bearer(TOKEN), timeout=10).ok
+        key = "igk_0123456789ab_" + "x" * 43
+        for answer in (
+            requests.get(app.url("/jobs"), headers=bearer(key), timeout=10),
+            requests.get(app.url("/sdapi/v1/sd-models"), auth=("a", key), timeout=10),
+            requests.get(app.url("/v1/models"), headers=bearer(key), timeout=10),
+        ):
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "5"
+            assert "key store (MongoDB) is unreachable" in answer.text
+        # Not of a key's form: refused without asking the database.
+        assert (
+            requests.get(app.url("/jobs"), headers=bearer("guess"), timeout=10).status_code == 401
+        )
+
+
+def test_the_page_asks_for_a_key_when_only_named_keys_are_on(client, settings) -> None:
+    settings.API_TOKEN, settings.API_KEYS = "", True
+    page = client.get("/ui/").content.decode()
+    config = re.search(r"<script id=\"ui-config\" type=\"application/json\">(.*?)</script>", page)
+    assert config and '"tokenRequired": true' in config.group(1)
+
+
+@pytest.mark.parametrize(
+    ("token", "keys", "warned"), [("", False, True), ("", True, False), ("t", False, False)]
+)
+def test_only_a_service_with_neither_token_nor_keys_warns_that_it_is_open(
+    settings, caplog, token: str, keys: bool, warned: bool
+) -> None:
+    from config.auth import warn_if_open
+
+    settings.API_TOKEN, settings.API_KEYS, settings.DEBUG = token, keys, False
+    with caplog.at_level("INFO", logger="config.auth"):
+        warn_if_open()
+    assert ("API_TOKEN is not set and API_KEYS is off" in caplog.text) is warned

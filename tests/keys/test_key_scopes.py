@@ -1,0 +1,250 @@
+"""Two keys and an admin through the openai SDK and webuiapi, in both job modes: each key
+lists only its own images and jobs, another key's id answers 404 (to read, to cancel, its
+PNG), the admin sees both, and a signed image link works whoever fetches it. A key's limits
+give the SDK a RateLimitError while other keys get through, on every replica (distributed
+mode runs two web replicas here)."""
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import mongoengine
+import openai
+import pytest
+import requests
+import webuiapi
+
+from apikeys import services
+from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
+from tests.support.processes import AppServer
+from todos.connection import connect_database
+
+
+@pytest.fixture(scope="module")
+def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
+    """alice, bob and root (an admin), in the module's database; its URI under "uri"."""
+    from django.conf import settings
+
+    uri = mongo.uri(f"keys_{uuid.uuid4().hex[:12]}")
+    before = settings.MONGODB_URI
+    settings.MONGODB_URI = uri
+    mongoengine.disconnect()
+    connect_database()
+    made = {
+        "alice": services.key_create(name="alice").secret,
+        "bob": services.key_create(name="bob").secret,
+        "root": services.key_create(name="root", admin=True).secret,
+        "carol": services.key_create(name="carol", max_queued=1).secret,
+        "dave": services.key_create(name="dave", per_minute=2).secret,
+    }
+    yield {**made, "uri": uri}
+    mongoengine.disconnect()
+    settings.MONGODB_URI = before
+
+
+@pytest.fixture(scope="module", params=MODES)
+def apps(
+    request: pytest.FixtureRequest,
+    secrets: dict[str, str],
+    hub_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[list[AppServer]]:
+    """The module's app in process; in distributed mode two web replicas of one stack."""
+    env = {
+        "API_KEYS": "1",
+        "MONGODB_URI": secrets["uri"],
+        "GEN_MAX_STEPS": "500",
+        # Synchronous requests wait behind long jobs on purpose (below): none refused by its
+        # estimate.
+        "GEN_SYNC_REFUSE_FACTOR": "0",
+    }
+    work = tmp_path_factory.mktemp(f"keys-{request.param}")
+    if request.param == "distributed":  # the session's stack, its model pulled already
+        stack = request.getfixturevalue("shared_stack")
+        with (
+            stack.replica(work / "web-1.log", **env) as one,
+            stack.replica(work / "web-2.log", **env) as two,
+        ):
+            yield [one, two]
+        return
+    with LocalHub(hub_root) as hub:
+        base = model_service_env(hub.url, work / "share", work)
+        with AppServer({**base, **env}, work / "app.log") as app:
+            pulled = requests.post(app.url("/model/pull"), headers=as_(secrets["root"]))
+            assert pulled.status_code == 202, pulled.text
+            assert (
+                wait_for_state(app, {"ready", "failed"}, PULL_TIMEOUT["in-process"])["state"]
+                == "ready"
+            )
+            yield [app]
+
+
+@pytest.fixture
+def app(apps: list[AppServer]) -> AppServer:
+    return apps[0]
+
+
+def as_(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def get(app: AppServer, path: str, secret: str, **params) -> requests.Response:
+    return requests.get(app.url(path), headers=as_(secret), params=params, timeout=30)
+
+
+def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[str, str]) -> None:
+    run = uuid.uuid4().hex[:6]
+    sdk = openai.OpenAI(base_url=app.url("/v1"), api_key=secrets["alice"], max_retries=0)
+    made = sdk.images.generate(prompt=f"alice {run}", size="64x64", response_format="url")
+    webui = webuiapi.WebUIApi(baseurl=app.url("/sdapi/v1"), username="b", password=secrets["bob"])
+    webui.txt2img(prompt=f"bob {run}", width=64, height=64, steps=2)
+
+    def images(who: str) -> set[str]:
+        items = get(app, "/images", secrets[who], limit=100).json()["items"]
+        return {i["parameters"]["prompt"] for i in items if i["parameters"]["prompt"].endswith(run)}
+
+    def jobs(who: str) -> dict[str, str]:
+        found = get(app, "/jobs", secrets[who], limit=200).json()
+        return {
+            j["parameters"]["prompt"]: j for j in found if j["parameters"]["prompt"].endswith(run)
+        }
+
+    assert images("alice") == {f"alice {run}"}
+    assert images("bob") == {f"bob {run}"}
+    assert images("root") == {f"alice {run}", f"bob {run}"}
+    assert set(jobs("alice")) == {f"alice {run}"} and set(jobs("bob")) == {f"bob {run}"}
+    assert set(jobs("root")) == {f"alice {run}", f"bob {run}"}
+
+    bobs_job = jobs("bob")[f"bob {run}"]
+    bobs_image = bobs_job["image"]["id"]
+    for path in (
+        f"/jobs/{bobs_job['id']}",
+        f"/jobs/{bobs_job['id']}/events",
+        f"/images/{bobs_image}",
+        f"/images/{bobs_image}.png",
+    ):
+        assert get(app, path, secrets["alice"]).status_code == 404, path
+        assert get(app, path, secrets["root"]).status_code == 200, path
+    for cancel in (
+        requests.delete(app.url(f"/jobs/{bobs_job['id']}"), headers=as_(secrets["alice"])),
+        requests.post(app.url(f"/jobs/{bobs_job['id']}/cancel"), headers=as_(secrets["alice"])),
+        requests.delete(app.url(f"/images/{bobs_image}"), headers=as_(secrets["alice"])),
+    ):
+        assert cancel.status_code == 404, cancel.text
+    # The admin sees whose it is.
+    assert get(app, f"/images/{bobs_image}", secrets["root"]).json()["key"] == "bob"
+    # Bob's own, finished: 409 (there is nothing left to cancel), not 404.
+    own = requests.delete(app.url(f"/jobs/{bobs_job['id']}"), headers=as_(secrets["bob"]))
+    assert own.status_code == 409
+    assert get(app, f"/images/{bobs_image}.png", secrets["bob"]).status_code == 200
+
+    # A signed link works for the image it names, with no key at all.
+    link = made.data[0].url
+    assert link and requests.get(link, timeout=30).status_code == 200
+
+
+def wait_for(app: AppServer, job_id: str, secret: str, states: set[str]) -> dict:
+    deadline = time.monotonic() + 120
+    while (job := get(app, f"/jobs/{job_id}", secret).json())["state"] not in states:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    return job
+
+
+def test_max_queued_gives_the_sdk_a_rate_limit_error_while_other_keys_get_through(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    first, other = apps[0], apps[-1]
+    long_job = {"prompt": "carol's long one", "steps": "400", "size": "256x256", "async": "1"}
+    started = requests.post(first.url("/generate"), data=long_job, headers=as_(secrets["carol"]))
+    assert started.status_code == 202, started.text
+    blocker = started.json()["id"]
+    try:
+        wait_for(first, blocker, secrets["carol"], {"running"})
+        sdk = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["carol"], max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:
+            sdk.images.generate(prompt="carol again", size="64x64")
+        assert refused.value.response.headers["Retry-After"] == "5"
+        assert "1 generations queued or running" in str(refused.value)
+        # Another key still gets through (its job waits its turn: the one worker is busy).
+        alice = requests.post(
+            other.url("/generate"),
+            data={"prompt": "alice meanwhile", "size": "64x64", "async": "1"},
+            headers=as_(secrets["alice"]),
+        )
+        assert alice.status_code == 202, alice.text
+    finally:
+        requests.delete(first.url(f"/jobs/{blocker}"), headers=as_(secrets["carol"]))
+    done = wait_for(other, alice.json()["id"], secrets["alice"], {"succeeded", "failed"})
+    assert done["state"] == "succeeded"
+    wait_for(first, blocker, secrets["carol"], {"cancelled", "succeeded", "failed"})
+    # Its job finished, carol may generate again.
+    assert sdk.images.generate(prompt="carol after", size="64x64").data
+
+
+def test_per_minute_counts_images_across_replicas(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    if time.time() % 60 > 40:  # the whole test inside one minute's window
+        time.sleep(61 - time.time() % 60)
+    first, other = apps[0], apps[-1]
+    sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=secrets["dave"], max_retries=0)
+    assert len(sdk.images.generate(prompt="dave two", size="64x64", n=2).data) == 2
+    again = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["dave"], max_retries=0)
+    with pytest.raises(openai.RateLimitError) as refused:
+        again.images.generate(prompt="dave three", size="64x64")
+    assert 1 <= int(refused.value.response.headers["Retry-After"]) <= 60
+    assert "2 images a minute" in str(refused.value)
+    # Others are not counted with dave.
+    alice = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["alice"], max_retries=0)
+    assert alice.images.generate(prompt="alice not counted", size="64x64").data
+
+
+def test_the_queue_takes_keys_in_turn_and_positions_say_so(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    """alice's batch of 3 waits; bob's one job, sent after it, runs second, not fourth."""
+    first, other = apps[0], apps[-1]
+    run = uuid.uuid4().hex[:6]
+    long_job = {"prompt": f"hold {run}", "steps": "400", "size": "256x256", "async": "1"}
+    blocker = requests.post(first.url("/generate"), data=long_job, headers=as_(secrets["root"]))
+    assert blocker.status_code == 202, blocker.text
+    blocker_id = blocker.json()["id"]
+    wait_for(first, blocker_id, secrets["root"], {"running"})
+    sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=secrets["alice"], max_retries=0)
+    batch = threading.Thread(
+        target=sdk.images.generate, kwargs={"prompt": f"alice {run}", "size": "64x64", "n": 3}
+    )
+    batch.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(mine := by_prompt(first, secrets["alice"], f"alice {run}")) < 3:
+            assert time.monotonic() < deadline, mine
+            time.sleep(0.05)
+        bob = requests.post(
+            other.url("/generate"),
+            data={"prompt": f"bob {run}", "size": "64x64", "async": "1"},
+            headers=as_(secrets["bob"]),
+        )
+        assert bob.status_code == 202, bob.text
+        assert bob.json()["position"] == 2
+        alices = sorted(
+            job["position"] for job in by_prompt(other, secrets["root"], f"alice {run}")
+        )
+        assert alices == [1, 3, 4]
+    finally:
+        requests.delete(first.url(f"/jobs/{blocker_id}"), headers=as_(secrets["root"]))
+    batch.join(120)
+    done = by_prompt(first, secrets["root"], run)
+    assert all(job["state"] in ("succeeded", "cancelled") for job in done), done
+    order = [job["parameters"]["prompt"] for job in sorted(done, key=lambda j: j["started_at"])]
+    assert order == [f"hold {run}", f"alice {run}", f"bob {run}", f"alice {run}", f"alice {run}"]
+
+
+def by_prompt(app: AppServer, secret: str, text: str) -> list[dict]:
+    found = get(app, "/jobs", secret, limit=200).json()
+    return [job for job in found if text in job["parameters"]["prompt"]]
