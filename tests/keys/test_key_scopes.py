@@ -129,6 +129,9 @@ def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[st
     ):
         assert get(app, path, secrets["alice"]).status_code == 404, path
         assert get(app, path, secrets["root"]).status_code == 200, path
+    # Its preview: another key's job is unknown to alice, not "no preview yet".
+    preview = get(app, f"/jobs/{bobs_job['id']}/preview", secrets["alice"])
+    assert preview.status_code == 404 and "preview" not in preview.text.lower()
     for cancel in (
         requests.delete(app.url(f"/jobs/{bobs_job['id']}"), headers=as_(secrets["alice"])),
         requests.post(app.url(f"/jobs/{bobs_job['id']}/cancel"), headers=as_(secrets["alice"])),
@@ -170,6 +173,9 @@ def test_max_queued_gives_the_sdk_a_rate_limit_error_while_other_keys_get_throug
             sdk.images.generate(prompt="carol again", size="64x64")
         assert refused.value.response.headers["Retry-After"] == "5"
         assert "1 generations queued or running" in str(refused.value)
+        with pytest.raises(openai.RateLimitError):  # a streamed one is limited alike
+            for _ in sdk.images.generate(prompt="carol streams", size="64x64", stream=True):
+                pass
         # Another key still gets through (its job waits its turn: the one worker is busy).
         alice = requests.post(
             other.url("/generate"),
