@@ -344,6 +344,9 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
       redis.call('HSET', key, 'state', 'queued', 'step', 0, 'steps', 0, 'phase',
                  'waiting for its turn: its worker ' .. worker .. ' was lost, it runs again')
       redis.call('HDEL', key, 'started_at', 'denoise_started')
+      -- Its lost run's preview goes too: the next run's previews start from step 0 again.
+      redis.call('HSET', key, 'preview_step', 0)
+      redis.call('DEL', key .. ':preview')
       local place = redis.call('HGET', key, 'score') or redis.call('HGET', key, 'seq')
       redis.call('ZADD', KEYS[3], place, id)
     else

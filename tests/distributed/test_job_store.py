@@ -626,3 +626,19 @@ def test_a_jobs_preview_is_one_hash_written_over_and_removed_with_the_job(store)
     store.redis.hset(preview_key("q"), "step", 1)
     store.forget("q")  # a job taken back: its preview too
     assert not store.redis.exists(preview_key("q"))
+
+
+def test_a_job_run_again_after_its_worker_was_lost_starts_its_previews_anew(store):
+    """The lost run's preview would otherwise stand for the new run, and a stream would send
+    no preview until the new run passed the old one's step."""
+    from imagegen.generation.previews import Preview
+
+    add(store, "r")
+    store.claim("w1")
+    store.write_preview("r", 1, Preview(step=3, steps=4, width=8, height=8, data=b"old"))
+    reachable_for(store, 1.2)
+    assert store.sweep() == [("r", "requeued")]
+    assert store.view("r").preview_step == 0 and store.preview("r") is None
+    store.claim("w2")
+    store.write_preview("r", 2, Preview(step=1, steps=4, width=8, height=8, data=b"new"))
+    assert store.view("r").preview_step == 1 and store.preview("r").data == b"new"
