@@ -438,7 +438,7 @@ def preview_base64(job: JobView) -> str | None:
     return None if found is None else found.base64()
 
 
-@router.get("/progress", auth=auth, response={200: ProgressOut, **errors()})
+@router.get("/progress", auth=auth, response={200: ProgressOut, **errors(400)})
 def progress(request: HttpRequest, skip_current_image: bool = False):
     """This client's oldest request under way; zeros when it has none. `current_image`: the
     running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image."""

@@ -103,9 +103,12 @@ PARTIAL_IMAGES = (
 )
 
 
+ONE_PER_STREAM = "must be 1 with stream: true (one image per stream)"
+
+
 def one_image_streamed(form: "ImageGenerationIn | ImageEditForm") -> None:
     if (form.n or 1) != 1:
-        raise FieldError("n", "must be 1 with stream: true (one image per stream)")
+        raise FieldError("n", ONE_PER_STREAM)
 
 
 class ImageGenerationIn(Schema):

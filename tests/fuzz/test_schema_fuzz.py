@@ -41,7 +41,7 @@ from config.errors import FieldError
 from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
 from imagegen.api.a1111 import NOT_BASE64, SAMPLER_RULE, Txt2ImgIn, batch_limit
-from imagegen.api.openai import MASK_NEEDS_ALPHA, repaint_mask
+from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
 from imagegen.generation.edits import (
     EDIT_ONLY,
     MASK_NEEDS_IMAGE,
@@ -226,6 +226,13 @@ def sent_no_image(case: Case, field: str) -> bool:
     return sent(case, "image") in (MISSING, None)
 
 
+def streams_more_than_one(case: Case, field: str) -> bool:
+    """OpenAI's stream: true sends one image's events: n must be 1 (or absent) with it."""
+    stream = str(sent(case, "stream")).lower() in ("true", "1", "on", "yes")
+    n = sent(case, "n")
+    return stream and n not in (MISSING, None) and str(n) != "1"
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -264,6 +271,10 @@ ALLOWED_REFUSALS = {
         "the padding applies with only_masked=true; a schema cannot state one field's need of "
         "another's value",
         sent_not_only_masked,
+    ),
+    ("n", ONE_PER_STREAM): Allowed(
+        "a stream carries one image's events; JSON Schema cannot bound n by stream's value",
+        streams_more_than_one,
     ),
     ("init_images", NOT_BASE64): Allowed(
         "A1111's image fields are strings holding base64 (a `data:` URL allowed); A1111's own "
@@ -449,6 +460,9 @@ def _png(mode: str) -> bytes:
         (has_no_alpha, "mask", _sent({"mask": _png("L")}), True),
         (has_no_alpha, "mask", _sent({"mask": _png("RGBA")}), False),
         (has_no_alpha, "mask", _sent({"mask": _png("LA")}), False),
+        (streams_more_than_one, "n", _sent({"stream": "true", "n": "4"}), True),
+        (streams_more_than_one, "n", _sent({"stream": "true", "n": "1"}), False),
+        (streams_more_than_one, "n", _sent({"stream": "false", "n": "4"}), False),
         (is_not_base64, "init_images", _a1111(init_images=["@@"]), True),
         (is_not_base64, "init_images", _a1111(init_images=["data:image/png;base64,AA AA"]), False),
         (is_not_base64, "mask", _a1111(mask="AAA"), True),
