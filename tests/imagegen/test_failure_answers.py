@@ -30,8 +30,7 @@ from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
-from tests.support.loaders import new_loader, wait_for
-from tests.support.local_hub import LocalHub
+from tests.support.loaders import pulled_loader
 from tests.support.processes import free_port
 from tests.support.solo_worker import solo_worker
 
@@ -40,15 +39,8 @@ ROUTES = ("/generate", "/v1/images/generations")
 
 
 @pytest.fixture(scope="module")
-def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelLoader]:
-    work = tmp_path_factory.mktemp("failures")
-    share = work / "share"
-    share.mkdir()
-    with LocalHub(hub_root) as hub:
-        loaded = new_loader(hub, share, work / "cache")
-        assert loaded.pull()
-        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
-    yield loaded
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
+    return pulled_loader(hub_root, tmp_path_factory.mktemp("failures"))
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,7 @@ from imagegen.generation.previews import (
 from imagegen.generation.render import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
-from tests.support.loaders import new_loader, wait_for
-from tests.support.local_hub import LocalHub
+from tests.support.loaders import pulled_loader
 from tests.support.solo_worker import solo_worker
 
 EVERY_STEP = PreviewPolicy(method=APPROX, every=1, seconds=0)
@@ -114,15 +113,8 @@ def test_previews_leave_the_latents_as_they_were():
 
 
 @pytest.fixture(scope="module")
-def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelLoader]:
-    work = tmp_path_factory.mktemp("previews")
-    share = work / "share"
-    share.mkdir()
-    with LocalHub(hub_root) as hub:
-        loaded = new_loader(hub, share, work / "cache")
-        assert loaded.pull()
-        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
-    yield loaded
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
+    return pulled_loader(hub_root, tmp_path_factory.mktemp("previews"))
 
 
 @pytest.fixture(scope="module")

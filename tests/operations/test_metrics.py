@@ -28,8 +28,7 @@ from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from imagegen.scrape import WorkerState
-from tests.support.loaders import new_loader, serve, wait_for
-from tests.support.local_hub import LocalHub
+from tests.support.loaders import pulled_loader, serve
 from tests.support.processes import ROOT, free_port
 
 Samples = dict[tuple[str, frozenset], float]
@@ -50,15 +49,8 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelLoader]:
-    work = tmp_path_factory.mktemp("metrics")
-    share = work / "share"
-    share.mkdir()
-    with LocalHub(hub_root) as hub:
-        loaded = new_loader(hub, share, work / "cache")
-        assert loaded.pull()
-        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
-        yield loaded
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
+    return pulled_loader(hub_root, tmp_path_factory.mktemp("metrics"))
 
 
 @pytest.fixture

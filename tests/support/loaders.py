@@ -14,6 +14,7 @@ from imagegen.model.decoder import parse_decoder
 from imagegen.model.hub import ModelSource
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions
+from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO
 
 
@@ -75,3 +76,15 @@ def serve(
     monkeypatch.setattr(backend, "jobs", lambda: queue)
     monkeypatch.setattr(backend, "image_store", lambda: store)
     return queue
+
+
+def pulled_loader(hub_root: Path, work: Path) -> ModelLoader:
+    """A loader whose model was pulled from a hub of `hub_root` onto a share in `work` and
+    loaded: what a module's in-process tests share (the hub is gone after: the share has it)."""
+    share = work / "share"
+    share.mkdir()
+    with LocalHub(hub_root) as hub:
+        loaded = new_loader(hub, share, work / "cache")
+        assert loaded.pull()
+        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
+    return loaded
