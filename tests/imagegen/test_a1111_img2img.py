@@ -17,16 +17,14 @@ from PIL import Image, PngImagePlugin
 from imagegen import backend
 from imagegen.generation.jobs import JobQueue
 from tests.support.framing import check_framed, middle_mark
-from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.loaders import ready_loader, serve
 
 SIZE = 64
 
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = new_loader(hub, share, tmp_path / "cache")
-    assert loader.pull()
-    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader = ready_loader(hub, share, tmp_path / "cache")
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

@@ -26,7 +26,7 @@ from imagegen.generation.render import render
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import load_pipeline
 from tests.support.framing import check_framed, middle_mark
-from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.loaders import ready_loader, serve
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
 SIZE = 64
@@ -37,9 +37,7 @@ REACH = 8
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = new_loader(hub, share, tmp_path / "cache")
-    assert loader.pull()
-    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader = ready_loader(hub, share, tmp_path / "cache")
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

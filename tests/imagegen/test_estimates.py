@@ -23,7 +23,7 @@ from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
-from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.loaders import ready_loader, serve
 
 # Measured at 64x64: encoding 1 s, a step 2 s per image of the UNet's batch, decoding 3 s.
 AT_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
@@ -181,9 +181,7 @@ TOO_LONG = {"steps": 100, "size": "2048x2048"}
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = new_loader(hub, share, tmp_path / "cache")
-    assert loader.pull()
-    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader = ready_loader(hub, share, tmp_path / "cache")
     with override_settings(GEN_SYNC_TIMEOUT=TIMEOUT):
         yield serve(loader, tmp_path / "images", monkeypatch)
 

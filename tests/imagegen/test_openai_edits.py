@@ -23,7 +23,7 @@ from imagegen.generation.edits import MARKS_NOTHING
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
 from tests.imagegen.test_generate_form import bomb
-from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.loaders import ready_loader, serve
 
 SIZE = 64
 SQUARE = (24, 24, 40, 40)  # the mask's transparent square
@@ -32,9 +32,7 @@ REACH = 8  # twice mask_blur's default, 4
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = new_loader(hub, share, tmp_path / "cache")
-    assert loader.pull()
-    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader = ready_loader(hub, share, tmp_path / "cache")
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

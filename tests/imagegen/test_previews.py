@@ -68,6 +68,16 @@ def test_every_n_steps_at_most_once_per_interval_and_partial_steps_whatever_the_
     assert [s for s in range(1, 4) if off.make(latents(), s, 3)] == []
 
 
+def test_a_preview_that_fails_is_logged_once_and_previews_stop_for_the_job(caplog):
+    """The image matters more than its previews: latents the approximation raises on (here
+    of five dimensions) fail once, are logged, and no later step tries again."""
+    previewer = Previewer(None, EVERY_STEP)
+    odd = torch.randn(1, 4, 8, 8, 2)
+    assert [previewer.make(odd, s, 4) for s in range(1, 5)] == [None] * 4
+    assert caplog.text.count("preview failed; no more previews for this job") == 1
+    assert previewer.make(latents(), 4, 4) is None  # even good latents: stopped
+
+
 @pytest.mark.parametrize("sdxl", [False, True])
 def test_the_approximation_is_a_small_jpeg_a_quarter_of_the_output_side_or_less(sdxl):
     pipe = type("StableDiffusionXLPipeline" if sdxl else "StableDiffusionPipeline", (), {})()

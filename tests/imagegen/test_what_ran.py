@@ -12,7 +12,7 @@ from django.test import Client
 from PIL import Image
 
 from imagegen.generation.jobs import JobQueue
-from tests.support.loaders import new_loader, serve, wait_for
+from tests.support.loaders import ready_loader, serve
 
 # Replays a job's events from its first step (an id of this stream: step 0, no status seen).
 FROM_THE_START = "0.00000000"
@@ -20,9 +20,7 @@ FROM_THE_START = "0.00000000"
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = new_loader(hub, share, tmp_path / "cache")
-    assert loader.pull()
-    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader = ready_loader(hub, share, tmp_path / "cache")
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

@@ -84,7 +84,12 @@ def pulled_loader(hub_root: Path, work: Path) -> ModelLoader:
     share = work / "share"
     share.mkdir()
     with LocalHub(hub_root) as hub:
-        loaded = new_loader(hub, share, work / "cache")
-        assert loaded.pull()
-        assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
+        return ready_loader(hub, share, work / "cache")
+
+
+def ready_loader(hub, share: Path, cache: Path) -> ModelLoader:
+    """new_loader's loader with its model pulled from `hub` onto `share` and loaded."""
+    loaded = new_loader(hub, share, cache)
+    assert loaded.pull()
+    assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
     return loaded
