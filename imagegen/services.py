@@ -325,9 +325,11 @@ def _inputs_of(edit: Any) -> set[str]:
 
 def _prune_inputs(freed: set[str]) -> None:
     """Removes the inputs no stored image and no unfinished job names: those of `freed`
-    (a deleted image's, a refused request's) at once, any other once INPUT_GRACE_SECONDS
-    old (left by a job that failed or was cancelled, or a crash). An edit's source is the
+    (a deleted edit's, a refused edit's) at once, any other once INPUT_GRACE_SECONDS old
+    (left by a crash). Nothing to free, nothing is read. An edit's source is the
     user's picture: it does not outlive what was made from it."""
+    if not freed:  # a text-to-image delete: no scan of every record on the share for it
+        return
     store = backend.image_store()
     ages = store.input_ages()
     if not ages:

@@ -352,3 +352,17 @@ def test_an_orphan_input_goes_at_the_next_prune_once_ten_minutes_old(queue, tmp_
     made = edit(Client(), steps="2")
     assert Client().delete(f"/images/{made['X-Image-Id']}").status_code == 200
     assert not store.input_path(old).exists() and store.input_path(young).exists()
+
+
+def test_deleting_a_text_to_image_image_reads_no_record_for_inputs(queue, monkeypatch):
+    """The prune reads every record on the share: only an edit's delete needs it."""
+    store = backend.image_store()
+    store.save_input(b"an input nothing names")  # so there is something it could prune
+    made = Client().post("/generate", {"prompt": "plain", "steps": "2", "size": "64x64"})
+    assert made.status_code == 200, made.content
+
+    def refuse():
+        raise AssertionError("every record read for a text-to-image delete")
+
+    monkeypatch.setattr(type(store), "records", lambda self: refuse())
+    assert Client().delete(f"/images/{made['X-Image-Id']}").status_code == 200
