@@ -6,7 +6,7 @@ fetches), and so does the form when Generate was refused for the model."""
 import re
 
 import requests
-from playwright.sync_api import Request, expect
+from playwright.sync_api import Request, Route, expect
 
 from imagegen.model.adapters import DEFAULT_MODEL_ID
 from imagegen.model.download_size import LIGHTNING_4STEP_LORA_BYTES, SDXL_BASE_FP16_BYTES
@@ -66,6 +66,37 @@ def test_the_token_is_asked_once_and_sent_only_as_a_bearer_header(new_page, toke
     # The HTML itself holds no data and is served without the token.
     assert requests.get(token_ui_app.url("/ui/"), timeout=10).status_code == 200
     assert requests.get(token_ui_app.url("/images"), timeout=10).status_code == 401
+
+
+def test_a_refusal_answered_after_a_new_token_was_given_retries_with_it(new_page, token_ui_app):
+    """Calls sent with a refused token can answer after the person typed the right one; such a
+    late 401 is that old token's, so the call goes again with the new one and the dialog stays
+    closed (it used to open again over the form and forget the good token)."""
+    page = new_page()
+    held: list[Route] = []
+
+    def hold_refused(route: Route) -> None:
+        if route.request.headers.get("authorization") == "Bearer not-the-token":
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/generate/estimate*", hold_refused)
+    page.goto(token_ui_app.url("/ui/"))
+    dialog = page.locator("#token-dialog")
+    page.fill("#token", "not-the-token")
+    page.keyboard.press("Enter")
+    expect(page.locator("#token-error")).to_have_text("That token was refused; try again.")
+    page.fill("#token", TOKEN)
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#gallery-empty")).to_have_text("No images yet.")
+
+    assert len(held) == 1
+    held[0].continue_()  # its 401 arrives now, after the right token was given
+    expect(page.locator("#estimate")).not_to_be_empty(timeout=60_000)
+    expect(dialog).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('imagegen.token')") == TOKEN
 
 
 def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):

@@ -46,6 +46,9 @@
       if (token) headers.set("Authorization", `Bearer ${token}`);
       const response = await fetch(path, { ...options, headers });
       if (response.status !== 401) return response;
+      // A refusal of a token already replaced (answered late) is that token's: go again.
+      const now = sessionStorage.getItem(TOKEN_KEY);
+      if (now && now !== token) continue;
       const hadToken = Boolean(token);
       sessionStorage.removeItem(TOKEN_KEY);
       const given = await askToken(hadToken ? "That token was refused; try again." : "");
