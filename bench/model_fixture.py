@@ -491,6 +491,9 @@ def place_on_share(
     adapters: tuple = (),
     tiny_decoder: bool = False,
     repo_id: str | None = None,
+    source: Path | None = None,
+    hub_root: Path = HUB_ROOT,
+    decoder_source: Path | None = None,
 ) -> Path:
     """The cached repo laid out as a complete download in `model_dir` (MODEL_DIR), as a pull
     leaves it: every file under `<org>--<name>/`, the `adapters` (imagegen Adapter objects,
@@ -500,7 +503,8 @@ def place_on_share(
     places it as another repo (the service's default MODEL_ID: the random SDXL stands for
     it). Files are hard links into the cache (copies across file systems): a bench that times
     generations should not spend minutes and 7 GB of disk on a pull first (pull_bench times
-    that)."""
+    that). `source`, `hub_root` and `decoder_source` place another repo, adapters and tiny
+    decoder (a smoke run's tiny ones) under the names of `name`'s."""
     from imagegen.model.decoder import share_folder
     from imagegen.model.share import (
         AdapterRecord,
@@ -511,24 +515,25 @@ def place_on_share(
     )
 
     spec = spec_for(name)
-    ensure_model(name)
+    if source is None:
+        source = ensure_model(name)
     repo_id = repo_id or spec.repo_id
     dest = model_path(model_dir, repo_id)
     files = []
-    for source in sorted(p for p in spec.path.rglob("*") if p.is_file()):
-        relative = source.relative_to(spec.path).as_posix()
-        files.append(ModelFile(path=relative, size=_link(source, dest / relative)))
+    for file in sorted(p for p in source.rglob("*") if p.is_file()):
+        relative = file.relative_to(source).as_posix()
+        files.append(ModelFile(path=relative, size=_link(file, dest / relative)))
     records = []
     for adapter in adapters:
-        source = HUB_ROOT / adapter.repo / adapter.file
-        files.append(ModelFile(adapter.share_path, _link(source, dest / adapter.share_path)))
+        file = hub_root / adapter.repo / adapter.file
+        files.append(ModelFile(adapter.share_path, _link(file, dest / adapter.share_path)))
         records.append(AdapterRecord(adapter.repo, adapter.file, SHARE_COMMIT, adapter.share_path))
     decoder = None
     if tiny_decoder:
         repo, folder = TINY_DECODERS[name], share_folder(TINY_DECODERS[name])
-        for source in sorted(ensure_tiny_decoder(name).iterdir()):
-            path = f"{folder}/{source.name}"
-            files.append(ModelFile(path=path, size=_link(source, dest / path)))
+        for file in sorted((decoder_source or ensure_tiny_decoder(name)).iterdir()):
+            path = f"{folder}/{file.name}"
+            files.append(ModelFile(path=path, size=_link(file, dest / path)))
         decoder = DecoderRecord(repo, SHARE_COMMIT, folder)
     write_manifest(
         dest, model_id=repo_id, requested_revision="main", commit=SHARE_COMMIT,
