@@ -46,6 +46,19 @@ Run it alone on the machine, under the lock the full-size benches share:
 
 On a quiet 2 vCPU machine SDXL takes about 35 minutes (--configs fast,fast_tiny about 20),
 SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 15 (two runs: 14 and 18).
+
+Two more configurations, only when named in --configs (SDXL): (e) `hyper1`, Hyper-SD's 1-step
+SDXL LoRA (a random LoRA under its repo and file) with its preset's TCD, and (f) `turbo`,
+SDXL-Turbo (the random SDXL as its MODEL_ID) at its native 512x512, each with the tiny
+decoder. `--steps N` runs every configuration at N steps on both sides (a UNet call costs
+the same at any count, so `--steps 1` answers the per-part questions in a fraction of the
+time), `--vae-tile N` decodes in tiles of N pixels on both sides (VAE_TILE_SIZE):
+
+    /tmp/exclusive.sh .venv/bin/python bench/time_to_image_bench.py --model sdxl \
+        --configs turbo,hyper1,fast --steps 1 --no-scaling     # about 15 minutes
+
+Beside the seconds, the efficiency table: each part's FLOPs (bench.efficiency; the full
+decode as its tiles run it), achieved FLOP/s and the fraction of this run's measured peak.
 """
 
 from __future__ import annotations
@@ -864,6 +877,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1-thread run")
     parser.add_argument(
+        "--no-plain", action="store_true",
+        help="the service only (its seconds, FLOPs and peak memory; no baseline)",
+    )  # fmt: skip
+    parser.add_argument(
         "--quiet-load",
         type=float,
         default=0.5,
@@ -942,7 +959,7 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         print_run(service[-1], fp32)
     seeds = {r.config: r.detail["seed"] for r in service}
     plain, plain_load = [], {}
-    for group in plain_groups(configs):  # one child per LoRA fused
+    for group in [] if args.no_plain else plain_groups(configs):  # one child per LoRA fused
         common.read_files(weight_files(spec.path))
         runs_, plain_load[",".join(group)] = run_plain(
             args, model, group, work, args.threads, steps=args.steps,
@@ -1063,11 +1080,16 @@ def peak_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def peak_from_child(result: dict[str, Any]) -> efficiency.Peak:
+    """The Peak of a peak child's result, which also carries what every child reports (its
+    peak RSS) and the derived `best`: Peak's own fields only."""
+    return efficiency.Peak(**{key: result[key] for key in efficiency.Peak.__dataclass_fields__})
+
+
 def measure_peak(threads: int, work: Path, when: str) -> efficiency.Peak:
     result = common.run_child(SCRIPT, ["peak", "--threads", str(threads)],
                               work / f"peak-{when}.log", timeout=1800, env={})  # fmt: skip
-    result.pop("best")
-    peak = efficiency.Peak(**result)
+    peak = peak_from_child(result)
     print(f"  {when}: {efficiency.describe_peak(peak)}", flush=True)
     return peak
 

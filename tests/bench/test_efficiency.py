@@ -12,7 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.efficiency import TOKENS, Peak, Work, count_decode, count_work
-from bench.time_to_image_bench import Run, efficiency_rows
+from bench.time_to_image_bench import Run, efficiency_rows, peak_from_child
 from imagegen.model.pipeline import decode_in_tiles_of
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
@@ -123,3 +123,11 @@ def test_each_run_is_counted_at_its_own_size_and_call_by_call():
     assert by[("fast", "unet call")]["tflop"] == pytest.approx(8e-3)
     assert by[("fast", "decode")]["tflop"] == pytest.approx(9e-3)  # the full one, in tiles
     assert by[("fast", "image")]["tflop"] == pytest.approx((1 + 16 + 9) / 1e3)
+
+
+def test_a_peak_childs_result_becomes_its_peak():
+    """What the peak child sends back (bench.common.emit_child_result adds its peak RSS; the
+    Peak adds `best`): the full-size run stopped at its first peak before this."""
+    peak = Peak(2, matmul=1e11, conv=2e11, conv_shapes={"512ch@128": 2e11})
+    result = peak.as_dict() | {"peak_rss_bytes": 123}
+    assert peak_from_child(result) == peak
