@@ -35,6 +35,9 @@ def test_the_limit_is_the_containers_or_the_machines_whichever_is_smaller(tmp_pa
     (v1 / "memory").mkdir(parents=True)
     (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{8 * GIB}\n")
     assert memory_limit(v1, machine) == 8 * GIB
+    # v1 writes a huge number when unlimited: the machine's total is then the limit.
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert memory_limit(v1, machine) == int(23.5 * 2**20) * 1024
     assert memory_limit(tmp_path / "none", tmp_path / "missing") is None
 
 
