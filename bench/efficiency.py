@@ -14,9 +14,10 @@ SDXL image takes seconds. On the meta device attention runs as its matrix produc
 counted; a real CPU run would leave it out (the counter has no formula for the CPU's fused
 attention kernel), so these are the work done, attention included. Counted: each text
 encoder on 77 tokens; one UNet call at the image's latent size for a batch of 1 (a call with
-guidance runs a batch of 2: twice that); the full VAE's decode (as one piece: tiles overlap,
-so a tiled decode does a little more) and the tiny decoder's; the VAE's encode of an input
-image (edits).
+guidance runs a batch of 2: twice that); the full VAE's decode, as one piece and in the
+tiles it runs in (they overlap by a quarter and each is decoded whole: SDXL's 1024x1024 in
+tiles of 512 is 1.5x the work of the whole image, 15.7 TFLOP against 10.5), and the tiny
+decoder's; the VAE's encode of an input image (edits).
 """
 
 from __future__ import annotations
@@ -40,19 +41,28 @@ class Work:
     decode_full: float
     decode_tiny: float | None  # None: no tiny decoder given
     encode_image: float  # the full VAE's encoder on an input image (an edit)
+    # The full VAE's decode in the tiles the service and the bench's plain diffusers use
+    # (VAE_TILE_SIZE's default): SDXL at 1024x1024 1.5x decode_full. None: not counted.
+    decode_tiled: float | None = None
+
+    def decode(self, *, tiny: bool) -> float:
+        """The decode as it runs: the tiny decoder's, or the full VAE's in its tiles."""
+        if tiny and self.decode_tiny is not None:
+            return self.decode_tiny
+        return self.decode_full if self.decode_tiled is None else self.decode_tiled
 
     def image(self, *, calls: int, batch: int, tiny: bool) -> float:
         """All of one image: the prompt, `calls` UNet calls of `batch`, the decode."""
-        decode = self.decode_tiny if tiny and self.decode_tiny is not None else self.decode_full
-        return self.encode + calls * batch * self.unet_call + decode
+        return self.encode + calls * batch * self.unet_call + self.decode(tiny=tiny)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def count_work(model_path: Path, side: int, tiny_path: Path | None = None) -> Work:
+def count_work(model_path: Path, side: int, tiny_path: Path | None = None, tile: int = 0) -> Work:
     """The FLOPs of one image at `side` x `side` of the diffusers repo at `model_path` (its
-    configs only), with the tiny decoder at `tiny_path` if given."""
+    configs only), with the tiny decoder at `tiny_path` if given, and the full decode in
+    tiles of `tile` pixels too if given (count_decode)."""
     import torch
     from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
     from torch.utils.flop_counter import FlopCounterMode
@@ -99,7 +109,31 @@ def count_work(model_path: Path, side: int, tiny_path: Path | None = None) -> Wo
         decode_tiny = None if tiny is None else flops(lambda: tiny.decode(z))
         image = torch.empty(1, 3, side, side)
         encode_image = flops(lambda: vae.encode(image))
-    return Work(side, encode, unet_call, decode_full, decode_tiny, encode_image)
+    tiled = count_decode(model_path, side, tile) if tile else None
+    return Work(side, encode, unet_call, decode_full, decode_tiny, encode_image, tiled)
+
+
+def count_decode(model_path: Path, side: int, tile: int) -> float:
+    """The FLOPs of the full VAE's decode of one `side` x `side` image in tiles of `tile`
+    pixels as VAE_TILE_SIZE makes them (0: whole). Tiles overlap by a quarter and each is
+    decoded whole, so SDXL's 1024x1024 decode in tiles of 512 is 1.5x the whole image's
+    work: a tiled decode's fraction of peak divides by this, not by the whole count."""
+    import torch
+    from diffusers import AutoencoderKL
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from imagegen.model.pipeline import decode_in_tiles_of
+
+    with torch.device("meta"), torch.inference_mode():
+        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(model_path / "vae"))
+        if tile:
+            vae.enable_tiling()
+            decode_in_tiles_of(vae, tile)
+        scale = 2 ** (len(vae.config.block_out_channels) - 1)
+        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
+        with FlopCounterMode(display=False) as counter:
+            vae.decode(z)
+    return float(counter.get_total_flops())
 
 
 @dataclass(frozen=True)
@@ -121,9 +155,14 @@ class Peak:
 
 
 # The 3x3 convolutions of SDXL's (and SD 1.5's) VAE decoder at a 1024x1024 image: channels
-# in and out and the feature map's side. The decoder's work is nearly all of these.
+# in and out and the feature map's side. The decoder's work is nearly all of these. Its tiles
+# (512 and 256 pixels: VAE_TILE_SIZE) run the same channels on maps of a half and a quarter
+# of the side, so those are measured too (on 2026-11-25 the best of them, 512ch@32, was 5 %
+# above the whole image's best).
 VAE_CONVS = {"512ch@128": (512, 128), "512ch@256": (512, 256), "256ch@512": (256, 512),
-             "128ch@1024": (128, 1024)}  # fmt: skip
+             "128ch@1024": (128, 1024),
+             "512ch@32": (512, 32), "512ch@64": (512, 64), "256ch@128": (256, 128),
+             "256ch@256": (256, 256), "128ch@256": (128, 256), "128ch@512": (128, 512)}  # fmt: skip
 
 
 def measure_peak(threads: int, repeats: int = 3) -> Peak:

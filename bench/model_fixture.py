@@ -441,6 +441,13 @@ def ensure_default_lora(log: Callable[[str], None] = print) -> Path:
     return _random_lora("sdxl", HUB_ROOT / DEFAULT_LORA_REPO / DEFAULT_LORA_FILE, log)
 
 
+def ensure_named_lora(repo: str, file: str, log: Callable[[str], None] = print) -> Path:
+    """A random SDXL LoRA of LCM-LoRA's rank and layers under another repo and file (cached),
+    standing for a recipe's LoRA (Hyper-SD's): fused into the weights, a LoRA's rank and
+    layers cost nothing per step, so the image's time is the real one's."""
+    return _random_lora("sdxl", HUB_ROOT / repo / file, log)
+
+
 def _random_lora(name: str, file: Path, log: Callable[[str], None]) -> Path:
     from tests.support.tiny_adapters import random_lora, save_lora, to_kohya
 

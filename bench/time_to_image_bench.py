@@ -46,6 +46,19 @@ Run it alone on the machine, under the lock the full-size benches share:
 
 On a quiet 2 vCPU machine SDXL takes about 35 minutes (--configs fast,fast_tiny about 20),
 SD 1.5 about 5; `--model sdxl --configs shipped --no-scaling` about 15 (two runs: 14 and 18).
+
+Two more configurations, only when named in --configs (SDXL): (e) `hyper1`, Hyper-SD's 1-step
+SDXL LoRA (a random LoRA under its repo and file) with its preset's TCD, and (f) `turbo`,
+SDXL-Turbo (the random SDXL as its MODEL_ID) at its native 512x512, each with the tiny
+decoder. `--steps N` runs every configuration at N steps on both sides (a UNet call costs
+the same at any count, so `--steps 1` answers the per-part questions in a fraction of the
+time), `--vae-tile N` decodes in tiles of N pixels on both sides (VAE_TILE_SIZE):
+
+    /tmp/exclusive.sh .venv/bin/python bench/time_to_image_bench.py --model sdxl \
+        --configs turbo,hyper1,fast --steps 1 --no-scaling     # about 15 minutes
+
+Beside the seconds, the efficiency table: each part's FLOPs (bench.efficiency; the full
+decode as its tiles run it), achieved FLOP/s and the fraction of this run's measured peak.
 """
 
 from __future__ import annotations
@@ -76,6 +89,7 @@ from bench.model_fixture import (  # noqa: E402
     ensure_default_lora,
     ensure_lora,
     ensure_model,
+    ensure_named_lora,
     ensure_tiny_decoder,
     fp32_bytes,
     place_on_share,
@@ -96,6 +110,7 @@ NEGATIVE = "blurry, low quality"
 SEED = 42
 NATIVE = {"sd15": 512, "sdxl": 1024}
 SEED_DEFAULT_STEPS = 20  # GEN_DEFAULT_STEPS' fallback: what (a) is extrapolated to
+VAE_TILE = 512  # --vae-tile's default: the full decoder's tiles on both sides (VAE_TILE_SIZE)
 SYNC_TIMEOUT = 230  # GEN_SYNC_TIMEOUT's default: the shipped default's image must fit in it
 # The settings whose absence makes the shipped default (config/settings.py): left out of the
 # shipped configuration's service even when this shell has them.
@@ -115,17 +130,24 @@ class Config:
     lora: bool = False  # MODEL_ADAPTERS: the model's LCM-LoRA
     tiny: bool = False  # VAE_DECODER=tiny (for `shipped`, its default: never set)
     shipped: bool = False  # nothing configured: the default model and its default LoRA
+    adapter: str | None = None  # MODEL_ADAPTERS: another LoRA (repo:file), random weights
+    repo_id: str | None = None  # MODEL_ID the random model stands for (a distilled model)
+    side: int | None = None  # the image's side; None: the model's native size
 
-    def form(self, size: int) -> dict[str, str]:
+    def form(self, size: int, steps: int | None = None) -> dict[str, str]:
         """What the service is sent: (a) only its steps (guidance and scheduler are the
-        service's defaults: no preset for the base repos); (b) and (c) only the prompt, so
-        the LCM-LoRA's preset decides steps, guidance and scheduler, with a negative prompt,
-        a seed and the size; (d) the prompt alone."""
+        service's defaults: no preset for the base repos); the others only the prompt, so
+        the adapter's or model's preset decides steps, guidance and scheduler, with a
+        negative prompt, a seed and the size; (d) the prompt alone. `steps` (--steps, a
+        shorter run) is sent to every configuration."""
+        asked = {"steps": str(steps)} if steps else {}
         if self.shipped:
-            return {"prompt": PROMPT}
+            return {"prompt": PROMPT} | asked
         fields = {"prompt": PROMPT, "negative_prompt": NEGATIVE, "seed": str(SEED),
                   "size": f"{size}x{size}"}  # fmt: skip
-        return fields | ({"steps": str(self.steps)} if self.name == "defaults" else {})
+        if self.name == "defaults" and not asked:
+            asked = {"steps": str(self.steps)}
+        return fields | asked
 
     def service_env(self, model: str) -> dict[str, str]:
         if self.shipped:
@@ -133,6 +155,8 @@ class Config:
         env = {"VAE_DECODER": "tiny" if self.tiny else "full"}
         if self.lora:
             env["MODEL_ADAPTERS"] = f"{LCM_LORAS[model]}:{LORA_FILE}"
+        if self.adapter:
+            env["MODEL_ADAPTERS"] = self.adapter
         return env
 
     def adapters(self, model: str) -> tuple:
@@ -141,14 +165,16 @@ class Config:
             return parse_adapters(DEFAULT_MODEL_ADAPTERS)
         return parse_adapters(self.service_env(model).get("MODEL_ADAPTERS", ""))
 
-    def expected_headers(self) -> dict[str, str]:
+    def expected_headers(self, steps: int | None = None) -> dict[str, str]:
         """What the service must report having run, so both sides ran the same thing."""
+        from imagegen.generation.schedulers import SCHEDULERS
+
+        steps = steps or self.steps
         if self.name == "defaults":
-            return {"X-Steps": str(self.steps), "X-Guidance": "7"}
-        # X-Scheduler: A1111's names for the table's `lcm` and `euler_trailing`.
-        scheduler = "Euler SGM Uniform" if self.shipped else "LCM"
-        return {"X-Steps": str(self.steps), "X-Guidance": f"{self.guidance:g}",
-                "X-Scheduler": scheduler}  # fmt: skip
+            return {"X-Steps": str(steps), "X-Guidance": "7"}
+        # X-Scheduler: A1111's name for the table's scheduler (`lcm`: "LCM").
+        return {"X-Steps": str(steps), "X-Guidance": f"{self.guidance:g}",
+                "X-Scheduler": SCHEDULERS[str(self.scheduler)].a1111_name}  # fmt: skip
 
 
 DEFAULTS = Config("defaults", steps=2, guidance=7.0, scheduler=None)
@@ -159,14 +185,26 @@ FAST_TINY = Config("fast_tiny", steps=4, guidance=1.0, scheduler="lcm", lora=Tru
 SHIPPED = Config(
     "shipped", steps=4, guidance=0.0, scheduler="euler_trailing", tiny=True, shipped=True
 )
-CONFIGS = {c.name: c for c in (DEFAULTS, FAST, FAST_TINY, SHIPPED)}
+# The one-step recipes (docs/performance.md, "Fast images"), each through its own preset and
+# with the tiny decoder: Hyper-SD's 1-step SDXL LoRA (a random LoRA under its repo and file;
+# fused, its rank costs nothing per step) at SDXL's size, and SDXL-Turbo (the random SDXL
+# as MODEL_ID stabilityai/sdxl-turbo: the same architecture) at its native 512x512.
+HYPER_SD_1STEP = "ByteDance/Hyper-SD:Hyper-SDXL-1step-lora.safetensors"
+HYPER1 = Config("hyper1", steps=1, guidance=0.0, scheduler="tcd", tiny=True,
+                adapter=HYPER_SD_1STEP)  # fmt: skip
+TURBO = Config("turbo", steps=1, guidance=0.0, scheduler="euler_a_trailing", tiny=True,
+               repo_id="stabilityai/sdxl-turbo", side=512)  # fmt: skip
+CONFIGS = {c.name: c for c in (DEFAULTS, FAST, FAST_TINY, SHIPPED, HYPER1, TURBO)}
 LABELS = {
     "defaults": "(a) defaults",
     "fast": "(b) LCM-LoRA, 4 steps, guidance 1",
     "fast_tiny": "(c) (b) + tiny decoder",
     "shipped": "(d) shipped: Lightning LoRA, a prompt",
+    "hyper1": "(e) Hyper-SD 1-step LoRA, TCD, tiny decoder",
+    "turbo": "(f) SDXL-Turbo 512x512, tiny decoder",
 }
-SDXL_ONLY = {"shipped"}  # the shipped default model is SDXL
+SDXL_ONLY = {"shipped", "hyper1", "turbo"}  # SDXL's default model and recipes
+DEFAULT_CONFIGS = ("defaults", "fast", "fast_tiny", "shipped")  # the others: --configs
 
 
 @dataclass
@@ -188,6 +226,7 @@ class Run:
     cpu: float = 0.0  # CPU seconds of the process during the request (all its threads)
     calls_at_20: int = 0  # UNet calls of 20 steps with this scheduler
     load: str = ""  # the machine's load average when the request started
+    side: int = 0  # the image's side; 0: the model's (the run's) size
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -208,16 +247,27 @@ def plain_lora(config: Config, model: str) -> tuple[Path, str] | None:
         return ensure_default_lora().parent, DEFAULT_LORA_FILE
     if config.lora:
         return ensure_lora(model).parent, LORA_FILE
+    if config.adapter:
+        (adapter,) = parse_adapters(config.adapter)
+        return ensure_named_lora(adapter.repo, adapter.file).parent, adapter.file
     return None
 
 
-def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
+def prepare_plain(
+    pipe: Any, config: Config, model: str, full_vae: Any, tile: int = VAE_TILE
+) -> None:
     """Plain diffusers set up as a user of its documentation would for the same settings:
     the LoRA loaded, fused and unloaded (once; kept for the later configurations, so one
     child fuses one LoRA at most: `plain_groups`), the tiny autoencoder as the VAE, the VAE
     in slicing and tiles as the service has it, and the scheduler from the model's config
     (SDXL-Lightning's model card: Euler with trailing timesteps)."""
-    from diffusers import AutoencoderTiny, EulerDiscreteScheduler, LCMScheduler
+    from diffusers import (
+        AutoencoderTiny,
+        EulerAncestralDiscreteScheduler,
+        EulerDiscreteScheduler,
+        LCMScheduler,
+        TCDScheduler,
+    )
 
     lora = plain_lora(config, model)
     fused = getattr(pipe, "_bench_lora_fused", None)
@@ -231,17 +281,24 @@ def prepare_plain(pipe: Any, config: Config, model: str, full_vae: Any) -> None:
         AutoencoderTiny.from_pretrained(ensure_tiny_decoder(model)) if config.tiny else (full_vae)
     )
     # The seed's VAE settings, as the service has them: slicing and tiling, the full VAE in
-    # tiles of VAE_TILE_SIZE's default (diffusers' attributes; at 1024x1024 SDXL's own tile
-    # is the whole image, 3.9 GiB of activations).
+    # the tiles the service is given (--vae-tile as VAE_TILE_SIZE; diffusers' attributes; at
+    # 1024x1024 SDXL's own tile is the whole image, 3.9 GiB of activations).
     pipe.vae.enable_slicing()
     pipe.vae.enable_tiling()
     if not config.tiny:
         scale = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
-        pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = 512, 512 // scale
+        tile = min(tile, pipe.vae.tile_sample_min_size)  # as decode_in_tiles_of: never larger
+        pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = tile, tile // scale
     if config.scheduler == "lcm":
         pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)
     elif config.scheduler == "euler_trailing":
         pipe.scheduler = EulerDiscreteScheduler.from_config(
+            pipe.scheduler.config, timestep_spacing="trailing"
+        )
+    elif config.scheduler == "tcd":  # Hyper-SD's model card for its 1-step LoRA
+        pipe.scheduler = TCDScheduler.from_config(pipe.scheduler.config)
+    elif config.scheduler == "euler_a_trailing":  # SDXL-Turbo's model card
+        pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(
             pipe.scheduler.config, timestep_spacing="trailing"
         )
     else:
@@ -292,8 +349,8 @@ def plain_request(
                 negative_prompt=None if config.shipped else NEGATIVE,
                 num_inference_steps=args.steps or config.steps,
                 guidance_scale=config.guidance,
-                width=args.size,
-                height=args.size,
+                width=config.side or args.size,
+                height=config.side or args.size,
                 generator=torch.Generator("cpu").manual_seed(seed),
                 callback_on_step_end=step_end,
             ).images[0]
@@ -324,6 +381,7 @@ def plain_request(
         "peak_rss_bytes": common.proc_status_bytes("VmHWM"),
         "png": str(out),
         "calls_at_20": len(counter.timesteps),
+        "side": config.side or args.size,
     }
 
 
@@ -344,7 +402,7 @@ def plain_child(args: argparse.Namespace) -> int:
     runs = []
     for name in args.configs.split(","):
         config = CONFIGS[name]
-        prepare_plain(pipe, config, args.model, full_vae)
+        prepare_plain(pipe, config, args.model, full_vae, args.vae_tile)
         wait_for_quiet(args)
         runs.append(plain_request(pipe, config, args, int(seeds.get(name, SEED))))
         pipe.scheduler = own
@@ -384,10 +442,13 @@ def run_plain(
         str(args.quiet_wait),
         "--work",
         str(work),
+        "--vae-tile",
+        str(args.vae_tile),
     ] + (["--steps", str(steps)] if steps else [])
     if seeds:
         child_args += ["--seeds", ",".join(f"{name}={seed}" for name, seed in seeds.items())]
-    result = common.run_child(SCRIPT, child_args, work / f"plain-{model}.log", timeout=7200, env={})
+    log = work / f"plain-{model}-{'-'.join(configs)}-{threads}.log"
+    result = common.run_child(SCRIPT, child_args, log, timeout=7200, env={})
     runs = [
         Run(
             model=model,
@@ -405,6 +466,7 @@ def run_plain(
             cpu=r["cpu"],
             calls_at_20=r["calls_at_20"],
             load=r["load"],
+            side=r["side"],
             detail={"call_seconds": r["call_seconds"], "png": r["png"]},
         )
         for r in result["runs"]
@@ -482,10 +544,11 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     """One configuration's request to its own app (its settings: adapters, decoder)."""
     spec, config = spec_for(model), CONFIGS[name]
     model_dir = work / f"share-{name}"
-    repo_id = DEFAULT_MODEL_ID if config.shipped else spec.repo_id
+    repo_id = DEFAULT_MODEL_ID if config.shipped else (config.repo_id or spec.repo_id)
     place_on_share(model, model_dir, adapters=config.adapters(model), tiny_decoder=config.tiny,
                    repo_id=repo_id)  # fmt: skip
     env = service_env(model_dir, None if config.shipped else repo_id, work, args.threads)
+    env["VAE_TILE_SIZE"] = str(args.vae_tile)  # both sides' tiles (the shipped app: unset)
     app = service_app(config, model, env, work / f"service-{model}-{name}.log")
     app.start(120)
     try:
@@ -498,7 +561,9 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         cpu = cpu_seconds(pid)
         started = time.perf_counter()
         response = requests.post(
-            app.url("/generate"), data=config.form(args.size_for[model]), timeout=7200
+            app.url("/generate"),
+            data=config.form(side_of(config, model, args), args.steps),
+            timeout=7200,
         )
         total = time.perf_counter() - started
         cpu = cpu_seconds(pid) - cpu
@@ -512,7 +577,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         shutil.rmtree(model_dir, ignore_errors=True)
     headers = {h: response.headers.get(h) for h in ("X-Steps", "X-Guidance", "X-Scheduler",
                                                      "X-Adjusted")}  # fmt: skip
-    for header, value in config.expected_headers().items():
+    for header, value in config.expected_headers(args.steps).items():
         if headers[header] != value:
             raise RuntimeError(f"{name}: the service ran {header} {headers[header]}, not {value}")
     fused = [f"{a['repo']}:{a['file']}" for a in status["adapters"]]
@@ -527,7 +592,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         encode=timings["encode_seconds"], denoise=timings["denoise_seconds"],
         decode=timings["decode_seconds"], png_store=total - stages, total=total,
         calls=unet_calls(job), batch=1 if config.guidance <= 1 else 2,
-        peak_rss_bytes=peak, cpu=cpu, load=load,
+        peak_rss_bytes=peak, cpu=cpu, load=load, side=job["image"]["parameters"]["width"],
         detail={
             "timings": timings, "png": str(png), "headers": headers,
             "load_seconds": load_seconds, "load_peak_rss_bytes": load_peak,
@@ -632,37 +697,43 @@ def lines_for(result: dict[str, Any]) -> list[Line]:
 
 def describe_work(work: efficiency.Work) -> str:
     tiny = "" if work.decode_tiny is None else f", tiny decode {work.decode_tiny / 1e12:.2f}"
+    tiled = "" if work.decode_tiled is None else " (in its tiles: " \
+        f"{work.decode_tiled / 1e12:.2f})"  # fmt: skip
     return (
-        f"text encoders {work.encode / 1e12:.2f} TFLOP, a UNet call (batch 1) "
-        f"{work.unet_call / 1e12:.2f}, full decode {work.decode_full / 1e12:.2f}{tiny}"
+        f"{work.side}x{work.side}: text encoders {work.encode / 1e12:.2f} TFLOP, a UNet call "
+        f"(batch 1) {work.unet_call / 1e12:.2f}, full decode {work.decode_full / 1e12:.2f}"
+        f"{tiled}{tiny}"
     )
 
 
 def stage_flops(run: Run, work: efficiency.Work) -> dict[str, float]:
-    """The FLOPs of each stage of `run`: its UNet calls of its batch, its decoder's."""
-    tiny = CONFIGS[run.config].tiny
-    decode = work.decode_tiny if tiny and work.decode_tiny is not None else work.decode_full
+    """The FLOPs of each stage of `run`: its UNet calls of its batch, its decoder's (the
+    full one in the tiles both sides decode in)."""
     return {"encode": work.encode, "denoise": run.calls * run.batch * work.unet_call,
-            "decode": decode}  # fmt: skip
+            "decode": work.decode(tiny=CONFIGS[run.config].tiny)}  # fmt: skip
 
 
 def efficiency_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """For each request, each stage: its TFLOP, seconds, achieved GFLOP/s and the fraction
     of this run's measured peak (the best of the measurements before and after)."""
-    work: efficiency.Work = result["work"]
+    works: dict[int, efficiency.Work] = result.get("works") or {}
     peak = max(result["peaks"], key=lambda p: p.best)
     rows = []
     for run in result["runs"]:
         if run.threads != peak.threads:
             continue  # the 1-thread scaling run: another denominator
-        flops = stage_flops(run, work)
+        flops = stage_flops(run, works.get(run.side, result["work"]))
         seconds = {"encode": run.encode, "denoise": run.denoise, "decode": run.decode}
-        for stage in ("encode", "denoise", "decode"):
+        # One UNet call (the mean of the run's): the part the issue compares call by call.
+        flops["unet call"], seconds["unet call"] = flops["denoise"] / run.calls, run.per_call
+        for stage in ("encode", "unet call", "denoise", "decode"):
             achieved, share = efficiency.fraction(flops[stage], seconds[stage], peak)
             rows.append({"config": run.config, "variant": run.variant, "stage": stage,
                          "tflop": flops[stage] / 1e12, "seconds": seconds[stage],
                          "gflops": achieved / 1e9, "of_peak": share})  # fmt: skip
-        total_flops, total_seconds = sum(flops.values()), sum(seconds.values())
+        parts = ("encode", "denoise", "decode")
+        total_flops = sum(flops[p] for p in parts)
+        total_seconds = sum(seconds[p] for p in parts)
         achieved, share = efficiency.fraction(total_flops, total_seconds, peak)
         rows.append({"config": run.config, "variant": run.variant, "stage": "image",
                      "tflop": total_flops / 1e12, "seconds": total_seconds,
@@ -746,6 +817,8 @@ def verdicts_for(result: dict[str, Any], threads: int) -> list[str]:
         if service and plain:
             check(f"{name}: service / plain, wall", service.total / plain.total, 1.05, "x")
             out[-1] += f"; CPU {service.cpu / plain.cpu:.2f}x"
+            for part, ratio in part_ratios(service, plain).items():
+                check(f"{name}: service / plain, {part}", ratio, 1.05, "x")
     for run in result["runs"]:
         if run.variant == "service":
             check(f"{run.config}: service peak RSS in the request / fp32 weights",
@@ -765,6 +838,14 @@ def verdicts_for(result: dict[str, Any], threads: int) -> list[str]:
             check(f"(d) shipped default, {threads} vCPU, inside GEN_SYNC_TIMEOUT", shipped.total,
                   SYNC_TIMEOUT, " s")  # fmt: skip
     return out
+
+
+def part_ratios(service: Run, plain: Run) -> dict[str, float]:
+    """Service / plain seconds of each part: the text encoders, one UNet call (the mean of
+    each side's), the decode."""
+    return {"text encoders": service.encode / plain.encode,
+            "UNet call": service.per_call / plain.per_call,
+            "decode": service.decode / plain.decode}  # fmt: skip
 
 
 def summary_for(result: dict[str, Any], threads: int) -> str:
@@ -790,10 +871,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="both", choices=[*sorted(MODELS), "both"])
     parser.add_argument(
         "--configs",
-        help=f"some of {','.join(CONFIGS)} (all; {', '.join(SDXL_ONLY)} with SDXL only)",
+        help=f"some of {','.join(CONFIGS)} ({','.join(DEFAULT_CONFIGS)}; "
+        f"{', '.join(sorted(SDXL_ONLY))} with SDXL only)",
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1-thread run")
+    parser.add_argument(
+        "--no-plain", action="store_true",
+        help="the service only (its seconds, FLOPs and peak memory; no baseline)",
+    )  # fmt: skip
     parser.add_argument(
         "--quiet-load",
         type=float,
@@ -803,12 +889,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quiet-wait", type=float, default=300, help="waiting for that at most (300 s)"
     )
+    parser.add_argument(
+        "--vae-tile", type=int, default=VAE_TILE,
+        help=f"the full decoder's tiles in pixels, both sides (VAE_TILE_SIZE; {VAE_TILE})",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="SD 1.5 at 256x256: a smoke run")
     parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=1, metavar="KIND", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--steps", type=int, help="UNet steps for every configuration, both sides (a shorter "
+        "run: per-call figures; the presets' own otherwise)",
+    )  # fmt: skip
     parser.add_argument("--seeds", help=argparse.SUPPRESS)  # name=seed,...: the service's
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -818,13 +911,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ["sd15"] if args.quick else (["sd15", "sdxl"] if args.model == "both" else [args.model])
     )
     args.size_for = {m: NATIVE[m] // 2 if args.quick else NATIVE[m] for m in args.models}
-    asked = args.configs.split(",") if args.configs else list(CONFIGS)
+    asked = args.configs.split(",") if args.configs else list(DEFAULT_CONFIGS)
     unknown = set(asked) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}; choose from {sorted(CONFIGS)}")
     if args.configs and set(asked) & SDXL_ONLY and args.models != ["sdxl"]:
         parser.error(f"--configs {','.join(sorted(set(asked) & SDXL_ONLY))}: SDXL only "
-                     "(--model sdxl; the shipped default model is SDXL)")  # fmt: skip
+                     "(--model sdxl: the default model and the recipes are SDXL's)")  # fmt: skip
     args.configs_for = {
         m: [c for c in asked if m == "sdxl" or c not in SDXL_ONLY] for m in args.models
     }
@@ -839,6 +932,8 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
     configs = args.configs_for[model]
     if "shipped" in configs:
         ensure_default_lora()
+    for name in configs:
+        plain_lora(CONFIGS[name], model)  # the recipes' random LoRAs, built once
     fp32 = fp32_bytes(spec.path)
     common.check_memory(int(1.3 * fp32) + 2 * GIB, args.force)
     side = args.size_for[model]
@@ -847,8 +942,13 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         f"| fp32 weights {fp32 / GIB:.2f} GiB",
         flush=True,
     )
-    work_counted = efficiency.count_work(spec.path, side, ensure_tiny_decoder(model))
-    print(f"  FLOPs counted: {describe_work(work_counted)}", flush=True)
+    works = {
+        s: efficiency.count_work(spec.path, s, ensure_tiny_decoder(model), tile=args.vae_tile)
+        for s in sorted({side_of(CONFIGS[name], model, args) for name in configs})
+    }
+    work_counted = works[side] if side in works else efficiency.count_work(spec.path, side)
+    for counted in works.values():
+        print(f"  FLOPs counted: {describe_work(counted)}", flush=True)
     peaks = [measure_peak(args.threads, work, "peak before")]
     primed = common.prime_size(int(1.5 * fp32))
     print(f"  primed {primed / GIB:.1f} GiB in {common.prime_memory(primed):.1f} s", flush=True)
@@ -859,11 +959,12 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
         print_run(service[-1], fp32)
     seeds = {r.config: r.detail["seed"] for r in service}
     plain, plain_load = [], {}
-    for group in plain_groups(configs):  # one child per LoRA fused
+    for group in [] if args.no_plain else plain_groups(configs):  # one child per LoRA fused
         common.read_files(weight_files(spec.path))
         runs_, plain_load[",".join(group)] = run_plain(
-            args, model, group, work, args.threads, seeds={c: seeds[c] for c in group}
-        )
+            args, model, group, work, args.threads, steps=args.steps,
+            seeds={c: seeds[c] for c in group},
+        )  # fmt: skip
         plain += runs_
         for run in runs_:
             print_run(run, fp32)
@@ -887,15 +988,35 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
     return {
         "model": model, "size": side, "fp32_bytes": fp32, "runs": runs,
         "speedup_1_to_2": speedup, "plain_load": plain_load, "image_difference": differences,
-        "work": work_counted, "peaks": peaks,
+        "work": work_counted, "works": works, "peaks": peaks,
     }  # fmt: skip
 
 
+def lora_key(name: str) -> str:
+    """Which LoRA plain diffusers fuses for a configuration ("" none), without building it."""
+    config = CONFIGS[name]
+    if config.shipped:
+        return "default"
+    return "lcm" if config.lora else (config.adapter or "")
+
+
 def plain_groups(configs: list[str]) -> list[list[str]]:
-    """The configurations in the plain children: the shipped one apart (its LoRA is not the
-    LCM-LoRA the others fuse), the others together in their order (the base model's first)."""
-    shared = [c for c in configs if not CONFIGS[c].shipped]
-    return [group for group in (shared, [c for c in configs if CONFIGS[c].shipped]) if group]
+    """The configurations in the plain children, one child per LoRA fused (a fused LoRA
+    cannot be taken out again), in their order; those without a LoRA run first in the first
+    child, before it fuses one."""
+    groups: dict[str, list[str]] = {}
+    for name in configs:
+        groups.setdefault(lora_key(name), []).append(name)
+    plain = groups.pop("", [])
+    fused = list(groups.values())
+    if not fused:
+        return [plain] if plain else []
+    return [plain + fused[0], *fused[1:]]
+
+
+def side_of(config: Config, model: str, args: argparse.Namespace) -> int:
+    """The image's side for a configuration: its own (SDXL-Turbo's 512), else the model's."""
+    return config.side or args.size_for[model]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -929,6 +1050,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "models": args.models, "configs": args.configs_for, "threads": args.threads,
+            "steps": args.steps, "vae_tile": args.vae_tile,
             "quick": args.quick, "prompt": PROMPT, "negative_prompt": NEGATIVE, "seed": SEED,
             "lora": "random LCM-LoRA, rank 64, fused (MODEL_ADAPTERS)",
             "default_lora": f"random, rank 64, as {DEFAULT_LORA_REPO}:{DEFAULT_LORA_FILE}",
@@ -938,6 +1060,7 @@ def run(args: argparse.Namespace) -> int:
             r | {"runs": [asdict(x) for x in r["runs"]],
                  "table": [asdict(x) for x in lines_for(r)],
                  "work": r["work"].as_dict(), "peaks": [p.as_dict() for p in r["peaks"]],
+                 "works": {side: w.as_dict() for side, w in r["works"].items()},
                  "efficiency": efficiency_rows(r)}
             for r in results
         ],
@@ -957,11 +1080,16 @@ def peak_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def peak_from_child(result: dict[str, Any]) -> efficiency.Peak:
+    """The Peak of a peak child's result, which also carries what every child reports (its
+    peak RSS) and the derived `best`: Peak's own fields only."""
+    return efficiency.Peak(**{key: result[key] for key in efficiency.Peak.__dataclass_fields__})
+
+
 def measure_peak(threads: int, work: Path, when: str) -> efficiency.Peak:
     result = common.run_child(SCRIPT, ["peak", "--threads", str(threads)],
                               work / f"peak-{when}.log", timeout=1800, env={})  # fmt: skip
-    result.pop("best")
-    peak = efficiency.Peak(**result)
+    peak = peak_from_child(result)
     print(f"  {when}: {efficiency.describe_peak(peak)}", flush=True)
     return peak
 

@@ -169,11 +169,16 @@ if MODEL_LOADER not in ("streaming", "diffusers"):
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
 # The full VAE decodes in tiles of this many pixels (where the model's own tiles are larger),
 # so the decode's peak memory stays small; 0: diffusers' tiles (imagegen.model.pipeline).
-VAE_TILE_SIZE = env_int("VAE_TILE_SIZE", 512, minimum=0)
-if VAE_TILE_SIZE and (VAE_TILE_SIZE < 64 or VAE_TILE_SIZE % 8):
-    raise ImproperlyConfigured(
-        f"VAE_TILE_SIZE must be 0 or a multiple of 8 of at least 64, got {VAE_TILE_SIZE}"
-    )
+# auto (None here): 256 where the memory limit needs it, else 512 (imagegen.model.memory).
+_VAE_TILE_RULE = "VAE_TILE_SIZE must be auto, 0 or a multiple of 8 of at least 64"
+_vae_tile = env_str("VAE_TILE_SIZE", "auto").strip() or "auto"
+VAE_TILE_SIZE: int | None = None
+if _vae_tile != "auto":
+    if not _vae_tile.isdigit():
+        raise ImproperlyConfigured(f"{_VAE_TILE_RULE}, got {_vae_tile!r}")
+    VAE_TILE_SIZE = int(_vae_tile)
+    if VAE_TILE_SIZE and (VAE_TILE_SIZE < 64 or VAE_TILE_SIZE % 8):
+        raise ImproperlyConfigured(f"{_VAE_TILE_RULE}, got {VAE_TILE_SIZE}")
 
 # Import the model-loading code when the worker starts (about 3 s), not during the first
 # load, where its imports stall /health (imagegen/model/preload.py).

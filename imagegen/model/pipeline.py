@@ -30,7 +30,9 @@ class LoadOptions:
     streaming: bool = True  # MODEL_LOADER=streaming: imagegen.model.weights, peak near fp32 size
     attention_slicing: bool = True  # ATTENTION_SLICING: the seed's rule, on by default
     # (each slice computed by torch's fused kernel: imagegen.model.attention)
-    vae_tile: int = 0  # VAE_TILE_SIZE: the full VAE's decode tiles in pixels; 0: diffusers'
+    # VAE_TILE_SIZE: the full VAE's decode tiles in pixels; 0: diffusers'; None (auto): from
+    # the memory limit and the weights (imagegen.model.memory.vae_tile_for)
+    vae_tile: int | None = 0
 
 
 def load_pipeline(
@@ -93,8 +95,15 @@ def load_pipeline(
                 use_fused_kernel_in_slices(component)
     pipe.vae.enable_slicing()
     pipe.vae.enable_tiling()
-    if options.vae_tile:
-        decode_in_tiles_of(pipe.vae, options.vae_tile)
+    tile = options.vae_tile
+    if tile is None:
+        from imagegen.model.memory import memory_limit, vae_tile_for, weights_bytes
+
+        limit = memory_limit()
+        tile = vae_tile_for(weights_bytes(pipe.components.values()), limit)
+        log.info("VAE_TILE_SIZE=auto: tiles of %d pixels (memory limit %s bytes)", tile, limit)
+    if tile:
+        decode_in_tiles_of(pipe.vae, tile)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

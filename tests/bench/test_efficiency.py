@@ -11,8 +11,9 @@ from diffusers import AutoencoderKL, UNet2DConditionModel
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.efficiency import TOKENS, Peak, Work, count_work
-from bench.time_to_image_bench import Run, efficiency_rows
+from bench.efficiency import TOKENS, Peak, Work, count_decode, count_work
+from bench.time_to_image_bench import Run, efficiency_rows, peak_from_child
+from imagegen.model.pipeline import decode_in_tiles_of
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
 
@@ -78,3 +79,55 @@ def test_each_stage_is_divided_by_the_runs_best_measured_peak():
     image = by[("fast", "image")]
     assert image["tflop"] == pytest.approx((1 + 16 + 6) / 1e3)
     assert image["seconds"] == pytest.approx(1.1)
+
+
+def test_a_tiled_decode_is_counted_as_it_runs_overlaps_included(hub_root):
+    """The full decoder runs in tiles that overlap and are each decoded whole, so its work is
+    not the whole image's (SDXL's 1024x1024 in tiles of 512: 1.5x; on this tiny VAE, whose
+    work is mostly the mid-block's attention, less): counted as the tiles run it."""
+    path = Path(hub_root) / SDXL_REPO
+    vae = AutoencoderKL.from_pretrained(path / "vae")
+    vae.enable_tiling()
+    decode_in_tiles_of(vae, 32)  # the tiny VAE's own tile is 64 pixels
+    latent = torch.randn(1, 4, 64, 64)  # a 128x128 image
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH):
+        real_tiled = counted(lambda: vae.decode(latent))
+    assert count_decode(path, 128, 32) == real_tiled
+    whole = count_decode(path, 128, 0)
+    assert whole == count_work(path, 128).decode_full
+    assert real_tiled != whole
+    work = count_work(path, 128, tile=32)
+    assert work.decode_tiled == real_tiled and work.decode(tiny=False) == real_tiled
+
+
+def test_each_run_is_counted_at_its_own_size_and_call_by_call():
+    """SDXL-Turbo's row is a 512x512 image in a run whose model size is 1024: its FLOPs are
+    the 512 count's; and one UNet call is a row of its own (the parts compared)."""
+    big = Work(side=1024, encode=1e9, unet_call=8e9, decode_full=6e9, decode_tiny=2e9,
+               encode_image=2e9, decode_tiled=9e9)  # fmt: skip
+    small = Work(side=512, encode=1e9, unet_call=2e9, decode_full=1.5e9, decode_tiny=0.5e9,
+                 encode_image=0.5e9, decode_tiled=1.5e9)  # fmt: skip
+    peak = Peak(2, matmul=100e9, conv=100e9, conv_shapes={})
+
+    def run(config: str, side: int) -> Run:
+        return Run(model="sdxl", config=config, variant="service", threads=2, encode=0.1,
+                   denoise=0.4, decode=0.2, png_store=0.0, total=0.7, calls=2, batch=1,
+                   peak_rss_bytes=0, side=side)  # fmt: skip
+
+    rows = efficiency_rows({"work": big, "works": {1024: big, 512: small}, "peaks": [peak],
+                            "runs": [run("turbo", 512), run("fast", 1024)]})  # fmt: skip
+    by = {(r["config"], r["stage"]): r for r in rows}
+    assert by[("turbo", "unet call")]["tflop"] == pytest.approx(2e-3)
+    assert by[("turbo", "unet call")]["seconds"] == pytest.approx(0.2)
+    assert by[("turbo", "decode")]["tflop"] == pytest.approx(0.5e-3)  # its tiny decoder
+    assert by[("fast", "unet call")]["tflop"] == pytest.approx(8e-3)
+    assert by[("fast", "decode")]["tflop"] == pytest.approx(9e-3)  # the full one, in tiles
+    assert by[("fast", "image")]["tflop"] == pytest.approx((1 + 16 + 9) / 1e3)
+
+
+def test_a_peak_childs_result_becomes_its_peak():
+    """What the peak child sends back (bench.common.emit_child_result adds its peak RSS; the
+    Peak adds `best`): the full-size run stopped at its first peak before this."""
+    peak = Peak(2, matmul=1e11, conv=2e11, conv_shapes={"512ch@128": 2e11})
+    result = peak.as_dict() | {"peak_rss_bytes": 123}
+    assert peak_from_child(result) == peak

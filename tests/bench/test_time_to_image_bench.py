@@ -10,12 +10,15 @@ import pytest
 from bench.time_to_image_bench import (
     CONFIGS,
     FAST,
+    HYPER1,
     PROMPT,
     SHIPPED,
     SHIPPED_UNSET,
+    TURBO,
     parse_args,
     plain_groups,
     service_app,
+    side_of,
 )
 from imagegen.generation.presets import preset_for
 from imagegen.generation.schedulers import SCHEDULERS
@@ -58,9 +61,57 @@ def test_the_shipped_request_is_a_prompt_and_expects_the_default_preset():
 
 
 def test_plain_diffusers_fuses_one_lora_per_child():
-    assert plain_groups(list(CONFIGS)) == [["defaults", "fast", "fast_tiny"], ["shipped"]]
+    assert plain_groups(["defaults", "fast", "fast_tiny", "shipped"]) == [
+        ["defaults", "fast", "fast_tiny"], ["shipped"]
+    ]  # fmt: skip
     assert plain_groups(["shipped"]) == [["shipped"]]
     assert plain_groups(["fast"]) == [["fast"]]
+    # The recipes: SDXL-Turbo fuses nothing (it runs before the first LoRA), Hyper-SD its own.
+    assert plain_groups(["hyper1", "turbo"]) == [["turbo", "hyper1"]]
+    assert plain_groups(list(CONFIGS)) == [
+        ["defaults", "turbo", "fast", "fast_tiny"], ["shipped"], ["hyper1"]
+    ]  # fmt: skip
+    assert plain_groups(["turbo"]) == [["turbo"]]
+
+
+@pytest.mark.parametrize("config", [HYPER1, TURBO], ids=["hyper1", "turbo"])
+def test_each_one_step_recipe_is_what_its_preset_runs(config):
+    """The service is told only the recipe's setting (the Hyper-SD LoRA, or SDXL-Turbo as
+    MODEL_ID) and sent a prompt: the preset decides, and the bench expects, 1 step at
+    guidance 0 with the model card's scheduler, which plain diffusers is given too."""
+    adapters = config.adapters("sdxl")
+    preset = preset_for(model_id=config.repo_id or "bench/sdxl-random", adapters=adapters)
+    assert preset is not None
+    assert (config.steps, config.guidance, config.scheduler) == (
+        preset.steps, preset.guidance, preset.scheduler,
+    )  # fmt: skip
+    assert config.expected_headers() == {
+        "X-Steps": "1", "X-Guidance": "0",
+        "X-Scheduler": SCHEDULERS[preset.scheduler].a1111_name,
+    }  # fmt: skip
+    assert config.service_env("sdxl")["VAE_DECODER"] == "tiny"
+    assert "steps" not in config.form(1024)
+
+
+def test_the_recipes_run_at_their_own_size_and_only_when_asked_for():
+    args = parse_args(["--model", "sdxl", "--configs", "hyper1,turbo"])
+    assert args.configs_for == {"sdxl": ["hyper1", "turbo"]}
+    assert side_of(TURBO, "sdxl", args) == 512 and side_of(HYPER1, "sdxl", args) == 1024
+    assert HYPER1.service_env("sdxl")["MODEL_ADAPTERS"] == (
+        "ByteDance/Hyper-SD:Hyper-SDXL-1step-lora.safetensors"
+    )
+    assert parse_args(["--model", "sdxl"]).configs_for == {
+        "sdxl": ["defaults", "fast", "fast_tiny", "shipped"]
+    }
+
+
+def test_steps_asked_for_reach_the_service_and_what_it_must_report():
+    """--steps shortens a run (a UNet call costs what it costs at any count): the service is
+    sent them, for the shipped prompt-only request too, and must report having run them."""
+    assert FAST.form(1024, steps=1)["steps"] == "1"
+    assert SHIPPED.form(1024, steps=1) == {"prompt": PROMPT, "steps": "1"}
+    assert FAST.expected_headers(1)["X-Steps"] == "1"
+    assert CONFIGS["defaults"].form(1024)["steps"] == "2"
 
 
 def test_the_shipped_configuration_is_sdxl_only(capsys):
@@ -73,4 +124,6 @@ def test_the_shipped_configuration_is_sdxl_only(capsys):
     }
     with pytest.raises(SystemExit):
         parse_args(["--model", "sd15", "--configs", "shipped"])
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "sd15", "--configs", "turbo"])
     assert "SDXL only" in capsys.readouterr().err

@@ -1,0 +1,43 @@
+"""bench/decode_path_bench.py compares the service's decode path with plain diffusers': its
+service side must be what the service builds (the service's loader, VAE_TILE_SIZE's tiles,
+the stop points watched) and its plain side diffusers' own, in the same tiles, or the
+comparison answers nothing. On the tests' tiny SD pipeline (its own tile: 64 pixels)."""
+
+from pathlib import Path
+
+import torch
+
+from bench.decode_path_bench import build_vaes, decode_once, summarise
+from bench.efficiency import Peak
+from tests.support.model_service import SD_REPO
+
+
+def storages(vae) -> set[int]:
+    return {p.untyped_storage().data_ptr() for p in vae.parameters()}
+
+
+def test_each_side_is_built_as_its_code_builds_it_and_decodes_the_same_pixels(hub_root):
+    vaes = build_vaes(Path(hub_root) / SD_REPO, "fp16", 32)
+    assert {name: vae.tile_sample_min_size for name, vae in vaes.items()} == {
+        "plain": 32, "service": 32, "service_256": 64,  # 256 > the tiny model's own 64
+    }  # fmt: skip
+    assert not hasattr(vaes["plain"], "_bench_points")
+    for name in ("service", "service_256"):
+        assert vaes[name]._bench_points.modules  # the decoder's stop points
+        assert len(storages(vaes[name])) == 1  # the service's loader: views into one block
+    assert len(storages(vaes["plain"])) > 1  # diffusers': a tensor each
+    latents = torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        plain, service = (vaes[n].decode(latents).sample for n in ("plain", "service"))
+    assert torch.equal(plain, service)
+    timed = decode_once(vaes["service"], latents)
+    assert timed["seconds"] > 0 and timed["cpu"] > 0 and timed["peak_above_bytes"] >= 0
+
+
+def test_the_summary_takes_each_variants_best_against_the_measured_peak():
+    decodes = {"plain": [{"seconds": 2.0, "cpu": 4.0, "peak_above_bytes": 10},
+                         {"seconds": 1.0, "cpu": 2.0, "peak_above_bytes": 30}]}  # fmt: skip
+    rows = summarise(decodes, {"plain": 50e9}, Peak(2, 100e9, 80e9, {}))
+    assert rows["plain"]["best_seconds"] == 1.0 and rows["plain"]["best_cpu"] == 2.0
+    assert rows["plain"]["median_seconds"] == 1.5 and rows["plain"]["peak_above_bytes"] == 30
+    assert rows["plain"]["gflops"] == 50 and rows["plain"]["of_peak"] == 0.5
