@@ -14,10 +14,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from imagegen.generation.stop_points import stop_points, stoppable_modules
+from imagegen.model import loader as loaders
 from imagegen.model import share as shares
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.inpaint import check_fits, parse_inpaint
 from imagegen.model.loader import ModelLoader
+from imagegen.model.pipeline import load_unet
 from imagegen.model.share import model_path
 from tests.imagegen.test_edits import SQUARE, edit, far_from_square, pixels, source_image
 from tests.support.loaders import new_loader, ready_loader, serve, wait_for
@@ -139,6 +141,25 @@ def test_one_unet_is_in_memory_at_a_time_and_every_pipeline_runs_it(loader, clie
     assert edit(client, mask=False, steps="2").status_code == 200
     assert checkpoint() is None
     assert unets_alive() == alive and pipe.unet.config.in_channels == 4
+
+
+def test_the_resident_unet_is_freed_before_the_other_is_loaded(
+    hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """So the peak stays about one UNet: the old one is gone when the new one's load starts."""
+    resident_when_loading = []
+
+    def load(*args, **kwargs):
+        gc.collect()
+        resident_when_loading.append(resident())
+        return load_unet(*args, **kwargs)
+
+    monkeypatch.setattr(loaders, "load_unet", load)
+    loaded = ready_loader(hub, share, tmp_path / "cache", inpaint=SD_INPAINT_REPO)
+    resident = weakref.ref(loaded.pipeline(60).unet)
+    serve(loaded, tmp_path / "images", monkeypatch)
+    assert edit(Client(), steps="2").status_code == 200
+    assert resident_when_loading == [None]
 
 
 def test_a_share_pulled_without_the_checkpoint_is_incomplete_until_a_pull_fetches_it(
