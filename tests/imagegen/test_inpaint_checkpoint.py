@@ -127,6 +127,7 @@ def test_img2img_and_text_to_image_run_on_the_base_unet(loader, client):
 
 def test_one_unet_is_in_memory_at_a_time_and_every_pipeline_runs_it(loader, client):
     pipe = loader.pipeline(60)
+    assert edit(client, mask=False, steps="2").status_code == 200  # stop points on the base's
     base, alive = weakref.ref(pipe.unet), unets_alive()
     assert edit(client, steps="2").status_code == 200
     assert base() is None  # freed, not kept beside the checkpoint's
