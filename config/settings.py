@@ -13,6 +13,7 @@ from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
 from imagegen.model.decoder import default_decoder, parse_decoder
+from imagegen.model.inpaint import parse_inpaint
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -135,6 +136,12 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even
 # to empty (the base model as it is), it is taken as it is (env_str keeps an empty value).
 MODEL_ADAPTERS = parse_adapters(env_str("MODEL_ADAPTERS", default_adapters(MODEL_ID)))
+# A dedicated inpainting checkpoint (imagegen/model/inpaint.py): its UNet (9 input channels)
+# runs every edit with a mask; empty: the base model's own UNet inpaints. Only its `unet`
+# folder is pulled, into the model's directory: the text encoders and VAE are the base's.
+INPAINT_MODEL = parse_inpaint(
+    env_str("INPAINT_MODEL_ID", ""), env_str("INPAINT_MODEL_REVISION", "main")
+)
 # The decoder of latents into pixels (imagegen/model/decoder.py): "full" (the pipeline's VAE)
 # or "tiny" (TAESD; VAE_DECODER_REPO, default by pipeline type: taesdxl for SDXL, else taesd).
 # Absent: tiny for the shipped preset (the default MODEL_ID with its LoRA alone), else full.

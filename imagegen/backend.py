@@ -44,7 +44,8 @@ def is_distributed() -> bool:
 
 
 def model_source() -> hub.ModelSource:
-    """The configured model (MODEL_ID, its adapters and decoder) and where it lives."""
+    """The configured model (MODEL_ID, its adapters, decoder and inpainting checkpoint) and
+    where it lives."""
     return hub.ModelSource(
         model_id=settings.MODEL_ID,
         revision=settings.MODEL_REVISION,
@@ -56,6 +57,7 @@ def model_source() -> hub.ModelSource:
         workers=settings.DOWNLOAD_WORKERS,
         adapters=settings.MODEL_ADAPTERS,
         decoder=settings.VAE_DECODER,
+        inpaint=settings.INPAINT_MODEL,
     )
 
 

@@ -16,6 +16,7 @@ from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import (
     PULL_TIMEOUT,
+    SD_INPAINT_REPO,
     SD_REPO,
     SDXL_REPO,
     model_service_env,
@@ -67,6 +68,7 @@ def hub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("hub")
     build_tiny_pipeline(root / SD_REPO, layout="sd")
     build_tiny_pipeline(root / SDXL_REPO, layout="sdxl")
+    build_tiny_pipeline(root / SD_INPAINT_REPO, layout="sd-inpaint", seed=1)
     return root
 
 

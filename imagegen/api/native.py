@@ -105,9 +105,9 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     """The PNG with its parameters in headers, so a client of the synchronous form needs
     no second request to learn the seed it got, nor what the service applied: X-Steps,
     X-Guidance and X-Scheduler are what ran (an edit's X-Steps: the steps its strength ran,
-    with X-Strength) (the scheduler by A1111's name, as the record
-    says), X-Adjusted names what was changed from what the client sent
-    (`steps 20->4, guidance 7->1`)."""
+    with X-Strength, and X-Inpaint-Model when the inpainting checkpoint's UNet ran) (the
+    scheduler by A1111's name, as the record says), X-Adjusted names what was changed from
+    what the client sent (`steps 20->4, guidance 7->1`)."""
     png = HttpResponse(
         selectors.image_png(image_id=record.id).read_bytes(), content_type="image/png"
     )
@@ -117,6 +117,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     png["X-Guidance"] = f"{parameters.guidance:g}"
     if parameters.edit is not None:
         png["X-Strength"] = f"{parameters.edit.strength:g}"
+        if parameters.edit.inpaint_model is not None:  # INPAINT_MODEL_ID's UNet ran
+            png["X-Inpaint-Model"] = parameters.edit.inpaint_model.model_id
     png["X-Scheduler"] = parameters.scheduler
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)

@@ -80,6 +80,15 @@ class InputLink(BaseModel):
     url: str
 
 
+class InpaintModel(BaseModel):
+    """The inpainting checkpoint whose UNet ran (INPAINT_MODEL_ID), at its commit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_id: str
+    revision: str
+
+
 class EditParameters(BaseModel):
     """What the record says of an edit: its inputs (a link to each) and what ran."""
 
@@ -92,6 +101,13 @@ class EditParameters(BaseModel):
     steps_run: int = Field(description="denoising steps that ran: max(1, int(steps x strength))")
     resize_mode: int = JUST_RESIZE
     only_masked: Region | None = None
+    # Absent (not null) when the base model's UNet ran: records as before the checkpoint.
+    inpaint_model: InpaintModel | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="the inpainting checkpoint whose UNet ran (INPAINT_MODEL_ID); absent: "
+        "the base model's",
+    )
 
 
 def without_absent_edit(model: Any, handler: Any) -> Any:
@@ -107,7 +123,9 @@ def input_url(sha256: str) -> str:
     return f"/images/inputs/{sha256}"
 
 
-def edit_parameters(edit: EditRequest, *, steps: int) -> EditParameters:
+def edit_parameters(
+    edit: EditRequest, *, steps: int, inpaint_model: InpaintModel | None = None
+) -> EditParameters:
     return EditParameters(
         source=InputLink(sha256=edit.source, url=input_url(edit.source)),
         mask=None if edit.mask is None else InputLink(sha256=edit.mask, url=input_url(edit.mask)),
@@ -116,6 +134,7 @@ def edit_parameters(edit: EditRequest, *, steps: int) -> EditParameters:
         steps_run=steps_run(steps, edit.strength),
         resize_mode=edit.resize_mode,
         only_masked=edit.only_masked,
+        inpaint_model=inpaint_model,
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from config import metrics
 from config.errors import ServiceError
-from imagegen.generation.edits import EditInputs, prepared_inputs
+from imagegen.generation.edits import EditInputs, InpaintModel, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
 from imagegen.generation.previews import (
@@ -115,12 +115,19 @@ def _run(
     try:
         started = time.monotonic()
         pipe: Any = loader.pipeline(load_timeout)
+        # The inpainting checkpoint's UNet for an inpainting, when one is configured; else
+        # the base's (either may have to be swapped in: imagegen.model.unets).
+        inpainting = request.edit is not None and request.edit.mask is not None
+        ran = loader.use_unet(inpaint=inpainting)
         if report.stop_requested():
             raise Cancelled()
         model_wait = time.monotonic() - started
         parameters = resolve(
-            pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit
-        )
+            pipe, request, model_id=loader.source.model_id, revision=loader.loaded_commit,
+            inpaint_model=None if ran is None else InpaintModel(
+                model_id=ran.repo, revision=ran.commit
+            ),
+        )  # fmt: skip
         edit = _edit_inputs(store, request, parameters)
         steps = steps_running(parameters)
         report.denoising(steps)

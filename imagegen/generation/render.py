@@ -20,7 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from imagegen.generation.edits import EditInputs, EditRequest, edit_parameters, without_absent_edit
+from imagegen.generation.edits import (
+    EditInputs,
+    EditRequest,
+    InpaintModel,
+    edit_parameters,
+    without_absent_edit,
+)
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.presets import Adjustment, GenerationRules
@@ -115,8 +121,15 @@ def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> Gene
 
 
 def resolve(
-    pipe: Any, request: GenerationRequest, *, model_id: str, revision: str | None
+    pipe: Any,
+    request: GenerationRequest,
+    *,
+    model_id: str,
+    revision: str | None,
+    inpaint_model: InpaintModel | None = None,
 ) -> GenerationParameters:
+    """The parameters the job runs with; `inpaint_model`: the inpainting checkpoint whose
+    UNet runs the edit, None when the base model's does."""
     steps, guidance, seed = request.steps, request.guidance, request.seed
     if steps is None or guidance is None or seed is None:
         raise ValueError("resolve takes a request with its defaults (with_defaults)")
@@ -133,7 +146,9 @@ def resolve(
         scheduler=sampler_ran(pipe, request.scheduler),
         model_id=model_id,
         revision=revision,
-        edit=None if request.edit is None else edit_parameters(request.edit, steps=steps),
+        edit=None
+        if request.edit is None
+        else edit_parameters(request.edit, steps=steps, inpaint_model=inpaint_model),
     )
 
 

@@ -10,7 +10,8 @@ call of its module, so hooks on the blocks (down, mid, up) and on the parts with
 pipeline's call within one such part.
 
 The hooks are registered once per pipeline, the first time a generation runs on it (so a
-pipeline built elsewhere, by a test, is covered too), and read one slot: the running
+pipeline built elsewhere, by a test, is covered too; a UNet swapped in later gets its own at
+its first generation), and read one slot: the running
 generation's check, or None between generations, when they do nothing. The check is the job's
 flag read (imagegen.generation.execution.Report.stop_requested), so a hook costs a few
 microseconds (torch's hook dispatch, a call, an attribute read): about a millisecond for the
@@ -24,6 +25,7 @@ puts the model's own scheduler back), so the next job runs on the same pipeline 
 stopped one had never started.
 """
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,9 +38,22 @@ class StopPoints:
 
     def __init__(self, pipe: Any) -> None:
         self._check: Callable[[], None] | None = None
-        self.modules = stoppable_modules(pipe)
-        for module in self.modules:
-            module.register_forward_pre_hook(self._before)
+        # Weakly: a UNet swapped out (imagegen.model.unets) must be freed, hooks and all.
+        self._covered: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.cover(pipe)
+
+    def cover(self, pipe: Any) -> None:
+        """Hooks on those of the pipeline's stoppable modules that have none: all of them at
+        first, then a UNet swapped in."""
+        for module in stoppable_modules(pipe):
+            if module not in self._covered:
+                module.register_forward_pre_hook(self._before)
+                self._covered.add(module)
+
+    @property
+    def modules(self) -> list[Any]:
+        """The modules hooked, of those still alive."""
+        return list(self._covered)
 
     def _before(self, _module: Any, _args: Any) -> None:
         check = self._check
@@ -57,11 +72,14 @@ class StopPoints:
 
 
 def stop_points(pipe: Any) -> StopPoints:
-    """The pipeline's stop points, registered on its first call here."""
+    """The pipeline's stop points, registered on its first call here, and on the modules of
+    a UNet swapped in since (imagegen.model.unets) at the first call after."""
     points = getattr(pipe, _INSTALLED, None)
     if points is None:
         points = StopPoints(pipe)
         setattr(pipe, _INSTALLED, points)
+    else:
+        points.cover(pipe)
     return points
 
 

@@ -29,7 +29,7 @@ _KNOWN_ADAPTERS = {
 def documented_download_bytes(source: ModelSource) -> int | None:
     """About how many bytes a cold pull of `source` fetches: the default model's fp16 files,
     the known adapters named with it and TAESDXL when it decodes; None for any other
-    configuration."""
+    configuration (an inpainting checkpoint among them)."""
     if source.model_id.casefold() != DEFAULT_MODEL_ID.casefold():
         return None
     if source.revision != "main" or source.variant != "fp16":
@@ -37,6 +37,8 @@ def documented_download_bytes(source: ModelSource) -> int | None:
     if source.decoder.tiny and source.decoder.repo not in (None, TAESDXL):  # None: by type
         return None
     if any(adapter.label not in _KNOWN_ADAPTERS for adapter in source.adapters):
+        return None
+    if source.inpaint is not None:  # INPAINT_MODEL_ID: no documented figure for its UNet
         return None
     decoder = TAESDXL_BYTES if source.decoder.tiny else 0
     return SDXL_BASE_FP16_BYTES + sum(_KNOWN_ADAPTERS[a.label] for a in source.adapters) + decoder

@@ -28,3 +28,12 @@ def edit_pipeline(pipe: Any, *, inpaint: bool) -> Any:
         kept[inpaint] = built
         setattr(pipe, _KEPT, kept)
     return kept[inpaint]
+
+
+def set_unet(pipe: Any, unet: Any) -> None:
+    """Makes `unet` the UNet of `pipe` and of every edit pipeline built from it, which then
+    hold no other (imagegen.model.unets swaps the base's and the inpainting checkpoint's;
+    None drops the resident one everywhere before the other is loaded)."""
+    pipe.unet = unet
+    for built in (getattr(pipe, _KEPT, None) or {}).values():
+        built.unet = unet

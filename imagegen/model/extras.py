@@ -30,7 +30,7 @@ from imagegen.model.share import AdapterRecord, DecoderRecord, Manifest, ModelFi
 
 
 class ExtraNotFound(LookupError):
-    """A configured adapter or decoder that its repo on the hub does not have."""
+    """A configured adapter, decoder or inpainting checkpoint that the hub does not have."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,20 @@ def commit_of(api: HfApi, repo: str, revision: str) -> str:
 
 
 def _commit(api: HfApi, repo: str, setting: str) -> str:
+    return commit_of_setting(api, repo, "main", setting)
+
+
+def commit_of_setting(api: HfApi, repo: str, revision: str, setting: str) -> str:
+    """commit_of, a repo the hub does not give refused naming the `setting` that names it."""
     try:
-        return commit_of(api, repo, "main")
+        return commit_of(api, repo, revision)
     except GatedRepoError as exc:
         raise ExtraNotFound(f"{setting}: {repo} is gated: accept its terms, set HF_TOKEN") from exc
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
-        raise ExtraNotFound(f"{setting}: the hub has no repo {repo} (or it is private)") from exc
+        at = "" if revision == "main" else f" at revision {revision}"
+        raise ExtraNotFound(
+            f"{setting}: the hub has no repo {repo}{at} (or it is private)"
+        ) from exc
 
 
 def _listed(api: HfApi, repo: str, commit: str, file: str, setting: str) -> RepoFile:

@@ -15,12 +15,14 @@ checked for the size the hub lists and renamed into place (imagegen.model.share)
 local copy is removed, so the local disk holds only the files in flight. The manifest is
 written last. Progress comes from huggingface_hub's progress-bar hook, per chunk written.
 
-The LoRA adapters (MODEL_ADAPTERS) and the tiny decoder (VAE_DECODER=tiny) come from their
-own repos (imagegen.model.extras) the same way, into the model's directory, and the same
-manifest lists them. A file the last complete manifest lists with the hub's same hash is
+The LoRA adapters (MODEL_ADAPTERS), the tiny decoder (VAE_DECODER=tiny) and the inpainting
+checkpoint's UNet (INPAINT_MODEL_ID, imagegen.model.inpaint) come from their own repos
+(imagegen.model.extras) the same way, into the model's directory, and the same manifest
+lists them. A file the last complete manifest lists with the hub's same hash is
 kept where it is, so changing the adapters fetches only the adapters.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -33,15 +35,17 @@ from pathlib import Path
 from typing import cast
 
 from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import RemoteEntryNotFoundError
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import filter_repo_objects
 from huggingface_hub.utils import tqdm as hf_tqdm
 
 from imagegen.model import extras, share
+from imagegen.model import inpaint as inpainting
 from imagegen.model.adapters import Adapter
 from imagegen.model.components import pipeline_components
 from imagegen.model.decoder import FULL_DECODER, DecoderChoice
-from imagegen.model.share import Manifest, ModelFile
+from imagegen.model.share import InpaintRecord, Manifest, ModelFile
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class ModelSource:
     workers: int = 8
     adapters: tuple[Adapter, ...] = ()  # MODEL_ADAPTERS
     decoder: DecoderChoice = FULL_DECODER  # VAE_DECODER, VAE_DECODER_REPO
+    inpaint: inpainting.InpaintChoice | None = None  # INPAINT_MODEL_ID, INPAINT_MODEL_REVISION
 
     @property
     def path(self) -> Path:
@@ -73,13 +78,15 @@ class ModelSource:
 
     def complete_manifest(self) -> Manifest | None:
         """The manifest, when the share holds a complete copy of the model and exactly the
-        configured adapters and decoder."""
+        configured adapters, decoder and inpainting checkpoint."""
         manifest = share.complete_manifest(
             self.path, model_id=self.model_id, revision=self.revision, variant=self.variant
         )
         if manifest is None:
             return None
         if not extras.matches(manifest, self.adapters, self.decoder, self.model_index):
+            return None
+        if not inpainting.matches(manifest.inpaint, self.inpaint):
             return None
         return manifest
 
@@ -245,6 +252,43 @@ def _in_pipeline(path: str, components: set[str]) -> bool:
     return path == MODEL_INDEX or path.split("/", 1)[0] in components
 
 
+def inpaint_unet(
+    api: HfApi, choice: inpainting.InpaintChoice, variant: str | None
+) -> tuple[list[ModelFile], dict[str, extras.Origin], InpaintRecord]:
+    """The inpainting checkpoint's `unet` folder as wanted_files picks a component's files
+    (config.json, the `variant` weights, else the default ones), at the paths they take on
+    the share, with their origins and the manifest's record. Raises ExtraNotFound naming
+    INPAINT_MODEL_ID when the repo or its UNet is not there."""
+    commit = extras.commit_of_setting(api, choice.repo, choice.revision, "INPAINT_MODEL_ID")
+    try:
+        entries = api.list_repo_tree(
+            choice.repo, path_in_repo=inpainting.UNET, revision=commit, recursive=True
+        )
+        repo_files = [_model_file(e) for e in entries if isinstance(e, RepoFile)]
+    except RemoteEntryNotFoundError:
+        repo_files = []
+    index = {inpainting.UNET: ["diffusers", "UNet2DConditionModel"]}  # the folder, as a pipeline
+    try:
+        chosen = wanted_files(repo_files, index, variant)
+    except OSError:  # diffusers' words: no safetensors weights in the folder
+        chosen = []
+    names = {f.path for f in chosen}
+    if f"{inpainting.UNET}/config.json" not in names or not any(
+        name.endswith(".safetensors") for name in names
+    ):
+        raise extras.ExtraNotFound(
+            f"INPAINT_MODEL_ID: {choice.repo} has no `{inpainting.UNET}` folder with a "
+            f"config.json and safetensors weights (at commit {commit[:12]})"
+        )
+    files, origins = [], {}
+    for f in chosen:
+        path = f"{choice.folder}/{f.path}"
+        files.append(dataclasses.replace(f, path=path))
+        origins[path] = extras.Origin(choice.repo, commit, f.path)
+    record = InpaintRecord(choice.repo, choice.revision, commit, choice.folder)
+    return files, origins, record
+
+
 # --- the transfer -------------------------------------------------------------------------
 
 
@@ -341,12 +385,20 @@ def download_to_share(
         needed = extras.resolve(api, source.adapters, source.decoder, model_index)
         origins |= needed.origins
         files += needed.files
+        inpaint_record = None
+        if source.inpaint is not None:
+            unet_files, unet_origins, inpaint_record = inpaint_unet(
+                api, source.inpaint, source.variant
+            )
+            origins |= unet_origins
+            files += unet_files
         missing = [f for f in files if not share.already_placed(path, previous, f)]
         progress.start(sum(f.size for f in missing))
         log.info(
-            "downloading %s@%s: %d of %d files (%d adapters%s)",
+            "downloading %s@%s: %d of %d files (%d adapters%s%s)",
             source.model_id, commit[:12], len(missing), len(files), len(needed.adapters),
             ", the tiny decoder" if needed.decoder else "",
+            ", the inpainting UNet" if inpaint_record else "",
         )  # fmt: skip
         path.mkdir(parents=True, exist_ok=True)
         share.forget_manifest(path)
@@ -375,6 +427,7 @@ def download_to_share(
         files=files,
         adapters=needed.adapters,
         decoder=needed.decoder,
+        inpaint=inpaint_record,
     )
     share.remove_leftovers(path, keep={f.path for f in files})
     return manifest

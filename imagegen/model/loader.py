@@ -7,26 +7,34 @@ then load); concurrent and repeated pulls share that job.
     not_started -> downloading -> loading -> ready      (cold: weights not on the share)
     not_started -> loading -> ready                      (warm: weights on the share)
     downloading | loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
+
+With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` puts in the ready pipeline the
+UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets).
 """
 
+import json
 import logging
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
-from imagegen.model import hub, share
+from imagegen.model import hub, inpaint, share
 from imagegen.model.adapters import Adapter
-from imagegen.model.pipeline import LoadOptions, load_pipeline
+from imagegen.model.pipeline import LoadOptions, load_pipeline, load_unet
 from imagegen.model.pull_failures import explain_pull_failure
+from imagegen.model.share import InpaintRecord
 from imagegen.model.status import (
     AdapterView,
     DecoderView,
     DownloadBytes,
+    InpaintView,
     ModelStatus,
     State,
     describe,
 )
+from imagegen.model.unets import BASE, INPAINT, UnetSwap
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,8 @@ class ModelLoader:
         self._error: str | None = None
         self._pipeline: Any = None
         self.loaded_commit: str | None = None
+        self.loaded_inpaint: InpaintRecord | None = None  # the checkpoint the pipeline swaps in
+        self._unets: UnetSwap | None = None
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
 
@@ -67,6 +77,23 @@ class ModelLoader:
                 AdapterView(repo=a.repo, file=a.file, scale=a.scale) for a in self.source.adapters
             ],
             decoder=self._decoder_view(manifest),
+            inpaint=self._inpaint_view(manifest),
+        )
+
+    def _inpaint_view(self, manifest: share.Manifest | None) -> InpaintView | None:
+        choice = self.source.inpaint
+        if choice is None:
+            return None
+        record = manifest.inpaint if manifest else None
+        unets = self._unets
+        state = "not_on_share" if record is None else "on_share"
+        if unets is not None and unets.resident == INPAINT:
+            state = "loaded"
+        return InpaintView(
+            model_id=choice.repo,
+            revision=choice.revision,
+            commit=record.commit if record else None,
+            state=state,
         )
 
     def _decoder_view(self, manifest: share.Manifest | None) -> DecoderView:
@@ -173,6 +200,10 @@ class ModelLoader:
             else:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)
+            if manifest.inpaint is not None:  # before 13 GB are loaded in vain
+                inpaint.check_fits(
+                    self._unet_config(manifest.inpaint.folder), self._unet_config(".")
+                )
             decoder = manifest.decoder
             pipe = load_pipeline(
                 self.source.path,
@@ -182,9 +213,12 @@ class ModelLoader:
                 adapters=self._adapter_files(manifest),
                 tiny_decoder=self.source.path / decoder.folder if decoder else None,
             )
+            unets = self._unet_swap(pipe, manifest) if manifest.inpaint else None
             with self._lock:
                 self._pipeline = pipe
                 self.loaded_commit = manifest.commit
+                self.loaded_inpaint = manifest.inpaint
+                self._unets = unets
                 self._state = State.READY
             log.info("model %s: ready", self.source.model_id)
         except Exception as exc:
@@ -205,3 +239,31 @@ class ModelLoader:
         order MODEL_ADAPTERS names them."""
         placed = {(a.repo, a.file): a.path for a in manifest.adapters}
         return [(a, self.source.path / placed[(a.repo, a.file)]) for a in self.source.adapters]
+
+    def _unet_config(self, folder: str) -> dict:
+        return json.loads((self.source.path / folder / "unet" / "config.json").read_text())
+
+    def _unet_swap(self, pipe: Any, manifest: share.Manifest) -> UnetSwap:
+        """The swap between the loaded pipeline's UNet and the inpainting checkpoint's, each
+        (re)loaded from the share as load_pipeline loads the pipeline's."""
+        assert manifest.inpaint is not None
+        load = partial(
+            load_unet, variant=manifest.load_variant, device=self.device, options=self.options,
+            pipeline_class=type(pipe), adapters=self._adapter_files(manifest),
+        )  # fmt: skip
+        inpaint_path = self.source.path / manifest.inpaint.folder
+        return UnetSwap(
+            pipe, {BASE: partial(load, self.source.path), INPAINT: partial(load, inpaint_path)}
+        )
+
+    def use_unet(self, *, inpaint: bool) -> InpaintRecord | None:
+        """Puts in the ready pipeline the UNet a job runs, loading it if it is not resident
+        (imagegen.model.unets): the inpainting checkpoint's for an inpainting (`inpaint`)
+        when INPAINT_MODEL_ID names one, else the base model's. Returns the checkpoint's
+        record when its UNet is the one, None for the base's. Called inside the job, after
+        `pipeline`."""
+        unets = self._unets
+        if unets is None:
+            return None
+        unets.use(INPAINT if inpaint else BASE)
+        return self.loaded_inpaint if inpaint else None

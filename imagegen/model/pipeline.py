@@ -10,12 +10,14 @@ and the tiny decoder in place of the pipeline's VAE (imagegen.model.decoder), wh
 is then never read.
 """
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 from imagegen.model.adapters import Adapter
 
@@ -106,6 +108,51 @@ def load_pipeline(
         decode_in_tiles_of(pipe.vae, tile)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def load_unet(
+    path: Path,
+    *,
+    variant: str | None,
+    device: str,
+    options: LoadOptions = LoadOptions(),
+    pipeline_class: Any,
+    adapters: Sequence[tuple[Adapter, Path]] = (),
+):
+    """The UNet in `path`'s `unet` folder, built as load_pipeline builds a pipeline's: fp32
+    from safetensors (`variant` where the folder has it), streamed unless MODEL_LOADER says
+    diffusers, the adapters fused in (`pipeline_class`'s LoRA conversion), attention sliced
+    (each slice on torch's fused kernel), on `device`. For a UNet that replaces the loaded
+    pipeline's (imagegen.model.unets): the pipeline's other components stay as they are."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from imagegen.model import adapters as lora
+    from imagegen.model.weights import load_component, weight_files, weight_variant
+
+    files = weight_files(path / "unet", variant)
+    variant = weight_variant(files[0].name) if files else None
+    unet = None
+    if options.streaming:
+        config = json.loads((path / "unet" / "config.json").read_text())
+        class_name = config.get("_class_name", "UNet2DConditionModel")
+        unet = load_component(
+            path, "unet", "diffusers", class_name, variant=variant, dtype=torch.float32
+        )
+    if unet is None:  # MODEL_LOADER=diffusers, or names the streaming loader does not map
+        unet = UNet2DConditionModel.from_pretrained(
+            path, subfolder="unet", dtype=torch.float32, use_safetensors=True,
+            local_files_only=True, variant=variant,
+        )  # fmt: skip
+    if adapters:
+        lora.fuse_into_unet(pipeline_class, unet, adapters)
+    unet.to(device)
+    if options.attention_slicing:
+        unet.set_attention_slice("auto")  # what the pipeline's enable_attention_slicing does
+        from imagegen.model.attention import use_fused_kernel_in_slices
+
+        use_fused_kernel_in_slices(unet)
+    return unet.eval()
 
 
 def decode_in_tiles_of(vae, side: int) -> None:

@@ -49,15 +49,28 @@ class DecoderRecord:
 
 
 @dataclass(frozen=True)
+class InpaintRecord:
+    """The inpainting checkpoint's UNet on the share (INPAINT_MODEL_ID): its repo, the
+    revision asked, its commit, and the folder (relative to the model's directory) holding
+    its `unet` folder, whose files the manifest's files list."""
+
+    repo: str
+    requested_revision: str
+    commit: str
+    folder: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     model_id: str
     requested_revision: str
     commit: str
     variant: str | None
-    files: tuple[ModelFile, ...]  # the model's, the adapters' and the decoder's
+    files: tuple[ModelFile, ...]  # the model's, the adapters', the decoder's, the inpainting's
     completed_at: str
     adapters: tuple[AdapterRecord, ...] = ()
     decoder: DecoderRecord | None = None
+    inpaint: InpaintRecord | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -82,7 +95,9 @@ def read_manifest(path: Path) -> Manifest | None:
         adapters = tuple(AdapterRecord(**a) for a in raw.pop("adapters", []))
         decoder = raw.pop("decoder", None)
         decoder = DecoderRecord(**decoder) if decoder is not None else None
-        return Manifest(files=files, adapters=adapters, decoder=decoder, **raw)
+        inpaint = raw.pop("inpaint", None)
+        inpaint = InpaintRecord(**inpaint) if inpaint is not None else None
+        return Manifest(files=files, adapters=adapters, decoder=decoder, inpaint=inpaint, **raw)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -185,6 +200,7 @@ def write_manifest(
     files: list[ModelFile],
     adapters: tuple[AdapterRecord, ...] = (),
     decoder: DecoderRecord | None = None,
+    inpaint: InpaintRecord | None = None,
 ) -> Manifest:
     manifest = Manifest(
         model_id=model_id,
@@ -195,6 +211,7 @@ def write_manifest(
         completed_at=iso_ms(utc_now()),
         adapters=adapters,
         decoder=decoder,
+        inpaint=inpaint,
     )
     write_atomically(path / MANIFEST_NAME, json.dumps(asdict(manifest), indent=2).encode())
     return manifest

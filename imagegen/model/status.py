@@ -44,6 +44,19 @@ class DecoderView(BaseModel):
     )
 
 
+class InpaintView(BaseModel):
+    """The inpainting checkpoint (INPAINT_MODEL_ID), when one is configured."""
+
+    model_id: str
+    revision: str
+    commit: str | None = Field(description="its commit on the share, when the copy is complete")
+    state: str = Field(
+        description="not_on_share (a pull fetches it), on_share (this process runs the base "
+        "model's UNet now, and swaps this one in for an inpainting), or loaded (its UNet is "
+        "the one in this process's memory now)"
+    )
+
+
 class WorkerModel(BaseModel):
     """One Celery worker process's own model state (distributed mode)."""
 
@@ -71,6 +84,11 @@ class ModelStatus(BaseModel):
         description="LoRA adapters (MODEL_ADAPTERS) fused into the weights at load, in order"
     )
     decoder: DecoderView = Field(description="the decoder this process loads (VAE_DECODER)")
+    inpaint: InpaintView | None = Field(
+        default=None,
+        description="the inpainting checkpoint whose UNet runs every edit with a mask "
+        "(INPAINT_MODEL_ID); null when none is configured: the base model's UNet inpaints",
+    )
     # Absent (not null) in the in-process mode, whose answers stay as they were.
     workers: list[WorkerModel] | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from imagegen.model.download_size import (
     documented_download_bytes,
 )
 from imagegen.model.hub import ModelSource
+from imagegen.model.inpaint import parse_inpaint
 from imagegen.model.loader import ModelLoader
 from tests.support.model_service import SD_REPO
 
@@ -60,6 +61,7 @@ def test_the_default_model_has_a_documented_download_size_with_its_lora_and_deco
         {"revision": "refs/pr/1"},
         {"adapters": "org/style:style.safetensors"},
         {"decoder": parse_decoder("tiny", "org/another-tiny-decoder")},
+        {"inpaint": parse_inpaint("diffusers/stable-diffusion-xl-1.0-inpainting-0.1", "main")},
     ],
 )
 def test_any_other_configuration_has_no_documented_size(tmp_path, change):

@@ -12,6 +12,7 @@ from imagegen.generation.jobs import JobQueue
 from imagegen.model.adapters import parse_adapters
 from imagegen.model.decoder import parse_decoder
 from imagegen.model.hub import ModelSource
+from imagegen.model.inpaint import parse_inpaint
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions
 from tests.support.local_hub import LocalHub
@@ -26,17 +27,19 @@ def new_loader(
     adapters: str = "",
     decoder: str = "full",
     decoder_repo: str = "",
+    inpaint: str = "",
     options: LoadOptions | None = None,
 ) -> ModelLoader:
     """A process's loader on this share (every one starts not_started), with the settings
     model_service_env gives the app (MODEL_ID, MODEL_REVISION, MODEL_VARIANT, DEVICE=cpu);
-    `adapters`, `decoder` and `decoder_repo` are MODEL_ADAPTERS, VAE_DECODER and
-    VAE_DECODER_REPO, parsed and passed as imagegen.backend.model_source does. A new process
-    is a new loader on the same share with a fresh `cache` (DOWNLOAD_CACHE_DIR)."""
+    `adapters`, `decoder`, `decoder_repo` and `inpaint` are MODEL_ADAPTERS, VAE_DECODER,
+    VAE_DECODER_REPO and INPAINT_MODEL_ID, parsed and passed as imagegen.backend.model_source
+    does. A new process is a new loader on the same share with a fresh `cache`
+    (DOWNLOAD_CACHE_DIR)."""
     source = ModelSource(
         model_id=SD_REPO, revision="main", variant="fp16", model_dir=share, cache_dir=cache,
         endpoint=hub.url, adapters=parse_adapters(adapters),
-        decoder=parse_decoder(decoder, decoder_repo),
+        decoder=parse_decoder(decoder, decoder_repo), inpaint=parse_inpaint(inpaint, "main"),
     )  # fmt: skip
     return ModelLoader(source, "cpu", options)
 
@@ -87,9 +90,10 @@ def pulled_loader(hub_root: Path, work: Path) -> ModelLoader:
         return ready_loader(hub, share, work / "cache")
 
 
-def ready_loader(hub, share: Path, cache: Path) -> ModelLoader:
-    """new_loader's loader with its model pulled from `hub` onto `share` and loaded."""
-    loaded = new_loader(hub, share, cache)
+def ready_loader(hub, share: Path, cache: Path, **settings: str) -> ModelLoader:
+    """new_loader's loader (with its `settings`) with its model pulled from `hub` onto
+    `share` and loaded."""
+    loaded = new_loader(hub, share, cache, **settings)
     assert loaded.pull()
     assert wait_for(loaded, {"ready", "failed"}) == "ready", loaded.status()
     return loaded

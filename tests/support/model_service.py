@@ -13,6 +13,7 @@ from tests.support.processes import AppServer
 
 SD_REPO = "testorg/tiny-sd"
 SDXL_REPO = "testorg/tiny-sdxl"
+SD_INPAINT_REPO = "testorg/tiny-sd-inpainting"  # SD_REPO's inpainting checkpoint (9 channels)
 
 
 def wait_for_state(app: AppServer, states: set[str], timeout: float = 60) -> dict:

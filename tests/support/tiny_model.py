@@ -123,13 +123,13 @@ def _unet(**extra: object) -> UNet2DConditionModel:
     )
 
 
-def _sd(work: Path) -> DiffusionPipeline:
+def _sd(work: Path, in_channels: int = 4) -> DiffusionPipeline:
     tokenizer = _write_tokenizer(work / "tokenizer")
     return StableDiffusionPipeline(
         vae=_vae(),
         text_encoder=CLIPTextModel(_text_config(tokenizer)),
         tokenizer=tokenizer,
-        unet=_unet(cross_attention_dim=_HIDDEN),
+        unet=_unet(cross_attention_dim=_HIDDEN, in_channels=in_channels),
         scheduler=PNDMScheduler(
             beta_start=0.00085,
             beta_end=0.012,
@@ -191,7 +191,9 @@ SD_FP16_FILES = frozenset({
     "vae/config.json",
     "vae/diffusion_pytorch_model.fp16.safetensors",
 })  # fmt: skip
-_LAYOUTS = {"sd": _sd, "sdxl": _sdxl}
+# "sd-inpaint": an inpainting checkpoint of "sd", as SD 1.5's is of SD 1.5: the same layout,
+# its UNet taking 9 input channels (latents, mask, masked image's latents).
+_LAYOUTS = {"sd": _sd, "sdxl": _sdxl, "sd-inpaint": lambda work: _sd(work, in_channels=9)}
 
 _GITATTRIBUTES = "".join(
     f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n"

@@ -1,0 +1,224 @@
+"""A dedicated inpainting checkpoint (INPAINT_MODEL_ID) on the real tiny pipelines, in process
+through Django's whole stack: the pull fetches its UNet folder only, an inpainting runs on its
+9-channel UNet and says so, img2img and text-to-image stay on the base UNet, one UNet is in
+memory at a time, /model/status says where it stands, and a checkpoint that does not fit the
+base fails the pull naming the setting."""
+
+import gc
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+
+from imagegen.generation.stop_points import stop_points, stoppable_modules
+from imagegen.model import loader as loaders
+from imagegen.model import share as shares
+from imagegen.model.edit_pipelines import edit_pipeline
+from imagegen.model.inpaint import check_fits, parse_inpaint
+from imagegen.model.loader import ModelLoader
+from imagegen.model.pipeline import load_unet
+from imagegen.model.share import model_path
+from tests.imagegen.test_edits import SQUARE, edit, far_from_square, pixels, source_image
+from tests.support.loaders import new_loader, ready_loader, serve, wait_for
+from tests.support.model_service import SD_INPAINT_REPO, SD_REPO
+
+FOLDER = "inpaint/testorg--tiny-sd-inpainting"
+
+
+@pytest.fixture
+def loader(hub, share: Path, tmp_path: Path) -> ModelLoader:
+    return ready_loader(hub, share, tmp_path / "cache", inpaint=SD_INPAINT_REPO)
+
+
+@pytest.fixture
+def client(loader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Client:
+    serve(loader, tmp_path / "images", monkeypatch)
+    return Client()
+
+
+def unets_alive() -> int:
+    """UNets in this process's memory (other tests' loaders' among them)."""
+    from diffusers import UNet2DConditionModel
+
+    gc.collect()
+    return sum(type(o) is UNet2DConditionModel for o in gc.get_objects())
+
+
+def test_the_pull_fetches_the_checkpoints_unet_folder_only_into_the_models_directory(
+    loader, share: Path
+):
+    manifest = loader.source.complete_manifest()
+    assert manifest is not None and manifest.inpaint is not None
+    assert (manifest.inpaint.repo, manifest.inpaint.folder) == (SD_INPAINT_REPO, FOLDER)
+    theirs = sorted(f.path for f in manifest.files if f.path.startswith("inpaint/"))
+    assert theirs == [
+        f"{FOLDER}/unet/config.json",
+        f"{FOLDER}/unet/diffusion_pytorch_model.fp16.safetensors",
+    ]
+    assert not model_path(share, SD_INPAINT_REPO).exists()  # no copy of a model of its own
+    status = loader.status()
+    assert status.weights_on_share
+    assert status.inpaint is not None
+    assert status.inpaint.model_dump() == {
+        "model_id": SD_INPAINT_REPO, "revision": "main", "commit": manifest.inpaint.commit,
+        "state": "on_share",
+    }  # fmt: skip
+
+
+def test_an_inpainting_runs_on_the_checkpoints_unet_and_keeps_the_pixels_beyond_the_mask(
+    loader, client
+):
+    answer = edit(client, steps="3", strength="1")
+    assert answer.status_code == 200, answer.content
+    assert answer["X-Inpaint-Model"] == SD_INPAINT_REPO
+    record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]
+    assert record["edit"]["inpaint_model"] == {
+        "model_id": SD_INPAINT_REPO, "revision": loader.loaded_inpaint.commit,
+    }  # fmt: skip
+    assert record["model_id"] == SD_REPO  # the text encoders and the VAE are the base's
+    pipe = loader.pipeline(60)
+    assert pipe.unet.config.in_channels == 9
+    assert loader.status().inpaint.state == "loaded"
+    out, sent = pixels(answer.content), np.asarray(source_image())
+    far = far_from_square()
+    assert (out[far] == sent[far]).all()  # exactly the input's
+    left, top, right, bottom = SQUARE
+    inside = (out[top:bottom, left:right] != sent[top:bottom, left:right]).any(axis=-1)
+    assert inside.mean() > 0.9  # repainted
+    assert edit(client, steps="3", strength="1").content == answer.content  # same seed
+
+
+def test_the_checkpoints_inpainting_differs_from_the_base_unets_with_the_same_seed(
+    hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    answers = {}
+    for name, inpaint in (("base", ""), ("checkpoint", SD_INPAINT_REPO)):
+        share = tmp_path / f"share-{name}"
+        share.mkdir()
+        loaded = ready_loader(hub, share, tmp_path / f"cache-{name}", inpaint=inpaint)
+        serve(loaded, tmp_path / f"images-{name}", monkeypatch)
+        answers[name] = edit(Client(), steps="3", strength="1")
+        assert answers[name].status_code == 200, answers[name].content
+    assert "X-Inpaint-Model" not in answers["base"]
+    assert answers["checkpoint"]["X-Inpaint-Model"] == SD_INPAINT_REPO
+    base, checkpoint = pixels(answers["base"].content), pixels(answers["checkpoint"].content)
+    left, top, right, bottom = SQUARE
+    assert (base[top:bottom, left:right] != checkpoint[top:bottom, left:right]).any()
+
+
+def test_img2img_and_text_to_image_run_on_the_base_unet(loader, client):
+    assert edit(client, steps="2").status_code == 200  # the checkpoint's UNet in memory
+    for fields in ({"mask": False}, {}):
+        if fields:  # text-to-image
+            answer = client.post("/generate", {"prompt": "a red door", "seed": "4"})
+        else:
+            answer = edit(client, mask=False, steps="2", strength="0.5")
+        assert answer.status_code == 200, answer.content
+        assert "X-Inpaint-Model" not in answer
+        record = client.get(f"/images/{answer['X-Image-Id']}").json()["parameters"]
+        assert "inpaint_model" not in (record.get("edit") or {})
+        assert loader.pipeline(60).unet.config.in_channels == 4
+        assert loader.status().inpaint.state == "on_share"
+        assert edit(client, steps="2").status_code == 200  # and back, for the next kind
+
+
+def test_one_unet_is_in_memory_at_a_time_and_every_pipeline_runs_it(loader, client):
+    pipe = loader.pipeline(60)
+    assert edit(client, mask=False, steps="2").status_code == 200  # stop points on the base's
+    base, alive = weakref.ref(pipe.unet), unets_alive()
+    assert edit(client, steps="2").status_code == 200
+    assert base() is None  # freed, not kept beside the checkpoint's
+    assert unets_alive() == alive and pipe.unet.config.in_channels == 9
+    for inpaint in (False, True):
+        assert edit_pipeline(pipe, inpaint=inpaint).unet is pipe.unet
+    # The swapped-in UNet's blocks are stop points too, one hook each.
+    points = stop_points(pipe)
+    assert set(stoppable_modules(pipe)) <= set(points.modules)
+    assert all(len(m._forward_pre_hooks) == 1 for m in stoppable_modules(pipe))
+    checkpoint = weakref.ref(pipe.unet)
+    assert edit(client, mask=False, steps="2").status_code == 200
+    assert checkpoint() is None
+    assert unets_alive() == alive and pipe.unet.config.in_channels == 4
+
+
+def test_the_resident_unet_is_freed_before_the_other_is_loaded(
+    hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """So the peak stays about one UNet: the old one is gone when the new one's load starts."""
+    resident_when_loading = []
+
+    def load(*args, **kwargs):
+        gc.collect()
+        resident_when_loading.append(resident())
+        return load_unet(*args, **kwargs)
+
+    monkeypatch.setattr(loaders, "load_unet", load)
+    loaded = ready_loader(hub, share, tmp_path / "cache", inpaint=SD_INPAINT_REPO)
+    resident = weakref.ref(loaded.pipeline(60).unet)
+    serve(loaded, tmp_path / "images", monkeypatch)
+    assert edit(Client(), steps="2").status_code == 200
+    assert resident_when_loading == [None]
+
+
+def test_a_share_pulled_without_the_checkpoint_is_incomplete_until_a_pull_fetches_it(
+    hub, share: Path, tmp_path: Path
+):
+    ready_loader(hub, share, tmp_path / "cache-0")
+    configured = new_loader(hub, share, tmp_path / "cache-1", inpaint=SD_INPAINT_REPO)
+    status = configured.status()
+    assert not status.weights_on_share
+    assert status.inpaint is not None and status.inpaint.state == "not_on_share"
+    hub.reset_log()
+    assert configured.pull()
+    assert wait_for(configured, {"ready", "failed"}) == "ready", configured.status()
+    fetched = {path.split("/resolve/")[0] for path in hub.file_gets()}
+    assert fetched == {f"/{SD_INPAINT_REPO}"}  # only what was missing: its UNet
+
+
+def test_a_unet_that_is_no_inpainting_unet_fails_the_pull_naming_the_setting(
+    hub, share: Path, tmp_path: Path
+):
+    loaded = new_loader(hub, share, tmp_path / "cache", inpaint=SD_REPO)  # 4 channels
+    assert loaded.pull()
+    assert wait_for(loaded, {"ready", "failed"}) == "failed"
+    error = loaded.status().error
+    assert "INPAINT_MODEL_ID" in error and "4 input channels" in error and "9" in error
+
+
+def test_a_checkpoint_the_hub_does_not_have_fails_the_pull_naming_the_setting(
+    hub, share: Path, tmp_path: Path
+):
+    loaded = new_loader(hub, share, tmp_path / "cache", inpaint="testorg/no-such-inpainting")
+    assert loaded.pull()
+    assert wait_for(loaded, {"ready", "failed"}) == "failed"
+    error = loaded.status().error
+    assert "INPAINT_MODEL_ID" in error and "testorg/no-such-inpainting" in error
+    assert shares.read_manifest(loaded.source.path) is None
+
+
+def test_a_checkpoint_of_another_base_model_is_refused():
+    base = {"in_channels": 4, "cross_attention_dim": 768}
+    with pytest.raises(ValueError, match=r"INPAINT_MODEL_ID.*cross-attention width is 2048"):
+        check_fits({"in_channels": 9, "cross_attention_dim": 2048}, base)
+    check_fits({"in_channels": 9, "cross_attention_dim": 768}, base)
+
+
+def test_the_setting_must_name_a_hub_repo():
+    assert parse_inpaint("", "main") is None
+    assert parse_inpaint(" org/name ", "") == parse_inpaint("org/name", "main")
+    with pytest.raises(ImproperlyConfigured, match="INPAINT_MODEL_ID: 'not a repo'"):
+        parse_inpaint("not a repo", "main")
+
+
+def test_without_a_checkpoint_status_says_none_and_the_base_unet_inpaints(
+    hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    loaded = ready_loader(hub, share, tmp_path / "cache")
+    assert loaded.status().inpaint is None
+    serve(loaded, tmp_path / "images", monkeypatch)
+    answer = edit(Client(), steps="2")
+    assert answer.status_code == 200 and "X-Inpaint-Model" not in answer
+    assert loaded.pipeline(60).unet.config.in_channels == 4
