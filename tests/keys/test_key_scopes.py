@@ -167,6 +167,8 @@ def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[st
     own = requests.delete(app.url(f"/jobs/{bobs_job['id']}"), headers=as_(secrets["bob"]))
     assert own.status_code == 409
     assert get(app, f"/images/{bobs_image}.png", secrets["bob"]).status_code == 200
+    removed = requests.delete(app.url(f"/images/{bobs_image}"), headers=as_(secrets["root"]))
+    assert removed.json()["owner"] == "bob"
 
     # A signed link works for the image it names, with no key at all.
     link = made.data[0].url
@@ -240,6 +242,11 @@ def test_max_queued_holds_for_requests_of_one_key_at_the_same_instant(
             answer.text for answer in answers
         ]
         assert all(a.headers["Retry-After"] == "5" for a in answers if a.status_code == 429)
+        # The admin's cancel answers whose the job was.
+        cancelled = requests.delete(
+            apps[0].url(f"/jobs/{admitted[0]}"), headers=as_(secrets["root"])
+        )
+        assert cancelled.json()["owner"] == "erin"
     finally:
         for job_id in admitted:
             requests.delete(apps[0].url(f"/jobs/{job_id}"), headers=as_(secrets["erin"]))
@@ -341,3 +348,6 @@ def test_an_edits_inputs_are_its_keys_own(app: AppServer, secrets: dict[str, str
     assert get(app, bobs, secrets["alice"]).status_code == 404
     for path in (alices, bobs):  # the admin sees every key's
         assert get(app, path, secrets["root"]).status_code == 200
+    # A picture both keys sent to edit is both keys'.
+    assert edit_source(app, secrets["bob"], noise_png(seed)) == alices
+    assert get(app, alices, secrets["bob"]).status_code == 200
