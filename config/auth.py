@@ -93,11 +93,26 @@ def owner_key(request: HttpRequest) -> str | None:
     return None if caller is None else caller.name
 
 
+def queue_limit(request: HttpRequest) -> int | None:
+    """The --max-queued of the request's key (None: none, the token's, an open service):
+    counted by the job board in the step that queues each job (JobBoard.submit)."""
+    caller = request_caller(request)
+    return None if caller is None else caller.max_queued
+
+
 def seen_by(request: HttpRequest) -> str | None:
     """Whose jobs and images a request may see and touch: a key that is not an admin, its
     own (the name); an admin key, API_TOKEN or an open service, everyone's (None)."""
     caller = request_caller(request)
     return None if caller is None or caller.admin else caller.name
+
+
+def sees_owners(request: HttpRequest) -> bool:
+    """Whether answers name the key each job and image belongs to (`owner`): only to an admin
+    key or API_TOKEN while named keys are on. A key that is not an admin sees only its own
+    (naming them tells it nothing), and with API_TOKEN alone every job is the token's."""
+    caller = request_caller(request)
+    return settings.API_KEYS and caller is not None and caller.admin
 
 
 def warn_if_open() -> None:

@@ -14,6 +14,7 @@ from PIL import Image
 
 from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
+from imagegen.generation.edits import input_digests
 from imagegen.generation.estimates import Estimate
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
@@ -170,13 +171,27 @@ def image_png(*, image_id: str, seen_by: str | None = None) -> Path:
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def image_input(*, digest: str) -> tuple[Path, str]:
-    """An edit's stored input (the image or mask as sent) and its media type."""
+def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
+    """An edit's stored input (the image or mask as sent) and its media type. A key that is
+    not an admin (`seen_by`) gets only an input one of its own images or unfinished jobs
+    names: another key's picture is as unknown to it as that key's images (404)."""
     path = backend.image_store().input_path(digest)
-    if not _SHA256.match(digest) or not path.is_file():
+    if not _SHA256.match(digest) or not path.is_file() or not _names_input(digest, seen_by):
         raise ImageNotFound()
     with Image.open(path) as image:
         return path, image.get_format_mimetype() or "application/octet-stream"
+
+
+def _names_input(digest: str, seen_by: str | None) -> bool:
+    """Whether an image or unfinished job of key `seen_by` (None: anyone) used this input.
+    Its unfinished jobs first (few); then its records, read as GET /images reads them."""
+    if seen_by is None:
+        return True
+    jobs = backend.jobs().unfinished()
+    if any(digest in input_digests(job.parameters.edit) for job in jobs if job.key == seen_by):
+        return True
+    records = backend.image_store().records()
+    return any(digest in input_digests(r.parameters.edit) for r in records if r.key == seen_by)
 
 
 def image_page(*, limit: int, before: str | None, seen_by: str | None = None) -> ImagePage:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Any, ParamSpec, TypeVar
+from typing import NamedTuple, ParamSpec, TypeVar
 
 from django.conf import settings
 
@@ -43,6 +43,7 @@ from imagegen.generation.edits import (
     check_mask_blur,
     check_only_masked_padding,
     check_strength,
+    input_digests,
     picture_mask,
     working_size,
 )
@@ -118,9 +119,11 @@ def edit_request(
 def key_admit(*, key: str, max_queued: int | None, per_minute: int | None, count: int) -> None:
     """Whether an API key may queue `count` more images now (429 if not): `max_queued`
     against its jobs queued or running on the board (every replica's in distributed mode),
-    then `per_minute` against its count this minute, counted here when admitted. The first is
-    a check, not a reservation: requests of one key arriving at the same instant may pass it
-    together (by at most their number); the second is exact (imagegen.generation.rates)."""
+    then `per_minute` against its count this minute, counted here when admitted. The first
+    answers a request for more than the key has left before anything is queued; what holds
+    the limit is each job's submit, which counts the key's jobs in the step that queues it
+    (`key_limit`), so requests of one key at the same instant cannot pass it together. The
+    second is exact (imagegen.generation.rates)."""
     if max_queued is not None:
         mine = sum(1 for job in backend.jobs().unfinished() if job.key == key)
         if mine + count > max_queued:
@@ -129,6 +132,14 @@ def key_admit(*, key: str, max_queued: int | None, per_minute: int | None, count
         wait = backend.rates().take(key, count, per_minute)
         if wait is not None:
             raise KeyRateLimit(per_minute, count, wait)
+
+
+class KeyOwner(NamedTuple):
+    """The API key a request's jobs belong to (None: an open service) and its --max-queued,
+    which each job's submit counts (JobBoard.submit's `key_limit`)."""
+
+    key: str | None
+    limit: int | None
 
 
 P = ParamSpec("P")
@@ -146,7 +157,7 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
         except ServiceError:
             request = kwargs.get("request")
             if isinstance(request, GenerationRequest) and request.edit is not None:
-                _prune_inputs(_inputs_of(request.edit))
+                _prune_inputs(input_digests(request.edit))
             raise
 
     return wrapped
@@ -159,16 +170,17 @@ def generation_submit(
     job_id: str | None = None,
     client: str | None = None,
     key: str | None = None,
+    key_limit: int | None = None,
 ) -> JobView:
-    """Queues a generation, or refuses it at once (nothing to load, queue full); `job_id`:
-    one chosen before (a keyed run's, registered first: imagegen.generation.shared_runs);
-    `client`: a protocol request's client (an OpenAI stream), whose /progress then shows it,
-    as a batch of one; `key`: the API key it belongs to (config.auth)."""
-    if client is None:
-        job = backend.jobs().submit(request, job_id=job_id, key=key)
-    else:
-        batch = secrets.token_hex(8)
-        job = backend.jobs().submit(request, job_id=job_id, owner=client, batch=batch, key=key)
+    """Queues a generation, or refuses it at once (nothing to load, queue full, the key's
+    `key_limit` reached); `job_id`: one chosen before (a keyed run's, registered first:
+    imagegen.generation.shared_runs); `client`: a protocol request's client (an OpenAI
+    stream), whose /progress then shows it, as a batch of one; `key`: the API key it belongs
+    to (config.auth), `key_limit` its --max-queued (JobBoard.submit)."""
+    batch = None if client is None else secrets.token_hex(8)
+    job = backend.jobs().submit(
+        request, job_id=job_id, owner=client, batch=batch, key=key, key_limit=key_limit
+    )
     metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
     return job
 
@@ -228,25 +240,34 @@ def generation_run(
     client: str = "",
     idempotency_key: str | None = None,
     key: str | None = None,
+    key_limit: int | None = None,
 ) -> tuple[JobView, ImageRecord]:
     """A synchronous generation: submitted as a job like any other, then waited for; refused
     at once when it cannot finish in time (asynchronous ones are taken as they come). With
     an Idempotency-Key, a retry joins the job its first attempt queued (_keyed_job)."""
     if idempotency_key is not None:
-        job, last = _keyed_job(request, timeout, client, idempotency_key, key, wait=True)
+        job, last = _keyed_job(
+            request, timeout, client, idempotency_key, KeyOwner(key, key_limit), wait=True
+        )
         return job, _answer(job, alone=last)
     _refuse_past_timeout(request, 1, timeout)
-    job = generation_submit(request=request, key=key)
+    job = generation_submit(request=request, key=key, key_limit=key_limit)
     return job, generation_result(job=job, timeout=timeout)
 
 
 @_prunes_refused_inputs
 def generation_submit_keyed(
-    *, request: GenerationRequest, client: str, idempotency_key: str, key: str | None = None
+    *,
+    request: GenerationRequest,
+    client: str,
+    idempotency_key: str,
+    key: str | None = None,
+    key_limit: int | None = None,
 ) -> JobView:
     """An asynchronous POST /generate with an Idempotency-Key: its retry answers the job
     the first attempt queued (_keyed_job), not a second one."""
-    return _keyed_job(request, None, client, idempotency_key, key, wait=False)[0]
+    owner = KeyOwner(key, key_limit)
+    return _keyed_job(request, None, client, idempotency_key, owner, wait=False)[0]
 
 
 def _keyed_job(
@@ -254,7 +275,7 @@ def _keyed_job(
     timeout: float | None,
     client: str,
     idempotency_key: str,
-    owner_key: str | None,
+    owner: KeyOwner,
     *,
     wait: bool,
 ) -> tuple[JobView, bool]:
@@ -265,13 +286,14 @@ def _keyed_job(
     for GEN_SYNC_TIMEOUT + 60 s after its last attempt; a job that failed or was cancelled
     is queued anew (_joinable). The body does not count: the key decides alone, as under
     /v1. Returns the job (when `wait`, once finished or at `timeout`) and whether no other
-    attempt waits for it still (only then may the timeout cancel it)."""
+    attempt waits for it still (only then may the timeout cancel it). `owner`: the API key
+    the job belongs to and its --max-queued."""
     key = _run_key(request, 1, client, f"generate:{idempotency_key}")
 
     def submit(job_ids: list[str]) -> None:
         if wait:
             _refuse_past_timeout(request, 1, timeout)
-        generation_submit(request=request, job_id=job_ids[0], key=owner_key)
+        generation_submit(request=request, job_id=job_ids[0], key=owner.key, key_limit=owner.limit)
 
     runs = backend.runs()
     run = runs.join_or_submit(key, submit=submit, unfinished=_joinable, keep=True)
@@ -304,23 +326,13 @@ def image_delete(*, image_id: str, seen_by: str | None = None) -> ImageRecord:
     record = backend.image_store().delete(image_id)
     if record is None:
         raise ImageNotFound()
-    _prune_inputs(_inputs_of(record.parameters.edit))
+    _prune_inputs(input_digests(record.parameters.edit))
     return record
 
 
 # An input named by no image and no unfinished job is removed once this old: younger, its
 # request may still be on its way to being queued (save_input makes a reused one young).
 INPUT_GRACE_SECONDS = 600
-
-
-def _inputs_of(edit: Any) -> set[str]:
-    """The sha256 of an edit's inputs (a request's EditRequest or a record's
-    EditParameters); none for text-to-image."""
-    if edit is None:
-        return set()
-    if isinstance(edit, EditRequest):
-        return {edit.source} | ({edit.mask} if edit.mask else set())
-    return {edit.source.sha256} | ({edit.mask.sha256} if edit.mask else set())
 
 
 def _prune_inputs(freed: set[str]) -> None:
@@ -336,9 +348,9 @@ def _prune_inputs(freed: set[str]) -> None:
         return
     named: set[str] = set()
     for job in backend.jobs().unfinished():
-        named |= _inputs_of(job.parameters.edit)
+        named |= input_digests(job.parameters.edit)
     for record in store.records():
-        named |= _inputs_of(record.parameters.edit)
+        named |= input_digests(record.parameters.edit)
     for digest, age in ages.items():
         if digest not in named and (digest in freed or age > INPUT_GRACE_SECONDS):
             store.remove_input(digest)
@@ -401,17 +413,21 @@ def _submit_batch(
     job_ids: list[str],
     client: str,
     timeout: float | None,
-    owner_key: str | None,
+    owner: KeyOwner,
 ) -> None:
     """A job under each id or none: refused whole when they cannot all finish within
-    `timeout`; when the queue fills part-way, the ones queued are cancelled (they never run)
-    and the request is refused as a whole."""
+    `timeout`; when the queue fills part-way (or the key's --max-queued is reached: `owner`,
+    its name and limit), the ones queued are cancelled (they never run) and the request is
+    refused as a whole."""
     _refuse_past_timeout(request, len(job_ids), timeout)
     jobs_queue, batch, jobs = backend.jobs(), secrets.token_hex(8), []
     try:
         for index, job_id in enumerate(job_ids):
             request_n = _nth_seed(request, index)
-            jobs_queue.submit(request_n, owner=client, batch=batch, job_id=job_id, key=owner_key)
+            jobs_queue.submit(
+                request_n, owner=client, batch=batch, job_id=job_id, key=owner.key,
+                key_limit=owner.limit,
+            )  # fmt: skip
             metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
     except Exception:  # the queue filled up, the model went away, the store stopped answering
@@ -440,7 +456,7 @@ def _join_or_submit(
     count: int,
     client: str,
     timeout: float | None,
-    owner_key: str | None,
+    owner: KeyOwner,
     *,
     keyed: bool,
 ) -> SharedRun:
@@ -448,7 +464,7 @@ def _join_or_submit(
     is estimated first."""
 
     def submit(job_ids: list[str]) -> None:
-        _submit_batch(request, job_ids, client, timeout, owner_key)
+        _submit_batch(request, job_ids, client, timeout, owner)
 
     if keyed:  # as POST /generate's key (_keyed_job): a retry joins its twin, even finished
         return backend.runs().join_or_submit(
@@ -501,6 +517,7 @@ def generation_run_shared(
     timeout: float | None,
     partial: bool = False,
     key: str | None = None,
+    key_limit: int | None = None,
 ) -> list[ImageRecord]:
     """A synchronous request for `count` images, as the OpenAI and A1111 routes make: one
     ordinary job per image (seed, seed+1, ... when a seed is given), all in the one queue.
@@ -515,10 +532,12 @@ def generation_run_shared(
     request that gives up (`timeout`) cancels the jobs only if nobody else waits for them.
 
     A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
-    or with `partial` leaves its image out (A1111 answers what was finished)."""
+    or with `partial` leaves its image out (A1111 answers what was finished). `key`: the
+    API key the jobs belong to, `key_limit` its --max-queued (KeyOwner)."""
     run_key = _run_key(request, count, client, idempotency_key)
+    owner = KeyOwner(key, key_limit)
     run = _join_or_submit(
-        run_key, request, count, client, timeout, key, keyed=bool(idempotency_key)
+        run_key, request, count, client, timeout, owner, keyed=bool(idempotency_key)
     )
     try:
         _wait(run.jobs, timeout, partial=partial)

@@ -247,3 +247,29 @@ GENERATING_ROUTES = [
 def test_every_generating_route_declares_the_429_of_a_key_past_its_limits(method, path):
     """An API key past --max-queued or --per-minute (docs/keys.md)."""
     assert "429" in SCHEMA["paths"][path][method]["responses"]
+
+
+def _answered(schema: dict) -> dict:
+    """The object a 200 answer is (a list's item, a page's item), its refs followed."""
+    while True:
+        if "$ref" in schema:
+            schema = SCHEMA["components"]["schemas"][schema["$ref"].rpartition("/")[2]]
+        elif schema.get("type") == "array":
+            schema = schema["items"]
+        elif "items" in schema.get("properties", {}) and "next" in schema["properties"]:
+            schema = schema["properties"]["items"]
+        else:
+            return schema
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("get", "/jobs"), ("get", "/jobs/{job_id}"), ("delete", "/jobs/{job_id}"),
+     ("get", "/images"), ("get", "/images/{image_id}"), ("delete", "/images/{image_id}")],
+)  # fmt: skip
+def test_jobs_and_images_document_the_owner_told_to_admins(method, path):
+    """docs/keys.md: an admin key is told whose each job and image is, by the key's name."""
+    answer = SCHEMA["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+    shape = _answered(answer["schema"])
+    assert "owner" in shape["properties"] and "owner" not in shape.get("required", [])
+    assert "only to an admin key" in shape["properties"]["owner"]["description"]

@@ -6,7 +6,7 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, owner_key, seen_by, token_required
+from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -19,6 +19,7 @@ from imagegen.api.schemas import (
     GenerateForm,
     GenerationInForce,
     Health,
+    ImageOut,
     ImagePage,
     JobOut,
     ModelStatusOut,
@@ -162,17 +163,20 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
         if key is None:
-            job = services.generation_submit(request=generation, key=owner_key(request))
+            job = services.generation_submit(
+                request=generation, key=owner_key(request), key_limit=queue_limit(request)
+            )
         else:
             job = services.generation_submit_keyed(
                 request=generation, client=client_identity(request), idempotency_key=key,
-                key=owner_key(request),
+                key=owner_key(request), key_limit=queue_limit(request),
             )  # fmt: skip
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
         request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
         client=client_identity(request), idempotency_key=key, key=owner_key(request),
+        key_limit=queue_limit(request),
     )  # fmt: skip
     return png_with_headers(record, job)
 
@@ -250,9 +254,10 @@ EVENT_STREAM_DOC = {
 }
 
 
-def job_json(view: JobView) -> dict:
-    """A job as GET /jobs/<id> answers it, for the events that carry the whole job."""
-    return JobOut.from_orm(view).model_dump(mode="json")
+def job_json(view: JobView, request: HttpRequest) -> dict:
+    """A job as GET /jobs/<id> answers it to this request, for the events that carry the
+    whole job."""
+    return JobOut.from_orm(view, context={"request": request}).model_dump(mode="json")
 
 
 @router.get(
@@ -286,7 +291,8 @@ def job_events(
             return None
 
     chunks = events.job_event_stream(
-        wait=wait, seen=seen, describe=job_json, life=settings.EVENT_STREAM_SECONDS,
+        wait=wait, seen=seen, describe=lambda view: job_json(view, request),
+        life=settings.EVENT_STREAM_SECONDS,
         keepalive=settings.EVENT_STREAM_KEEPALIVE,
         preview=lambda: selectors.job_preview(job_id=job_id),
     )  # fmt: skip
@@ -363,7 +369,7 @@ def image_list(
     },
 )
 def image_input(request: HttpRequest, digest: str):
-    path, media_type = selectors.image_input(digest=digest)
+    path, media_type = selectors.image_input(digest=digest, seen_by=seen_by(request))
     return FileResponse(path.open("rb"), content_type=media_type)
 
 
@@ -382,7 +388,7 @@ def image_png(request: HttpRequest, image_id: str):
 @router.get(
     "/images/{image_id}",
     auth=token_required(),
-    response={200: ImageRecord, **errors(404)},
+    response={200: ImageOut, **errors(404)},
     summary="One stored image's record: its parameters and timings",
 )
 def image_get(request: HttpRequest, image_id: str):
@@ -392,7 +398,7 @@ def image_get(request: HttpRequest, image_id: str):
 @router.delete(
     "/images/{image_id}",
     auth=token_required(),
-    response={200: ImageRecord, **errors(404)},
+    response={200: ImageOut, **errors(404)},
     summary="Delete one stored image (its PNG and its record); answers the record removed",
 )
 def image_delete(request: HttpRequest, image_id: str):

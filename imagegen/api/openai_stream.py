@@ -95,6 +95,7 @@ def streamed_image(
     client: str,
     prefix: str,
     key: str | None,
+    key_limit: int | None,
     partials: int,
     output_format: OutputFormat | None,
     compression: int | None,
@@ -107,6 +108,7 @@ def streamed_image(
             request=request.model_copy(update={"partial_images": partials}),
             client=client,
             key=key,
+            key_limit=key_limit,
         )
     except Exception:
         give_back()

@@ -11,7 +11,7 @@ import base64
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity, owner_key, request_caller
+from config.auth import client_identity, owner_key, queue_limit, request_caller
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest
@@ -43,6 +43,7 @@ def run_for_client(
         timeout=settings.GEN_SYNC_TIMEOUT,
         partial=partial,
         key=owner_key(request),
+        key_limit=queue_limit(request),
     )
 
 

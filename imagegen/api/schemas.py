@@ -11,9 +11,18 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from ninja import Schema
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 from pydantic_core import PydanticCustomError
 
+from config.auth import sees_owners
 from config.errors import FieldError
 from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
@@ -407,8 +416,46 @@ def errors(*statuses: int, body: type[Schema] = ImageErrorBody) -> dict[int, typ
     return dict.fromkeys((401, *statuses), body)
 
 
+OWNER = (
+    "the name of the API key that made it; answered only to an admin key (or API_TOKEN) "
+    "while named keys are on (API_KEYS), absent otherwise"
+)
+
+
+def owner_for(key: str | None, context: dict | None) -> str | None:
+    """The `owner` a response names: `key` to whoever may see every key's (sees_owners)."""
+    request = (context or {}).get("request")
+    return key if request is not None and sees_owners(request) else None
+
+
+def without_absent_owner(data: Any) -> Any:
+    """Answers to everyone but an admin stay as before keys had owners: no `owner` at all."""
+    if isinstance(data, dict) and data.get("owner") is None:
+        data.pop("owner", None)
+    return data
+
+
+class ImageOut(ImageRecord, Schema):
+    """A stored image's record as answered: with its owner's name for an admin."""
+
+    owner: str | None = Field(None, description=OWNER)
+
+    @staticmethod
+    def resolve_owner(record: ImageRecord, context: dict | None) -> str | None:
+        return owner_for(record.key, context)
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields. As the
+        # record's own serializer, no `key` on an open service.
+        data = without_absent_owner(handler(self))
+        if isinstance(data, dict) and data.get("key") is None:
+            data.pop("key", None)
+        return data
+
+
 class ImagePage(Schema):
-    items: list[ImageRecord]
+    items: list[ImageOut]
     next: str | None = Field(description="the next page, newest first; null on the last")
 
 
@@ -433,6 +480,15 @@ class JobOut(Schema):
         description="the X-Request-ID of the request that queued it (its own, or the one "
         "the service gave it), as the logs of the web process and the worker carry it"
     )
+    owner: str | None = Field(None, description=OWNER)
+
+    @staticmethod
+    def resolve_owner(job: JobView, context: dict | None) -> str | None:
+        return owner_for(job.key, context)
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        return without_absent_owner(handler(self))
 
     @staticmethod
     def resolve_preview_url(job: JobView) -> str | None:

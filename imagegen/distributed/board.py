@@ -74,9 +74,11 @@ class RedisJobBoard:
         batch: str | None = None,
         job_id: str | None = None,
         key: str | None = None,
+        key_limit: int | None = None,
     ) -> JobView:
         """Queues a generation in the shared queue, or refuses it at once (model not on the
-        share, a download under way, the shared queue full: 503 from every replica)."""
+        share, a download under way, the shared queue full: 503 from every replica; the
+        key's `key_limit` reached, counted in the store's step that queues it: 429)."""
         self.models.check_loadable()
         request = with_defaults(request, rules=self.rules)
         job_id = job_id or secrets.token_hex(8)
@@ -86,6 +88,7 @@ class RedisJobBoard:
             owner=owner,
             batch=batch,
             key=key,
+            key_limit=key_limit,
             queue_max=self.queue_max,
             keep=self.keep,
         ):

@@ -48,7 +48,7 @@ from redis.commands.core import Script
 from config import metrics
 from config.errors import ServiceError
 from config.request_context import current_request_id
-from imagegen.errors import WorkerLost
+from imagegen.errors import KeyQueueLimit, WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
@@ -143,12 +143,28 @@ local function bump_queued(prefix, queued)
 end
 """
 
-# The bound: jobs waiting beyond the ones idle workers are about to take (a job queued
-# while a worker is idle is about to run, not waiting), as the in-process queue counts.
-# Workers whose heartbeat is gone are not idle, whatever they said last.
+# The key's limit first (ARGV[7], 0: none): its jobs queued or running, counted from the
+# list of unfinished jobs in the step that queues this one, so requests of one key at the
+# same instant cannot pass it together on any replica; -1 when reached. Then the bound:
+# jobs waiting beyond the ones idle workers are about to take (a job queued while a worker
+# is idle is about to run, not waiting), as the in-process queue counts. Workers whose
+# heartbeat is gone are not idle, whatever they said last.
 _SUBMIT = """
 local prefix, id, queue_max, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local owner, span = ARGV[5], tonumber(ARGV[6])
+local owner, span, key_limit = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+if key_limit > 0 then
+  local mine = 0
+  for _, other in ipairs(redis.call('LRANGE', prefix .. 'unfinished', 0, -1)) do
+    local job = prefix .. 'job:' .. other
+    local state = redis.call('HGET', job, 'state')
+    if (state == 'queued' or state == 'running') and redis.call('HGET', job, 'key') == owner then
+      mine = mine + 1
+    end
+  end
+  if mine >= key_limit then
+    return -1
+  end
+end
 local idle = 0
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('EXISTS', prefix .. 'worker:' .. name) == 1 then
@@ -167,7 +183,7 @@ local round = math.max(tonumber(redis.call('GET', KEYS[6]) or '0'),
 redis.call('HSET', KEYS[5], owner, round)
 local score = round * span + seq % span
 redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'score', score, 'rev', 1,
-           unpack(ARGV, 7))
+           unpack(ARGV, 8))
 redis.call('ZADD', KEYS[1], score, id)
 redis.call('ZADD', KEYS[2], seq, id)
 -- The jobs it passed move down one place.
@@ -509,10 +525,12 @@ class JobStore:
         owner: str | None,
         batch: str | None,
         key: str | None = None,
+        key_limit: int | None = None,
         queue_max: int,
         keep: int,
     ) -> bool:
-        """Queues the job unless the shared queue is full; False when it is."""
+        """Queues the job unless the shared queue is full (False) or `key` has `key_limit`
+        jobs queued or running (KeyQueueLimit), both counted in the step that queues it."""
         fields: dict[str, str | int] = {
             "id": job_id,
             "request": request.model_dump_json(),
@@ -528,8 +546,12 @@ class JobStore:
         }
         flat = [item for pair in fields.items() for item in pair]
         keys = [QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED]
-        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, *flat]
-        return bool(self._submit(keys=keys, args=args))
+        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, key_limit or 0, *flat]
+        added = self._submit(keys=keys, args=args)
+        if added == -1:
+            assert key_limit is not None  # only a limit refuses so
+            raise KeyQueueLimit(key_limit, 1)
+        return bool(added)
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""

@@ -138,6 +138,16 @@ def edit_parameters(
     )
 
 
+def input_digests(edit: EditRequest | EditParameters | None) -> set[str]:
+    """The sha256 of an edit's inputs (a request's EditRequest or a record's
+    EditParameters); none for text-to-image."""
+    if edit is None:
+        return set()
+    if isinstance(edit, EditRequest):
+        return {edit.source} | ({edit.mask} if edit.mask else set())
+    return {edit.source.sha256} | ({edit.mask.sha256} if edit.mask else set())
+
+
 def steps_run(steps: int, strength: float) -> int:
     """The denoising steps an edit of `steps` at `strength` runs."""
     return max(1, int(steps * strength))

@@ -148,10 +148,14 @@ class JobBoard(Protocol):
         batch: str | None = None,
         job_id: str | None = None,
         key: str | None = None,
+        key_limit: int | None = None,
     ) -> JobView:
         """Queues a generation, or refuses it at once with nothing queued (ServiceError).
         `job_id`: an id chosen before (imagegen.generation.shared_runs), else a new one.
-        `key`: the API key it belongs to (its own jobs and images)."""
+        `key`: the API key it belongs to (its own jobs and images). `key_limit`: the key's
+        --max-queued, counted in the step that queues the job (KeyQueueLimit when `key` has
+        that many queued or running already), so requests of one key at the same instant
+        cannot pass it together, on any replica."""
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images of `request` would take if submitted now, the jobs ahead

@@ -28,7 +28,7 @@ from datetime import datetime
 from config import metrics, request_context
 from config.errors import ServiceError
 from config.timestamps import utc_now
-from imagegen.errors import JobFinished, QueueFull
+from imagegen.errors import JobFinished, KeyQueueLimit, QueueFull
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageRecord, ImageStore
@@ -145,9 +145,11 @@ class JobQueue:
         batch: str | None = None,
         job_id: str | None = None,
         key: str | None = None,
+        key_limit: int | None = None,
     ) -> JobView:
-        """Queues a generation, or refuses it at once (model not pulled, queue full) with
-        nothing started: the model's load begins when the worker takes the job."""
+        """Queues a generation, or refuses it at once (model not pulled, the key's
+        `key_limit` reached, queue full) with nothing started: the model's load begins when
+        the worker takes the job. The key's jobs are counted under the lock that admits it."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
         job = Job(
@@ -157,6 +159,8 @@ class JobQueue:
         if job_id is not None:
             job.id = job_id
         with self._lock:
+            if key_limit is not None and self._unfinished_of(key) >= key_limit:
+                raise KeyQueueLimit(key_limit, 1)
             if self._waiting() >= self.queue_max:
                 raise QueueFull()
             job.round = fair_round(self._rounds, job.key, served=self._served)
@@ -194,6 +198,10 @@ class JobQueue:
         with self._lock:
             jobs = [job for job in reversed(self._jobs.values()) if job.state not in FINISHED]
             return [self.view(job) for job in jobs]
+
+    def _unfinished_of(self, key: str | None) -> int:
+        """Key `key`'s jobs queued or running; the caller holds the lock."""
+        return sum(1 for job in self._jobs.values() if job.key == key and job.state not in FINISHED)
 
     def client_jobs(self, client: str) -> list[JobView]:
         """The jobs `client`'s protocol requests submitted, oldest first."""

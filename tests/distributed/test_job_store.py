@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from imagegen.distributed.changes import ChangeFeed
 from imagegen.distributed.store import CHANGED, WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import RESCUE_BEATS, WorkerRuntime, default_worker_name
+from imagegen.errors import KeyQueueLimit
 from imagegen.generation.estimates import Measurements, Timing
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
@@ -328,6 +330,37 @@ def test_the_bound_counts_waiting_jobs_beyond_idle_workers(store):
     assert add(store, "b", queue_max=1)  # an idle worker is about to take one
     store.redis.delete("imagegen:worker:w1")  # its heartbeat is gone: not idle any more
     assert not add(store, "c", queue_max=1)
+
+
+def test_a_keys_limit_is_counted_in_the_step_that_queues_its_job(store):
+    """--max-queued in Redis: 8 submits of one key at once, limit 2, exactly 2 queued; other
+    keys are not counted; a job that finishes gives its place back."""
+    ready = threading.Barrier(8)
+
+    def submit(index: int) -> bool:
+        ready.wait()
+        try:
+            return store.add(
+                f"k{index}", REQUEST, owner=None, batch=None, key="erin", key_limit=2,
+                queue_max=100, keep=200,
+            )  # fmt: skip
+        except KeyQueueLimit:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        queued = [f"k{i}" for i, added in enumerate(pool.map(submit, range(8))) if added]
+    assert len(queued) == 2
+    other = store.add("other", REQUEST, owner=None, batch=None, key="bob", key_limit=2,
+                      queue_max=100, keep=200)  # fmt: skip
+    assert other
+    claimed = store.claim("w1")  # the first of the fair order: one of erin's
+    assert claimed is not None and claimed.job_id in queued
+    store.finish(claimed.job_id, claimed.attempt, state="succeeded", phase="done")
+    assert store.add("again", REQUEST, owner=None, batch=None, key="erin", key_limit=2,
+                     queue_max=100, keep=200)  # fmt: skip
+    with pytest.raises(KeyQueueLimit):
+        store.add("more", REQUEST, owner=None, batch=None, key="erin", key_limit=2,
+                  queue_max=100, keep=200)  # fmt: skip
 
 
 def test_answers_are_byte_for_byte_those_of_the_in_process_queue(store):

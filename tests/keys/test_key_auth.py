@@ -155,3 +155,33 @@ def test_only_a_service_with_neither_token_nor_keys_warns_that_it_is_open(
     with caplog.at_level("INFO", logger="config.auth"):
         warn_if_open()
     assert ("API_TOKEN is not set and API_KEYS is off" in caplog.text) is warned
+
+
+@pytest.mark.parametrize(
+    ("keys", "caller", "told"),
+    [
+        (True, "admin", True),
+        (True, "token", True),
+        (True, "key", False),  # sees only its own
+        (True, None, False),
+        (False, "token", False),  # API_TOKEN alone: every job is the token's
+    ],
+)
+def test_only_an_admin_is_told_whose_each_job_is_and_only_with_named_keys(
+    settings, keys: bool, caller: str | None, told: bool
+) -> None:
+    """What decides `owner` in answers (docs/keys.md, "What a key sees")."""
+    from django.http import HttpRequest
+
+    from apikeys.selectors import TOKEN_CALLER, Caller
+    from config.auth import sees_owners
+
+    settings.API_KEYS = keys
+    request = HttpRequest()
+    request.auth = {  # type: ignore[attr-defined]
+        "admin": Caller(name="ops", admin=True),
+        "token": TOKEN_CALLER,
+        "key": Caller(name="alice", admin=False),
+        None: None,
+    }[caller]
+    assert sees_owners(request) is told

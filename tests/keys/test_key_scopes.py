@@ -4,17 +4,22 @@ PNG), the admin sees both, and a signed image link works whoever fetches it. A k
 give the SDK a RateLimitError while other keys get through, on every replica (distributed
 mode runs two web replicas here)."""
 
+import hashlib
+import io
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mongoengine
+import numpy as np
 import openai
 import pytest
 import requests
 import webuiapi
+from PIL import Image
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
@@ -40,6 +45,7 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
         "root": services.key_create(name="root", admin=True).secret,
         "carol": services.key_create(name="carol", max_queued=1).secret,
         "dave": services.key_create(name="dave", per_minute=2).secret,
+        "erin": services.key_create(name="erin", max_queued=1).secret,
     }
     yield {**made, "uri": uri}
     mongoengine.disconnect()
@@ -119,6 +125,23 @@ def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[st
     assert set(jobs("alice")) == {f"alice {run}"} and set(jobs("bob")) == {f"bob {run}"}
     assert set(jobs("root")) == {f"alice {run}", f"bob {run}"}
 
+    # Whose each is (`owner`, the key's name) is told to the admin only: a key that sees its
+    # own only is answered no owner, of its own or anyone else's.
+    assert {p: j["owner"] for p, j in jobs("root").items()} == {
+        f"alice {run}": "alice", f"bob {run}": "bob"
+    }  # fmt: skip
+    admin_images = get(app, "/images", secrets["root"], limit=100).json()["items"]
+    assert {i["owner"] for i in admin_images if i["parameters"]["prompt"].endswith(run)} == {
+        "alice", "bob"
+    }  # fmt: skip
+    alices_job = jobs("alice")[f"alice {run}"]
+    own = f"/jobs/{alices_job['id']}"
+    for path in ("/jobs", "/images", own, f"{own}/events", f"/images/{alices_job['image']['id']}"):
+        answer = get(app, path, secrets["alice"])
+        assert answer.status_code == 200 and '"owner"' not in answer.text, path
+    events = get(app, f"{own}/events", secrets["root"])
+    assert '"owner":"alice"' in events.text.replace(" ", "")
+
     bobs_job = jobs("bob")[f"bob {run}"]
     bobs_image = bobs_job["image"]["id"]
     for path in (
@@ -144,6 +167,8 @@ def test_each_key_sees_and_touches_only_its_own(app: AppServer, secrets: dict[st
     own = requests.delete(app.url(f"/jobs/{bobs_job['id']}"), headers=as_(secrets["bob"]))
     assert own.status_code == 409
     assert get(app, f"/images/{bobs_image}.png", secrets["bob"]).status_code == 200
+    removed = requests.delete(app.url(f"/images/{bobs_image}"), headers=as_(secrets["root"]))
+    assert removed.json()["owner"] == "bob"
 
     # A signed link works for the image it names, with no key at all.
     link = made.data[0].url
@@ -190,6 +215,47 @@ def test_max_queued_gives_the_sdk_a_rate_limit_error_while_other_keys_get_throug
     wait_for(first, blocker, secrets["carol"], {"cancelled", "succeeded", "failed"})
     # Its job finished, carol may generate again.
     assert sdk.images.generate(prompt="carol after", size="64x64").data
+
+
+# Requests of one key sent at once: as many as the app has threads for them.
+AT_ONCE = 12
+
+
+def test_max_queued_holds_for_requests_of_one_key_at_the_same_instant(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    """--max-queued 1 and AT_ONCE requests of the key at once (spread over the replicas): exactly
+    one is queued, the others get 429 with Retry-After. Each job's submit counts the key's
+    jobs in the step that queues it; a check before it would let several pass together."""
+    run, ready = uuid.uuid4().hex[:6], threading.Barrier(AT_ONCE)
+
+    def send(index: int) -> requests.Response:
+        app = apps[index % len(apps)]
+        fields = {"prompt": f"erin {run} {index}", "steps": "400", "size": "256x256"}
+        ready.wait()
+        return requests.post(
+            app.url("/generate"), data={**fields, "async": "1"}, headers=as_(secrets["erin"]),
+            timeout=60,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        answers = list(pool.map(send, range(AT_ONCE)))
+    admitted = [answer.json()["id"] for answer in answers if answer.status_code == 202]
+    try:
+        assert sorted(answer.status_code for answer in answers) == [202] + [429] * (AT_ONCE - 1), [
+            answer.text for answer in answers
+        ]
+        assert all(a.headers["Retry-After"] == "5" for a in answers if a.status_code == 429)
+        # The admin's cancel answers whose the job was.
+        cancelled = requests.delete(
+            apps[0].url(f"/jobs/{admitted[0]}"), headers=as_(secrets["root"])
+        )
+        assert cancelled.json()["owner"] == "erin"
+    finally:
+        for job_id in admitted:
+            requests.delete(apps[0].url(f"/jobs/{job_id}"), headers=as_(secrets["erin"]))
+    for job_id in admitted:
+        wait_for(apps[0], job_id, secrets["erin"], {"cancelled", "succeeded", "failed"})
 
 
 def test_per_minute_counts_images_across_replicas(
@@ -254,3 +320,38 @@ def test_the_queue_takes_keys_in_turn_and_positions_say_so(
 def by_prompt(app: AppServer, secret: str, text: str) -> list[dict]:
     found = get(app, "/jobs", secret, limit=200).json()
     return [job for job in found if text in job["parameters"]["prompt"]]
+
+
+def noise_png(seed: int) -> bytes:
+    """A picture of this seed's own: its sha256 no other test's input has."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (64, 64, 3), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def edit_source(app: AppServer, secret: str, picture: bytes) -> str:
+    """The input URL of the source of an edit this key makes of `picture`."""
+    sdk = openai.OpenAI(base_url=app.url("/v1"), api_key=secret, max_retries=0)
+    sdk.images.edit(image=("in.png", picture, "image/png"), prompt="an edit", size="64x64")
+    mine = get(app, "/images", secret, limit=100).json()["items"]
+    digest = hashlib.sha256(picture).hexdigest()
+    links = [i["parameters"]["edit"]["source"]["url"] for i in mine if "edit" in i["parameters"]]
+    assert f"/images/inputs/{digest}" in links
+    return f"/images/inputs/{digest}"
+
+
+def test_an_edits_inputs_are_its_keys_own(app: AppServer, secrets: dict[str, str]) -> None:
+    """GET /images/inputs/<sha256>: another key's source answers 404, as its images do."""
+    seed = uuid.uuid4().int % 2**32
+    alices = edit_source(app, secrets["alice"], noise_png(seed))
+    bobs = edit_source(app, secrets["bob"], noise_png(seed + 1))
+    assert get(app, alices, secrets["alice"]).status_code == 200
+    assert get(app, bobs, secrets["bob"]).status_code == 200
+    assert get(app, alices, secrets["bob"]).status_code == 404
+    assert get(app, bobs, secrets["alice"]).status_code == 404
+    for path in (alices, bobs):  # the admin sees every key's
+        assert get(app, path, secrets["root"]).status_code == 200
+    # A picture both keys sent to edit is both keys'.
+    assert edit_source(app, secrets["bob"], noise_png(seed)) == alices
+    assert get(app, alices, secrets["bob"]).status_code == 200

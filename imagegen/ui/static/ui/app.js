@@ -350,6 +350,14 @@
     return `Step ${step} of ${steps}${left}`;
   }
 
+  // Whose it is: the service names the key (`owner`) only to an admin key while named keys
+  // are on; a key that sees only its own is told nothing, and shown nothing.
+  function showOwner(item, owner) {
+    const label = item.querySelector(".owner");
+    label.hidden = !owner;
+    label.textContent = owner ? `by ${owner}` : "";
+  }
+
   function jobItem(job) {
     const found = $("queue").querySelector(`li[data-job-id="${CSS.escape(job.id)}"]`);
     if (found) return found;
@@ -358,6 +366,7 @@
     item.dataset.jobId = job.id;
     item.dataset.created = job.created_at;
     item.querySelector(".job-prompt").textContent = prompt;
+    showOwner(item, job.owner);
     item.querySelector(".job-progress").setAttribute("aria-label", `Progress: ${prompt}`);
     item.querySelector(".cancel").setAttribute("aria-label", `Cancel: ${prompt}`);
     item.querySelector(".dismiss").setAttribute("aria-label", `Dismiss: ${prompt}`);
@@ -449,7 +458,7 @@
       // was away is in the gallery's own listing already.
       if (before) {
         announce(`${describeJob(job)}: ${job.parameters.prompt}`);
-        addToGallery(job.image, null, true);
+        addToGallery({ ...job.image, owner: job.owner }, null, true);
       }
       forgetJob(job.id);
       return;
@@ -599,6 +608,7 @@
     const image = item.querySelector("img");
     image.alt = prompt;
     item.querySelector(".prompt").textContent = prompt;
+    showOwner(item, record.owner);
     item.querySelector(".params").textContent = describeParameters(record.parameters);
     const download = item.querySelector(".download");
     download.download = `${record.id}.png`;
