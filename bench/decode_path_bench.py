@@ -17,7 +17,7 @@ processor, and both are fp32 (SDXL's force_upcast acts on fp16 VAEs only). The t
 A third variant, the service's VAE in tiles of 256 (the docs' rule for a 16 GiB container),
 gives the time and memory cost of that setting in the same run.
 
-    /tmp/exclusive.sh .venv/bin/python bench/decode_path_bench.py          # SDXL 1024x1024
+    flock /tmp/fullsize-bench.lock .venv/bin/python bench/decode_path_bench.py  # SDXL 1024x1024
     .venv/bin/python bench/decode_path_bench.py --quick                    # SD 1.5, 256x256
 """
 

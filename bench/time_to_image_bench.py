@@ -54,7 +54,7 @@ decoder. `--steps N` runs every configuration at N steps on both sides (a UNet c
 the same at any count, so `--steps 1` answers the per-part questions in a fraction of the
 time), `--vae-tile N` decodes in tiles of N pixels on both sides (VAE_TILE_SIZE):
 
-    /tmp/exclusive.sh .venv/bin/python bench/time_to_image_bench.py --model sdxl \
+    flock /tmp/fullsize-bench.lock .venv/bin/python bench/time_to_image_bench.py --model sdxl \
         --configs turbo,hyper1,fast --steps 1 --no-scaling     # about 15 minutes
 
 Beside the seconds, the efficiency table: each part's FLOPs (bench.efficiency; the full
