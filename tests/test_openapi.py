@@ -22,6 +22,7 @@ PROTECTED = [  # docs/operations.md, "Access control"
     ("get", "/images/{image_id}"),
     ("get", "/images/{image_id}.png"),
     ("delete", "/images/{image_id}"),
+    ("get", "/images/inputs/{digest}"),
     ("post", "/todo"),
     ("put", "/todo/{todo_id}"),
     ("delete", "/todo/{todo_id}"),

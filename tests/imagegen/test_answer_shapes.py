@@ -155,6 +155,8 @@ STATUS_BEFORE = (
     'tning", "file": "sdxl_lightning_4step_lora.safetensors", "scale": 1.0}], "decoder": {"ki'
     'nd": "full", "repo": null}'
 )
+# Added after `decoder` with INPAINT_MODEL_ID (null when none is configured).
+STATUS_NOW = f'{STATUS_BEFORE}, "inpaint": null'
 # GET /api's `generation` as it answered before `adapters` was added to it (captured then).
 RULES = {
     "preset": "sdxl-lightning-4step", "steps": 4, "guidance": 0.0, "scheduler": "euler_trailing",
@@ -174,8 +176,8 @@ ADAPTERS = (
 def test_the_model_status_answers_as_before_with_the_rules_in_force_at_the_end():
     selector_rules = {**RULES, "adapters": [STATUS.adapters[0].model_dump()]}
     out = ModelStatusOut(**STATUS.model_dump(), generation=selector_rules)
-    assert answer(ModelStatus, STATUS) == f"{STATUS_BEFORE}}}"  # the schema it answered with
-    assert answer(ModelStatusOut, out) == f'{STATUS_BEFORE}, "generation": {RULES_BEFORE}}}}}'
+    assert answer(ModelStatus, STATUS) == f"{STATUS_NOW}}}"  # the schema it answered with
+    assert answer(ModelStatusOut, out) == f'{STATUS_NOW}, "generation": {RULES_BEFORE}}}}}'
 
 
 def test_the_model_status_of_distributed_mode_keeps_its_workers_before_the_rules():
@@ -183,7 +185,7 @@ def test_the_model_status_of_distributed_mode_keeps_its_workers_before_the_rules
     status = STATUS.model_copy(update={"workers": workers})
     out = ModelStatusOut(**status.model_dump(), generation=RULES)
     assert answer(ModelStatusOut, out) == (
-        f'{STATUS_BEFORE}, "workers": [{{"name": "worker-1", "state": "ready", "error": null, '
+        f'{STATUS_NOW}, "workers": [{{"name": "worker-1", "state": "ready", "error": null, '
         f'"job": null}}], "generation": {RULES_BEFORE}}}}}'
     )
 

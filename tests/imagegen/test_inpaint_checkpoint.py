@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
@@ -23,7 +24,8 @@ from imagegen.model.pipeline import load_unet
 from imagegen.model.share import model_path
 from tests.imagegen.test_edits import SQUARE, edit, far_from_square, pixels, source_image
 from tests.support.loaders import new_loader, ready_loader, serve, wait_for
-from tests.support.model_service import SD_INPAINT_REPO, SD_REPO
+from tests.support.model_service import SD_INPAINT_REPO, SD_REPO, SDXL_REPO
+from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, build_adapter_repos
 
 FOLDER = "inpaint/testorg--tiny-sd-inpainting"
 
@@ -222,3 +224,28 @@ def test_without_a_checkpoint_status_says_none_and_the_base_unet_inpaints(
     answer = edit(Client(), steps="2")
     assert answer.status_code == 200 and "X-Inpaint-Model" not in answer
     assert loaded.pipeline(60).unet.config.in_channels == 4
+
+
+def test_the_adapters_are_fused_into_the_checkpoints_unet_too(
+    hub, hub_root: Path, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """MODEL_ADAPTERS (a LoRA made for the base) change the checkpoint's UNet as they change
+    the base's: its LoRA'd weights differ from the checkpoint as stored (the few-step presets
+    then hold for inpaintings too); its own 9-channel input layer is as stored."""
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    adapters = f"{LORA_REPO}:{KOHYA_FILE}"
+    loaded = ready_loader(
+        hub, share, tmp_path / "cache", inpaint=SD_INPAINT_REPO, adapters=adapters
+    )
+    serve(loaded, tmp_path / "images", monkeypatch)
+    assert edit(Client(), steps="2").status_code == 200
+    fused = loaded.pipeline(60).unet
+    assert fused.config.in_channels == 9
+    stored = load_unet(
+        loaded.source.path / FOLDER, variant="fp16", device="cpu",
+        pipeline_class=type(loaded.pipeline(60)),
+    )  # fmt: skip
+    stored_weights, fused_weights = stored.state_dict(), fused.state_dict()
+    changed = {n for n, w in stored_weights.items() if not torch.equal(w, fused_weights[n])}
+    assert changed  # the LoRA's layers
+    assert "conv_in.weight" not in changed  # the checkpoint's own 9-channel input, no target
