@@ -118,6 +118,8 @@ def _run(
         # The inpainting checkpoint's UNet for an inpainting, when one is configured; else
         # the base's (either may have to be swapped in: imagegen.model.unets).
         inpainting = request.edit is not None and request.edit.mask is not None
+        if report.stop_requested():  # a swap, once begun, runs to its end as a load does
+            raise Cancelled()
         ran = loader.use_unet(inpaint=inpainting)
         if report.stop_requested():
             raise Cancelled()

@@ -51,10 +51,26 @@ class UnetSwap:
         with self._lock:
             if self._resident == kind:
                 return
-            log.info("swapping the UNet: %s out, %s in", self._resident, kind)
-            self._resident = None
-            set_unet(self._pipe, None)
-            gc.collect()  # the old UNet's modules hold reference cycles (hooks, processors)
-            give_back_freed_memory()
-            set_unet(self._pipe, self._loaders[kind]())
+            previous = self._resident
+            log.info("swapping the UNet: %s out, %s in", previous, kind)
+            self._drop()
+            try:
+                set_unet(self._pipe, self._loaders[kind]())
+            except Exception as error:
+                # Back to the UNet that was there, so one bad file fails the jobs that need
+                # it and not every other job after (each paying a full load).
+                log.exception("the %s UNet could not be loaded; %s back in", kind, previous)
+                self._drop()
+                if previous is not None:
+                    set_unet(self._pipe, self._loaders[previous]())
+                    self._resident = previous
+                named = "INPAINT_MODEL_ID's UNet" if kind == INPAINT else "the model's UNet"
+                raise RuntimeError(f"{named} could not be loaded: {error}") from error
             self._resident = kind
+
+    def _drop(self) -> None:
+        """Frees the resident UNet (every pipeline's reference) before another is loaded."""
+        self._resident = None
+        set_unet(self._pipe, None)
+        gc.collect()  # the old UNet's modules hold reference cycles (hooks, processors)
+        give_back_freed_memory()

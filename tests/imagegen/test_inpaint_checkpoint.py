@@ -249,3 +249,16 @@ def test_the_adapters_are_fused_into_the_checkpoints_unet_too(
     changed = {n for n, w in stored_weights.items() if not torch.equal(w, fused_weights[n])}
     assert changed  # the LoRA's layers
     assert "conv_in.weight" not in changed  # the checkpoint's own 9-channel input, no target
+
+
+def test_a_checkpoint_that_cannot_load_fails_its_job_and_puts_the_base_back(loader, client):
+    """One bad file fails the inpaintings that need it, naming the setting; the base UNet is
+    back in the pipeline for every other job."""
+    weights = next((loader.source.path / FOLDER / "unet").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated on the share
+    answer = edit(client, steps="2")
+    assert answer.status_code == 500, answer.content
+    assert "INPAINT_MODEL_ID's UNet could not be loaded" in answer.json()["error"]["message"]
+    pipe = loader.pipeline(60)
+    assert pipe.unet is not None and pipe.unet.config.in_channels == 4
+    assert client.post("/generate", {"prompt": "a red door", "seed": "4"}).status_code == 200
