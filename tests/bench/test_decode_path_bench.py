@@ -3,11 +3,14 @@ service side must be what the service builds (the service's loader, VAE_TILE_SIZ
 the stop points watched) and its plain side diffusers' own, in the same tiles, or the
 comparison answers nothing. On the tests' tiny SD pipeline (its own tile: 64 pixels)."""
 
+import os
+import threading
 from pathlib import Path
 
+import pytest
 import torch
 
-from bench.decode_path_bench import build_vaes, decode_once, summarise
+from bench.decode_path_bench import GenerationThread, build_vaes, decode_once, summarise
 from bench.efficiency import Peak
 from tests.support.model_service import SD_REPO
 
@@ -20,6 +23,7 @@ def test_each_side_is_built_as_its_code_builds_it_and_decodes_the_same_pixels(hu
     vaes = build_vaes(Path(hub_root) / SD_REPO, "fp16", 32)
     assert {name: vae.tile_sample_min_size for name, vae in vaes.items()} == {
         "plain": 32, "service": 32, "service_256": 64,  # 256 > the tiny model's own 64
+        "service_thread": 32,
     }  # fmt: skip
     assert not hasattr(vaes["plain"], "_bench_points")
     for name in ("service", "service_256"):
@@ -32,6 +36,32 @@ def test_each_side_is_built_as_its_code_builds_it_and_decodes_the_same_pixels(hu
     assert torch.equal(plain, service)
     timed = decode_once(vaes["service"], latents)
     assert timed["seconds"] > 0 and timed["cpu"] > 0 and timed["peak_above_bytes"] >= 0
+    assert timed["thread"] == "MainThread"
+    assert timed["process_minflt"] >= timed["thread_minflt"] >= 0
+
+
+def test_the_thread_variant_decodes_the_same_vae_on_a_thread_started_as_the_services(hub_root):
+    """service_thread answers "is it the thread?" only if its decode runs off the main thread,
+    on one long-lived thread that lowered its own priority first, as the service's does."""
+    vaes = build_vaes(Path(hub_root) / SD_REPO, "fp16", 32)
+    assert vaes["service_thread"] is vaes["service"]
+    generation = GenerationThread(nice=3)
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def where() -> tuple[str, int, int]:
+        native = threading.get_native_id()
+        return threading.current_thread().name, native, os.getpriority(os.PRIO_PROCESS, native)
+
+    name, native, nice = generation.run(where)
+    assert (name, nice) == ("generation", min(19, here + 3))
+    assert native != threading.get_native_id()
+    assert generation.run(where)[1] == native  # the same thread each time, as the service's
+    latents = torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(0))
+    timed = generation.run(lambda: decode_once(vaes["service_thread"], latents))
+    assert timed["thread"] == "generation" and timed["seconds"] > 0
+    with pytest.raises(ZeroDivisionError):  # a failing decode fails the bench, not the thread
+        generation.run(lambda: 1 / 0)
+    assert generation.run(where)[0] == "generation"
 
 
 def test_the_summary_takes_each_variants_best_against_the_measured_peak():
