@@ -5,6 +5,8 @@ memory at a time, /model/status says where it stands, and a checkpoint that does
 base fails the pull naming the setting."""
 
 import gc
+import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -262,3 +264,32 @@ def test_a_checkpoint_that_cannot_load_fails_its_job_and_puts_the_base_back(load
     pipe = loader.pipeline(60)
     assert pipe.unet is not None and pipe.unet.config.in_channels == 4
     assert client.post("/generate", {"prompt": "a red door", "seed": "4"}).status_code == 200
+
+
+def test_a_cancel_that_comes_while_the_model_is_awaited_stops_the_job_before_any_swap(
+    loader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A swap, once begun, runs to its end as a load does; so a cancel asked before it is
+    seen first, and no UNet is loaded for a job nobody wants."""
+    queue = serve(loader, tmp_path / "images", monkeypatch)
+    entered, release = threading.Event(), threading.Event()
+    awaited = loader.pipeline
+
+    def pipeline(timeout: float):
+        entered.set()
+        release.wait(30)
+        return awaited(timeout)
+
+    monkeypatch.setattr(loader, "pipeline", pipeline)
+    answer = edit(Client(), steps="2", **{"async": "true"})
+    assert answer.status_code == 202, answer.content
+    job_id = answer.json()["id"]
+    assert entered.wait(30)
+    queue.cancel(job_id)
+    release.set()
+    deadline = time.monotonic() + 30
+    while queue.get(job_id).state.value not in {"cancelled", "failed", "succeeded"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert queue.get(job_id).state.value == "cancelled"
+    assert loader.status().inpaint.state == "on_share"  # the checkpoint's UNet never loaded
