@@ -343,6 +343,11 @@ def fetch_and_place(
             remove_local_copy(local, cache_dir)
 
 
+def unet_config(path: Path) -> dict:
+    """The config of the UNet in `path`'s `unet` folder."""
+    return json.loads((path / "unet" / "config.json").read_text())
+
+
 def download_to_share(
     source: ModelSource, progress: DownloadProgress, *, reuse: bool = True
 ) -> Manifest:
@@ -418,6 +423,8 @@ def download_to_share(
         if index_copy is not None:
             remove_local_copy(index_copy, source.cache_dir)
 
+    if inpaint_record is not None:  # unusable: the pull fails, no manifest says complete
+        inpainting.check_fits(unet_config(path / inpaint_record.folder), unet_config(path))
     manifest = share.write_manifest(
         path,
         model_id=source.model_id,

@@ -12,7 +12,6 @@ With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` puts in the ready p
 UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets).
 """
 
-import json
 import logging
 import threading
 from functools import partial
@@ -201,8 +200,9 @@ class ModelLoader:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)
             if manifest.inpaint is not None:  # before 13 GB are loaded in vain
+                path = self.source.path
                 inpaint.check_fits(
-                    self._unet_config(manifest.inpaint.folder), self._unet_config(".")
+                    hub.unet_config(path / manifest.inpaint.folder), hub.unet_config(path)
                 )
             decoder = manifest.decoder
             pipe = load_pipeline(
@@ -239,9 +239,6 @@ class ModelLoader:
         order MODEL_ADAPTERS names them."""
         placed = {(a.repo, a.file): a.path for a in manifest.adapters}
         return [(a, self.source.path / placed[(a.repo, a.file)]) for a in self.source.adapters]
-
-    def _unet_config(self, folder: str) -> dict:
-        return json.loads((self.source.path / folder / "unet" / "config.json").read_text())
 
     def _unet_swap(self, pipe: Any, manifest: share.Manifest) -> UnetSwap:
         """The swap between the loaded pipeline's UNet and the inpainting checkpoint's, each

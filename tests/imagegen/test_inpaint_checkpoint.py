@@ -190,6 +190,9 @@ def test_a_unet_that_is_no_inpainting_unet_fails_the_pull_naming_the_setting(
     assert wait_for(loaded, {"ready", "failed"}) == "failed"
     error = loaded.status().error
     assert "INPAINT_MODEL_ID" in error and "4 input channels" in error and "9" in error
+    # Failed by the pull itself: no manifest calls the share's copy complete.
+    assert loaded.source.complete_manifest() is None
+    assert loaded.status().weights_on_share is False
 
 
 def test_a_checkpoint_the_hub_does_not_have_fails_the_pull_naming_the_setting(
