@@ -193,7 +193,7 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
                           timings=RedisTimings(client, "m"))  # fmt: skip
     taken: list[str] = []
 
-    def submit(request, *, owner=None, batch=None, job_id=None, key=None):
+    def submit(request, *, owner=None, batch=None, job_id=None, key=None, key_limit=None):
         assert store.add(job_id, request, owner=owner, batch=batch, queue_max=8, keep=20)
         taken.append(job_id)
         if len(taken) == 2:
@@ -204,7 +204,9 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
     ids = new_job_ids(3)
     request = GenerationRequest(prompt="q", steps=2, guidance=0.0, seed=1, size=(64, 64))
     with pytest.raises(redis.TimeoutError):
-        services._submit_batch(request, ids, "client", timeout=None, owner_key=None)
+        services._submit_batch(
+            request, ids, "client", timeout=None, owner=services.KeyOwner(None, None)
+        )
     assert taken == ids[:2]
     assert [store.view(i).state for i in taken] == [JobState.CANCELLED, JobState.CANCELLED]
     assert store.view(ids[2]) is None  # never tried

@@ -6,6 +6,7 @@ the API's eta_seconds); a cancelled job keeps its last preview, captioned "Cance
 n"."""
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,10 +47,18 @@ def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps
         # The time left: the remaining steps at the measured step time (the API's ETA).
         steps = item.locator(".job-steps")
         expect(steps).to_have_text(re.compile(r"^Step \d+ of 400, about \d+ s left$"))
-        shown = int(re.search(r"about (\d+) s left", steps.inner_text()).group(1))
-        progress = jobs(app, PROMPT)[0]["progress"]
-        eta = progress["eta_seconds"]
-        assert eta is not None and abs(shown - eta) <= 3 + 0.25 * eta, (shown, progress)
+        # The first steps' times move the estimate a lot on a loaded machine: the page and
+        # the API, read one after the other, agree within a few tries (the page polls 1/s).
+        pairs = []
+        for _ in range(10):
+            shown = int(re.search(r"about (\d+) s left", steps.inner_text()).group(1))
+            eta = jobs(app, PROMPT)[0]["progress"]["eta_seconds"]
+            pairs.append((shown, eta))
+            if eta is not None and abs(shown - eta) <= 3 + 0.25 * eta:
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"the page's time left never matched the API's: {pairs}")
         screenshot(page, "10-preview")
 
         item.locator(".cancel").click()
