@@ -79,15 +79,21 @@ def pixels(content: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(content)).convert("RGB"))
 
 
-def test_an_inpainting_keeps_every_pixel_beyond_the_blurred_edge_and_repaints_the_square(queue):
-    answer = edit(Client(), steps="4", strength="1")
-    assert answer.status_code == 200, answer.content
-    out, sent = pixels(answer.content), np.asarray(source_image())
+def assert_kept_beyond_the_edge_and_repainted(content: bytes) -> None:
+    """An inpainting of source_image() with mask_image(): every pixel farther than REACH from
+    the square is the input's, exactly, and the square itself is repainted."""
+    out, sent = pixels(content), np.asarray(source_image())
     far = far_from_square()
     assert (out[far] == sent[far]).all()  # exactly the input's
     left, top, right, bottom = SQUARE
     inside = (out[top:bottom, left:right] != sent[top:bottom, left:right]).any(axis=-1)
     assert inside.mean() > 0.9  # repainted
+
+
+def test_an_inpainting_keeps_every_pixel_beyond_the_blurred_edge_and_repaints_the_square(queue):
+    answer = edit(Client(), steps="4", strength="1")
+    assert answer.status_code == 200, answer.content
+    assert_kept_beyond_the_edge_and_repainted(answer.content)
 
 
 def test_an_img2img_runs_int_steps_times_strength_and_says_so(queue):

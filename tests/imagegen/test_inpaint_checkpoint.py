@@ -10,7 +10,6 @@ import time
 import weakref
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from django.core.exceptions import ImproperlyConfigured
@@ -24,7 +23,12 @@ from imagegen.model.inpaint import check_fits, parse_inpaint
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import load_unet
 from imagegen.model.share import model_path
-from tests.imagegen.test_edits import SQUARE, edit, far_from_square, pixels, source_image
+from tests.imagegen.test_edits import (
+    SQUARE,
+    assert_kept_beyond_the_edge_and_repainted,
+    edit,
+    pixels,
+)
 from tests.support.loaders import new_loader, ready_loader, serve, wait_for
 from tests.support.model_service import SD_INPAINT_REPO, SD_REPO, SDXL_REPO
 from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, build_adapter_repos
@@ -86,12 +90,7 @@ def test_an_inpainting_runs_on_the_checkpoints_unet_and_keeps_the_pixels_beyond_
     pipe = loader.pipeline(60)
     assert pipe.unet.config.in_channels == 9
     assert loader.status().inpaint.state == "loaded"
-    out, sent = pixels(answer.content), np.asarray(source_image())
-    far = far_from_square()
-    assert (out[far] == sent[far]).all()  # exactly the input's
-    left, top, right, bottom = SQUARE
-    inside = (out[top:bottom, left:right] != sent[top:bottom, left:right]).any(axis=-1)
-    assert inside.mean() > 0.9  # repainted
+    assert_kept_beyond_the_edge_and_repainted(answer.content)
     assert edit(client, steps="3", strength="1").content == answer.content  # same seed
 
 
