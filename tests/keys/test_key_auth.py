@@ -7,15 +7,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import mongoengine
 import pytest
 import requests
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.commands import manage
+from tests.support.key_database import connected_database
 from tests.support.processes import AppServer
-from todos.connection import connect_database
 
 TOKEN = "the-api-token-of-the-environment"
 UNREACHABLE = "mongodb://127.0.0.1:9/keys"
@@ -24,16 +23,8 @@ UNREACHABLE = "mongodb://127.0.0.1:9/keys"
 @pytest.fixture(scope="module")
 def db_uri(mongo: EmbeddedMongo) -> Iterator[str]:
     """The module's database, this process's MongoEngine connected to it (to make keys)."""
-    from django.conf import settings
-
-    uri = mongo.uri(f"keys_{uuid.uuid4().hex[:12]}")
-    before = settings.MONGODB_URI
-    settings.MONGODB_URI = uri
-    mongoengine.disconnect()
-    connect_database()
-    yield uri
-    mongoengine.disconnect()
-    settings.MONGODB_URI = before
+    with connected_database(mongo, "keys") as uri:
+        yield uri
 
 
 def _app(work: Path, name: str, **env: str) -> AppServer:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import mongoengine
 import numpy as np
 import openai
 import pytest
@@ -23,33 +22,25 @@ from PIL import Image
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.key_database import connected_database
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
 from tests.support.processes import AppServer
-from todos.connection import connect_database
 
 
 @pytest.fixture(scope="module")
 def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
     """alice, bob and root (an admin), in the module's database; its URI under "uri"."""
-    from django.conf import settings
-
-    uri = mongo.uri(f"keys_{uuid.uuid4().hex[:12]}")
-    before = settings.MONGODB_URI
-    settings.MONGODB_URI = uri
-    mongoengine.disconnect()
-    connect_database()
-    made = {
-        "alice": services.key_create(name="alice").secret,
-        "bob": services.key_create(name="bob").secret,
-        "root": services.key_create(name="root", admin=True).secret,
-        "carol": services.key_create(name="carol", max_queued=1).secret,
-        "dave": services.key_create(name="dave", per_minute=2).secret,
-        "erin": services.key_create(name="erin", max_queued=1).secret,
-    }
-    yield {**made, "uri": uri}
-    mongoengine.disconnect()
-    settings.MONGODB_URI = before
+    with connected_database(mongo, "keys") as uri:
+        made = {
+            "alice": services.key_create(name="alice").secret,
+            "bob": services.key_create(name="bob").secret,
+            "root": services.key_create(name="root", admin=True).secret,
+            "carol": services.key_create(name="carol", max_queued=1).secret,
+            "dave": services.key_create(name="dave", per_minute=2).secret,
+            "erin": services.key_create(name="erin", max_queued=1).secret,
+        }
+        yield {**made, "uri": uri}
 
 
 @pytest.fixture(scope="module", params=MODES)

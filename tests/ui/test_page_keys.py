@@ -7,36 +7,27 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import mongoengine
 import pytest
 import requests
 from playwright.sync_api import Page, expect
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.key_database import connected_database
 from tests.support.processes import AppServer
 from tests.ui.conftest import TOKEN, WAIT_MS, pulled_app, screenshot
 from tests.ui.test_page import queued
-from todos.connection import connect_database
 
 
 @pytest.fixture(scope="module")
 def keys(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
     """alice, bob and root (an admin) in a database of the module's; its URI under "uri"."""
-    from django.conf import settings
-
-    uri = mongo.uri(f"ui_keys_{uuid.uuid4().hex[:12]}")
-    before = settings.MONGODB_URI
-    settings.MONGODB_URI = uri
-    mongoengine.disconnect()
-    connect_database()
-    made = {
-        name: services.key_create(name=name, admin=name == "root").secret
-        for name in ("alice", "bob", "root")
-    }
-    yield {**made, "uri": uri}
-    mongoengine.disconnect()
-    settings.MONGODB_URI = before
+    with connected_database(mongo, "ui_keys") as uri:
+        made = {
+            name: services.key_create(name=name, admin=name == "root").secret
+            for name in ("alice", "bob", "root")
+        }
+        yield {**made, "uri": uri}
 
 
 @pytest.fixture(scope="module")
