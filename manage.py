@@ -12,6 +12,11 @@ def main() -> None:
     # The operator commands sign nothing, so they run without a configured key; the service
     # (config/wsgi.py under gunicorn) still refuses to start without one.
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    # Before any thread starts: generate (and run_worker's jobs) must not fault their memory
+    # in anew from a thread's own arena (imagegen/model/malloc_arena.py).
+    from imagegen.model.malloc_arena import use_one_arena
+
+    use_one_arena()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

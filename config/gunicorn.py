@@ -24,3 +24,11 @@ errorlog = "-"
 wsgi_app = "config.wsgi:application"
 # The control socket lives in $HOME and collides between instances; nothing here uses it.
 control_socket_disable = True
+
+
+def post_fork(server, worker) -> None:
+    """In the worker before its threads start: they all allocate from the main malloc arena,
+    so the generation thread keeps the pages it frees (imagegen/model/malloc_arena.py)."""
+    from imagegen.model.malloc_arena import use_one_arena
+
+    use_one_arena()

@@ -1,0 +1,49 @@
+"""One malloc arena for the processes that generate (the gunicorn worker, the Celery worker).
+
+Why: glibc gives each new thread that allocates its own malloc arena, made of 64 MiB heaps
+that it unmaps or shrinks back to the kernel as they empty, where the main thread's one heap
+keeps its freed pages for the next allocation. The service generates in a thread of its
+worker (imagegen.generation.jobs), beside the worker's request threads; there, SDXL's
+activations were faulted in fresh again and again: 19 M minor page faults and 49 s of kernel
+time for one 1024x1024 request with one step, against plain diffusers' 4-8 M and 8-18 s on
+its main thread, the same run, so the service's text encoders and decode took 1.13-1.26x
+plain's time. With every thread on the main arena the same request faulted 2.6 M times and
+took plain's time (docs/performance.md, "Why the service's full decode was slower").
+
+What it costs: the worker's threads take one arena's lock for their allocations (Python's
+own allocator serves small objects without malloc; the generation's are few and large).
+
+Set `MALLOC_ARENA_MAX` (glibc's own variable, or `glibc.malloc.arena_max` in
+`GLIBC_TUNABLES`) to choose otherwise: the service then leaves malloc as glibc configured it.
+"""
+
+import ctypes
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def operator_chose() -> bool:
+    """Whether this process's environment sets the arena count itself (glibc reads it)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    return "MALLOC_ARENA_MAX" in os.environ or "glibc.malloc.arena_max" in tunables
+
+
+def use_one_arena() -> bool:
+    """Makes threads that allocate from now on use the main arena; True when it did. Call it
+    before the process starts threads: a thread that already has an arena keeps it, and an
+    arena left by an ended thread is handed to the next one. Does nothing where the C library
+    is not glibc or the environment chose (operator_chose)."""
+    if operator_chose():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: its own allocator's rules stand
+        return False
+    if not mallopt(M_ARENA_MAX, 1):
+        log.warning("malloc did not take M_ARENA_MAX=1; threads keep arenas of their own")
+        return False
+    return True

@@ -1,0 +1,90 @@
+"""One malloc arena in the processes that generate (imagegen/model/malloc_arena.py): a thread
+with an arena of its own handed SDXL's freed activations back to the kernel and faulted them
+in again, 1.13-1.26x plain diffusers' time outside the UNet (docs/performance.md; the time is
+bench/time_to_image_bench.py's to measure). Read here from the processes' memory maps: a
+thread arena's heaps are 64 MiB mappings the main arena never makes
+(tests/support/malloc_heaps.py)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.malloc_heaps import thread_heaps
+from tests.support.model_service import MODES, ready_in_mode
+from tests.support.processes import ROOT, AppServer
+
+# Four threads that each allocate 1 MiB eight times (malloc's own blocks, below its mmap
+# threshold) and hold them while the maps are read.
+PROBE = """
+import ctypes, json, sys, threading
+from imagegen.model.malloc_arena import use_one_arena
+from tests.support.malloc_heaps import thread_heaps
+
+applied = use_one_arena() if sys.argv[1] == "apply" else None
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+allocated, done = threading.Barrier(5), threading.Event()
+
+def hold():
+    blocks = [libc.malloc(1 << 20) for _ in range(8)]
+    allocated.wait()
+    done.wait()
+
+threads = [threading.Thread(target=hold) for _ in range(4)]
+for thread in threads:
+    thread.start()
+allocated.wait()
+print(json.dumps({"applied": applied, "heaps": thread_heaps()}))
+done.set()
+"""
+
+
+def probe(how: str, **env: str) -> dict:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, how], cwd=ROOT, env={**environment, **env},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_threads_started_after_it_allocate_from_the_main_arena():
+    assert probe("leave") == {"applied": None, "heaps": 4}  # glibc's default: one arena each
+    assert probe("apply") == {"applied": True, "heaps": 0}
+
+
+@pytest.mark.parametrize(
+    "env", [{"MALLOC_ARENA_MAX": "2"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}],
+    ids=["MALLOC_ARENA_MAX", "GLIBC_TUNABLES"],
+)  # fmt: skip
+def test_an_arena_count_the_environment_sets_is_left_to_glibc(env):
+    # Two arenas: the main one and one the four threads share.
+    assert probe("apply", **env) == {"applied": False, "heaps": 1}
+
+
+def generating_pid(request: pytest.FixtureRequest, mode: str, app: AppServer) -> int:
+    """In process, gunicorn's one worker; distributed, the shared stack's worker."""
+    if mode == "in-process":
+        master = app.process.pid
+        (child,) = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        return int(child)
+    (worker,) = request.getfixturevalue("shared_stack").workers
+    return worker.process.pid
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_process_that_generates_keeps_its_threads_on_the_main_arena(
+    request, mode, hub_root, tmp_path
+):
+    with ready_in_mode(request, mode, hub_root, tmp_path) as app:
+        fields = {"prompt": "one arena", "size": "128x128", "steps": "2", "seed": "1"}
+        response = requests.post(app.url("/generate"), data=fields, timeout=120)
+        assert response.status_code == 200, response.text
+        assert requests.get(app.url("/health"), timeout=10).status_code == 200
+        assert thread_heaps(generating_pid(request, mode, app)) == 0
