@@ -22,21 +22,23 @@ weights cost what real ones cost) at each model's native size:
   read from the service's record), decoded by VAE_DECODER's default for it, TAESDXL (its
   architecture with random weights, on the share as the pull places it).
 
-Each variant runs in its own process, one after the other (two SDXL pipelines do not fit):
-the service is the real app under gunicorn (tests.support.processes.AppServer, DEVICE=cpu),
-one app per configuration (its settings differ), with the model, the LoRA and the tiny
-decoder placed on its share as a complete download (no pull: pull_bench times that) and
-loaded before timing; plain diffusers is one child: `from_pretrained(variant="fp16",
-dtype=float32)`, then `load_lora_weights` + `fuse_lora` for (b), `AutoencoderTiny` as its VAE
-for (c), the same scheduler, steps, guidance, size and seed, timed from its call to the PNG
-written to disk. Each request gets a breakdown (text encoders, UNet steps, decode, PNG and
-store; for the service from its record's stage timings, the rest of the client's time being
-PNG, HTTP, queue and store), its process's CPU seconds (steadier than wall time on a shared
-machine) and its peak RSS (VmHWM reset before it through /proc/<pid>/clear_refs), beside the
-fp32 size of the weights. Before each request the run waits (at most --quiet-wait) for the
-machine's load average to drop below --quiet-load. Then (b) runs again at 1 torch thread
-(SDXL: one step), so the 4 vCPU figures are projected from the measured 1 -> 2 thread
-scaling of each stage (assuming 2 -> 4 scales as 1 -> 2 did), not from an assumed speed-up.
+Each variant runs in its own process, one after the other (two SDXL pipelines do not fit): the
+service is the real app under gunicorn (tests.support.processes.AppServer, DEVICE=cpu), one app
+per configuration (its settings differ), with the model, the LoRA and the tiny decoder placed
+on its share as a complete download (no pull: pull_bench times that) and loaded before timing;
+plain diffusers is one child: `from_pretrained(variant="fp16", dtype=float32)`, then
+`load_lora_weights` + `fuse_lora` for (b), `AutoencoderTiny` as its VAE for (c), the same
+scheduler, steps, guidance, size and seed, timed from its call to the PNG written to disk. Each
+request gets a breakdown (text encoders, UNet steps, decode, PNG and store; for the service
+from its record's stage timings, the rest of the client's time being PNG, HTTP, queue and
+store), its process's CPU seconds (steadier than wall time on a shared machine), the kernel's
+share of them and the minor page faults taken (memory handed back and faulted in again shows
+there: imagegen/model/malloc_arena.py) and its peak RSS (VmHWM reset before it through
+/proc/<pid>/clear_refs), beside the fp32 size of the weights. Before each request the run waits
+(at most --quiet-wait) for the machine's load average to drop below --quiet-load. Then (b) runs
+again at 1 torch thread (SDXL: one step), so the 4 vCPU figures are projected from the measured
+1 -> 2 thread scaling of each stage (assuming 2 -> 4 scales as 1 -> 2 did), not from an assumed
+speed-up.
 
 Run it alone on the machine, under the lock the full-size benches share:
 
@@ -57,6 +59,12 @@ time), `--vae-tile N` decodes in tiles of N pixels on both sides (VAE_TILE_SIZE)
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/time_to_image_bench.py --model sdxl \
         --configs turbo,hyper1,fast --steps 1 --no-scaling     # about 15 minutes
 
+`--repeat N` sends each configuration N requests on each side (one app, one child) and reports
+each figure's median: the text encoders' second moved by 0.3 s from one request to the next.
+
+    flock /tmp/fullsize-bench.lock .venv/bin/python bench/time_to_image_bench.py --model sdxl \
+        --configs turbo --steps 1 --no-scaling --repeat 5      # about 8 minutes
+
 Beside the seconds, the efficiency table: each part's FLOPs (bench.efficiency; the full
 decode as its tiles run it), achieved FLOP/s and the fraction of this run's measured peak.
 """
@@ -67,6 +75,7 @@ import argparse
 import io
 import os
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -224,6 +233,10 @@ class Run:
     batch: int
     peak_rss_bytes: int  # during the request
     cpu: float = 0.0  # CPU seconds of the process during the request (all its threads)
+    # Of those, the kernel's, and the minor page faults taken meanwhile: memory handed back
+    # to the kernel and faulted in again shows here (imagegen/model/malloc_arena.py).
+    kernel_cpu: float = 0.0
+    minor_faults: int = 0
     calls_at_20: int = 0  # UNet calls of 20 steps with this scheduler
     load: str = ""  # the machine's load average when the request started
     side: int = 0  # the image's side; 0: the model's (the run's) size
@@ -340,6 +353,7 @@ def plain_request(
     ]
     reset_peak()
     load = common.load_average()
+    counters = kernel_and_faults("self")
     cpu = time.process_time()
     begun = time.perf_counter()
     try:
@@ -366,9 +380,13 @@ def plain_request(
         f.flush()
         os.fsync(f.fileno())
     stored = time.perf_counter()
+    kernel_cpu, faults = (after - before for after, before in
+                          zip(kernel_and_faults("self"), counters, strict=True))  # fmt: skip
     return {
         "config": config.name,
         "cpu": time.process_time() - cpu,
+        "kernel_cpu": kernel_cpu,
+        "minor_faults": faults,
         "load": load,
         "encode": calls[0][0] - begun,
         "denoise": stamps[-1] - calls[0][0],
@@ -404,7 +422,12 @@ def plain_child(args: argparse.Namespace) -> int:
         config = CONFIGS[name]
         prepare_plain(pipe, config, args.model, full_vae, args.vae_tile)
         wait_for_quiet(args)
-        runs.append(plain_request(pipe, config, args, int(seeds.get(name, SEED))))
+        samples = [plain_request(pipe, config, args, int(seeds.get(name, SEED)))
+                   for _ in range(args.repeat)]  # fmt: skip
+        runs.append(samples[-1] | medians(samples) | {
+            "peak_rss_bytes": max(sample["peak_rss_bytes"] for sample in samples),
+            "samples": [{key: sample[key] for key in SAMPLED} for sample in samples],
+        })  # fmt: skip
         pipe.scheduler = own
     common.emit_child_result(
         {
@@ -444,6 +467,8 @@ def run_plain(
         str(work),
         "--vae-tile",
         str(args.vae_tile),
+        "--repeat",
+        str(args.repeat),
     ] + (["--steps", str(steps)] if steps else [])
     if seeds:
         child_args += ["--seeds", ",".join(f"{name}={seed}" for name, seed in seeds.items())]
@@ -464,10 +489,12 @@ def run_plain(
             batch=r["batch"],
             peak_rss_bytes=r["peak_rss_bytes"],
             cpu=r["cpu"],
+            kernel_cpu=r["kernel_cpu"],
+            minor_faults=r["minor_faults"],
             calls_at_20=r["calls_at_20"],
             load=r["load"],
             side=r["side"],
-            detail={"call_seconds": r["call_seconds"], "png": r["png"]},
+            detail={"call_seconds": r["call_seconds"], "png": r["png"], "samples": r["samples"]},
         )
         for r in result["runs"]
     ]
@@ -558,19 +585,31 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         wait_for_quiet(args)
         reset_peak(pid)
         load = common.load_average()
-        cpu = cpu_seconds(pid)
-        started = time.perf_counter()
-        response = requests.post(
-            app.url("/generate"),
-            data=config.form(side_of(config, model, args), args.steps),
-            timeout=7200,
-        )
-        total = time.perf_counter() - started
-        cpu = cpu_seconds(pid) - cpu
-        if response.status_code != 200:
-            raise RuntimeError(f"/generate: {response.status_code} {response.text[:300]}")
+        samples = []
+        for _ in range(args.repeat):
+            cpu, counters = cpu_seconds(pid), kernel_and_faults(pid)
+            started = time.perf_counter()
+            response = requests.post(
+                app.url("/generate"),
+                data=config.form(side_of(config, model, args), args.steps),
+                timeout=7200,
+            )
+            total = time.perf_counter() - started
+            cpu = cpu_seconds(pid) - cpu
+            kernel_cpu, faults = (after - before for after, before in
+                                  zip(kernel_and_faults(pid), counters, strict=True))  # fmt: skip
+            if response.status_code != 200:
+                raise RuntimeError(f"/generate: {response.status_code} {response.text[:300]}")
+            job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}"), timeout=30)
+            timings = job.json()["image"]["timings"]
+            stages = sum(timings[f"{stage}_seconds"] for stage in ("encode", "denoise", "decode"))
+            samples.append({
+                "encode": timings["encode_seconds"], "denoise": timings["denoise_seconds"],
+                "decode": timings["decode_seconds"], "png_store": total - stages,
+                "total": total, "cpu": cpu, "kernel_cpu": kernel_cpu, "minor_faults": faults,
+            })  # fmt: skip
+        job = job.json()
         peak = proc_bytes(pid, "VmHWM")
-        job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}"), timeout=30).json()
         status = requests.get(app.url("/model/status"), timeout=30).json()
     finally:
         app.stop()
@@ -583,18 +622,14 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     fused = [f"{a['repo']}:{a['file']}" for a in status["adapters"]]
     if fused != [a.label for a in config.adapters(model)] or status["model_id"] != repo_id:
         raise RuntimeError(f"{name}: the service ran {status['model_id']} with {fused}")
-    timings = job["image"]["timings"]
     png = work / f"service-{model}-{name}.png"
     png.write_bytes(response.content)
-    stages = timings["encode_seconds"] + timings["denoise_seconds"] + timings["decode_seconds"]
     return Run(
-        model=model, config=name, variant="service", threads=args.threads,
-        encode=timings["encode_seconds"], denoise=timings["denoise_seconds"],
-        decode=timings["decode_seconds"], png_store=total - stages, total=total,
+        model=model, config=name, variant="service", threads=args.threads, **medians(samples),
         calls=unet_calls(job), batch=1 if config.guidance <= 1 else 2,
-        peak_rss_bytes=peak, cpu=cpu, load=load, side=job["image"]["parameters"]["width"],
+        peak_rss_bytes=peak, load=load, side=job["image"]["parameters"]["width"],
         detail={
-            "timings": timings, "png": str(png), "headers": headers,
+            "samples": samples, "png": str(png), "headers": headers,
             "load_seconds": load_seconds, "load_peak_rss_bytes": load_peak,
             "adapters": status["adapters"], "decoder": status["decoder"],
             "seed": job["image"]["parameters"]["seed"],
@@ -603,10 +638,26 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
     )  # fmt: skip
 
 
+# A request's figures that --repeat takes the median of, on both sides.
+SAMPLED = ("encode", "denoise", "decode", "png_store", "total", "cpu", "kernel_cpu",
+           "minor_faults")  # fmt: skip
+
+
+def medians(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each of SAMPLED's median over the repeated requests of one configuration."""
+    return {key: statistics.median(sample[key] for sample in samples) for key in SAMPLED}
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def kernel_and_faults(pid: int | str) -> tuple[float, int]:
+    """A process's system CPU seconds and minor page faults so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
 def wait_for_quiet(args: argparse.Namespace) -> None:
@@ -633,7 +684,8 @@ def print_run(run: Run, fp32: int) -> None:
         f"  {run.model} {run.config:<8} {run.variant:<7} {run.threads}t: encode "
         f"{run.encode:.1f} s | {run.calls} UNet calls (batch {run.batch}) x "
         f"{run.per_call:.1f} s = {run.denoise:.1f} s | decode {run.decode:.1f} s | PNG+store "
-        f"{run.png_store:.2f} s | total {run.total:.1f} s (CPU {run.cpu:.0f} s) | peak RSS "
+        f"{run.png_store:.2f} s | total {run.total:.1f} s (CPU {run.cpu:.0f} s, kernel "
+        f"{run.kernel_cpu:.1f} s, {run.minor_faults / 1e6:.2f} M page faults) | peak RSS "
         f"{run.peak_rss_bytes / GIB:.2f} GiB ({run.peak_rss_bytes / fp32:.2f}x fp32) | load "
         f"{run.load}",
         flush=True,
@@ -902,6 +954,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--steps", type=int, help="UNet steps for every configuration, both sides (a shorter "
         "run: per-call figures; the presets' own otherwise)",
     )  # fmt: skip
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="requests per configuration on each side, one process each; every figure is "
+        "their median (a stage of about a second moved by 0.3 s between requests) (1)",
+    )  # fmt: skip
     parser.add_argument("--seeds", help=argparse.SUPPRESS)  # name=seed,...: the service's
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -915,6 +972,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(asked) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}; choose from {sorted(CONFIGS)}")
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1 request per configuration")
     if args.configs and set(asked) & SDXL_ONLY and args.models != ["sdxl"]:
         parser.error(f"--configs {','.join(sorted(set(asked) & SDXL_ONLY))}: SDXL only "
                      "(--model sdxl: the default model and the recipes are SDXL's)")  # fmt: skip

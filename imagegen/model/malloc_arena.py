@@ -1,4 +1,4 @@
-"""One malloc arena for the processes that generate (the gunicorn worker, the Celery worker).
+"""One malloc arena for the processes that generate (gunicorn's worker; manage.py's commands).
 
 Why: glibc gives each new thread that allocates its own malloc arena, made of 64 MiB heaps
 that it unmaps or shrinks back to the kernel as they empty, where the main thread's one heap
@@ -6,9 +6,11 @@ keeps its freed pages for the next allocation. The service generates in a thread
 worker (imagegen.generation.jobs), beside the worker's request threads; there, SDXL's
 activations were faulted in fresh again and again: 19 M minor page faults and 49 s of kernel
 time for one 1024x1024 request with one step, against plain diffusers' 4-8 M and 8-18 s on
-its main thread, the same run, so the service's text encoders and decode took 1.13-1.26x
-plain's time. With every thread on the main arena the same request faulted 2.6 M times and
-took plain's time (docs/performance.md, "Why the service's full decode was slower").
+its main thread, the same run, with the same user CPU time: the service's full decode took
+1.26x plain's time. With every thread on the main arena the same request faulted 2.6 M times
+and decoded in 0.94x plain's time (docs/performance.md, "Why the service's full decode was
+slower"). The cost: the main arena keeps what it frees, so the request's peak RSS was 1.17x
+the fp32 weights instead of 1.13x.
 
 What it costs: the worker's threads take one arena's lock for their allocations (Python's
 own allocator serves small objects without malloc; the generation's are few and large).

@@ -15,8 +15,11 @@ from bench.time_to_image_bench import (
     SHIPPED,
     SHIPPED_UNSET,
     TURBO,
+    Run,
+    medians,
     parse_args,
     plain_groups,
+    print_run,
     service_app,
     side_of,
 )
@@ -127,3 +130,24 @@ def test_the_shipped_configuration_is_sdxl_only(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--model", "sd15", "--configs", "turbo"])
     assert "SDXL only" in capsys.readouterr().err
+
+
+def test_repeated_requests_report_each_figures_median_and_the_kernels_share(capsys):
+    samples = [
+        {"encode": 1.5, "denoise": 10.0, "decode": 1.0, "png_store": 0.1, "total": 12.6,
+         "cpu": 25.0, "kernel_cpu": 2.0, "minor_faults": 900_000},
+        {"encode": 0.9, "denoise": 12.0, "decode": 1.2, "png_store": 0.2, "total": 14.3,
+         "cpu": 28.0, "kernel_cpu": 1.0, "minor_faults": 700_000},
+        {"encode": 1.1, "denoise": 11.0, "decode": 0.8, "png_store": 0.3, "total": 13.2,
+         "cpu": 26.0, "kernel_cpu": 3.0, "minor_faults": 800_000},
+    ]  # fmt: skip
+    figures = medians(samples)
+    assert figures == {"encode": 1.1, "denoise": 11.0, "decode": 1.0, "png_store": 0.2,
+                       "total": 13.2, "cpu": 26.0, "kernel_cpu": 2.0,
+                       "minor_faults": 800_000}  # fmt: skip
+    run = Run(model="sdxl", config="turbo", variant="service", threads=2, calls=1, batch=1,
+              peak_rss_bytes=2**30, **figures)  # fmt: skip
+    print_run(run, fp32=2**30)
+    assert "(CPU 26 s, kernel 2.0 s, 0.80 M page faults)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parse_args(["--repeat", "0"])
