@@ -13,12 +13,14 @@ CONFIGURATION = DOCS / "configuration.md"
 # Where the project reads its environment: the settings, gunicorn's and Celery's
 # configuration, the two start scripts (scripts/serve.py reads EMBEDDED_DB_PORT and
 # DATA_DIR before the service starts; the container's scripts/start reads ROLE) and the
-# package installer of the set-up and the image (scripts/install_requirements: TORCH_INDEX_URL).
+# package installer of the set-up and the image (scripts/install_requirements: TORCH_INDEX_URL);
+# the malloc arena rule reads glibc's own variables, before Django's settings exist.
 PYTHON_READERS = [
     "config/settings.py",
     "config/gunicorn.py",
     "config/celery.py",
     "scripts/serve.py",
+    "imagegen/model/malloc_arena.py",
 ]
 SHELL_READERS = ["scripts/start", "scripts/install_requirements", "scripts/test"]
 ENV_HELPERS = {"env_str", "env_bool", "env_int", "env_float", "env_list"}

@@ -31,7 +31,7 @@ M_ARENA_MAX = -8  # glibc's malloc.h
 def operator_chose() -> bool:
     """Whether this process's environment sets the arena count itself (glibc reads it)."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    return "MALLOC_ARENA_MAX" in os.environ or "glibc.malloc.arena_max" in tunables
+    return os.environ.get("MALLOC_ARENA_MAX") is not None or "glibc.malloc.arena_max" in tunables
 
 
 def use_one_arena() -> bool:
