@@ -1,6 +1,6 @@
-"""One malloc arena in the processes that generate (imagegen/model/malloc_arena.py): a thread
-with an arena of its own handed SDXL's freed activations back to the kernel and faulted them
-in again, 1.13-1.26x plain diffusers' time outside the UNet (docs/performance.md; the time is
+"""One malloc arena in the processes that generate (imagegen/model/malloc_arena.py): the
+generating thread's own arena handed SDXL's freed activations back to the kernel and faulted
+them in again, the decode 1.20-1.31x plain diffusers' time (docs/performance.md; the time is
 bench/time_to_image_bench.py's to measure). Read here from the processes' memory maps: a
 thread arena's heaps are 64 MiB mappings the main arena never makes
 (tests/support/malloc_heaps.py)."""
@@ -18,8 +18,8 @@ from tests.support.malloc_heaps import thread_heaps
 from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import ROOT, AppServer
 
-# Four threads that each allocate 1 MiB eight times (malloc's own blocks, below its mmap
-# threshold) and hold them while the maps are read.
+# Four threads that each allocate 1 MiB eight times and hold it while the maps are read: a
+# thread's first malloc gives it an arena (and its first heap), whatever the block's size.
 PROBE = """
 import ctypes, json, sys, threading
 from imagegen.model.malloc_arena import use_one_arena
@@ -78,13 +78,26 @@ def generating_pid(request: pytest.FixtureRequest, mode: str, app: AppServer) ->
     return worker.process.pid
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_the_process_that_generates_keeps_its_threads_on_the_main_arena(
-    request, mode, hub_root, tmp_path
-):
-    with ready_in_mode(request, mode, hub_root, tmp_path) as app:
+def heaps_after_a_generation(request, mode, hub_root, tmp_path, **env: str) -> int:
+    with ready_in_mode(request, mode, hub_root, tmp_path, **env) as app:
         fields = {"prompt": "one arena", "size": "128x128", "steps": "2", "seed": "1"}
         response = requests.post(app.url("/generate"), data=fields, timeout=120)
         assert response.status_code == 200, response.text
         assert requests.get(app.url("/health"), timeout=10).status_code == 200
-        assert thread_heaps(generating_pid(request, mode, app)) == 0
+        return thread_heaps(generating_pid(request, mode, app))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_process_that_generates_keeps_its_threads_on_the_main_arena(
+    request, mode, hub_root, tmp_path
+):
+    assert heaps_after_a_generation(request, mode, hub_root, tmp_path) == 0
+
+
+def test_a_worker_told_its_arena_count_keeps_glibcs_arenas(request, hub_root, tmp_path):
+    """The operator's MALLOC_ARENA_MAX reaches the gunicorn worker untouched; and the count
+    above sees the arenas of a worker that has them."""
+    heaps = heaps_after_a_generation(
+        request, "in-process", hub_root, tmp_path, MALLOC_ARENA_MAX="8"
+    )
+    assert heaps > 0
