@@ -354,8 +354,7 @@ def plain_request(
     ]
     reset_peak()
     load = common.load_average()
-    counters = kernel_and_faults("self")
-    cpu = time.process_time()
+    counters = process_counters("self")
     begun = time.perf_counter()
     try:
         with torch.inference_mode():
@@ -381,13 +380,9 @@ def plain_request(
         f.flush()
         os.fsync(f.fileno())
     stored = time.perf_counter()
-    kernel_cpu, faults = (after - before for after, before in
-                          zip(kernel_and_faults("self"), counters, strict=True))  # fmt: skip
     return {
         "config": config.name,
-        "cpu": time.process_time() - cpu,
-        "kernel_cpu": kernel_cpu,
-        "minor_faults": faults,
+        **counted_since("self", counters),
         "load": load,
         "encode": calls[0][0] - begun,
         "denoise": stamps[-1] - calls[0][0],
@@ -588,7 +583,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         load = common.load_average()
         samples = []
         for _ in range(args.repeat):
-            cpu, counters = cpu_seconds(pid), kernel_and_faults(pid)
+            counters = process_counters(pid)
             started = time.perf_counter()
             response = requests.post(
                 app.url("/generate"),
@@ -596,9 +591,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
                 timeout=7200,
             )
             total = time.perf_counter() - started
-            cpu = cpu_seconds(pid) - cpu
-            kernel_cpu, faults = (after - before for after, before in
-                                  zip(kernel_and_faults(pid), counters, strict=True))  # fmt: skip
+            spent = counted_since(pid, counters)
             if response.status_code != 200:
                 raise RuntimeError(f"/generate: {response.status_code} {response.text[:300]}")
             job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}"), timeout=30)
@@ -607,7 +600,7 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
             samples.append({
                 "encode": timings["encode_seconds"], "denoise": timings["denoise_seconds"],
                 "decode": timings["decode_seconds"], "png_store": total - stages,
-                "total": total, "cpu": cpu, "kernel_cpu": kernel_cpu, "minor_faults": faults,
+                "total": total, **spent,
             })  # fmt: skip
         job = job.json()
         peak = proc_bytes(pid, "VmHWM")
@@ -650,16 +643,26 @@ def medians(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return figures | {"minor_faults": round(figures["minor_faults"])}  # an even N: a mean
 
 
+def process_counters(pid: int | str) -> dict[str, float]:
+    """A process's CPU seconds (user and system), the system's share of them and its minor
+    page faults so far, all its threads (/proc/<pid>/stat: minflt, utime, stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return {
+        "cpu": (int(fields[11]) + int(fields[12])) / tick,
+        "kernel_cpu": int(fields[12]) / tick,
+        "minor_faults": int(fields[7]),
+    }
+
+
+def counted_since(pid: int | str, before: dict[str, float]) -> dict[str, float]:
+    """process_counters' figures since `before` (a request's)."""
+    return {key: value - before[key] for key, value in process_counters(pid).items()}
+
+
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def kernel_and_faults(pid: int | str) -> tuple[float, int]:
-    """A process's system CPU seconds and minor page faults so far, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[12]) / os.sysconf("SC_CLK_TCK"), int(fields[7])
+    """User and system CPU seconds of a process, all its threads."""
+    return process_counters(pid)["cpu"]
 
 
 def wait_for_quiet(args: argparse.Namespace) -> None:
