@@ -5,6 +5,8 @@ shipped default is checked here in a second: nothing that picks the defaults rea
 what the default model's preset runs with its decoder, and plain diffusers never fuses two
 LoRAs in one child."""
 
+import time
+
 import pytest
 
 from bench.time_to_image_bench import (
@@ -12,14 +14,17 @@ from bench.time_to_image_bench import (
     FAST,
     HYPER1,
     PROMPT,
+    SAMPLED,
     SHIPPED,
     SHIPPED_UNSET,
     TURBO,
     Run,
+    counted_since,
     medians,
     parse_args,
     plain_groups,
     print_run,
+    process_counters,
     service_app,
     side_of,
 )
@@ -151,3 +156,23 @@ def test_repeated_requests_report_each_figures_median_and_the_kernels_share(caps
     assert "(CPU 26 s, kernel 2.0 s, 0.80 M page faults)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         parse_args(["--repeat", "0"])
+
+
+def test_an_even_number_of_requests_gives_whole_page_faults():
+    samples = [dict.fromkeys(SAMPLED, 1.0) | {"minor_faults": n} for n in (3, 4)]
+    assert medians(samples)["minor_faults"] == 4 and isinstance(
+        medians(samples)["minor_faults"], int
+    )
+
+
+def test_a_requests_counters_are_its_process_cpu_and_page_faults():
+    before = process_counters("self")
+    touched = bytearray(64 * 2**20)  # fresh pages: zero-filled by the kernel on first touch
+    for offset in range(0, len(touched), 4096):
+        touched[offset] = 1
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # CPU time of its own
+        pass
+    spent = counted_since("self", before)
+    assert spent["minor_faults"] >= 64 * 2**20 // 4096 * 0.9
+    assert 0.3 <= spent["cpu"] < 5 and 0 <= spent["kernel_cpu"] <= spent["cpu"]

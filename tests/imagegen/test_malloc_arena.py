@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.malloc_heaps import thread_heaps
+from imagegen.model import malloc_arena
+from tests.support.malloc_heaps import heaps_in, thread_heaps
 from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import ROOT, AppServer
 
@@ -101,3 +102,23 @@ def test_a_worker_told_its_arena_count_keeps_glibcs_arenas(request, hub_root, tm
         request, "in-process", hub_root, tmp_path, MALLOC_ARENA_MAX="8"
     )
     assert heaps > 0
+
+
+def test_the_heap_count_sees_growing_and_grown_heaps_and_nothing_else():
+    maps = "\n".join([
+        "7f0000000000-7f0000021000 rw-p 00000000 00:00 0",  # a heap grown 132 KiB
+        "7f0000021000-7f0004000000 ---p 00000000 00:00 0",  # and the rest of its 64 MiB
+        "7f0004000000-7f0008000000 rw-p 00000000 00:00 0",  # a heap grown to all 64 MiB
+        "7f0008000000-7f000c000000 rw-p 00000000 08:01 42 /models/unet.bin",  # a file's
+        "7f000c001000-7f0010001000 rw-p 00000000 00:00 0",  # 64 MiB, not aligned to it
+        "7f0014000000-7f0014100000 rw-p 00000000 00:00 0",  # aligned, 1 MiB, nothing after
+    ])  # fmt: skip
+    assert heaps_in(maps) == 2
+
+
+def test_a_c_library_other_than_glibc_is_left_to_its_own_rules(monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(malloc_arena.platform, "libc_ver", lambda: ("musl", "1.2"))
+    monkeypatch.setattr(malloc_arena.ctypes, "CDLL", lambda _: pytest.fail("mallopt called"))
+    assert malloc_arena.use_one_arena() is False

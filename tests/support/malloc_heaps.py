@@ -23,7 +23,12 @@ def _anonymous(line: str, perms: str) -> bool:
 
 
 def thread_heaps(pid: int | str = "self") -> int:
-    lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return heaps_in(Path(f"/proc/{pid}/maps").read_text())
+
+
+def heaps_in(maps: str) -> int:
+    """The thread-arena heaps in the text of a /proc/<pid>/maps."""
+    lines = maps.splitlines()
     heaps = 0
     for used, reserved in pairwise([*lines, "0-0 ---- 0 0:0 0"]):
         (start, end), (next_start, next_end) = _span(used), _span(reserved)
