@@ -18,7 +18,9 @@ fi
 
 stamp="$venv/.requirements-$(basename "$requirements" .txt)"
 digest="$(cat requirements/*.txt | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
+# dev.txt takes the other files whole: once it is installed, so are they.
+if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] \
+  && [ "$(cat "$venv/.requirements-dev" 2>/dev/null)" != "$digest" ]; then
   scripts/install_requirements "$venv/bin/python" --quiet -r "$requirements"
   echo "$digest" > "$stamp"
 fi

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from config.gunicorn import bind  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
+from scripts.running_service import write_record  # noqa: E402
 
 
 def secret_key(data_dir: Path) -> str:
@@ -275,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"serve: embedded database on port {port}, data in {database.data_dir}")
         if stopping:
             return 0
+        url = base_url(bind)
+        # For ./scripts/manage: the database and settings this service runs with.
+        started.callback(write_record(data_dir, env, url).unlink, missing_ok=True)
         print(priority_line, flush=True)
         handed = [] if listener is None else ["--bind", f"fd://{listener.fileno()}"]
         server = subprocess.Popen(
@@ -283,7 +287,6 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         if listener is not None:
             listener.close()  # gunicorn holds it now: only its process answers there
-        url = base_url(bind)
         if url is not None:
             announce_when_answering(url, server, demo=args.demo)
         return server.wait()
