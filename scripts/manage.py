@@ -29,6 +29,8 @@ def say(line: str) -> None:
 def main(argv: list[str]) -> int:
     data_dir = ROOT / os.environ.get("DATA_DIR", ".data")  # relative: to the project, as serve
     env = dict(os.environ)
+    if "DATA_DIR" in env:  # the same folder from any working directory
+        env["DATA_DIR"] = str(data_dir)
     with ExitStack() as started:
         service = running_service(data_dir)
         if service is not None:

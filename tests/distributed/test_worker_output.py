@@ -13,9 +13,10 @@ from tests.support.model_service import model_service_env
 
 
 def test_a_workers_progress_bars_are_not_logged_as_warnings(hub_root: Path, tmp_path: Path):
-    with LocalHub(hub_root) as hub, Stack(
-        model_service_env(hub.url, tmp_path / "share", tmp_path), tmp_path
-    ) as stack:
+    with (
+        LocalHub(hub_root) as hub,
+        Stack(model_service_env(hub.url, tmp_path / "share", tmp_path), tmp_path) as stack,
+    ):
         stack.start(replicas=1, workers=1)
         app, worker = stack.apps[0], stack.workers[0]
         # The pull reaches the running worker, which loads the model under Celery's worker.
