@@ -1,7 +1,7 @@
 # The service image: CPU-only, non-root, the application started by default.
-#   docker build --build-arg TORCH_INDEX_URL=<the PyTorch CPU wheel index> -t imagegen .
-# requirements/base.txt pins torch's CPU build, found on that index (an extra index beside
-# pip's own) and never replaced by the CUDA one; see docs/operations.md, "Container image".
+#   docker build -t imagegen .   (--build-arg TORCH_INDEX_URL=<a CPU wheel index>: optional)
+# requirements/base.txt pins torch's CPU build, from pip's own sources or else PyTorch's CPU
+# wheel index, never replaced by the CUDA one; see docs/operations.md, "Container image".
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_INDEX_URL

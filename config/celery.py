@@ -32,6 +32,9 @@ app.conf.update(
     worker_concurrency=1,
     worker_pool="solo",
     worker_hijack_root_logger=False,
+    # What libraries write to stderr (a model load's progress bars) stays plain output, as in
+    # the web process, instead of a "WARNING celery.redirected" log line per bar.
+    worker_redirect_stdouts=False,
     worker_enable_remote_control=False,
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,

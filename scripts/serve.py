@@ -5,18 +5,29 @@ stopped cleanly when the service stops (Ctrl-C or SIGTERM). Once the service ans
 where the page and the API docs are (the address gunicorn prints answers `GET /` with the todo
 API's version, which is no place to start) and, with no model on the share yet, how to get one.
 
+The address (BIND) is bound here before anything starts, so a port another process holds is
+said at once, naming the setting that picks another, and the bound socket is handed to
+gunicorn: the addresses printed are answered by this service's own process, never another's.
+
+On a person's own machine (BIND on loopback) generations run at the machine's normal priority
+(GEN_NICE=0): below it, an image waits behind every other busy program there. Beyond loopback
+the service answers others, and the request-first default stands; GEN_NICE, when set, wins.
+
 --demo is the offline demo in one command: a tiny random-weight model served from a local hub
 (scripts/demo_hub.py) and the service pointed at it, nothing downloaded; the demo's model,
 cache and images in a temporary folder removed when it stops.
 """
 
 import argparse
+import errno
+import ipaddress
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from config.gunicorn import bind  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
+from scripts.running_service import write_record  # noqa: E402
 
 
 def secret_key(data_dir: Path) -> str:
@@ -102,6 +114,70 @@ def base_url(bind: str) -> str | None:
     return f"http://{host}:{port}"
 
 
+class AddressTaken(RuntimeError):
+    pass
+
+
+def host_and_port(bind: str) -> tuple[str, int] | None:
+    """BIND's host and port as gunicorn reads them; None for a Unix socket or a descriptor."""
+    if bind.startswith(("unix:", "fd://")):
+        return None
+    match = re.fullmatch(r"(.*):(\d+)", bind)
+    host, port = (match.group(1), int(match.group(2))) if match else (bind, 8000)
+    return host.strip("[]"), port
+
+
+def claim_address(bind: str) -> socket.socket | None:
+    """A socket bound and listening on BIND (gunicorn's options: SO_REUSEADDR), for gunicorn
+    to take over (fd://); None where BIND is a Unix socket or a descriptor, left to gunicorn."""
+    address = host_and_port(bind)
+    if address is None:
+        return None
+    host, port = address
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(
+            host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        dual = family == socket.AF_INET6 and socket.has_dualstack_ipv6()  # as gunicorn's [::]
+        return socket.create_server(sockaddr[:2], family=family, backlog=2048, dualstack_ipv6=dual)
+    except OSError as exc:
+        taken = "is taken by another process" if exc.errno == errno.EADDRINUSE else f"failed: {exc}"
+        raise AddressTaken(
+            f"{bind} {taken}; set BIND to listen elsewhere, "
+            f"e.g. BIND=127.0.0.1:{port + 1} ./scripts/serve"
+        ) from None
+
+
+def on_loopback(bind: str) -> bool:
+    """Whether only this machine reaches BIND (a Unix socket: a proxy's, serving others)."""
+    address = host_and_port(bind)
+    if address is None:
+        return False
+    host = address[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: its addresses may be anyone's
+        return False
+
+
+def generation_priority(env: dict[str, str], bind: str) -> tuple[str | None, str]:
+    """GEN_NICE for the service (None: its own default) and the start line that says why."""
+    if env.get("GEN_NICE"):
+        return env["GEN_NICE"], f"serve: generation priority: GEN_NICE={env['GEN_NICE']}, as set"
+    if on_loopback(bind):
+        return "0", (
+            "serve: generation priority: GEN_NICE=0, the machine's normal one (BIND is on "
+            "loopback: one person's machine, where a lower one makes images wait for every "
+            "busy program; GEN_NICE=10 puts requests first)"
+        )
+    return None, (
+        "serve: generation priority: GEN_NICE=10, below request threads (BIND is beyond "
+        "loopback: others' requests get a core first; GEN_NICE=0 for the normal priority)"
+    )
+
+
 def next_steps(url: str, status: dict[str, Any] | None, *, demo: bool) -> list[str]:
     """Where things are and, with no model on the share, what to do next."""
     lines = [f"serve: the page: {url}/ui/", f"serve: the API docs: {url}/api/docs"]
@@ -131,7 +207,11 @@ def announce_when_answering(url: str, server: subprocess.Popen, *, demo: bool) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        epilog=f"BIND picks the address (now {bind}; default 127.0.0.1:8000), e.g. "
+        "BIND=127.0.0.1:8001 ./scripts/serve; every setting: docs/configuration.md",
+    )
     parser.add_argument(
         "--demo",
         action="store_true",
@@ -141,6 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(os.environ.get("DATA_DIR", ROOT / ".data"))
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", secret_key(data_dir))
+    try:  # before anything starts: a taken port stops nothing half-started
+        listener = claim_address(bind)
+    except AddressTaken as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        return 1
+    nice, priority_line = generation_priority(env, bind)
+    if nice is not None:
+        env["GEN_NICE"] = nice
 
     server: subprocess.Popen | None = None
     hub: subprocess.Popen | None = None
@@ -158,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     with ExitStack() as started:
+        if listener is not None:
+            started.callback(listener.close)  # a stop before gunicorn starts frees the port
         if args.demo:
             work = Path(tempfile.mkdtemp(prefix="imagegen-demo-"))
             started.callback(shutil.rmtree, work, ignore_errors=True)
@@ -186,11 +276,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"serve: embedded database on port {port}, data in {database.data_dir}")
         if stopping:
             return 0
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
         url = base_url(bind)
+        # For ./scripts/manage: the database and settings this service runs with.
+        started.callback(write_record(data_dir, env, url).unlink, missing_ok=True)
+        print(priority_line, flush=True)
+        handed = [] if listener is None else ["--bind", f"fd://{listener.fileno()}"]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn", *handed],
+            cwd=ROOT, env=env, pass_fds=() if listener is None else (listener.fileno(),),
+        )  # fmt: skip
+        if listener is not None:
+            listener.close()  # gunicorn holds it now: only its process answers there
         if url is not None:
             announce_when_answering(url, server, demo=args.demo)
         return server.wait()

@@ -11,8 +11,8 @@ DOCS = ROOT / "docs"
 CONFIGURATION = DOCS / "configuration.md"
 
 # Where the project reads its environment: the settings, gunicorn's and Celery's
-# configuration, the two start scripts (scripts/serve.py reads EMBEDDED_DB_PORT and
-# DATA_DIR before the service starts; the container's scripts/start reads ROLE) and the
+# configuration, the start scripts (scripts/serve.py and scripts/manage.py read EMBEDDED_DB_PORT
+# and DATA_DIR before the service starts; the container's scripts/start reads ROLE) and the
 # package installer of the set-up and the image (scripts/install_requirements: TORCH_INDEX_URL);
 # the malloc arena rule reads glibc's own variables, before Django's settings exist.
 PYTHON_READERS = [
@@ -20,6 +20,7 @@ PYTHON_READERS = [
     "config/gunicorn.py",
     "config/celery.py",
     "scripts/serve.py",
+    "scripts/manage.py",
     "imagegen/model/malloc_arena.py",
 ]
 SHELL_READERS = ["scripts/start", "scripts/install_requirements", "scripts/test"]

@@ -105,6 +105,20 @@ def test_the_command_shows_the_secret_once_and_lists_without_it(keys_db: str) ->
     assert run_command("keys", "list").stdout.splitlines()[1].split("\t")[6] != "-"
 
 
+def test_create_says_on_stderr_whether_the_service_takes_keys_and_succeeds_either_way(
+    keys_db: str,
+) -> None:
+    """API_KEYS as the command's environment has it (for scripts, as the service's own)."""
+    off = run_command("keys", "create", "alice", env={"API_KEYS": "0", "MONGODB_URI": keys_db})
+    assert off.returncode == 0
+    assert off.stdout.count("\n") == 1 and off.stdout.startswith("igk_")  # the secret alone
+    assert "warning: API_KEYS is off, so the service does not take named keys yet" in off.stderr
+    on = run_command("keys", "create", "bob", env={"API_KEYS": "1", "MONGODB_URI": keys_db})
+    assert on.returncode == 0 and on.stdout.count("\n") == 1
+    assert "API_KEYS is on: the service takes it from the next request on" in on.stderr
+    assert "warning" not in on.stderr
+
+
 def test_the_command_refuses_clearly(keys_db: str) -> None:
     run_command("keys", "create", "alice")
     again = run_command("keys", "create", "alice")

@@ -75,5 +75,12 @@ class Command(BaseCommand):
     def _issued(self, name: str, secret: str, what: str) -> None:
         self.stderr.write(f"key {name!r} {what}; its secret, shown this once:")
         self.stdout.write(secret)
-        if not settings.API_KEYS:
-            self.stderr.write("note: API_KEYS is off, so the service does not take named keys yet")
+        # Whether the service takes it, as its settings say (./scripts/manage: the running
+        # service's); a warning, never a failure: keys may be made before they are turned on.
+        if settings.API_KEYS:
+            self.stderr.write("API_KEYS is on: the service takes it from the next request on")
+        else:
+            self.stderr.write(
+                "warning: API_KEYS is off, so the service does not take named keys yet: "
+                "start it with API_KEYS=1 (docs/keys.md)"
+            )
