@@ -8,6 +8,7 @@ from ninja.errors import ValidationError
 from config.api import api
 from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
 from config.env import parse_bool
+from config.errors import FieldError
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
 from imagegen import selectors, services
@@ -96,10 +97,17 @@ def model_pull(request: HttpRequest):
     return (202 if started else 200), status_answer()
 
 
+NOT_A_BOOLEAN = "must be a boolean: true or false (1/0, yes/no, on/off); got {!r}"
+
+
 def wants_async(request: HttpRequest) -> bool:
-    """`async=true` as a form field or query parameter, or `Prefer: respond-async`."""
+    """`async=true` as a form field or query parameter, or `Prefer: respond-async`; a value
+    that is not a boolean is refused, as a form's boolean field is, rather than read as no."""
     flag = request.POST.get("async") or request.GET.get("async") or ""
-    return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
+    value = parse_bool(flag)
+    if value is None:
+        raise FieldError("async", NOT_A_BOOLEAN.format(flag))
+    return value or "respond-async" in request.headers.get("Prefer", "")
 
 
 def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
@@ -158,10 +166,11 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     files = [name for name, parts in request.FILES.lists() for _ in parts]
     if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
+    run_async = wants_async(request)  # refused before an edit's inputs are stored
     generation = generation_request(request, form)
     admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
-    if wants_async(request):
+    if run_async:
         if key is None:
             job = services.generation_submit(
                 request=generation, key=owner_key(request), key_limit=queue_limit(request)
