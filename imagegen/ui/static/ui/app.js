@@ -126,10 +126,20 @@
   function clearErrors() {
     formWaitsForModel = false;
     $("form-error").hidden = true;
-    for (const name of ERROR_FIELDS) {
-      $(`error-${name}`).textContent = "";
-      $(name).removeAttribute("aria-invalid");
-    }
+    for (const name of ERROR_FIELDS) clearFieldError(name);
+  }
+
+  function clearFieldError(name) {
+    $(`error-${name}`).textContent = "";
+    $(name).removeAttribute("aria-invalid");
+  }
+
+  // A field's message is about the value it was refused for: a new value takes it away
+  // (the next answer says whether the new one is taken).
+  for (const type of ["input", "change"]) {
+    form.addEventListener(type, (event) => {
+      if (ERROR_FIELDS.includes(event.target.id)) clearFieldError(event.target.id);
+    });
   }
 
   // The API's own messages, each beside its field; others above the form.
