@@ -27,6 +27,7 @@ from imagegen.api.schemas import (
     ImageOut,
     ImagePage,
     JobOut,
+    JobPage,
     ModelStatusOut,
     RouteEntry,
     errors,
@@ -241,10 +242,13 @@ def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
     return EstimateOut.of(verdict)
 
 
+JOB_ID_PATTERN = "^[0-9a-f]{16}$"
+
+
 @router.get(
     "/jobs",
     auth=token_required(),
-    response={200: list[JobOut], **errors(400)},
+    response={200: list[JobOut] | JobPage, **errors(400)},
     summary="Recent generation jobs, newest first",
 )
 def job_list(
@@ -253,8 +257,20 @@ def job_list(
     unfinished: bool = Query(
         False, description="only the jobs queued or running (every one, however old)"
     ),
+    paged: bool = Query(
+        False, description="answer {items, next} as GET /images does, instead of a bare list"
+    ),
+    before: str | None = Query(
+        None,
+        pattern=JOB_ID_PATTERN,
+        description="the last id of the previous page (answers {items, next}); after a job "
+        "no longer remembered (JOBS_KEEP), the page is empty",
+    ),
 ):
-    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=seen_by(request))
+    scope = seen_by(request)
+    if paged or before is not None:  # the bare list stays for the clients that read it
+        return selectors.job_page(limit=limit, before=before, unfinished=unfinished, seen_by=scope)
+    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=scope)
 
 
 @router.get(
