@@ -13,8 +13,8 @@ from django.shortcuts import render
 from config.auth import protected
 from config.version import app_version
 from imagegen import selectors
-from imagegen.backend import is_distributed
 from imagegen.api.schemas import PROMPT_MAX
+from imagegen.backend import is_distributed
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
 from imagegen.generation.render import SEED_MAX
 from imagegen.generation.schedulers import SCHEDULERS
