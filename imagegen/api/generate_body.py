@@ -8,6 +8,7 @@ null counts as absent), and an edit's `image` and `mask` come as base64 text.
 
 import base64
 import binascii
+import functools
 import json
 from typing import Any
 
@@ -105,12 +106,19 @@ class FormOrJsonModel(FormModel):
     @classmethod
     def documented_types(cls) -> dict[str, str]:
         """Each field's JSON type as the OpenAPI document states it."""
-        types = {}
+        types: dict[str, str] = {}
         for field in cls.model_fields.values():
             if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-                for name, schema in field.annotation.model_json_schema()["properties"].items():
-                    types[name] = schema.get("type", "")
+                types.update(_json_types(field.annotation))
         return types
+
+
+@functools.cache
+def _json_types(model: type[BaseModel]) -> dict[str, str]:
+    return {
+        name: schema.get("type", "")
+        for name, schema in model.model_json_schema()["properties"].items()
+    }
 
 
 def json_type_errors(fields: dict[str, Any], types: dict[str, str]) -> list[dict[str, Any]]:
