@@ -20,6 +20,7 @@ keepalive = 5
 # service, which answers it in its own error shape instead of gunicorn's HTML 414.
 limit_request_line = 8190
 accesslog = "-" if os.environ.get("ACCESS_LOG", "1") != "0" else None
+logger_class = "config.access_log.AccessLog"  # the page's queue poll only at debug
 errorlog = "-"
 wsgi_app = "config.wsgi:application"
 # The control socket lives in $HOME and collides between instances; nothing here uses it.

@@ -20,6 +20,12 @@ class ExpectedAnswers(logging.Filter):
         return getattr(record, "status_code", None) not in EXPECTED_STATUSES
 
 
+def is_queue_poll(method: str, path: str, query: str) -> bool:
+    """The page's queue poll (GET /jobs?unfinished=true, every second while a job runs): its
+    lines would bury every other request, so they are logged at debug only."""
+    return method == "GET" and path == "/jobs" and "unfinished=true" in query.lower()
+
+
 def first_part(error: BaseException) -> str:
     """pymongo appends its whole topology description to a timeout's message; the cause
     (which server, what failed) is what comes before it."""

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 from config import metrics, request_context
 from config.errors import NOT_FOUND, error_response, is_todo_path
+from config.logs import is_queue_poll
 from config.version import app_version
 
 request_log = logging.getLogger("config.requests")
@@ -38,7 +39,11 @@ class RequestIdMiddleware:
             response = self.get_response(request)
             response[request_context.REQUEST_ID_HEADER] = rid
             if self.log_requests:
-                request_log.info(
+                query = request.META.get("QUERY_STRING", "")
+                poll = is_queue_poll(request.method or "", request.path, query)
+                poll = poll and response.status_code < 400  # the page's poll: debug only
+                request_log.log(
+                    logging.DEBUG if poll else logging.INFO,
                     "%s %s %d", request.method, request.path, response.status_code,
                     extra={"status": response.status_code,
                            "duration": round(time.monotonic() - started, 6)},

@@ -100,11 +100,16 @@ class JobStoreBusy(ServiceError, redis.ConnectionError):
     may_follow_a_queued_job = True  # e.g. the read after a submit, or a synchronous wait's
 
 
+# How each final state reads after "The job": "has already cancelled" is not English.
+_ENDED = {"cancelled": "was already cancelled"}
+
+
 class JobFinished(ServiceError):
     status = 409
 
     def __init__(self, state: str) -> None:
-        super().__init__(f"The job has already {state}; there is nothing to cancel")
+        ended = _ENDED.get(state, f"has already {state}")
+        super().__init__(f"The job {ended}; there is nothing to cancel")
 
 
 class JobCancelled(ServiceError):

@@ -152,6 +152,31 @@ def job_list(*, limit: int, unfinished: bool = False, seen_by: str | None = None
     return [job for job in found if visible(job.key, seen_by)][:limit]
 
 
+@dataclass(frozen=True)
+class JobPage:
+    items: list[JobView]
+    next: str | None  # the next page's path, in job_list's order; None on the last
+
+
+def job_page(
+    *, limit: int, before: str | None, unfinished: bool = False, seen_by: str | None = None
+) -> JobPage:
+    """job_list's jobs in GET /images' paging shape: the `limit` after the job `before`, and
+    the next page's path while more follow. Job ids are not ordered, so the page is cut from
+    every job remembered (JOBS_KEEP) rather than by comparing ids; after a job no longer
+    remembered, none is (the oldest are forgotten first): the page is empty."""
+    jobs = backend.jobs()
+    found = jobs.unfinished() if unfinished else jobs.recent(settings.JOBS_KEEP)
+    found = [job for job in found if visible(job.key, seen_by)]
+    if before is not None:
+        ids = [job.id for job in found]
+        found = found[ids.index(before) + 1 :] if before in ids else []
+    items = found[:limit]
+    query = f"/jobs?paged=true&limit={limit}" + ("&unfinished=true" if unfinished else "")
+    more = len(found) > limit
+    return JobPage(items=items, next=f"{query}&before={items[-1].id}" if more else None)
+
+
 def image_get(*, image_id: str, seen_by: str | None = None) -> ImageRecord:
     record = backend.image_store().get(image_id)
     if record is None or not visible(record.key, seen_by):

@@ -259,6 +259,10 @@ def _answered(schema: dict) -> dict:
             schema = schema["items"]
         elif "items" in schema.get("properties", {}) and "next" in schema["properties"]:
             schema = schema["properties"]["items"]
+        elif "anyOf" in schema:  # GET /jobs: its bare list or its page, of the same items
+            shapes = [_answered(option) for option in schema["anyOf"]]
+            assert all(shape == shapes[0] for shape in shapes), shapes
+            return shapes[0]
         else:
             return schema
 

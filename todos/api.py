@@ -102,6 +102,13 @@ def todo_delete(request: HttpRequest, todo_id: str):
     return Status(202, ok(services.todo_delete(todo_id=todo_id)))
 
 
+# A cursor pages by a page size it does not carry: the Link header's address sends both.
+LIMIT_WITH_AFTER = (
+    "is required with after: send the page size beside the cursor (limit=1 to 1000), as the "
+    "Link header's address does"
+)
+
+
 @router.get(
     "/todos",
     response={200: TodoListEnvelope, **ERRORS},
@@ -112,7 +119,7 @@ def todo_delete(request: HttpRequest, todo_id: str):
 def todo_list(request: HttpRequest, response: HttpResponse, query: Query[TodoListQuery]):
     if query.limit is None:
         if query.after is not None:
-            raise ValidationError([{"loc": ("query", "limit"), "msg": "is required with after"}])
+            raise ValidationError([{"loc": ("query", "limit"), "msg": LIMIT_WITH_AFTER}])
         return ok(selectors.todo_list())
     todos, following = selectors.todo_page(limit=query.limit, after=query.after)
     if following is not None:

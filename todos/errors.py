@@ -23,6 +23,18 @@ class TitleTaken(ServiceError):
             super().__init__(f"title must be unique: {title!r} is already taken")
 
 
+class TitleDuplicated(TitleTaken):
+    """One title twice in one batch: no todo has it yet, so "already taken" would mislead;
+    the message names both places."""
+
+    def __init__(self, title: str, first: int, second: int) -> None:
+        ServiceError.__init__(
+            self,
+            f"title must be unique: {title!r} is duplicated within the batch: "
+            f"todos.{first}.title and todos.{second}.title",
+        )
+
+
 class IdempotencyKeyReused(ServiceError):
     status = 409
     message = (

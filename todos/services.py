@@ -7,7 +7,6 @@ todos.schemas.TodoOut shapes.
 
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -18,7 +17,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 from config.timestamps import utc_now
 from todos import idempotency
 from todos.documents import todos_collection
-from todos.errors import IdempotencyKeyReused, TitleTaken, TodoNotFound
+from todos.errors import IdempotencyKeyReused, TitleDuplicated, TitleTaken, TodoNotFound
 from todos.indexes import ensure_todo_indexes
 from todos.selectors import COMMITTED, Document, object_id
 from todos.transactions import transactions_supported
@@ -80,10 +79,12 @@ def todos_insert_batch(
 ) -> tuple[list[Document], bool]:
     """Inserts all the todos or none of them, in request order; the bool says they are the
     earlier outcome of the same Idempotency-Key."""
-    repeated = [title for title, count in Counter(t for t, _ in items).items() if count > 1]
-    if repeated:
-        raise TitleTaken(repeated[0])
     titles = [title for title, _ in items]
+    first_at: dict[str, int] = {}
+    for index, title in enumerate(titles):
+        if title in first_at:
+            raise TitleDuplicated(title, first_at[title], index)
+        first_at[title] = index
 
     def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
         if transactions_supported():

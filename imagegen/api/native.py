@@ -1,16 +1,21 @@
 """The image service's own routes: parse the request, call one service or selector, answer."""
 
+from typing import Annotated
+
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Form, Header, Query, Router
+from ninja import Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
 from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
 from config.env import parse_bool
+from config.errors import FieldError
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
 from imagegen import selectors, services
+from imagegen.api import generate_body
+from imagegen.api.generate_body import FormOrJson
 from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
     ApiIndex,
@@ -22,6 +27,7 @@ from imagegen.api.schemas import (
     ImageOut,
     ImagePage,
     JobOut,
+    JobPage,
     ModelStatusOut,
     RouteEntry,
     errors,
@@ -96,10 +102,20 @@ def model_pull(request: HttpRequest):
     return (202 if started else 200), status_answer()
 
 
+NOT_A_BOOLEAN = "must be a boolean: true or false (1/0, yes/no, on/off); got {!r}"
+
+
 def wants_async(request: HttpRequest) -> bool:
-    """`async=true` as a form field or query parameter, or `Prefer: respond-async`."""
-    flag = request.POST.get("async") or request.GET.get("async") or ""
-    return bool(parse_bool(flag)) or "respond-async" in request.headers.get("Prefer", "")
+    """`async=true` as a form field, a JSON field or a query parameter, or `Prefer:
+    respond-async`; a value that is not a boolean is refused, as the schema's boolean fields
+    are, rather than read as no."""
+    flag = generate_body.sent_flag(request)
+    if flag is None:
+        flag = request.GET.get("async") or ""
+    value = flag if isinstance(flag, bool) else parse_bool(flag)
+    if value is None:
+        raise FieldError("async", NOT_A_BOOLEAN.format(flag))
+    return value or "respond-async" in request.headers.get("Prefer", "")
 
 
 def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
@@ -143,25 +159,40 @@ EDIT_PARTS = {
 }
 
 
+def generate_request_body() -> dict:
+    """The form's two encodings and the same fields as a JSON object, the images base64."""
+    body = form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD})
+    form = body["content"]["multipart/form-data"]["schema"]
+    images = {
+        name: {"type": "string", "description": f"base64 (a `data:` prefix allowed); {text}"}
+        for name, text in EDIT_PARTS.items()
+    }
+    body["content"][generate_body.JSON_TYPE] = {
+        "schema": {**form, "properties": {**form["properties"], **images}}
+    }
+    return body
+
+
 @router.post(
     "/generate",
     auth=token_required(),
     response={200: None, 202: JobOut, **errors(400, 409, 413, 429, 500, 503, 504)},
     summary="Generate a PNG from a prompt (or, with async=true, start a job)",
     openapi_extra={
-        "requestBody": form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD}),
+        "requestBody": generate_request_body(),
         **png_answer("the PNG; its parameters in X-Seed, X-Steps, ... headers"),
     },
 )  # fmt: skip
-def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateForm]):
-    fields = [name for name in request.POST if name != "async"]
-    files = [name for name, parts in request.FILES.lists() for _ in parts]
-    if unknown := GenerateForm.unknown_fields(fields, files):
+def generate(
+    request: HttpRequest, response: HttpResponse, form: Annotated[GenerateForm, FormOrJson(...)]
+):
+    if unknown := GenerateForm.unknown_fields(*generate_body.sent_names(request)):
         raise ValidationError(unknown)
+    run_async = wants_async(request)  # refused before an edit's inputs are stored
     generation = generation_request(request, form)
     admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
-    if wants_async(request):
+    if run_async:
         if key is None:
             job = services.generation_submit(
                 request=generation, key=owner_key(request), key_limit=queue_limit(request)
@@ -182,14 +213,14 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
 
 
 def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRequest:
-    """The form's generation; with an `image` file part (and a `mask`), an edit of it."""
-    image, mask = request.FILES.get("image"), request.FILES.get("mask")
+    """The form's generation; with an `image` (and a `mask`), an edit of it."""
+    image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     if image is None:
         return form.to_request()
     padding = form.only_masked_padding
     return services.edit_request(
-        request=form.to_request(), image=image.read(), mask=None if mask is None else mask.read(),
+        request=form.to_request(), image=image, mask=mask,
         strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
         resize_mode=form.resize_mode or 0,
@@ -211,10 +242,13 @@ def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
     return EstimateOut.of(verdict)
 
 
+JOB_ID_PATTERN = "^[0-9a-f]{16}$"
+
+
 @router.get(
     "/jobs",
     auth=token_required(),
-    response={200: list[JobOut], **errors(400)},
+    response={200: list[JobOut] | JobPage, **errors(400)},
     summary="Recent generation jobs, newest first",
 )
 def job_list(
@@ -223,8 +257,20 @@ def job_list(
     unfinished: bool = Query(
         False, description="only the jobs queued or running (every one, however old)"
     ),
+    paged: bool = Query(
+        False, description="answer {items, next} as GET /images does, instead of a bare list"
+    ),
+    before: str | None = Query(
+        None,
+        pattern=JOB_ID_PATTERN,
+        description="the last id of the previous page (answers {items, next}); after a job "
+        "no longer remembered (JOBS_KEEP), the page is empty",
+    ),
 ):
-    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=seen_by(request))
+    scope = seen_by(request)
+    if paged or before is not None:  # the bare list stays for the clients that read it
+        return selectors.job_page(limit=limit, before=before, unfinished=unfinished, seen_by=scope)
+    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=scope)
 
 
 @router.get(

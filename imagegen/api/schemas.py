@@ -439,10 +439,15 @@ class ImageOut(ImageRecord, Schema):
     """A stored image's record as answered: with its owner's name for an admin."""
 
     owner: str | None = Field(None, description=OWNER)
+    url: str = Field("", description="its PNG (GET /images/<id>.png), as a job's image_url")
 
     @staticmethod
     def resolve_owner(record: ImageRecord, context: dict | None) -> str | None:
         return owner_for(record.key, context)
+
+    @staticmethod
+    def resolve_url(record: ImageRecord) -> str:
+        return image_url(record.id)
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
@@ -513,3 +518,10 @@ class JobOut(Schema):
     @staticmethod
     def resolve_image_url(job: JobView) -> str | None:
         return image_url(job.image.id) if job.image else None
+
+
+class JobPage(Schema):
+    """GET /jobs?paged=true: the jobs in GET /images' paging shape."""
+
+    items: list[JobOut]
+    next: str | None = Field(description="the next page, in the same order; null on the last")

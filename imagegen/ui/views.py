@@ -14,6 +14,7 @@ from config.auth import protected
 from config.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
+from imagegen.backend import is_distributed
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
 from imagegen.generation.render import SEED_MAX
 from imagegen.generation.schedulers import SCHEDULERS
@@ -57,6 +58,9 @@ def page(request: HttpRequest) -> HttpResponse:
         "strength_default": STRENGTH_DEFAULT,
         "mask_blur_default": MASK_BLUR_DEFAULT,
         "mask_blur_max": MASK_BLUR_MAX,
+        # A share only where several machines read one (distributed mode); on one machine
+        # MODEL_DIR is a folder of its own.
+        "weights_label": "Weights on the share" if is_distributed() else "Weights downloaded",
     }
     config = {
         "tokenRequired": protected(),

@@ -115,9 +115,9 @@ def test_an_image_page_answers_exactly_as_before():
         'steps": 20, "guidance": 7.0, "width": 1024, "height": 1024, "seed": 42, "schedul'
         'er": "Euler", "model_id": "org/m", "revision": "abc123"}, "devi'
         'ce": "cpu", "timings": {"queued_seconds": 0.006, "model_wait_seconds": 0.0, "gen'
-        'eration_seconds": 110.718}}], "next": "/images?limit=1&before=20261122T093302728'
-        '900Z-a1b2c3"}'
-    )
+        'eration_seconds": 110.718}, "url": "/images/20261122T093302728900Z-a1b2c3.png"}],'
+        ' "next": "/images?limit=1&before=20261122T093302728900Z-a1b2c3"}'
+    )  # as before, with each item's PNG (url), as a job's image_url
 
 
 def test_a_job_with_a_chosen_scheduler_and_a_clamped_value_answers_them():

@@ -250,6 +250,22 @@ def test_images_are_listed_newest_first_in_pages(app):
     assert listed[0]["image"]["id"] == ids[-1]  # newest job first
 
 
+def test_jobs_page_in_the_shape_of_images_on_request(app):
+    """The bare list stays; ?paged=true pages the board of either mode as /images pages."""
+    ids = [
+        requests.post(
+            app.url("/generate"), data={"prompt": f"jobs page {i}", "size": "64x64"}
+        ).headers["X-Job-Id"]
+        for i in range(3)
+    ]
+    assert isinstance(requests.get(app.url("/jobs"), params={"limit": 2}).json(), list)
+    first = requests.get(app.url("/jobs"), params={"limit": 2, "paged": "true"}).json()
+    assert [job["id"] for job in first["items"]] == ids[::-1][:2]
+    assert first["next"] == f"/jobs?paged=true&limit=2&before={ids[1]}"
+    second = requests.get(app.url(first["next"])).json()
+    assert second["items"][0]["id"] == ids[0]
+
+
 def test_a_deleted_image_is_gone_from_the_listing_the_png_and_its_record(app):
     made = requests.post(app.url("/generate"), data={"prompt": "to delete", "size": "64x64"})
     assert made.status_code == 200, made.text

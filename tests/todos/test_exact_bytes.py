@@ -158,10 +158,20 @@ def test_version(client):
             '"Todo not found"}}'),
         ("get", "/todo/%20", None, 400, '{"data": null, "error": {"message": "id is required"}}'),
         ("get", "/todos/x", None, 404, '{"data": null, "error": "Not Found"}'),
+        ("get", "/todos?after=" + "A" * 27, None, 400, '{"data": null, "error": {"message": '
+            '"Invalid request: limit: is required with after: send the page size beside the '
+            'cursor (limit=1 to 1000), as the Link header\'s address does", "details": [{"field'
+            '": "limit", "message": "is required with after: send the page size beside the '
+            'cursor (limit=1 to 1000), as the Link header\'s address does"}]}}'),
         (
             "post", "/todo", '{"todo": {"title": "buy milk"}}', 409,
             '{"data": null, "error": {"message": "title must be unique: \'buy milk\' is already '
             'taken"}}',
+        ),
+        (
+            "patch", "/todos", '{"todos": [{"title": "a"}, {"title": "dup"}, {"title": "dup"}]}',
+            409, '{"data": null, "error": {"message": "title must be unique: \'dup\' is '
+            'duplicated within the batch: todos.1.title and todos.2.title"}}',
         ),
         (
             "post", "/todo", '{"todo": {"title": ""}}', 400,

@@ -53,6 +53,9 @@ def test_a_larger_view_smooth_images_and_deleting_one(new_page, token_ui_app):
     assert card(page, large).locator("img").evaluate("i => i.getBoundingClientRect().width") < 192
     assert rendering(shown) == "auto"
     screenshot(page, "15-larger-view")
+    # One image, no source: nothing to tell apart, no caption (an edit's: test_page_edit).
+    expect(viewer.locator("figcaption:visible")).to_have_count(0)
+    expect(card(page, large).locator("figcaption")).to_have_count(0)
     page.keyboard.press("Escape")
     expect(viewer).to_be_hidden()
     expect(card(page, large).locator(".view")).to_be_focused()  # back where it was opened

@@ -222,6 +222,31 @@ def test_a_refused_field_shows_the_apis_message_beside_it(new_page, ui_app):
     assert page.input_value("#seed") == ""
 
 
+def test_a_fields_message_goes_when_the_field_changes_and_the_next_answer_replaces_it(
+    new_page, ui_app
+):
+    """A message is about the value refused: a new value takes it away (the other field's
+    stays), and the next refusal's message is the only one shown."""
+    page = open_ui(new_page, ui_app)
+    fill(page, prompt="fixed field", steps="100000", size="13x7")
+    page.click("#generate")
+    expect(page.locator("#error-size")).to_contain_text("multiples of 8, got 13")
+    expect(page.locator("#error-steps")).to_contain_text("less than or equal to 500")
+    fill(page, size="2048x2048")
+    expect(page.locator("#error-size")).to_have_text("")
+    assert page.get_attribute("#size", "aria-invalid") is None
+    expect(page.locator("#error-steps")).to_contain_text("less than or equal to 500")
+    expect(page.locator("#steps")).to_have_attribute("aria-invalid", "true")
+    fill(page, steps="2", size="64x4096")
+    with page.expect_response(re.compile(r"/generate$")):
+        page.click("#generate")
+    expect(page.locator("#error-size")).to_have_text(
+        "width and height must be between 64 and 2048, got 4096"
+    )
+    expect(page.locator("#error-steps")).to_have_text("")
+    assert not jobs(ui_app, "fixed field")  # nothing was queued
+
+
 def test_an_empty_or_blank_prompt_says_enter_a_prompt(new_page, ui_app):
     """Not the API's "Field required": the page refuses it before any request, by the API's
     own rule for blank (config/text.py: spaces of any kind, zero-width and combining marks).

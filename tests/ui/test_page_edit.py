@@ -131,9 +131,15 @@ def test_a_stroke_painted_with_the_mouse_repaints_only_its_area(new_page, ui_app
     beside = card.get_by_role("img", name=f"Source: {prompt}", exact=True)
     expect(beside).to_have_attribute("src", re.compile("^blob:"))
     assert beside.evaluate("i => i.decode().then(() => i.naturalWidth)") == SIDE
+    # Each of the two is captioned beneath it, on the card and in the larger view.
+    expect(card.locator("figure:has(button.view) figcaption")).to_have_text("Result")
+    expect(card.locator("figure:has(img.source) figcaption")).to_have_text("Source")
     card.get_by_role("button", name=f"View larger: {prompt}").click()
     expect(page.locator("#viewer-source")).to_be_visible()
     expect(page.locator("#viewer-source")).to_have_accessible_name(f"Source: {prompt}")
+    viewer = page.locator("#viewer")
+    expect(viewer.locator("figure:has(#viewer-image) figcaption")).to_have_text("Result")
+    expect(viewer.locator("figure:has(#viewer-source) figcaption")).to_have_text("Source")
     screenshot(page, "31-edit-result", full_page=True)
     page.keyboard.press("Escape")
 

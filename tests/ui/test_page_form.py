@@ -65,3 +65,15 @@ def test_the_edit_fields_offer_the_apis_defaults_and_bounds(base_model):
     assert '<canvas id="mask" role="img" aria-label="Mask"' in html
     brush = html.split('<input id="brush-size"', 1)[1].split(">", 1)[0]
     assert all(bound in brush for bound in ('min="1"', 'max="256"', 'value="16"'))
+
+
+@pytest.mark.parametrize(
+    ("broker", "label"),
+    [("", "Weights downloaded"), ("redis://127.0.0.1:1/0", "Weights on the share")],
+)
+def test_the_model_panel_speaks_of_a_share_only_in_distributed_mode(settings, broker, label):
+    """One machine has no share: MODEL_DIR is its own folder (the mode is read, not entered)."""
+    settings.JOB_BROKER_URL = broker
+    html = Client().get("/ui/").content.decode()
+    assert f"<dt>{label}</dt>" in html
+    assert "Weights on the share" not in html or broker

@@ -35,3 +35,18 @@ def test_the_api_docs_description_links_back_to_the_page():
     assert client.get("/ui/").status_code == 200
     # The docs page renders the description from this very document.
     assert b"/api/openapi.json" in client.get("/api/docs").content
+
+
+def test_the_page_names_its_icon_and_favicon_ico_leads_to_it():
+    """No 404 for the icon on every load: the page names it, and a browser or tool that asks
+    for /favicon.ico by that name is led to it."""
+    client = Client()
+    found = re.search(r'<link rel="icon" href="([^"]+)"', client.get("/ui/").content.decode())
+    assert found, "the page names no icon"
+    icon = client.get(found.group(1))
+    assert icon.status_code == 200 and icon["Content-Type"].startswith("image/svg+xml")
+    content = b"".join(icon.streaming_content)
+    assert content.startswith(b"<svg")
+    asked = client.get("/favicon.ico", follow=True)
+    assert asked.status_code == 200, asked.redirect_chain
+    assert b"".join(asked.streaming_content) == content

@@ -126,10 +126,20 @@
   function clearErrors() {
     formWaitsForModel = false;
     $("form-error").hidden = true;
-    for (const name of ERROR_FIELDS) {
-      $(`error-${name}`).textContent = "";
-      $(name).removeAttribute("aria-invalid");
-    }
+    for (const name of ERROR_FIELDS) clearFieldError(name);
+  }
+
+  function clearFieldError(name) {
+    $(`error-${name}`).textContent = "";
+    $(name).removeAttribute("aria-invalid");
+  }
+
+  // A field's message is about the value it was refused for: a new value takes it away
+  // (the next answer says whether the new one is taken).
+  for (const type of ["input", "change"]) {
+    form.addEventListener(type, (event) => {
+      if (ERROR_FIELDS.includes(event.target.id)) clearFieldError(event.target.id);
+    });
   }
 
   // The API's own messages, each beside its field; others above the form.
@@ -640,8 +650,8 @@
     });
   }
 
-  // An edit's record links its source (GET /images/inputs/<sha256>): shown beside the result
-  // (a card of a text-to-image record has its one image).
+  // An edit's record links its source (GET /images/inputs/<sha256>): shown beside the result,
+  // each captioned so the two are told apart (a text-to-image card has its one image).
   function showSource(record, item) {
     const edit = record.parameters.edit;
     if (!edit) return;
@@ -649,13 +659,23 @@
     image.className = "source";
     image.alt = `Source: ${record.parameters.prompt}`;
     image.title = "The source image";
-    item.querySelector(".pair").append(image);
+    const result = captioned(item.querySelector(".view"), "Result");
+    item.querySelector(".pair").replaceChildren(result, captioned(image, "Source"));
     markTiny(image);
     blobUrl(edit.source.url).then((src) => {
       image.src = src;
     }, () => {
       image.alt = `Source: ${record.parameters.prompt} (unavailable)`;
     });
+  }
+
+  function captioned(content, text) {
+    const figure = document.createElement("figure");
+    const caption = document.createElement("figcaption");
+    caption.className = "hint";
+    caption.textContent = text;
+    figure.append(content, caption);
+    return figure;
   }
 
   // "Edit": the stored image becomes the form's source (mask.js), to paint a mask on.
@@ -696,6 +716,8 @@
     $("viewer-download").download = `${record.id}.png`;
     const source = item.querySelector("img.source");
     $("viewer-source").hidden = !source;
+    $("viewer-source-figure").hidden = !source;
+    $("viewer-result-caption").hidden = !source; // "Result" only beside a source
     if (source) {
       $("viewer-source").src = source.src;
       $("viewer-source").alt = source.alt;

@@ -1,0 +1,28 @@
+"""gunicorn's access log, with the page's queue poll left to its debug level.
+
+The page asks GET /jobs?unfinished=true once a second while anything runs: at INFO those
+lines are most of the log. A poll that succeeds is written only when gunicorn logs at debug
+(`--log-level debug`, in GUNICORN_CMD_ARGS); a refused one is written as any other.
+"""
+
+import logging
+from typing import Any
+
+from gunicorn.glogging import Logger
+
+from config.logs import is_queue_poll
+
+
+class AccessLog(Logger):
+    def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
+        quiet = (
+            is_queue_poll(
+                environ.get("REQUEST_METHOD", ""),
+                environ.get("PATH_INFO", ""),
+                environ.get("QUERY_STRING", ""),
+            )
+            and getattr(resp, "status_code", 500) < 400
+            and not self.error_log.isEnabledFor(logging.DEBUG)
+        )
+        if not quiet:
+            super().access(resp, req, environ, request_time)

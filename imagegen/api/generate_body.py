@@ -1,0 +1,154 @@
+"""POST /generate's body: the seed's form (urlencoded or multipart), or the same fields as one
+JSON object (`Content-Type: application/json`), as /v1 and /sdapi take theirs.
+
+Both go through the same schema, so the rules and the answers are the same. JSON values are
+of the types the OpenAPI document states (`"steps": true` is refused rather than read as 1;
+null counts as absent), and an edit's `image` and `mask` come as base64 text.
+"""
+
+import base64
+import binascii
+import functools
+import json
+from typing import Any
+
+from django.http import HttpRequest
+from ninja.errors import ValidationError
+from ninja.params.models import Form, FormModel
+from pydantic import BaseModel
+
+from config.errors import FieldError
+from imagegen.api.a1111 import NOT_BASE64
+
+JSON_TYPE = "application/json"
+FLAG = "async"  # read beside the schema's fields (imagegen.api.native.wants_async)
+FILE_PARTS = ("image", "mask")
+NOT_AN_OBJECT = "must be a JSON object of the form's fields"
+_PARSED = "_generate_json"  # where the request keeps its parsed body
+
+
+def sends_json(request: HttpRequest) -> bool:
+    return request.content_type == JSON_TYPE
+
+
+def json_fields(request: HttpRequest) -> dict[str, Any]:
+    """The body's object, parsed once per request (a base64 image can be megabytes)."""
+    parsed = getattr(request, _PARSED, None)
+    if parsed is None:
+        try:
+            parsed = json.loads(request.body)
+        except ValueError:
+            raise FieldError("body", "must be a JSON document") from None
+        if not isinstance(parsed, dict):
+            raise FieldError("body", NOT_AN_OBJECT)
+        setattr(request, _PARSED, parsed)
+    return parsed
+
+
+def sent_names(request: HttpRequest) -> tuple[list[str], list[str]]:
+    """The text fields and the file parts sent (not `async`), as the schema's unknown-field
+    check takes them; in JSON the edit's images are its file parts."""
+    if sends_json(request):
+        sent = [name for name, value in json_fields(request).items() if value is not None]
+        fields = [name for name in sent if name not in FILE_PARTS and name != FLAG]
+        return fields, [name for name in sent if name in FILE_PARTS]
+    fields = [name for name in request.POST if name != FLAG]
+    return fields, [name for name, parts in request.FILES.lists() for _ in parts]
+
+
+def sent_flag(request: HttpRequest) -> str | bool | None:
+    """`async` as the body carries it (form text, or JSON's true or false); None when absent
+    or empty. In JSON another value is refused, as the schema's booleans are there."""
+    if not sends_json(request):
+        return request.POST.get(FLAG) or None
+    value = json_fields(request).get(FLAG)
+    if value is not None and not isinstance(value, bool):
+        raise FieldError(FLAG, f"must be true or false; got {json.dumps(value)}")
+    return value
+
+
+def edit_inputs(request: HttpRequest) -> tuple[bytes | None, bytes | None]:
+    """The image's and the mask's bytes (None for one not sent): file parts of a form,
+    base64 text in JSON."""
+    if not sends_json(request):
+        image, mask = request.FILES.get("image"), request.FILES.get("mask")
+        return (None if image is None else image.read()), (None if mask is None else mask.read())
+    fields = json_fields(request)
+    return _base64(fields.get("image"), field="image"), _base64(fields.get("mask"), field="mask")
+
+
+def _base64(text: Any, *, field: str) -> bytes | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise FieldError(field, NOT_BASE64)
+    if text.startswith("data:"):  # data:[<media type>][;base64],<data>
+        text = text.partition(",")[2]
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(field, NOT_BASE64) from None
+
+
+class FormOrJsonModel(FormModel):
+    """Ninja's form parameters, read from a JSON object when the body is one."""
+
+    @classmethod
+    def resolve(cls, request: HttpRequest, api: Any, path_params: dict[str, Any]) -> Any:
+        if not sends_json(request):
+            return super().resolve(request, api, path_params)
+        fields = json_fields(request)
+        if refused := json_type_errors(fields, cls.documented_types()):
+            raise ValidationError(refused)
+        data = cls._map_data_paths(fields)  # unknown names and nulls drop out
+        return cls.model_validate(data, context={"request": request})
+
+    @classmethod
+    def documented_types(cls) -> dict[str, str]:
+        """Each field's JSON type as the OpenAPI document states it."""
+        types: dict[str, str] = {}
+        for field in cls.model_fields.values():
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                types.update(_json_types(field.annotation))
+        return types
+
+
+@functools.cache
+def _json_types(model: type[BaseModel]) -> dict[str, str]:
+    return {
+        name: schema.get("type", "")
+        for name, schema in model.model_json_schema()["properties"].items()
+    }
+
+
+def json_type_errors(fields: dict[str, Any], types: dict[str, str]) -> list[dict[str, Any]]:
+    """A pydantic error for each value not of its field's JSON type: the schema alone would
+    read `true` as 1 step and "4" as 4 (a whole number written 4.0 is an integer)."""
+    return [
+        {"loc": ("form", name), "msg": f"Input should be a valid {types[name]}", "type": "type"}
+        for name, value in fields.items()
+        if value is not None and name in types and not _is_json_type(value, types[name])
+    ]
+
+
+def _is_json_type(value: Any, kind: str) -> bool:
+    if kind == "boolean" or isinstance(value, bool):
+        return kind == "boolean" and isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if kind == "number":
+        return isinstance(value, int | float)
+    if kind == "string":
+        return isinstance(value, str)
+    return True  # a type the document leaves open: the schema decides
+
+
+class FormOrJson(Form):  # type: ignore[misc]
+    """`Annotated[Schema, FormOrJson(...)]`: a form parameter that also takes JSON; the
+    OpenAPI document states it as a form (the route adds the JSON body to it)."""
+
+    _model = FormOrJsonModel
+
+    @classmethod
+    def _param_source(cls) -> str:
+        return "form"
