@@ -10,6 +10,7 @@ its own go to stderr: stdout is the command's (a key's secret, alone).
 """
 
 import os
+import signal
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -18,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from config.env import parse_bool  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 from scripts.running_service import running_service  # noqa: E402
 
@@ -26,7 +28,15 @@ def say(line: str) -> None:
     print(f"manage: {line}", file=sys.stderr, flush=True)
 
 
+def stop_on_signal(number: int, _frame: object) -> None:
+    """A terminal closed or a supervisor's stop ends the command through its exit path, which
+    stops the database started for it (in its own session, no signal reaches it)."""
+    sys.exit(128 + number)
+
+
 def main(argv: list[str]) -> int:
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, stop_on_signal)
     data_dir = ROOT / os.environ.get("DATA_DIR", ".data")  # relative: to the project, as serve
     env = dict(os.environ)
     if "DATA_DIR" in env:  # the same folder from any working directory
@@ -36,7 +46,7 @@ def main(argv: list[str]) -> int:
         if service is not None:
             for name, value in service["settings"].items():
                 env.setdefault(name, value)
-            keys = "on" if env.get("API_KEYS", "0") not in ("", "0") else "off"
+            keys = "on" if parse_bool(env.get("API_KEYS", "0")) else "off"
             say(
                 f"with the service ./scripts/serve runs (pid {service['pid']}, "
                 f"{service['url'] or 'its socket'}; API_KEYS {keys})"

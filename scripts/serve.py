@@ -105,12 +105,14 @@ def stop_process(process: subprocess.Popen) -> None:
 
 def base_url(bind: str) -> str | None:
     """The address a browser on this machine opens for gunicorn's BIND; None for a socket."""
-    if bind.startswith(("unix:", "fd://")):
+    address = host_and_port(bind)
+    if address is None:
         return None
-    match = re.fullmatch(r"(.*):(\d+)", bind)
-    host, port = (match.group(1), match.group(2)) if match else (bind, "8000")
-    if host in ("", "0.0.0.0", "[::]"):
+    host, port = address
+    if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
     return f"http://{host}:{port}"
 
 
@@ -134,12 +136,14 @@ def claim_address(bind: str) -> socket.socket | None:
     if address is None:
         return None
     host, port = address
+    # As gunicorn binds it: IPv6 only for an IPv6 literal, so a name (localhost) is its IPv4
+    # address, whatever order /etc/hosts lists its addresses in.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    dual = family == socket.AF_INET6 and socket.has_dualstack_ipv6()  # as gunicorn's [::]
     try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(
-            host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        dual = family == socket.AF_INET6 and socket.has_dualstack_ipv6()  # as gunicorn's [::]
-        return socket.create_server(sockaddr[:2], family=family, backlog=2048, dualstack_ipv6=dual)
+        return socket.create_server(
+            (host or "0.0.0.0", port), family=family, backlog=2048, dualstack_ipv6=dual
+        )
     except OSError as exc:
         taken = "is taken by another process" if exc.errno == errno.EADDRINUSE else f"failed: {exc}"
         raise AddressTaken(

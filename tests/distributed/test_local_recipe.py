@@ -39,7 +39,9 @@ def recipe_lines() -> tuple[str, str]:
 def test_the_recipes_redis_is_on_loopback_with_a_password_and_its_data_its_own(tmp_path: Path):
     setup, last = recipe_lines()
     port = free_port()
-    on_port = setup.replace("6379", str(port))
+    # Not Debian's own port: its package starts a Redis there, where the recipe's could not bind.
+    assert "--port 6390" in setup and "6379" not in setup.replace("Debian's own on 6379", "")
+    on_port = setup.replace("6390", str(port))
     # The recipe's own lines, then the environment they leave, for the processes it starts.
     done = subprocess.run(
         ["bash", "-c", f"set -e\n{on_port}\nenv -0"],
@@ -65,7 +67,7 @@ def test_the_recipes_redis_is_on_loopback_with_a_password_and_its_data_its_own(t
             assert data in Path(settings[name]).parents, (name, settings[name])
     finally:
         # The recipe's own stop, without the `kill` of the processes this test did not start.
-        stop = last.split(";", 1)[1].replace("6379", str(port))
+        stop = last.split(";", 1)[1].replace("6390", str(port))
         stopped = subprocess.run(
             ["bash", "-c", stop], env=env, capture_output=True, text=True, timeout=30
         )

@@ -1,6 +1,6 @@
 """docs/keys.md's commands, copied as written, against the service ./scripts/serve started: the
-same database (its embedded one, on its own port) and the service's own API_KEYS, whatever the
-terminal they run in has set; the secret alone on stdout, whether the service takes it on
+same database (its embedded one, on its own port) and the service's own API_KEYS where the
+terminal they run in sets none; the secret alone on stdout, whether the service takes it on
 stderr. With no service running, ./scripts/manage starts the embedded database for the command,
 and the key is there for the next start."""
 

@@ -5,6 +5,7 @@ operator's GEN_NICE wins, each said in a start line."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.serve import generation_priority, on_loopback
+from scripts.serve import AddressTaken, claim_address, generation_priority, on_loopback
 from tests.support.processes import ROOT, free_port, wait_for_http
 
 
@@ -46,10 +47,15 @@ def wait_for_text(log: Path, text: str, process: subprocess.Popen, timeout: floa
     return content
 
 
+def gunicorn_pid(serve: subprocess.Popen) -> str:
+    """The gunicorn master ./scripts/serve started."""
+    (child,) = Path(f"/proc/{serve.pid}/task/{serve.pid}/children").read_text().split()
+    return child
+
+
 def gunicorn_environ(serve: subprocess.Popen) -> dict[str, str]:
     """The environment of the gunicorn master ./scripts/serve started."""
-    (child,) = Path(f"/proc/{serve.pid}/task/{serve.pid}/children").read_text().split()
-    raw = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+    raw = Path(f"/proc/{gunicorn_pid(serve)}/environ").read_bytes().split(b"\0")
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
@@ -64,9 +70,14 @@ def test_a_second_serve_on_a_taken_port_stops_at_once_naming_bind(tmp_path: Path
         # A person's machine: the normal priority, said in a start line, and given to gunicorn.
         assert "serve: generation priority: GEN_NICE=0, the machine's normal one" in started
         assert gunicorn_environ(first)["GEN_NICE"] == "0"
+        # gunicorn serves on the socket serve bound, not one it bound again after a check.
+        assert b"fd://" in Path(f"/proc/{gunicorn_pid(first)}/cmdline").read_bytes()
 
         second_log = tmp_path / "second.log"
-        second = start(serve_env(tmp_path / "second", port), second_log)
+        # Its own embedded database would start, were the address checked after it.
+        second_env = serve_env(tmp_path / "second", port, EMBEDDED_DB_PORT=str(free_port()))
+        del second_env["MONGODB_URI"]
+        second = start(second_env, second_log)
         assert second.wait(60) == 1
         said = second_log.read_text()
         assert f"serve: 127.0.0.1:{port} is taken by another process; set BIND" in said
@@ -78,6 +89,21 @@ def test_a_second_serve_on_a_taken_port_stops_at_once_naming_bind(tmp_path: Path
         first.send_signal(signal.SIGTERM)
         first.wait(60)
     assert first.returncode == 0, first_log.read_text()
+
+
+def test_a_host_name_is_bound_on_its_ipv4_address_as_gunicorn_binds_it():
+    """localhost is 127.0.0.1 whatever order /etc/hosts lists ::1 in (gunicorn takes IPv6
+    only for a literal), so another server on 127.0.0.1 is found and browsers reach it."""
+    port = free_port()
+    listener = claim_address(f"localhost:{port}")
+    assert listener is not None
+    try:
+        assert listener.family == socket.AF_INET
+        assert listener.getsockname() == ("127.0.0.1", port)
+        with pytest.raises(AddressTaken):
+            claim_address(f"127.0.0.1:{port}")
+    finally:
+        listener.close()
 
 
 def test_help_names_bind():
