@@ -22,6 +22,7 @@ class Caller:
     admin: bool
     max_queued: int | None = None
     per_minute: int | None = None
+    scope: str = "api"
 
 
 TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
@@ -46,6 +47,7 @@ def key_caller(*, secret: str) -> Caller | None:
         admin=bool(doc.get("admin")),
         max_queued=doc.get("maxQueued"),
         per_minute=doc.get("perMinute"),
+        scope=doc.get("scope") or "api",
     )
 
 

@@ -24,7 +24,7 @@ from django.http.request import split_domain_port, validate_host
 from ninja.security import HttpBasicAuth, HttpBearer
 from pymongo.errors import PyMongoError
 
-from apikeys.errors import KeyStoreUnreachable
+from apikeys.errors import KeyLacksPower, KeyStoreUnreachable
 from apikeys.selectors import TOKEN_CALLER, Caller, key_caller
 
 log = logging.getLogger(__name__)
@@ -55,21 +55,49 @@ def caller_for(secret: str) -> Caller | None:
     return None
 
 
+# What a route needs of a named key (API_TOKEN and admin keys may call every route).
+USE = "api"  # the routes of ordinary use: a key of --scope api
+ADMIN = "admin"  # pulling the model, deleting every todo: an admin
+METRICS = "metrics"  # GET /metrics: an admin or a key of --scope metrics (a scraper's)
+
+_NEEDS = {
+    USE: "an ordinary key, an admin key or API_TOKEN (a --scope metrics key reads /metrics only)",
+    ADMIN: "an admin key or API_TOKEN",
+    METRICS: "an admin key, a key of --scope metrics or API_TOKEN",
+}
+
+
+def with_power(caller: Caller | None, power: str) -> Caller | None:
+    """The caller when it may call a route that needs `power`; a known key that may not is
+    refused with 403 naming what the route needs."""
+    if caller is None or caller.admin:
+        return caller
+    may = caller.scope == METRICS if power == METRICS else power == USE and caller.scope == USE
+    if not may:
+        raise KeyLacksPower(_NEEDS[power])
+    return caller
+
+
 class ApiToken(HttpBearer):
+    def __init__(self, power: str = USE) -> None:
+        super().__init__()
+        self.power = power
+
     def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
-        return caller_for(token)
+        return with_power(caller_for(token), self.power)
 
 
 class ApiTokenAsPassword(HttpBasicAuth):
     """HTTP Basic with the token or key as the password and any user name."""
 
     def authenticate(self, request: HttpRequest, username: str, password: str) -> Caller | None:
-        return caller_for(password)
+        return with_power(caller_for(password), USE)
 
 
-def token_required() -> list[HttpBearer] | None:
-    """The `auth=` of protected routes: a token or key when either is configured, else none."""
-    return [ApiToken()] if protected() else None
+def token_required(power: str = USE) -> list[HttpBearer] | None:
+    """The `auth=` of protected routes: a token or key when either is configured, else none;
+    `power` is what the route needs of a named key (USE, ADMIN, METRICS)."""
+    return [ApiToken(power)] if protected() else None
 
 
 def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth] | None:

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Status
 from ninja.errors import ValidationError
 
-from config.auth import token_required
+from config.auth import ADMIN, token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
@@ -138,7 +138,7 @@ def todos_insert(request: HttpRequest, response: HttpResponse, payload: TodoBatc
 
 @router.delete(
     "/todos",
-    auth=token_required(),
+    auth=token_required(ADMIN),
     response={202: DeletedCountEnvelope, **WRITE_ERRORS},
     summary="Delete all",
 )

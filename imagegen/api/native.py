@@ -6,7 +6,7 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
+from config.auth import ADMIN, client_identity, owner_key, queue_limit, seen_by, token_required
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -87,7 +87,7 @@ def model_status(request: HttpRequest):
 
 @router.post(
     "/model/pull",
-    auth=token_required(),
+    auth=token_required(ADMIN),
     response={200: ModelStatusOut, 202: ModelStatusOut, **errors(503)},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
