@@ -89,6 +89,9 @@ API_TOKEN = env_str("API_TOKEN", "")
 # Named keys kept in MongoDB (manage.py keys; docs/keys.md), taken besides API_TOKEN. Off, the
 # service never reads them, so the image routes never need the database.
 API_KEYS = env_bool("API_KEYS", False)
+# The limits of a named key created without its own (unset: none); API_TOKEN has none.
+KEY_DEFAULT_MAX_QUEUED = env_int("KEY_DEFAULT_MAX_QUEUED", None, minimum=1)
+KEY_DEFAULT_PER_MINUTE = env_int("KEY_DEFAULT_PER_MINUTE", None, minimum=1)
 
 # Addresses or networks (CIDR) of the reverse proxies in front of the service (Azure's
 # ingress). Only a request arriving from one of them has its X-Forwarded-For,

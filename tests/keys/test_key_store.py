@@ -131,3 +131,18 @@ def test_last_used_is_written_at_most_once_a_minute(keys_db: str) -> None:
     keys_collection().update_one({}, {"$set": {"lastUsedAt": stale}})
     selectors.key_caller(secret=issued.secret)
     assert keys_collection().find_one()["lastUsedAt"] > recent
+
+
+def test_a_key_without_limits_of_its_own_has_the_deployments_defaults(keys_db: str, settings):
+    plain = services.key_create(name="plain").secret
+    own = services.key_create(name="own", max_queued=1, per_minute=2).secret
+    before = selectors.key_caller(secret=plain)
+    assert (before.max_queued, before.per_minute) == (None, None)  # unset: no limit
+    settings.KEY_DEFAULT_MAX_QUEUED, settings.KEY_DEFAULT_PER_MINUTE = 3, 10
+    # Read at each request: a key made before the default was set has it too.
+    assert selectors.key_caller(secret=plain).max_queued == 3
+    assert selectors.key_caller(secret=plain).per_minute == 10
+    assert selectors.key_caller(secret=own).max_queued == 1
+    assert selectors.key_caller(secret=own).per_minute == 2
+    made_after = services.key_create(name="after").secret
+    assert selectors.key_caller(secret=made_after).max_queued == 3
