@@ -2,12 +2,12 @@
 who a client is.
 
 With neither API_TOKEN nor API_KEYS set the service stays open (and says so in the log at
-start when DEBUG is off); /health and /model/status always stay open for the platform's probes
+every start and in GET /api); /health and /model/status always stay open for the platform's probes
 and the gate. API_TOKEN is one admin key from the environment; API_KEYS adds the named keys of
 MongoDB (apikeys; docs/keys.md). Wherever the token is taken, a live key is too.
 The OpenAI routes take the token as a bearer token (the SDK's api_key); the AUTOMATIC1111
 routes also as HTTP Basic's password (A1111 clients only know `--api-auth user:password`),
-and their 401 offers both schemes.
+though their 401 offers Bearer alone (a browser caches a Basic password it was asked for).
 
 Forwarded headers (X-Forwarded-For, -Proto, -Host) are believed only from TRUSTED_PROXIES:
 anyone else could write them to pass for another client or to point image links elsewhere.
@@ -143,12 +143,21 @@ def sees_owners(request: HttpRequest) -> bool:
     return settings.API_KEYS and caller is not None and caller.admin
 
 
+OPEN_WARNING = (
+    "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can pull the "
+    "model, generate images, read every prompt and image and change todos; set API_TOKEN to "
+    "close it (docs/operations.md, Access control)"
+)
+
+
+def open_warning() -> str | None:
+    """What GET /api and every start say while nothing is checked; None once protected."""
+    return None if protected() else OPEN_WARNING
+
+
 def warn_if_open() -> None:
-    if not protected() and not settings.DEBUG:
-        log.warning(
-            "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can "
-            "pull the model, generate images and change todos"
-        )
+    if warning := open_warning():
+        log.warning(warning)
     elif settings.API_KEYS:
         log.info("API keys: named keys from MongoDB are taken (read on every request)")
 

@@ -43,6 +43,7 @@ MIDDLEWARE = [
     "config.middleware.AppVersionHeaderMiddleware",
     "config.middleware.ErrorShapeMiddleware",
     "config.middleware.HeadAsGetMiddleware",
+    "config.cross_site.CrossSiteMiddleware",
     "config.middleware.DatabaseBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

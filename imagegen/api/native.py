@@ -6,7 +6,15 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import ADMIN, client_identity, owner_key, queue_limit, seen_by, token_required
+from config.auth import (
+    ADMIN,
+    client_identity,
+    open_warning,
+    owner_key,
+    queue_limit,
+    seen_by,
+    token_required,
+)
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -71,6 +79,8 @@ def index(request: HttpRequest):
         openapi=str(api.openapi_url),
         routes=route_entries(),
         generation=GenerationInForce.model_validate(selectors.generation_rules()),
+        open=open_warning() is not None,
+        warning=open_warning(),
     )
 
 
