@@ -203,16 +203,35 @@ def image_page(*, limit: int, before: str | None, seen_by: str | None = None) ->
     )
 
 
-def image_link_signature(*, image_id: str) -> str:
-    """The signature of a link to this one image (its time and HMAC), valid IMAGE_URL_TTL
-    seconds: what lets a client fetch the PNG without the token (Open WebUI fetches an
-    OpenAI `url` answer with no credentials of ours)."""
-    return _IMAGE_LINK.sign(image_id).removeprefix(f"{image_id}:")
+def _link_message(image_id: str, output_format: str | None, compression: int | None) -> str:
+    """What a link's signature covers: the image and the format and quality it is served
+    in, so a link cannot be turned into a request for other encodings of the image (each
+    one CPU spent). A PNG link (no format) signs the id alone."""
+    if output_format is None and compression is None:
+        return image_id
+    return f"{image_id}/{output_format or ''}/{'' if compression is None else compression}"
 
 
-def image_png_by_link(*, image_id: str, signature: str) -> Path:
+def image_link_signature(
+    *, image_id: str, output_format: str | None = None, compression: int | None = None
+) -> str:
+    """The signature of a link to this one image in this format (its time and HMAC), valid
+    IMAGE_URL_TTL seconds: what lets a client fetch the image without the token (Open WebUI
+    fetches an OpenAI `url` answer with no credentials of ours)."""
+    message = _link_message(image_id, output_format, compression)
+    return _IMAGE_LINK.sign(message).removeprefix(f"{message}:")
+
+
+def image_png_by_link(
+    *,
+    image_id: str,
+    signature: str,
+    output_format: str | None = None,
+    compression: int | None = None,
+) -> Path:
+    message = _link_message(image_id, output_format, compression)
     try:
-        _IMAGE_LINK.unsign(f"{image_id}:{signature}", max_age=settings.IMAGE_URL_TTL)
+        _IMAGE_LINK.unsign(f"{message}:{signature}", max_age=settings.IMAGE_URL_TTL)
     except signing.SignatureExpired:
         raise ImageLinkExpired() from None
     except signing.BadSignature:
