@@ -116,6 +116,8 @@ MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
 TODO_MAX_CONCURRENT = env_int(
     "TODO_MAX_CONCURRENT", max(1, env_int("GUNICORN_THREADS", 16, minimum=1) - 4), minimum=1
 )
+# GET /todos without `limit` answers at most this many, the rest through its Link header.
+TODO_LIST_MAX = env_int("TODO_LIST_MAX", 1000, minimum=1, maximum=1000)
 
 # --- imagegen ---------------------------------------------------------------------------
 MODEL_ID = env_str("MODEL_ID", DEFAULT_MODEL_ID)
