@@ -184,14 +184,15 @@ def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
 
 def _names_input(digest: str, seen_by: str | None) -> bool:
     """Whether an image or unfinished job of key `seen_by` (None: anyone) used this input.
-    Its unfinished jobs first (few); then its records, read as GET /images reads them."""
+    Its unfinished jobs first (few); then its records, read through its index as GET /images
+    reads them."""
     if seen_by is None:
         return True
     jobs = backend.jobs().unfinished()
     if any(digest in input_digests(job.parameters.edit) for job in jobs if job.key == seen_by):
         return True
-    records = backend.image_store().records()
-    return any(digest in input_digests(r.parameters.edit) for r in records if r.key == seen_by)
+    records = backend.image_store().records(key=seen_by)
+    return any(digest in input_digests(r.parameters.edit) for r in records)
 
 
 def image_page(*, limit: int, before: str | None, seen_by: str | None = None) -> ImagePage:
