@@ -175,8 +175,10 @@ def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
     """An edit's stored input (the image or mask as sent) and its media type. A key that is
     not an admin (`seen_by`) gets only an input one of its own images or unfinished jobs
     names: another key's picture is as unknown to it as that key's images (404)."""
+    if not _SHA256.match(digest):
+        raise ImageNotFound()
     path = backend.image_store().input_path(digest)
-    if not _SHA256.match(digest) or not path.is_file() or not _names_input(digest, seen_by):
+    if not path.is_file() or not _names_input(digest, seen_by):
         raise ImageNotFound()
     with Image.open(path) as image:
         return path, image.get_format_mimetype() or "application/octet-stream"

@@ -35,9 +35,9 @@ from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
 from imagegen.generation.edits import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
+from imagegen.generation.stored_ids import is_digest, is_key_name
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
-_KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class GenerationParameters(BaseModel):
@@ -189,6 +189,8 @@ class ImageStore:
             raise FileNotFoundError(f"the edit's input {digest} is not in {path.parent}") from None
 
     def input_path(self, digest: str) -> Path:
+        if not is_digest(digest):  # never a path: the store's files only
+            raise ValueError(f"not an input's sha256: {digest!r}")
         return self.root / "inputs" / digest
 
     def input_ages(self) -> dict[str, float]:
@@ -200,7 +202,7 @@ class ImageStore:
         ages = {}
         for path in folder.iterdir():
             with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                if path.is_file() and len(path.name) == 64:
+                if path.is_file() and is_digest(path.name):
                     ages[path.name] = now - path.stat().st_mtime
         return ages
 
@@ -275,7 +277,7 @@ class ImageStore:
         return self.root / f"{image_id}.json"
 
     def _key_folder(self, key: str) -> Path:
-        if not _KEY_NAME.match(key):  # a key's name (apikeys) or API_TOKEN: never a path
+        if not is_key_name(key):  # a key's name (apikeys) or API_TOKEN: never a path
             raise ValueError(f"not a key's name: {key!r}")
         return self.root / KEY_INDEX / key
 
