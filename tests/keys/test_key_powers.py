@@ -117,3 +117,18 @@ def test_the_gate_pulls_with_api_token_while_keys_are_on_and_admins_may_pull(
     assert requests.get(app.url("/metrics"), headers=root, timeout=30).status_code == 200
     deleted = requests.delete(app.url("/todos"), headers=root, timeout=30)
     assert deleted.status_code == 202, deleted.text
+
+
+def test_server_paths_are_whole_to_admins_and_relative_to_the_share_to_other_keys(
+    app: AppServer, secrets: dict[str, str]
+) -> None:
+    """/sdapi/v1/sd-models' filename; /model/status' model_path keeps the contract's shape."""
+    model_path = requests.get(app.url("/model/status"), timeout=30).json()["model_path"]
+    assert model_path.startswith("/") and model_path.endswith("testorg--tiny-sd")
+
+    def filename(secret: str) -> str:
+        answer = requests.get(app.url("/sdapi/v1/sd-models"), auth=("webui", secret), timeout=30)
+        return answer.json()[0]["filename"]
+
+    assert filename(TOKEN) == filename(secrets["root"]) == model_path
+    assert filename(secrets["alice"]) == "testorg--tiny-sd"
