@@ -4,6 +4,7 @@ deleting every todo: 403), a key of --scope metrics /metrics alone, an admin eve
 the deployment gate's pull, made with API_TOKEN, passes with keys on (docs/keys.md)."""
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.commands import manage
 from tests.support.key_database import connected_database
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env
+from tests.support.model_service import model_service_env, wait_for_state
 from tests.support.processes import AppServer
 
 TOKEN = "the-api-token-of-the-environment"
@@ -47,6 +48,7 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
             "alice": services.key_create(name="alice").secret,
             "root": services.key_create(name="root", admin=True).secret,
             "prometheus": services.key_create(name="prometheus", scope="metrics").secret,
+            "frank": services.key_create(name="frank").secret,  # KEY_DEFAULT_PER_MINUTE's
         }
         yield {**made, "uri": uri}
 
@@ -63,6 +65,8 @@ def app(
             "API_KEYS": "1",
             "API_TOKEN": TOKEN,
             "MONGODB_URI": secrets["uri"],
+            # Every key made without its own limit has it (no test here generates but frank).
+            "KEY_DEFAULT_PER_MINUTE": "1",
         }
         with AppServer(env, work / "app.log") as server:
             yield server
@@ -132,3 +136,23 @@ def test_server_paths_are_whole_to_admins_and_relative_to_the_share_to_other_key
 
     assert filename(TOKEN) == filename(secrets["root"]) == model_path
     assert filename(secrets["alice"]) == "testorg--tiny-sd"
+
+
+def test_a_key_made_without_limits_has_the_deployments_default(
+    app: AppServer, secrets: dict[str, str]
+) -> None:
+    """KEY_DEFAULT_PER_MINUTE=1 in the service's environment: frank, made with no limit of
+    its own, may start one image a minute; API_TOKEN is never limited."""
+    root = {"Authorization": f"Bearer {secrets['root']}"}
+    assert requests.post(app.url("/model/pull"), headers=root, timeout=30).status_code in (200, 202)
+    assert wait_for_state(app, {"ready", "failed"}, 120)["state"] == "ready"
+    if time.time() % 60 > 40:  # the test inside one minute's window
+        time.sleep(61 - time.time() % 60)
+    job = {"prompt": "frank", "size": "64x64", "steps": "2"}
+    frank = {"Authorization": f"Bearer {secrets['frank']}"}
+    assert requests.post(app.url("/generate"), data=job, headers=frank, timeout=120).ok
+    again = requests.post(app.url("/generate"), data=job, headers=frank, timeout=120)
+    assert again.status_code == 429 and "1 images a minute" in again.text, again.text
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    for _ in range(2):
+        assert requests.post(app.url("/generate"), data=job, headers=token, timeout=120).ok
