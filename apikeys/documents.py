@@ -14,6 +14,9 @@ from mongoengine import BooleanField, DateTimeField, Document, IntField, StringF
 from pymongo.collection import Collection
 
 NAME_MAX = 64
+# What a key that is not an admin may call: "api", every route but the admin's own (pulling
+# the model, /metrics, deleting every todo); "metrics", /metrics alone (a scraper's key).
+SCOPES = ("api", "metrics")
 
 
 class ApiKey(Document):
@@ -22,6 +25,7 @@ class ApiKey(Document):
     salt = StringField(required=True)
     digest = StringField(required=True)
     admin = BooleanField(default=False)
+    scope = StringField(choices=SCOPES, null=True)  # None: "api" (keys made before scopes)
     max_queued = IntField(db_field="maxQueued", null=True)
     per_minute = IntField(db_field="perMinute", null=True)
     created_at = DateTimeField(db_field="createdAt", required=True)

@@ -32,3 +32,13 @@ class KeyStoreUnreachable(ServiceError):
         "try again shortly"
     )
     retry_after = 5
+
+
+class KeyLacksPower(ServiceError):
+    """A live key presented to a route its kind may not call: 403 (it is known, so not 401),
+    saying what the route needs."""
+
+    status = 403
+
+    def __init__(self, needs: str) -> None:
+        super().__init__(f"This API key may not call this route: it needs {needs}")

@@ -2,10 +2,14 @@
 
 The lookup reads MongoDB on every request, no cache: a revoked or rotated key is refused by
 every replica from the next request on. `lastUsedAt` is written at most once a minute a key,
-so a busy key costs one read a request, not a write too."""
+so a busy key costs one read a request, not a write too. A key made without a limit of its
+own has the deployment's default (KEY_DEFAULT_MAX_QUEUED, KEY_DEFAULT_PER_MINUTE), read here,
+so a changed default holds for every such key from its next request on."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from django.conf import settings
 
 from apikeys import secret_form
 from apikeys.documents import ApiKey, keys_collection
@@ -22,6 +26,7 @@ class Caller:
     admin: bool
     max_queued: int | None = None
     per_minute: int | None = None
+    scope: str = "api"
 
 
 TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
@@ -44,8 +49,9 @@ def key_caller(*, secret: str) -> Caller | None:
     return Caller(
         name=doc["name"],
         admin=bool(doc.get("admin")),
-        max_queued=doc.get("maxQueued"),
-        per_minute=doc.get("perMinute"),
+        max_queued=doc.get("maxQueued") or settings.KEY_DEFAULT_MAX_QUEUED,
+        per_minute=doc.get("perMinute") or settings.KEY_DEFAULT_PER_MINUTE,
+        scope=doc.get("scope") or "api",
     )
 
 

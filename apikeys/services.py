@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from mongoengine.errors import NotUniqueError
 
 from apikeys import secret_form
-from apikeys.documents import NAME_MAX, ApiKey, keys_collection
+from apikeys.documents import NAME_MAX, SCOPES, ApiKey, keys_collection
 from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
 from config.timestamps import utc_now
 
@@ -20,7 +20,9 @@ class IssuedKey:
     secret: str
 
 
-def _check(*, name: str, max_queued: int | None, per_minute: int | None) -> None:
+def _check(
+    *, name: str, admin: bool, scope: str, max_queued: int | None, per_minute: int | None
+) -> None:
     if not NAME_RULE.match(name) or len(name) > NAME_MAX:
         raise BadKeyField(
             "name",
@@ -29,12 +31,21 @@ def _check(*, name: str, max_queued: int | None, per_minute: int | None) -> None
     for field, value in (("--max-queued", max_queued), ("--per-minute", per_minute)):
         if value is not None and value < 1:
             raise BadKeyField(field, "must be at least 1 (leave it out for no limit)")
+    if scope not in SCOPES:
+        raise BadKeyField("--scope", f"one of {', '.join(SCOPES)}")
+    if admin and scope != "api":
+        raise BadKeyField("--scope", "an admin key may call every route; leave --scope out")
 
 
 def key_create(
-    *, name: str, admin: bool = False, max_queued: int | None = None, per_minute: int | None = None
+    *,
+    name: str,
+    admin: bool = False,
+    scope: str = "api",
+    max_queued: int | None = None,
+    per_minute: int | None = None,
 ) -> IssuedKey:
-    _check(name=name, max_queued=max_queued, per_minute=per_minute)
+    _check(name=name, admin=admin, scope=scope, max_queued=max_queued, per_minute=per_minute)
     ApiKey.ensure_indexes()  # unique name and key id: two creates of one name cannot both win
     key_id, secret = secret_form.new_secret()
     salt = secret_form.new_salt()
@@ -44,6 +55,7 @@ def key_create(
         salt=salt,
         digest=secret_form.digest(salt, secret),
         admin=admin,
+        scope=scope,
         max_queued=max_queued,
         per_minute=per_minute,
         created_at=utc_now(),

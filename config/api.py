@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from config import metrics
+from config.cross_site import JsonOnlyParser
 from config.errors import (
     DATABASE_UNREACHABLE,
     NOT_FOUND,
@@ -50,6 +51,7 @@ api = ProjectAPI(
     "The page for people: [/ui/](/ui/).",
     openapi_url="/api/openapi.json",
     docs_url="/api/docs",
+    parser=JsonOnlyParser(),
 )
 
 # Ninja puts the request part and the parameter's name before the field path.
@@ -88,20 +90,22 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, ServiceError):  # the body parser's refusal (config.cross_site)
+        return on_service_error(request, exc.__cause__)
     if exc.status_code == 400:  # Ninja raises this only for a body that is not JSON
         details = [{"field": "body", "message": "must be a JSON document"}]
         return error_response(request, 400, _describe(details), details=details)
     if exc.status_code == 401:
+        message = "A valid 'Authorization: Bearer <token>' is required"
         if takes_basic_auth(request.path):  # webuiapi and A1111 front ends send Basic
             message = (
                 "A valid 'Authorization: Bearer <token>' (or Basic, with the token as the "
                 "password) is required"
             )
-            challenge = 'Bearer, Basic realm="imagegen"'
-        else:
-            message, challenge = "A valid 'Authorization: Bearer <token>' is required", "Bearer"
         response = error_response(request, 401, message)
-        response["WWW-Authenticate"] = challenge
+        # Bearer alone, even where Basic is taken: a Basic challenge makes a browser ask for
+        # a password and then send it with every request to this host, another site's too.
+        response["WWW-Authenticate"] = "Bearer"
         return response
     return error_response(request, exc.status_code, exc.message)
 

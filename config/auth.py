@@ -2,12 +2,12 @@
 who a client is.
 
 With neither API_TOKEN nor API_KEYS set the service stays open (and says so in the log at
-start when DEBUG is off); /health and /model/status always stay open for the platform's probes
+every start and in GET /api); /health and /model/status always stay open for the platform's probes
 and the gate. API_TOKEN is one admin key from the environment; API_KEYS adds the named keys of
 MongoDB (apikeys; docs/keys.md). Wherever the token is taken, a live key is too.
 The OpenAI routes take the token as a bearer token (the SDK's api_key); the AUTOMATIC1111
 routes also as HTTP Basic's password (A1111 clients only know `--api-auth user:password`),
-and their 401 offers both schemes.
+though their 401 offers Bearer alone (a browser caches a Basic password it was asked for).
 
 Forwarded headers (X-Forwarded-For, -Proto, -Host) are believed only from TRUSTED_PROXIES:
 anyone else could write them to pass for another client or to point image links elsewhere.
@@ -24,7 +24,7 @@ from django.http.request import split_domain_port, validate_host
 from ninja.security import HttpBasicAuth, HttpBearer
 from pymongo.errors import PyMongoError
 
-from apikeys.errors import KeyStoreUnreachable
+from apikeys.errors import KeyLacksPower, KeyStoreUnreachable
 from apikeys.selectors import TOKEN_CALLER, Caller, key_caller
 
 log = logging.getLogger(__name__)
@@ -55,21 +55,49 @@ def caller_for(secret: str) -> Caller | None:
     return None
 
 
+# What a route needs of a named key (API_TOKEN and admin keys may call every route).
+USE = "api"  # the routes of ordinary use: a key of --scope api
+ADMIN = "admin"  # pulling the model, deleting every todo: an admin
+METRICS = "metrics"  # GET /metrics: an admin or a key of --scope metrics (a scraper's)
+
+_NEEDS = {
+    USE: "an ordinary key, an admin key or API_TOKEN (a --scope metrics key reads /metrics only)",
+    ADMIN: "an admin key or API_TOKEN",
+    METRICS: "an admin key, a key of --scope metrics or API_TOKEN",
+}
+
+
+def with_power(caller: Caller | None, power: str) -> Caller | None:
+    """The caller when it may call a route that needs `power`; a known key that may not is
+    refused with 403 naming what the route needs."""
+    if caller is None or caller.admin:
+        return caller
+    may = caller.scope == METRICS if power == METRICS else power == USE and caller.scope == USE
+    if not may:
+        raise KeyLacksPower(_NEEDS[power])
+    return caller
+
+
 class ApiToken(HttpBearer):
+    def __init__(self, power: str = USE) -> None:
+        super().__init__()
+        self.power = power
+
     def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
-        return caller_for(token)
+        return with_power(caller_for(token), self.power)
 
 
 class ApiTokenAsPassword(HttpBasicAuth):
     """HTTP Basic with the token or key as the password and any user name."""
 
     def authenticate(self, request: HttpRequest, username: str, password: str) -> Caller | None:
-        return caller_for(password)
+        return with_power(caller_for(password), USE)
 
 
-def token_required() -> list[HttpBearer] | None:
-    """The `auth=` of protected routes: a token or key when either is configured, else none."""
-    return [ApiToken()] if protected() else None
+def token_required(power: str = USE) -> list[HttpBearer] | None:
+    """The `auth=` of protected routes: a token or key when either is configured, else none;
+    `power` is what the route needs of a named key (USE, ADMIN, METRICS)."""
+    return [ApiToken(power)] if protected() else None
 
 
 def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth] | None:
@@ -115,12 +143,21 @@ def sees_owners(request: HttpRequest) -> bool:
     return settings.API_KEYS and caller is not None and caller.admin
 
 
+OPEN_WARNING = (
+    "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can pull the "
+    "model, generate images, read every prompt and image and change todos; set API_TOKEN to "
+    "close it (docs/operations.md, Access control)"
+)
+
+
+def open_warning() -> str | None:
+    """What GET /api and every start say while nothing is checked; None once protected."""
+    return None if protected() else OPEN_WARNING
+
+
 def warn_if_open() -> None:
-    if not protected() and not settings.DEBUG:
-        log.warning(
-            "API_TOKEN is not set and API_KEYS is off: anyone who reaches this service can "
-            "pull the model, generate images and change todos"
-        )
+    if warning := open_warning():
+        log.warning(warning)
     elif settings.API_KEYS:
         log.info("API keys: named keys from MongoDB are taken (read on every request)")
 

@@ -21,6 +21,10 @@ keepalive = 5
 limit_request_line = 8190
 accesslog = "-" if os.environ.get("ACCESS_LOG", "1") != "0" else None
 logger_class = "config.access_log.AccessLog"  # the page's queue poll only at debug
+# gunicorn's default line without the query string (%(r)s) or the referer (%(f)s): a signed
+# image link's signature is a credential while it lasts, and a referer carries another
+# page's query. The method, the path, the protocol, as the request line had them.
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(a)s"'
 errorlog = "-"
 wsgi_app = "config.wsgi:application"
 # The control socket lives in $HOME and collides between instances; nothing here uses it.

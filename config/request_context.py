@@ -31,6 +31,10 @@ def accepted_request_id(sent: str | None) -> str:
     return secrets.token_hex(16)
 
 
+def is_request_id(value: str) -> bool:
+    return bool(_VALID_ID.fullmatch(value))
+
+
 def current_request_id() -> str | None:
     return request_id.get()
 

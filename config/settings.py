@@ -41,8 +41,12 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "config.middleware.RequestIdMiddleware",
     "config.middleware.AppVersionHeaderMiddleware",
+    # X-Frame-Options: DENY (Django's default value) on every answer, the shaped errors'
+    # too: no page frames ours.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.ErrorShapeMiddleware",
     "config.middleware.HeadAsGetMiddleware",
+    "config.cross_site.CrossSiteMiddleware",
     "config.middleware.DatabaseBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -89,6 +93,17 @@ API_TOKEN = env_str("API_TOKEN", "")
 # Named keys kept in MongoDB (manage.py keys; docs/keys.md), taken besides API_TOKEN. Off, the
 # service never reads them, so the image routes never need the database.
 API_KEYS = env_bool("API_KEYS", False)
+# The limits of a named key created without its own (unset: none); API_TOKEN has none.
+KEY_DEFAULT_MAX_QUEUED = env_int("KEY_DEFAULT_MAX_QUEUED", None, minimum=1)
+KEY_DEFAULT_PER_MINUTE = env_int("KEY_DEFAULT_PER_MINUTE", None, minimum=1)
+
+# Behind a proxy that ends TLS and that every request comes through (Azure's ingress): its
+# X-Forwarded-Proto says a request is https, so HSTS is sent. Off: only a direct TLS
+# connection is (gunicorn here speaks plain HTTP).
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Strict-Transport-Security's max-age on https answers; 0: none.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
 
 # Addresses or networks (CIDR) of the reverse proxies in front of the service (Azure's
 # ingress). Only a request arriving from one of them has its X-Forwarded-For,
@@ -112,6 +127,8 @@ MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
 TODO_MAX_CONCURRENT = env_int(
     "TODO_MAX_CONCURRENT", max(1, env_int("GUNICORN_THREADS", 16, minimum=1) - 4), minimum=1
 )
+# GET /todos without `limit` answers at most this many, the rest through its Link header.
+TODO_LIST_MAX = env_int("TODO_LIST_MAX", 1000, minimum=1, maximum=1000)
 
 # --- imagegen ---------------------------------------------------------------------------
 MODEL_ID = env_str("MODEL_ID", DEFAULT_MODEL_ID)

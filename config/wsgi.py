@@ -6,7 +6,10 @@ from wsgiref.types import WSGIApplication
 
 from django.core.wsgi import get_wsgi_application
 
+from config.file_modes import keep_new_files_private
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
 # What gunicorn calls: Django's handler, then the same wrapped in ChunkedBodies.
 application: WSGIApplication = get_wsgi_application()
 

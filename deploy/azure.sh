@@ -40,6 +40,10 @@ esac
 WORKER_APP_NAME="${WORKER_APP_NAME:-$APP_NAME-worker}"
 WORKER_MAX_REPLICAS="${WORKER_MAX_REPLICAS:-2}"
 REDIS_NAME="${REDIS_NAME:-}"
+# The environment's own network: its infrastructure subnet holds the ingress that every
+# request arrives from, so the app believes X-Forwarded-* from there alone (TRUSTED_PROXIES).
+VNET_PREFIX="${VNET_PREFIX:-10.42.0.0/16}"
+INFRA_SUBNET="${INFRA_SUBNET:-10.42.0.0/23}"
 # The oldest az that reads every field of deploy/containerapp.yaml and sends empty lists and
 # secret values in `update --yaml` (docs/azure.md: "az versions"); the containerapp extension, when
 # installed, replaces the built-in commands and must be at least as new.
@@ -70,6 +74,17 @@ require_az() {
   fi
 }
 
+infrastructure_subnet() {
+  # The address range of the environment's infrastructure subnet, where its ingress is.
+  local subnet
+  subnet="$(az containerapp env show --name "$ENVIRONMENT" --resource-group "$RESOURCE_GROUP" \
+    --query properties.vnetConfiguration.infrastructureSubnetId --output tsv)"
+  [ -n "$subnet" ] ||
+    die "the environment $ENVIRONMENT has no network of its own (made before provision made one)," \
+      "so its ingress's addresses are unknown: set TRUSTED_PROXIES, or provision anew (docs/azure.md)"
+  az network vnet subnet show --ids "$subnet" --query addressPrefix --output tsv
+}
+
 provision() {
   [ "$MAX_NODES" -ge 2 ] ||
     die "MAX_NODES=$MAX_NODES: a rollout runs the old and the new revision side by side, each on a node of its own"
@@ -89,8 +104,17 @@ provision() {
   az storage share-rm create --storage-account "$STORAGE_ACCOUNT" \
     --resource-group "$RESOURCE_GROUP" --name "$SHARE_NAME" --quota 100 \
     --enabled-protocols SMB --output none
+  az network vnet create --name "$ENVIRONMENT-vnet" --resource-group "$RESOURCE_GROUP" \
+    --location "$LOCATION" --address-prefixes "$VNET_PREFIX" --output none
+  az network vnet subnet create --name infrastructure --vnet-name "$ENVIRONMENT-vnet" \
+    --resource-group "$RESOURCE_GROUP" --address-prefixes "$INFRA_SUBNET" \
+    --delegations Microsoft.App/environments --output none
+  local subnet
+  subnet="$(az network vnet subnet show --name infrastructure --vnet-name "$ENVIRONMENT-vnet" \
+    --resource-group "$RESOURCE_GROUP" --query id --output tsv)"
   az containerapp env create --name "$ENVIRONMENT" --resource-group "$RESOURCE_GROUP" \
-    --location "$LOCATION" --enable-workload-profiles --output none
+    --location "$LOCATION" --enable-workload-profiles \
+    --infrastructure-subnet-resource-id "$subnet" --output none
   az containerapp env workload-profile add --name "$ENVIRONMENT" \
     --resource-group "$RESOURCE_GROUP" --workload-profile-name "$WORKLOAD_PROFILE_NAME" \
     --workload-profile-type "$WORKLOAD_PROFILE_TYPE" --min-nodes "$MIN_NODES" \
@@ -193,7 +217,9 @@ deploy() {
   ENVIRONMENT_ID="$(az containerapp env show --name "$ENVIRONMENT" \
     --resource-group "$RESOURCE_GROUP" --query id --output tsv)"
   REVISION_SUFFIX="${REVISION_SUFFIX:-$("$PYTHON" "$here/render.py" --new-revision-suffix)}"
+  TRUSTED_PROXIES="${TRUSTED_PROXIES:-$(infrastructure_subnet)}"
   export LOCATION APP_NAME IMAGE SECRET_KEY API_TOKEN MONGODB_URI ENVIRONMENT_ID REVISION_SUFFIX
+  export TRUSTED_PROXIES
   export REGISTRY_SERVER REGISTRY_USERNAME REGISTRY_PASSWORD WORKLOAD_PROFILE_NAME
   export MODEL_ID="${MODEL_ID:-stabilityai/stable-diffusion-xl-base-1.0}"
   specs=()

@@ -200,8 +200,10 @@ def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
     """An edit's stored input (the image or mask as sent) and its media type. A key that is
     not an admin (`seen_by`) gets only an input one of its own images or unfinished jobs
     names: another key's picture is as unknown to it as that key's images (404)."""
+    if not _SHA256.match(digest):
+        raise ImageNotFound()
     path = backend.image_store().input_path(digest)
-    if not _SHA256.match(digest) or not path.is_file() or not _names_input(digest, seen_by):
+    if not path.is_file() or not _names_input(digest, seen_by):
         raise ImageNotFound()
     with Image.open(path) as image:
         return path, image.get_format_mimetype() or "application/octet-stream"
@@ -209,14 +211,15 @@ def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
 
 def _names_input(digest: str, seen_by: str | None) -> bool:
     """Whether an image or unfinished job of key `seen_by` (None: anyone) used this input.
-    Its unfinished jobs first (few); then its records, read as GET /images reads them."""
+    Its unfinished jobs first (few); then its records, read through its index as GET /images
+    reads them."""
     if seen_by is None:
         return True
     jobs = backend.jobs().unfinished()
     if any(digest in input_digests(job.parameters.edit) for job in jobs if job.key == seen_by):
         return True
-    records = backend.image_store().records()
-    return any(digest in input_digests(r.parameters.edit) for r in records if r.key == seen_by)
+    records = backend.image_store().records(key=seen_by)
+    return any(digest in input_digests(r.parameters.edit) for r in records)
 
 
 def image_page(*, limit: int, before: str | None, seen_by: str | None = None) -> ImagePage:
@@ -228,16 +231,35 @@ def image_page(*, limit: int, before: str | None, seen_by: str | None = None) ->
     )
 
 
-def image_link_signature(*, image_id: str) -> str:
-    """The signature of a link to this one image (its time and HMAC), valid IMAGE_URL_TTL
-    seconds: what lets a client fetch the PNG without the token (Open WebUI fetches an
-    OpenAI `url` answer with no credentials of ours)."""
-    return _IMAGE_LINK.sign(image_id).removeprefix(f"{image_id}:")
+def _link_message(image_id: str, output_format: str | None, compression: int | None) -> str:
+    """What a link's signature covers: the image and the format and quality it is served
+    in, so a link cannot be turned into a request for other encodings of the image (each
+    one CPU spent). A PNG link (no format) signs the id alone."""
+    if output_format is None and compression is None:
+        return image_id
+    return f"{image_id}/{output_format or ''}/{'' if compression is None else compression}"
 
 
-def image_png_by_link(*, image_id: str, signature: str) -> Path:
+def image_link_signature(
+    *, image_id: str, output_format: str | None = None, compression: int | None = None
+) -> str:
+    """The signature of a link to this one image in this format (its time and HMAC), valid
+    IMAGE_URL_TTL seconds: what lets a client fetch the image without the token (Open WebUI
+    fetches an OpenAI `url` answer with no credentials of ours)."""
+    message = _link_message(image_id, output_format, compression)
+    return _IMAGE_LINK.sign(message).removeprefix(f"{message}:")
+
+
+def image_png_by_link(
+    *,
+    image_id: str,
+    signature: str,
+    output_format: str | None = None,
+    compression: int | None = None,
+) -> Path:
+    message = _link_message(image_id, output_format, compression)
     try:
-        _IMAGE_LINK.unsign(f"{image_id}:{signature}", max_age=settings.IMAGE_URL_TTL)
+        _IMAGE_LINK.unsign(f"{message}:{signature}", max_age=settings.IMAGE_URL_TTL)
     except signing.SignatureExpired:
         raise ImageLinkExpired() from None
     except signing.BadSignature:

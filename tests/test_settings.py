@@ -37,6 +37,8 @@ def environment() -> Iterator[dict[str, str]]:
         ({"VAE_TILE_SIZE": "100"}, "VAE_TILE_SIZE must be auto, 0 or a multiple of 8 of at"),
         ({"VAE_TILE_SIZE": "big"}, "VAE_TILE_SIZE must be auto, 0 or a multiple of 8 of at"),
         ({"GEN_QUEUE_MAX": "-1"}, "GEN_QUEUE_MAX must be at least 0, got -1"),
+        ({"KEY_DEFAULT_MAX_QUEUED": "0"}, "KEY_DEFAULT_MAX_QUEUED must be at least 1, got 0"),
+        ({"KEY_DEFAULT_PER_MINUTE": "x"}, "KEY_DEFAULT_PER_MINUTE must be an integer, got 'x'"),
         ({"GEN_QUEUE_MAX": "many"}, "GEN_QUEUE_MAX must be an integer, got 'many'"),
         ({"GEN_SYNC_TIMEOUT": "0"}, "GEN_SYNC_TIMEOUT must be at least 1, got 0"),
         ({"GEN_SYNC_REFUSE_FACTOR": "-1"}, "GEN_SYNC_REFUSE_FACTOR must be at least 0, got -1"),

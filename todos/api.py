@@ -6,11 +6,12 @@ schemas (todos.schemas.TodoOut) shape each into the five keys of a todo.
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Status
 from ninja.errors import ValidationError
 
-from config.auth import token_required
+from config.auth import ADMIN, token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
@@ -113,17 +114,20 @@ LIMIT_WITH_AFTER = (
     "/todos",
     response={200: TodoListEnvelope, **ERRORS},
     summary="List todos",
-    description="All todos, or with `limit` one page of them and the next page's address in "
-    'a `Link: <...>; rel="next"` header (none on the last page).',
+    description="All todos up to TODO_LIST_MAX (1,000), or with `limit` one page of them; "
+    'the next page\'s address in a `Link: <...>; rel="next"` header (none on the last page).',
 )
 def todo_list(request: HttpRequest, response: HttpResponse, query: Query[TodoListQuery]):
     if query.limit is None:
         if query.after is not None:
             raise ValidationError([{"loc": ("query", "limit"), "msg": LIMIT_WITH_AFTER}])
-        return ok(selectors.todo_list())
-    todos, following = selectors.todo_page(limit=query.limit, after=query.after)
+        limit = settings.TODO_LIST_MAX
+        todos, following = selectors.todo_first_page(limit=limit)
+    else:
+        limit = query.limit
+        todos, following = selectors.todo_page(limit=limit, after=query.after)
     if following is not None:
-        next_page = urlencode({"limit": query.limit, "after": following.encode()})
+        next_page = urlencode({"limit": limit, "after": following.encode()})
         response["Link"] = f'</todos?{next_page}>; rel="next"'
     return ok(todos)
 
@@ -145,7 +149,7 @@ def todos_insert(request: HttpRequest, response: HttpResponse, payload: TodoBatc
 
 @router.delete(
     "/todos",
-    auth=token_required(),
+    auth=token_required(ADMIN),
     response={202: DeletedCountEnvelope, **WRITE_ERRORS},
     summary="Delete all",
 )

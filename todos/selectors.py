@@ -64,6 +64,16 @@ def todo_list() -> list[Document]:
     return documents
 
 
+def todo_first_page(*, limit: int) -> tuple[list[Document], Cursor | None]:
+    """`GET /todos` without `limit`: every todo while there are at most `limit` (the
+    collection's size from the server's metadata, one cheap call), read whole and sorted here
+    as todo_list does; past it the first `limit` through the index, and the next page's
+    cursor, so a large collection is never read and answered at once."""
+    if todos_collection().estimated_document_count() <= limit:
+        return todo_list(), None
+    return todo_page(limit=limit, after=None)
+
+
 def todo_page(*, limit: int, after: Cursor | None) -> tuple[list[Document], Cursor | None]:
     """At most `limit` committed todos after the cursor, in list order, and the cursor of the
     next page (None on the last one). The server filters, sorts and stops early, through the

@@ -14,6 +14,7 @@ import base64
 import binascii
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +24,7 @@ from ninja.errors import ValidationError
 from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
-from config.auth import client_identity, token_or_basic_required
+from config.auth import client_identity, request_caller, token_or_basic_required
 from config.errors import FieldError
 from config.version import app_version
 from imagegen import selectors, services
@@ -506,6 +507,19 @@ def options_set(request: HttpRequest, payload: OptionsIn):
     return JsonResponse(None, safe=False)
 
 
+def server_path(request: HttpRequest, path: str) -> str:
+    """A path on this server as a caller may see it: whole to an admin (API_TOKEN, an admin
+    key), else relative to MODEL_DIR: where the operator keeps things is not every client's
+    to know. (GET /model/status's `model_path` keeps the contract's whole path for all.)"""
+    caller = request_caller(request)
+    if caller is not None and caller.admin:
+        return path
+    try:
+        return str(Path(path).relative_to(settings.MODEL_DIR))
+    except ValueError:
+        return Path(path).name
+
+
 @router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
 def sd_models(request: HttpRequest):
     status = selectors.model_status()
@@ -515,7 +529,7 @@ def sd_models(request: HttpRequest):
             model_name=model_titles()[-1],
             hash=status.commit[:10] if status.commit else None,
             sha256=None,
-            filename=status.model_path,
+            filename=server_path(request, status.model_path),
             config=None,
         )
     ]

@@ -1,7 +1,8 @@
 """GET /metrics: the whole process's Prometheus families (config.metrics, django-prometheus'
 HTTP ones, and the state read at scrape time, imagegen.scrape) in Prometheus' text format.
 With API_TOKEN set it needs the token, like the other routes that cost nothing but tell a lot
-(Prometheus sends it with its scrape config's `authorization`)."""
+(Prometheus sends it with its scrape config's `authorization`); with named keys, an admin key
+or a key of --scope metrics, never an ordinary one (it tells about every key's use)."""
 
 import threading
 
@@ -10,7 +11,7 @@ from ninja import Router
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
-from config.auth import token_required
+from config.auth import METRICS, token_required
 from imagegen.api.schemas import errors
 from imagegen.scrape import WebState
 
@@ -34,7 +35,7 @@ def _web_state_registered() -> None:
 
 @router.get(
     "/metrics",
-    auth=token_required(),
+    auth=token_required(METRICS),
     response={200: None, **errors()},
     summary="Prometheus metrics of this process (text format)",
     openapi_extra={

@@ -8,7 +8,15 @@ from ninja import Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
+from config.auth import (
+    ADMIN,
+    client_identity,
+    open_warning,
+    owner_key,
+    queue_limit,
+    seen_by,
+    token_required,
+)
 from config.env import parse_bool
 from config.errors import FieldError
 from config.openapi import form_request_body, png_answer
@@ -77,6 +85,8 @@ def index(request: HttpRequest):
         openapi=str(api.openapi_url),
         routes=route_entries(),
         generation=GenerationInForce.model_validate(selectors.generation_rules()),
+        open=open_warning() is not None,
+        warning=open_warning(),
     )
 
 
@@ -93,7 +103,7 @@ def model_status(request: HttpRequest):
 
 @router.post(
     "/model/pull",
-    auth=token_required(),
+    auth=token_required(ADMIN),
     response={200: ModelStatusOut, 202: ModelStatusOut, **errors(503)},
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )

@@ -322,11 +322,18 @@ def images_response(
     data = []
     for record in records:
         if form.response_format == "url":
-            query = {"signature": selectors.image_link_signature(image_id=record.id)}
+            output_format, compression = None, None
             if form.output_format not in (None, "png"):  # the link re-encodes it too
-                query["output_format"] = form.output_format
-                if form.output_compression is not None:
-                    query["output_compression"] = str(form.output_compression)
+                output_format, compression = form.output_format, form.output_compression
+            query = {
+                "signature": selectors.image_link_signature(
+                    image_id=record.id, output_format=output_format, compression=compression
+                )
+            }
+            if output_format is not None:
+                query["output_format"] = output_format
+                if compression is not None:
+                    query["output_compression"] = str(compression)
             path = f"/v1/images/{record.id}.png?{urlencode(query)}"
             data.append(ImageDatum(url=public_origin(request) + path))
         else:
@@ -387,7 +394,8 @@ def images_edits(request: HttpRequest):
 
 
 class LinkQuery(Schema):
-    """A signed link's query: its signature, and the format of the answer that made it."""
+    """A signed link's query: its signature, and the format of the answer that made it (which
+    the signature covers too)."""
 
     signature: str
     output_format: OutputFormat | None = Field(
@@ -415,7 +423,12 @@ class LinkQuery(Schema):
     },
 )
 def image_by_link(request: HttpRequest, image_id: str, query: Query[LinkQuery]):
-    path = selectors.image_png_by_link(image_id=image_id, signature=query.signature)
+    path = selectors.image_png_by_link(
+        image_id=image_id,
+        signature=query.signature,
+        output_format=query.output_format,
+        compression=query.output_compression,
+    )
     image = encoded(path.read_bytes(), query.output_format, query.output_compression)
     return HttpResponse(image, content_type=MEDIA_TYPES[query.output_format or "png"])
 

@@ -383,6 +383,8 @@ class ApiIndex(Schema):
     openapi: str
     routes: list[RouteEntry]
     generation: GenerationInForce
+    open: bool = Field(description="true while neither API_TOKEN nor API_KEYS is set")
+    warning: str | None = Field(None, description="what an open service lets anyone do")
 
 
 class ModelStatusOut(ModelStatus):

@@ -15,7 +15,7 @@ import redis
 from redis.lock import Lock
 
 from imagegen.distributed.store import decoded
-from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished, new_job_ids
+from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished, new_job_ids, refused
 
 RUN = "imagegen:run:{key}"
 WAITERS = "imagegen:run-waiters:{token}"
@@ -61,7 +61,12 @@ class RedisRuns:
                     pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
                     pipe.expire(run_key, self.ttl)
                     pipe.execute()
-                submit(run.jobs)
+                try:
+                    submit(run.jobs)
+                except Exception as error:
+                    if refused(error):  # nothing queued: nothing for a retry to join
+                        self._delete_if_current(keys=[run_key], args=[run.token])
+                    raise
             with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
                 waiters = WAITERS.format(token=run.token)
                 # One call a line: redis-py types a pipeline's commands as the client's.

@@ -47,13 +47,14 @@ from redis.commands.core import Script
 
 from config import metrics
 from config.errors import ServiceError
-from config.request_context import current_request_id
+from config.request_context import current_request_id, is_request_id
 from imagegen.errors import KeyQueueLimit, WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
 from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
+from imagegen.generation.stored_ids import is_job_id, is_key_name
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +449,28 @@ def _failure(fields: dict) -> ServiceError | None:
     return None
 
 
+def _checked_claim(
+    job_id: str, attempt: int, request: Any, created: Any, now: str, rid: Any, key: Any
+) -> "Claimed":
+    """A claimed job's fields as read from Redis, each checked against the form the web
+    replicas write (imagegen.generation.stored_ids); ValueError naming the first that is not."""
+    owner = decoded(key) or None if key else None
+    if not is_job_id(job_id):
+        raise ValueError("its id is not a job id")
+    if owner is not None and not is_key_name(owner):
+        raise ValueError("its key is not a key's name")
+    request_id = decoded(rid) if rid else None
+    return Claimed(
+        job_id=job_id,
+        attempt=attempt,
+        request=GenerationRequest.model_validate_json(request),  # an edit's digests too
+        created_at=datetime.fromisoformat(decoded(created)),
+        started_at=datetime.fromisoformat(now),
+        request_id=request_id if request_id and is_request_id(request_id) else None,
+        key=owner,
+    )
+
+
 @dataclass(frozen=True)
 class Claimed:
     job_id: str
@@ -649,28 +672,32 @@ class JobStore:
     # -- the worker side --------------------------------------------------------------------
 
     def claim(self, worker: str) -> Claimed | None:
-        """Takes the oldest waiting job for this worker (running, with its heartbeat)."""
-        now = now_text()
-        keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
-        claimed = self._claim(keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN])
-        if claimed is None:
-            return None
-        job_id, attempt = decoded(claimed[0]), int(claimed[1])
-        self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
-        request, created, rid, key = self.redis.hmget(
-            job_key(job_id), "request", "created_at", "request_id", "key"
-        )
-        if request is None or created is None:  # add writes both; only forget removes them
-            raise LookupError(f"job {job_id} was claimed without its request")
-        return Claimed(
-            job_id=job_id,
-            attempt=attempt,
-            request=GenerationRequest.model_validate_json(request),
-            created_at=datetime.fromisoformat(decoded(created)),
-            started_at=datetime.fromisoformat(now),
-            request_id=decoded(rid) if rid else None,
-            key=decoded(key) or None if key else None,
-        )
+        """Takes the oldest waiting job for this worker (running, with its heartbeat). A job
+        whose stored fields are not what a web replica writes (a forged one: an id, a key or
+        an input digest of another form, a request that does not validate) is failed
+        unread, and the next one taken: nothing of it names a file."""
+        while True:
+            now = now_text()
+            keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
+            claimed = self._claim(
+                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN]
+            )
+            if claimed is None:
+                return None
+            job_id, attempt = decoded(claimed[0]), int(claimed[1])
+            self._announce(job_id, EVERY_JOB)  # it runs; the jobs behind it move up
+            request, created, rid, key = self.redis.hmget(
+                job_key(job_id), "request", "created_at", "request_id", "key"
+            )
+            if request is None or created is None:  # add writes both; only forget removes them
+                raise LookupError(f"job {job_id} was claimed without its request")
+            try:
+                return _checked_claim(job_id, attempt, request, created, now, rid, key)
+            except ValueError as error:  # pydantic's ValidationError is one too
+                log.error("job %r is not one this service wrote; failed: %s",
+                          job_id, str(error).splitlines()[0])  # fmt: skip
+                self.finish(job_id, attempt, state=JobState.FAILED.value, phase="failed",
+                            error="the job's stored fields are not valid")  # fmt: skip
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
         """-1: this run of the job is no longer current (found lost); 1: a cancel was asked

@@ -36,6 +36,7 @@ from imagegen.generation.framing import (
     Region,
     resized,
 )
+from imagegen.generation.stored_ids import SHA256
 
 STRENGTH_DEFAULT = 0.75
 MASK_BLUR_DEFAULT = 4  # A1111's
@@ -65,8 +66,11 @@ class EditRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    source: str = Field(description="sha256 of the input image as sent")
-    mask: str | None = Field(default=None, description="sha256 of the mask as sent")
+    # Checked where read back from a store (a worker's job): a digest names a file.
+    source: str = Field(pattern=SHA256.pattern, description="sha256 of the input image as sent")
+    mask: str | None = Field(
+        default=None, pattern=SHA256.pattern, description="sha256 of the mask as sent"
+    )
     strength: float = STRENGTH_DEFAULT
     mask_blur: int = MASK_BLUR_DEFAULT
     resize_mode: int = Field(default=JUST_RESIZE, description="A1111's, as it runs: 0, 1 or 2")

@@ -35,6 +35,7 @@ from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
 from imagegen.generation.edits import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
+from imagegen.generation.stored_ids import is_digest, is_key_name
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
@@ -129,6 +130,13 @@ def png_bytes(image: Image.Image, parameters: GenerationParameters) -> bytes:
     return buffer.getvalue()
 
 
+# Beside the images: a folder per API key holding an empty file per image of the key, named
+# by its id, so a key's listing reads a directory of names, not every record on the share.
+KEY_INDEX = "by-key"
+# Written once the index holds every record saved before it existed (built at its first use).
+INDEX_COMPLETE = ".complete"
+
+
 class ImageStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -155,6 +163,7 @@ class ImageStore:
         write_atomically(
             self._record_path(record.id), json.dumps(record.model_dump(), indent=2).encode()
         )
+        self._index(record)
         return record
 
     def save_input(self, data: bytes) -> str:
@@ -180,6 +189,8 @@ class ImageStore:
             raise FileNotFoundError(f"the edit's input {digest} is not in {path.parent}") from None
 
     def input_path(self, digest: str) -> Path:
+        if not is_digest(digest):  # never a path: the store's files only
+            raise ValueError(f"not an input's sha256: {digest!r}")
         return self.root / "inputs" / digest
 
     def input_ages(self) -> dict[str, float]:
@@ -191,7 +202,7 @@ class ImageStore:
         ages = {}
         for path in folder.iterdir():
             with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                if path.is_file() and len(path.name) == 64:
+                if path.is_file() and is_digest(path.name):
                     ages[path.name] = now - path.stat().st_mtime
         return ages
 
@@ -199,12 +210,17 @@ class ImageStore:
         with contextlib.suppress(FileNotFoundError):
             self.input_path(digest).unlink()
 
-    def records(self) -> Iterator[ImageRecord]:
-        """Every stored record, in no order."""
+    def records(self, *, key: str | None = None) -> Iterator[ImageRecord]:
+        """Every stored record, in no order; with `key`, that API key's, read through its
+        index (the other keys' records are not read)."""
         if not self.root.is_dir():
             return
-        for path in self.root.glob("*.json"):
-            if (record := self.get(path.name[: -len(".json")])) is not None:
+        if key is not None:
+            ids = self._key_ids(key)
+        else:
+            ids = [path.name[: -len(".json")] for path in self.root.glob("*.json")]
+        for image_id in ids:
+            if (record := self.get(image_id)) is not None and (key is None or record.key == key):
                 yield record
 
     def get(self, image_id: str) -> ImageRecord | None:
@@ -228,6 +244,8 @@ class ImageStore:
         except FileNotFoundError:
             return None
         self.png_path(image_id).unlink(missing_ok=True)
+        if record.key is not None:
+            self._key_folder(record.key).joinpath(image_id).unlink(missing_ok=True)
         return record
 
     def png_path(self, image_id: str) -> Path:
@@ -240,7 +258,10 @@ class ImageStore:
         that API key's images."""
         if not self.root.is_dir():
             return []
-        ids = sorted((p.name[: -len(".json")] for p in self.root.glob("*.json")), reverse=True)
+        if key is not None:  # its index: the other keys' records are not read
+            ids = sorted(self._key_ids(key), reverse=True)
+        else:
+            ids = sorted((p.name[: -len(".json")] for p in self.root.glob("*.json")), reverse=True)
         if before is not None:
             ids = [i for i in ids if i < before]
         records = []
@@ -254,3 +275,29 @@ class ImageStore:
 
     def _record_path(self, image_id: str) -> Path:
         return self.root / f"{image_id}.json"
+
+    def _key_folder(self, key: str) -> Path:
+        if not is_key_name(key):  # a key's name (apikeys) or API_TOKEN: never a path
+            raise ValueError(f"not a key's name: {key!r}")
+        return self.root / KEY_INDEX / key
+
+    def _index(self, record: ImageRecord) -> None:
+        if record.key is not None:
+            folder = self._key_folder(record.key)
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.joinpath(record.id).touch()
+
+    def _key_ids(self, key: str) -> list[str]:
+        """The ids of a key's images, from its index; a share written before the index
+        existed is indexed whole once, at the first listing of any key (every record read
+        that one time). A name left by a record deleted meanwhile finds no record: skipped."""
+        complete = self.root / KEY_INDEX / INDEX_COMPLETE
+        if not complete.exists():
+            for record in self.records():
+                self._index(record)
+            complete.parent.mkdir(parents=True, exist_ok=True)
+            complete.touch()
+        folder = self._key_folder(key)
+        if not folder.is_dir():
+            return []
+        return [path.name for path in folder.iterdir() if is_image_id(path.name)]

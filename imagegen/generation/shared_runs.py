@@ -21,11 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from config.errors import ServiceError
+
 # Queues the jobs of a new run under the ids given (chosen by the registry: new_job_ids).
 Submit = Callable[[list[str]], None]
 # Whether a registered run's jobs may still be joined (for a run without a key: any of them
 # is still to finish).
 Unfinished = Callable[[list[str]], bool]
+
+
+def refused(error: BaseException) -> bool:
+    """Whether a submit's error is the service's refusal, after which none of its jobs is
+    queued (a partly queued batch cancels what it queued), unlike a job store that stopped
+    answering, which may have taken a job."""
+    return isinstance(error, ServiceError) and not error.may_follow_a_queued_job
 
 
 def new_job_ids(count: int) -> list[str]:
@@ -89,7 +98,12 @@ class LocalRuns:
             if run is None or not unfinished(run.jobs):
                 run = self._current[key] = SharedRun(key, new_job_ids(count), kept=keep)
                 self._expires[key] = time.monotonic() + self.ttl
-                submit(run.jobs)
+                try:
+                    submit(run.jobs)
+                except Exception as error:
+                    if refused(error):
+                        del self._current[key], self._expires[key]
+                    raise
             self._waiters[run.token] = self._waiters.get(run.token, 0) + 1
             self._expires[key] = time.monotonic() + self.ttl
             return run

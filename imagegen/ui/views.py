@@ -25,7 +25,7 @@ from imagegen.generation.schedulers import SCHEDULERS
 # allowed. Set here, on the page alone: the API's answers are no documents.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data: blob:"
+    "img-src 'self' data: blob:; frame-ancestors 'none'"  # no other page may frame it
 )
 
 

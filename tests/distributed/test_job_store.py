@@ -675,3 +675,32 @@ def test_a_job_run_again_after_its_worker_was_lost_starts_its_previews_anew(stor
     store.claim("w2")
     store.write_preview("r", 2, Preview(step=1, steps=4, width=8, height=8, data=b"new"))
     assert store.view("r").preview_step == 1 and store.preview("r").data == b"new"
+
+
+@pytest.mark.parametrize(
+    ("field", "forged"),
+    [
+        ("request", {"edit": {"source": "../../../../etc/passwd"}}),
+        ("request", {"edit": {"source": "a" * 64, "mask": "/etc/shadow"}}),
+        ("key", "../../elsewhere"),
+    ],
+)
+def test_a_forged_job_is_failed_unread_and_the_next_one_runs(store, tmp_path, field, forged):
+    """Someone who can write to Redis writes a job whose input digest or key is a path: the
+    worker fails it without reading anything, and goes on to the next job."""
+    from imagegen.distributed.store import job_key
+
+    add(store, "forged")
+    if field == "request":
+        request = {**json.loads(REQUEST.model_dump_json()), **forged}
+        store.redis.hset(job_key("forged"), "request", json.dumps(request))
+    else:
+        store.redis.hset(job_key("forged"), "key", forged)
+    add(store, "next")
+    claimed = store.claim("w1")
+    assert claimed is not None and claimed.job_id == "next"
+    state, error = store.redis.hmget(job_key("forged"), "state", "error")
+    assert (state, error) == (b"failed", b"the job's stored fields are not valid")
+    # The image store refuses such a name too, whoever asks.
+    with pytest.raises(ValueError, match="not an input's sha256"):
+        ImageStore(tmp_path).read_input("../../../../etc/passwd")

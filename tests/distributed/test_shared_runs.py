@@ -210,3 +210,25 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
     assert taken == ids[:2]
     assert [store.view(i).state for i in taken] == [JobState.CANCELLED, JobState.CANCELLED]
     assert store.view(ids[2]) is None  # never tried
+
+
+def test_a_refused_submit_unregisters_its_run_at_once(runs, redis_server):
+    """A full queue or a key's limit refused it: nothing queued, so nothing stays registered
+    for the TTL (a client sending refused requests leaves nothing behind); a retry queues
+    anew. A store that stopped answering (above) keeps its run: it may have taken a job."""
+    from imagegen.errors import QueueFull
+
+    jobs = Jobs()
+
+    def full(ids: list[str]) -> None:
+        raise QueueFull()
+
+    for keep in (False, True):
+        with pytest.raises(QueueFull):
+            runs.join_or_submit("k", full, jobs.unfinished, count=2, keep=keep)
+        if isinstance(runs, LocalRuns):
+            assert runs._current == {} and runs._expires == {}
+        else:
+            assert redis_server.client().keys("imagegen:run*") == []
+    retry = join(runs, jobs)
+    assert jobs.submitted == [retry.jobs]

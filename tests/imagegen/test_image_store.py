@@ -62,3 +62,38 @@ def test_a_record_names_its_key_only_when_it_has_one_and_a_page_can_pick_a_keys_
     assert store.get(alices.id).model_dump()["key"] == "alice"
     assert [r.id for r in store.page(limit=10, key="alice")] == [alices.id]
     assert [r.id for r in store.page(limit=10)] == [alices.id, open_one.id]
+
+
+def test_a_keys_listing_reads_its_index_not_every_record(tmp_path, monkeypatch):
+    """A key's images are listed from its index (by-key/<key>/<id>, empty files): the other
+    keys' records are not read. A share written before the index is indexed once, whole."""
+    store = ImageStore(tmp_path)
+    bobs = [store.save(png(), PARAMETERS, device="cpu", timings={}, key="bob") for _ in range(20)]
+    alices = [store.save(png(), PARAMETERS, device="cpu", timings={}, key="alice")
+              for _ in range(2)]  # fmt: skip
+    read: list[str] = []
+    get = ImageStore.get
+    monkeypatch.setattr(ImageStore, "get", lambda self, i: read.append(i) or get(self, i))
+    newest_first = [r.id for r in reversed(alices)]
+    assert [r.id for r in store.page(limit=10, key="alice")] == newest_first
+    assert [r.id for r in store.records(key="alice")] != []
+    read.clear()
+    assert [r.id for r in store.page(limit=10, key="alice")] == newest_first
+    assert {r.id for r in store.records(key="alice")} == set(newest_first)
+    assert set(read) == set(newest_first)  # not one of bob's 20
+    # A deleted image leaves its key's index too.
+    store.delete(alices[0].id)
+    assert [r.id for r in store.page(limit=10, key="alice")] == [alices[1].id]
+    assert not (tmp_path / "by-key" / "alice" / alices[0].id).exists()
+    # A share of records written before the index: indexed whole at the first listing.
+    for marker in (tmp_path / "by-key").rglob("*"):
+        if marker.is_file():
+            marker.unlink()
+    assert len(store.page(limit=50, key="bob")) == len(bobs)
+    read.clear()
+    assert len(store.page(limit=50, key="bob")) == len(bobs) and len(read) == len(bobs)
+
+
+def test_a_key_index_takes_only_a_keys_name(tmp_path):
+    with pytest.raises(ValueError, match="not a key's name"):
+        ImageStore(tmp_path).page(limit=1, key="../x")

@@ -281,6 +281,16 @@ def test_png_is_the_default_and_a_link_serves_the_format_asked(queue):
     fetched = client.get(url.removeprefix("http://testserver"))
     assert fetched.status_code == 200 and fetched["Content-Type"] == "image/webp"
     assert Image.open(io.BytesIO(fetched.content)).format == "WEBP"
+    # The signature covers the format and quality: the link asks for this encoding only.
+    path = url.removeprefix("http://testserver")
+    for changed in (
+        path.replace("output_compression=70", "output_compression=10"),
+        path.replace("output_format=webp", "output_format=jpeg"),
+        path.replace("&output_compression=70", ""),
+        path.split("&output_format")[0],
+    ):
+        assert changed != path
+        assert client.get(changed).status_code == 403, changed
 
 
 @pytest.mark.parametrize("path", ["/v1/images/edits", "/sdapi/v1/img2img"])

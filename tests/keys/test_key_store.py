@@ -69,6 +69,8 @@ def test_a_lookup_records_when_the_key_was_last_used(keys_db: str) -> None:
         ({"name": "x" * 65}, "name"),
         ({"name": "ok", "max_queued": 0}, "--max-queued"),
         ({"name": "ok", "per_minute": -1}, "--per-minute"),
+        ({"name": "ok", "scope": "everything"}, "--scope"),
+        ({"name": "ok", "admin": True, "scope": "metrics"}, "--scope"),
     ],
 )
 def test_bad_fields_are_refused_naming_the_field(keys_db: str, fields: dict, named: str) -> None:
@@ -85,11 +87,14 @@ def test_the_command_shows_the_secret_once_and_lists_without_it(keys_db: str) ->
     assert secret not in created.stderr
 
     admin = run_command("keys", "create", "root", "--admin")
+    scraper = run_command("keys", "create", "prometheus", "--scope", "metrics")
+    assert selectors.key_caller(secret=scraper.stdout.strip()).scope == "metrics"
     listed = run_command("keys", "list")
     assert listed.returncode == 0
     rows = [line.split("\t") for line in listed.stdout.splitlines()]
     assert rows[0][0] == "name"
-    assert [r[0] for r in rows[1:]] == ["alice", "root"]
+    assert [r[0] for r in rows[1:]] == ["alice", "root", "prometheus"]
+    assert [r[7] for r in rows[1:]] == ["api", "api", "metrics"]
     assert rows[1][1] == "no" and rows[1][4:6] == ["1", "4"] and rows[1][3] != "never"
     assert rows[2][1] == "yes" and rows[2][3] == "never"
     assert secret not in listed.stdout and admin.stdout.strip() not in listed.stdout
@@ -140,3 +145,18 @@ def test_last_used_is_written_at_most_once_a_minute(keys_db: str) -> None:
     keys_collection().update_one({}, {"$set": {"lastUsedAt": stale}})
     selectors.key_caller(secret=issued.secret)
     assert keys_collection().find_one()["lastUsedAt"] > recent
+
+
+def test_a_key_without_limits_of_its_own_has_the_deployments_defaults(keys_db: str, settings):
+    plain = services.key_create(name="plain").secret
+    own = services.key_create(name="own", max_queued=1, per_minute=2).secret
+    before = selectors.key_caller(secret=plain)
+    assert (before.max_queued, before.per_minute) == (None, None)  # unset: no limit
+    settings.KEY_DEFAULT_MAX_QUEUED, settings.KEY_DEFAULT_PER_MINUTE = 3, 10
+    # Read at each request: a key made before the default was set has it too.
+    assert selectors.key_caller(secret=plain).max_queued == 3
+    assert selectors.key_caller(secret=plain).per_minute == 10
+    assert selectors.key_caller(secret=own).max_queued == 1
+    assert selectors.key_caller(secret=own).per_minute == 2
+    made_after = services.key_create(name="after").secret
+    assert selectors.key_caller(secret=made_after).max_queued == 3

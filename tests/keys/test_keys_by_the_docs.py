@@ -60,9 +60,9 @@ def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
-def status_with(url: str, secret: str) -> int:
+def status_with(url: str, secret: str, path: str = "/jobs") -> int:
     headers = {"Authorization": f"Bearer {secret}"}
-    return requests.get(url + "/jobs", headers=headers, timeout=10).status_code
+    return requests.get(url + path, headers=headers, timeout=10).status_code
 
 
 def test_the_docs_key_commands_work_as_written_against_the_service_serve_started(tmp_path: Path):
@@ -80,12 +80,17 @@ def test_the_docs_key_commands_work_as_written_against_the_service_serve_started
                 assert "API_KEYS is on: the service takes it" in done.stderr or action == "rotate"
                 assert "with the service ./scripts/serve runs" in done.stderr
                 old, secrets[name] = secrets.get(name), done.stdout.strip()
+                if "--scope" in command:  # a scraper's key: /metrics and nothing else
+                    assert command[command.index("--scope") + 1] == "metrics"
+                    assert status_with(url, secrets[name], "/metrics") == 200
+                    assert status_with(url, secrets[name]) == 403
+                    continue
                 assert status_with(url, secrets[name]) == 200
                 if old is not None:
                     assert status_with(url, old) == 401  # rotated: the old one stops
             elif action == "list":
                 names = [line.split("\t")[0] for line in done.stdout.splitlines()[1:]]
-                assert sorted(names) == ["alice", "open-webui", "ops"]
+                assert sorted(names) == ["alice", "open-webui", "ops", "prometheus"]
             elif action == "revoke":
                 assert status_with(url, secrets[name]) == 401
         assert status_with(url, secrets["open-webui"]) == 200

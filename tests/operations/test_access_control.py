@@ -36,6 +36,8 @@ def test_jobs_and_images_need_the_token(app, path):
 def test_probes_and_status_stay_open(app):
     assert requests.get(app.url("/health")).status_code == 200
     assert requests.get(app.url("/model/status")).status_code == 200
+    index = requests.get(app.url("/api")).json()  # a closed service does not warn
+    assert index["open"] is False and index["warning"] is None
 
 
 def test_the_right_token_is_accepted(app):
@@ -67,5 +69,5 @@ def test_todo_writes_need_the_token_and_answer_in_the_envelope(app):
 
 
 def test_an_open_service_warns_in_its_log(start_app):
-    app = start_app()
+    app = start_app(DEBUG="1")  # at every start, DEBUG or not
     assert "API_TOKEN is not set" in app.log_path.read_text()

@@ -47,6 +47,7 @@ SETTINGS = {
     "REGISTRY_USERNAME": "imagegenacr",
     "REGISTRY_PASSWORD": "registry-password",
     "REVISION_SUFFIX": "d20240101-000000-0000",
+    "TRUSTED_PROXIES": "10.42.0.0/23",
 }
 
 
@@ -256,6 +257,7 @@ DEPLOY_SETTINGS = {
 OPTIONAL = {
     "APP_NAME", "ENVIRONMENT", "SHARE_NAME", "WORKLOAD_PROFILE_TYPE", "WORKLOAD_PROFILE_NAME",
     "MIN_NODES", "MAX_NODES", "CPU", "MEMORY", "IMAGE", "REVISION_SUFFIX", "MODEL_ID",
+    "TRUSTED_PROXIES", "VNET_PREFIX", "INFRA_SUBNET",
 }  # fmt: skip
 
 
@@ -299,6 +301,34 @@ def test_fake_az_control_plane_provision_makes_room_for_every_rollout(fake):
     assert latest["ready"] and latest["active"]
     assert [r["active"] for r in revisions.values()].count(True) == 1
     assert "is ready and runs the image's own command" in second.stdout
+
+
+def app_env(fake: FakeAz, app: str = "imagegen") -> dict[str, str]:
+    (container,) = fake.state()["apps"][app]["properties"]["template"]["containers"]
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+@pytest.mark.parametrize(
+    "layout", [{}, {"LAYOUT": "distributed", "REDIS_NAME": "imagegenjobs", "MAX_NODES": "3"}]
+)
+def test_fake_az_control_plane_the_app_trusts_its_environments_ingress_subnet_alone(fake, layout):
+    """provision gives the environment a network of its own; deploy sets TRUSTED_PROXIES to
+    its infrastructure subnet (where the ingress is), so links are https, and HSTS on."""
+    image = provision(fake, **layout)
+    deployed = azure_sh(fake, "deploy", IMAGE=image, **layout)
+    assert deployed.returncode == 0, deployed.stderr
+    env = app_env(fake)
+    assert env["TRUSTED_PROXIES"] == "10.42.0.0/23"
+    assert env["SECURE_PROXY_SSL_HEADER"] == "1" and int(env["SECURE_HSTS_SECONDS"]) >= 86400
+    mine = azure_sh(fake, "deploy", IMAGE=image, TRUSTED_PROXIES="10.9.0.0/24", **layout)
+    assert mine.returncode == 0, mine.stderr
+    assert app_env(fake)["TRUSTED_PROXIES"] == "10.9.0.0/24"
+    # An environment made without a network of its own: its ingress's addresses are unknown.
+    state = fake.state()
+    state["environment"].pop("properties")
+    fake.save(state)
+    refused = azure_sh(fake, "deploy", IMAGE=image, **layout)
+    assert refused.returncode != 0 and "set TRUSTED_PROXIES" in refused.stderr
 
 
 def test_fake_az_control_plane_provision_refuses_a_single_node_profile(fake):

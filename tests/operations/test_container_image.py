@@ -98,6 +98,7 @@ HOSTILE = {
     "REGISTRY_SERVER": "imagegenacr.azurecr.io",
     "REGISTRY_USERNAME": "imagegenacr",
     "REGISTRY_PASSWORD": "p#ss: word",
+    "TRUSTED_PROXIES": "10.42.0.0/23",
 }
 
 

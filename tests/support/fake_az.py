@@ -460,6 +460,22 @@ def run(command: str, options: dict, state: dict) -> None:
         emit(state["az_version"], options)
     elif command == "containerapp env create":
         state["environment"] = environment(options["--resource-group"], options["--name"])
+        if subnet := options.get("--infrastructure-subnet-resource-id"):
+            network = {"vnetConfiguration": {"infrastructureSubnetId": subnet}}
+            state["environment"]["properties"] = network
+    elif command == "network vnet subnet create":
+        subnet_id = (f"/subscriptions/0000/resourceGroups/{options['--resource-group']}/providers/"
+                     f"Microsoft.Network/virtualNetworks/{options['--vnet-name']}/subnets/"
+                     f"{options['--name']}")  # fmt: skip
+        state.setdefault("subnets", {})[subnet_id] = options["--address-prefixes"]
+    elif command == "network vnet subnet show":
+        subnets = state.get("subnets", {})
+        subnet_id = options.get("--ids") or next(
+            i
+            for i in subnets
+            if i.endswith(f"/{options['--vnet-name']}/subnets/{options['--name']}")
+        )
+        emit({"id": subnet_id, "addressPrefix": subnets[subnet_id]}, options)
     elif command == "containerapp env workload-profile add":
         state["environment"]["profiles"][options["--workload-profile-name"]] = {
             "type": options["--workload-profile-type"],
@@ -509,7 +525,8 @@ def run(command: str, options: dict, state: dict) -> None:
         emit({"name": options["--name"], "hostName": host, "sslPort": 6380}, options)
     elif command == "redis list-keys":
         emit({"primaryKey": "fake/redis+key=", "secondaryKey": "other"}, options)
-    # group, registry, storage and Redis creation: recorded in calls.log, nothing to answer
+    # group, registry, storage, network and Redis creation: recorded in calls.log, nothing to
+    # answer
 
 
 def main(directory: str, argv: list[str]) -> int:

@@ -47,6 +47,24 @@ def test_without_limit_the_list_is_whole_and_has_no_link(app, http):
     assert "Link" not in response.headers
 
 
+def test_without_limit_a_large_collection_is_answered_a_page_at_a_time(app, http):
+    """Past 1,000 todos (TODO_LIST_MAX) the plain list is the first 1,000, still a bare array,
+    with a Link to the rest: never the whole collection in one answer."""
+    titles = [f"t{i}" for i in range(1001)]
+    insert(app, http, titles[:1000])
+    whole = http.get(app.url("/todos"))
+    assert len(whole.json()["data"]) == 1000 and "Link" not in whole.headers
+    insert(app, http, titles[1000:])
+    first = http.get(app.url("/todos"))
+    assert first.status_code == 200 and isinstance(first.json()["data"], list)
+    assert [t["title"] for t in first.json()["data"]] == titles[:1000]
+    rest = next_page(first)
+    assert rest is not None and rest.startswith("/todos?limit=1000&after=")
+    following = http.get(app.url(rest))
+    assert [t["title"] for t in following.json()["data"]] == ["t1000"]
+    assert next_page(following) is None
+
+
 @pytest.mark.parametrize("limit", [1, 3, 4, 7, 12, 1000])
 def test_pages_cover_every_todo_once_in_list_order(app, http, create, limit):
     create("single 0")

@@ -59,10 +59,15 @@ def test_the_token_is_asked_once_and_sent_only_as_a_bearer_header(new_page, toke
     page.reload()
     expect(page.locator("#gallery li")).to_have_count(1)
     expect(dialog).to_be_hidden()
-    # "Forget token" takes it out of the tab.
+    # "Forget token" takes it out of the tab, and the prompts kept for the next visit too.
+    assert "behind a token" in page.evaluate("localStorage.getItem('imagegen.form')")
     page.click("#forget-token")
     assert page.evaluate("sessionStorage.getItem('imagegen.token')") is None
     expect(page.locator("#forget-token")).to_be_hidden()
+    assert page.evaluate("localStorage.getItem('imagegen.form')") is None
+    expect(page.locator("#prompt")).to_have_value("")
+    page.reload()
+    expect(page.locator("#prompt")).to_have_value("")
     # The HTML itself holds no data and is served without the token.
     assert requests.get(token_ui_app.url("/ui/"), timeout=10).status_code == 200
     assert requests.get(token_ui_app.url("/images"), timeout=10).status_code == 401

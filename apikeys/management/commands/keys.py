@@ -22,7 +22,13 @@ class Command(BaseCommand):
         actions = parser.add_subparsers(dest="action", required=True)
         create = actions.add_parser("create", help="make a key and print its secret once")
         create.add_argument("name")
-        create.add_argument("--admin", action="store_true", help="sees and cancels every job")
+        create.add_argument(
+            "--admin", action="store_true", help="sees and cancels every job, pulls, scrapes"
+        )
+        create.add_argument(
+            "--scope", default="api", help="api (default): the routes of ordinary use; "
+            "metrics: GET /metrics alone (a scraper's key)",
+        )  # fmt: skip
         create.add_argument("--max-queued", type=int, help="jobs queued or running at once")
         create.add_argument("--per-minute", type=int, help="images a minute")
         actions.add_parser("list", help="name, created, last used, limits (never the secret)")
@@ -45,6 +51,7 @@ class Command(BaseCommand):
         issued = key_create(
             name=options["name"],
             admin=options["admin"],
+            scope=options["scope"],
             max_queued=options["max_queued"],
             per_minute=options["per_minute"],
         )
@@ -59,7 +66,7 @@ class Command(BaseCommand):
         self.stderr.write(f"key {options['name']!r} revoked: refused from the next request on")
 
     def do_list(self, options: dict) -> None:
-        self.stdout.write("name\tadmin\tcreated\tlast used\tmax queued\tper minute\trevoked")
+        self.stdout.write("name\tadmin\tcreated\tlast used\tmax queued\tper minute\trevoked\tscope")
         for key in key_list():
             cells = (
                 key.name,
@@ -69,6 +76,7 @@ class Command(BaseCommand):
                 key.max_queued or "-",
                 key.per_minute or "-",
                 iso_ms(key.revoked_at) or "-",
+                key.scope or "api",
             )
             self.stdout.write("\t".join(str(cell) for cell in cells))
 

@@ -915,6 +915,10 @@
 
   $("forget-token").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    // The prompts kept for the next visit go with it: they are the person's, like the token.
+    localStorage.removeItem(FORM_KEY);
+    $("prompt").value = "";
+    $("negative_prompt").value = "";
     $("forget-token").hidden = true;
   });
 

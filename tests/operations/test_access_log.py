@@ -1,0 +1,18 @@
+"""gunicorn's access log under the project's config: a line per request with the method,
+path and status, but no query string or referer (a signed image link's signature is a
+credential while it lasts)."""
+
+import requests
+
+SECRET = "THE-SIGNATURE-IN-THE-QUERY"
+
+
+def test_the_access_log_drops_query_strings_and_referers(start_app) -> None:
+    app = start_app(ACCESS_LOG="1")
+    link = app.url(f"/v1/images/{'0' * 32}.png?signature={SECRET}&output_format=webp")
+    assert requests.get(link, headers={"Referer": f"https://x.example/?{SECRET}"}).status_code
+    assert requests.get(app.url(f"/health?{SECRET}"), timeout=10).ok
+    log = app.log_path.read_text()
+    assert f'"GET /v1/images/{"0" * 32}.png HTTP/1.1" 40' in log, log[-2000:]
+    assert '"GET /health HTTP/1.1" 200' in log
+    assert SECRET not in log
