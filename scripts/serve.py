@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:
             return 0
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
+            [sys.executable, "-m", "config.front_proxy"],  # behind nginx beyond loopback
             cwd=ROOT, env=env,
         )  # fmt: skip
         url = base_url(bind)
