@@ -6,7 +6,14 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
+from config.auth import (
+    client_identity,
+    owner_key,
+    queue_limit,
+    seen_by,
+    stream_key,
+    token_required,
+)
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -282,7 +289,7 @@ def job_events(
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.META.get("REQUEST_METHOD") == "HEAD":  # the headers only; no place held
         return StreamingHttpResponse([], content_type="text/event-stream", headers=headers)
-    give_back = services.event_stream_place()
+    give_back = services.event_stream_place(stream_key(request))
 
     def wait(after: int, timeout: float) -> JobView | None:
         try:
