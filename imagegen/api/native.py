@@ -165,8 +165,8 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     files = [name for name, parts in request.FILES.lists() for _ in parts]
     if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
+    admit(request, 1)  # before an edit's images are decoded: a key past its limits costs nothing
     generation = generation_request(request, form)
-    admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
         if key is None:

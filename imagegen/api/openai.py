@@ -376,6 +376,7 @@ def images_edits(request: HttpRequest):
     form = ImageEditForm.of(request)
     if form.stream:
         one_image_streamed(form)
+    admit(request, 1 if form.stream else form.n or 1)  # before the images are decoded
     image, mask = edit_files(request)
     generation = services.edit_request(
         request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
@@ -383,14 +384,13 @@ def images_edits(request: HttpRequest):
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
     )  # fmt: skip
     if form.stream:
-        admit(request, 1)
         return streamed_image(
             generation, client=client_identity(request), prefix=EDIT, key=owner_key(request),
             key_limit=queue_limit(request), stream_key=stream_key(request),
             partials=form.partial_images or 0,
             output_format=form.output_format, compression=form.output_compression,
         )  # fmt: skip
-    records = run_for_client(request, generation, count=form.n or 1)
+    records = run_for_client(request, generation, count=form.n or 1, admitted=True)
     return images_response(request, records, form)
 
 

@@ -30,12 +30,19 @@ def admit(request: HttpRequest, count: int) -> None:
 
 
 def run_for_client(
-    request: HttpRequest, generation: GenerationRequest, *, count: int, partial: bool = False
+    request: HttpRequest,
+    generation: GenerationRequest,
+    *,
+    count: int,
+    partial: bool = False,
+    admitted: bool = False,
 ) -> list[ImageRecord]:
     """`count` images for this client; an identical request or a retry joins its twin's jobs
     (services.generation_run_shared). `partial`: a cancelled job leaves its image out
-    instead of failing the request (A1111's interrupt)."""
-    admit(request, count)
+    instead of failing the request (A1111's interrupt). `admitted`: admit ran already (an
+    edit's route runs it before decoding the images)."""
+    if not admitted:
+        admit(request, count)
     return services.generation_run_shared(
         request=generation,
         count=count,

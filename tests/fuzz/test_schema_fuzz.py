@@ -164,7 +164,7 @@ def file_bytes(value: Any) -> Any:
 def is_no_image(case: Case, field: str) -> bool:
     """What an `image` file part of POST /generate must be (docs/image-api.md, "Starting
     from an image"), and what an A1111 image field's base64 must decode to
-    (docs/protocols.md): a whole image Pillow reads. Pillow run here on the bytes sent."""
+    (docs/protocols.md): a whole PNG, JPEG or WebP image. Pillow run here on the bytes sent."""
     data = sent(case, field)
     if _is_json(case):
         data = _base64_decoded(data)
@@ -173,7 +173,7 @@ def is_no_image(case: Case, field: str) -> bool:
     else:
         data = file_bytes(data)
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP")) as image:
             image.load()
     except Exception:
         return True

@@ -1,14 +1,17 @@
 """What one named key may hold of what every key shares, in both job modes: at most
 KEY_QUEUE_SHARE % of GEN_QUEUE_MAX queued or running (counted in the step that queues each
 job, the Lua script's in distributed mode) and at most KEY_STREAMS_MAX event streams; other
-keys still get theirs."""
+keys still get theirs. And a key's limits are checked before an edit's images are read."""
 
+import base64
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
+from PIL import Image
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
@@ -140,3 +143,36 @@ def test_a_key_holds_at_most_key_streams_max_event_streams(
         assert time.monotonic() < deadline
         time.sleep(0.2)
     again.close()
+
+
+def _gif() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64)).save(buffer, format="GIF")
+    return buffer.getvalue()
+
+
+def test_a_key_past_its_limit_is_refused_before_its_images_are_read(
+    app: AppServer, secrets: dict[str, str], started: list[str]
+):
+    """Admission comes first: a key past its limits gets its 429 without its images being
+    decoded (a GIF, which reading would refuse with a 400, shows which came first)."""
+    assert submit(app, secrets["hugo"], started).status_code == 202  # its --max-queued 1
+    gif, hugo = _gif(), as_(secrets["hugo"])
+    answers = [
+        requests.post(app.url("/generate"), data={"prompt": "an edit"},
+                      files={"image": ("in.gif", gif)}, headers=hugo, timeout=30),
+        requests.post(app.url("/v1/images/edits"), data={"prompt": "an edit"},
+                      files={"image": ("in.gif", gif)}, headers=hugo, timeout=30),
+        requests.post(app.url("/sdapi/v1/img2img"), headers=hugo, timeout=30,
+                      json={"prompt": "an edit", "init_images": [base64.b64encode(gif).decode()]}),
+    ]  # fmt: skip
+    assert [answer.status_code for answer in answers] == [429, 429, 429], [
+        answer.text for answer in answers
+    ]
+    # Within its limits, the same GIF is read, and refused naming the field.
+    gina = requests.post(
+        app.url("/generate"), data={"prompt": "an edit"}, files={"image": ("in.gif", gif)},
+        headers=as_(secrets["gina"]), timeout=30,
+    )  # fmt: skip
+    assert gina.status_code == 400
+    assert gina.json()["error"]["details"][0]["field"] == "image"
