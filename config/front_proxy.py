@@ -168,9 +168,12 @@ http {{
     }}
 
 {too_large_bodies()}
+    # Idle connections to gunicorn are closed here before gunicorn closes them (its keepalive
+    # is 5 s), so a request is never sent down a connection gunicorn is closing.
     upstream application {{
         server 127.0.0.1:{settings.upstream_port};
         keepalive 8;
+        keepalive_timeout 4s;
     }}
 
     server {{
