@@ -1,6 +1,7 @@
 """The proxy in front of gunicorn (config/front_proxy.py), real nginx each time: slow clients
 hold none of gunicorn's threads, the proxy only proxies, and it passes on what it should."""
 
+import http.client
 import json
 import os
 import signal
@@ -22,6 +23,8 @@ import yaml
 from config.front_proxy import ProxySettings, beyond_loopback, render, wanted
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.front_proxy import ProxiedApp
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import PULL_TIMEOUT, model_service_env, pull_until_ready
 from tests.support.processes import ROOT, AppServer, free_port, wait_for_http
 
 THREADS = 4
@@ -381,3 +384,83 @@ def test_the_azure_templates_send_their_ingress_and_probes_to_the_proxy(template
     assert {probe["httpGet"]["path"] for probe in container["probes"]} == {"/health"}
     names = {variable["name"] for variable in container["env"]}
     assert not names & {"BIND", "FRONT_PROXY"}  # the image's own: 0.0.0.0:8000, proxied
+
+
+@pytest.fixture(scope="module")
+def model_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedApp]:
+    """The tiny model's service behind the pair; 127.0.0.2 plays the platform's proxy."""
+    work = tmp_path_factory.mktemp("proxied-model")
+    env = {
+        **model_service_env("", work / "share", work),
+        "TRUSTED_PROXIES": "127.0.0.2",
+        "GEN_MAX_STEPS": "500",
+        "GEN_SYNC_REFUSE_FACTOR": "0",
+    }
+    with LocalHub(hub_root) as hub:
+        env["HF_ENDPOINT"] = hub.url
+        with ProxiedApp(env, work / "app.log") as app:
+            pull_until_ready(app, timeout=PULL_TIMEOUT["in-process"])
+            yield app
+
+
+def send_from(app: AppServer, source: str, path: str, body: dict, **headers: str) -> tuple:
+    """POSTs `body` as JSON from the loopback address `source`: (status, parsed answer)."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", app.port, timeout=120, source_address=(source, 0)
+    )
+    try:
+        connection.request(
+            "POST", path, body=json.dumps(body),
+            headers={"Content-Type": "application/json", **headers},
+        )  # fmt: skip
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read() or b"null")
+    finally:
+        connection.close()
+
+
+def test_the_service_behind_the_proxy_believes_what_a_trusted_proxy_forwarded(
+    model_app: ProxiedApp,
+):
+    """The platform's proxy (a client on 127.0.0.2, named in TRUSTED_PROXIES) says the client
+    came over https: nginx passes that on and the image link is https. Anyone else's say is
+    not passed on."""
+    body = {"prompt": "a link", "size": "64x64", "response_format": "url", "n": 1}
+    links = {}
+    for source in ("127.0.0.2", "127.0.0.1"):
+        status, answer = send_from(
+            model_app, source, "/v1/images/generations", body, **{"X-Forwarded-Proto": "https"}
+        )
+        assert status == 200, answer
+        links[source] = answer["data"][0]["url"]
+    assert links["127.0.0.2"].startswith("https://127.0.0.1:")
+    assert links["127.0.0.1"].startswith("http://127.0.0.1:")
+
+
+def test_clients_behind_the_proxy_stay_apart(model_app: ProxiedApp):
+    """Who a client is comes through the proxy: another client's A1111 interrupt does not
+    stop this one's generation (the service trusts the proxy on loopback and reads the
+    address it forwards; without that, every client would be the proxy)."""
+    long = {"prompt": "a long one behind the proxy", "steps": 400, "width": 64, "height": 64}
+    answers: list[tuple] = []
+    runner = threading.Thread(
+        target=lambda: answers.append(send_from(model_app, "127.0.0.3", "/sdapi/v1/txt2img", long))
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(
+            job["state"] == "running" and job["parameters"]["prompt"] == long["prompt"]
+            for job in requests.get(model_app.url("/jobs"), timeout=10).json()
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert send_from(model_app, "127.0.0.4", "/sdapi/v1/interrupt", {})[0] == 200
+        time.sleep(1.0)
+        jobs = requests.get(model_app.url("/jobs"), timeout=10).json()
+        mine = [job for job in jobs if job["parameters"]["prompt"] == long["prompt"]]
+        assert mine and mine[0]["state"] == "running"  # another client's interrupt: not it
+    finally:
+        send_from(model_app, "127.0.0.3", "/sdapi/v1/interrupt", {})
+        runner.join(120)
+    assert answers and answers[0][0] == 200  # its own interrupt ended it, as A1111's does
