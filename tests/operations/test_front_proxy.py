@@ -4,6 +4,7 @@ hold none of gunicorn's threads, the proxy only proxies, and it passes on what i
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -464,3 +465,18 @@ def test_clients_behind_the_proxy_stay_apart(model_app: ProxiedApp):
         send_from(model_app, "127.0.0.3", "/sdapi/v1/interrupt", {})
         runner.join(120)
     assert answers and answers[0][0] == 200  # its own interrupt ended it, as A1111's does
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"BIND": "0.0.0.0:8001", "PROXY_UPSTREAM_PORT": "8001"}, "must differ from BIND's port"),
+        ({"FRONT_PROXY": "maybe"}, "FRONT_PROXY must be auto, 1 or 0, got 'maybe'"),
+    ],
+)
+def test_a_wrong_proxy_setting_stops_the_start_naming_it(monkeypatch, variables, message):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        wanted()
+        ProxySettings.from_env()
