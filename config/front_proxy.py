@@ -59,7 +59,12 @@ class ProxySettings:
             raise SystemExit(f"PROXY_UPSTREAM_PORT ({upstream}) must differ from BIND's port")
         trusted = tuple(env_list("TRUSTED_PROXIES", []))
         for network in trusted:
-            ipaddress.ip_network(network, strict=False)  # a wrong one stops the start here
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise SystemExit(
+                    f"TRUSTED_PROXIES: {network!r} is not an IP address or network (CIDR)"
+                ) from None
         return cls(
             listen=listen,
             upstream_port=upstream,

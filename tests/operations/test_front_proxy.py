@@ -472,6 +472,7 @@ def test_clients_behind_the_proxy_stay_apart(model_app: ProxiedApp):
     [
         ({"BIND": "0.0.0.0:8001", "PROXY_UPSTREAM_PORT": "8001"}, "must differ from BIND's port"),
         ({"FRONT_PROXY": "maybe"}, "FRONT_PROXY must be auto, 1 or 0, got 'maybe'"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/8,ingress"}, "TRUSTED_PROXIES: 'ingress' is not an IP"),
     ],
 )
 def test_a_wrong_proxy_setting_stops_the_start_naming_it(monkeypatch, variables, message):
