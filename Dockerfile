@@ -17,6 +17,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HOME=/tmp/hf-home \
     DATA_DIR=/tmp/data
 
+# nginx reads each request whole, with deadlines, before gunicorn's threads see it
+# (config/front_proxy.py); its packaged default site is removed: it only proxies.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx \
+    && rm -rf /var/lib/apt/lists/* /etc/nginx/sites-enabled/default /var/www/html
+
 WORKDIR /app
 COPY requirements/base.txt requirements/base.txt
 COPY scripts/install_requirements scripts/install_requirements
@@ -38,5 +44,6 @@ EXPOSE 8000
 # A worker (ROLE=worker) serves no HTTP: its liveness is its heartbeat in Redis.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; os.environ.get('ROLE', 'web') == 'worker' or urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
-# ROLE=web (default): gunicorn with the application; ROLE=worker: manage.py run_worker.
+# ROLE=web (default): nginx on BIND in front of gunicorn with the application (FRONT_PROXY);
+# ROLE=worker: manage.py run_worker.
 CMD ["scripts/start"]

@@ -123,9 +123,21 @@ def owner_key(request: HttpRequest) -> str | None:
 
 def queue_limit(request: HttpRequest) -> int | None:
     """The --max-queued of the request's key (None: none, the token's, an open service):
-    counted by the job board in the step that queues each job (JobBoard.submit)."""
+    counted by the job board in the step that queues each job (JobBoard.submit). A named key
+    holds at most KEY_QUEUE_SHARE % of GEN_QUEUE_MAX whatever its own, so one key cannot
+    take the whole queue from the others."""
     caller = request_caller(request)
-    return None if caller is None else caller.max_queued
+    if caller is None or caller == TOKEN_CALLER:
+        return None if caller is None else caller.max_queued
+    share = max(1, settings.GEN_QUEUE_MAX * settings.KEY_QUEUE_SHARE // 100)
+    return share if caller.max_queued is None else min(caller.max_queued, share)
+
+
+def stream_key(request: HttpRequest) -> str | None:
+    """The named key whose open event streams are counted against KEY_STREAMS_MAX; None for
+    the token and an open service, which only EVENT_STREAMS_MAX bounds."""
+    caller = request_caller(request)
+    return None if caller is None or caller == TOKEN_CALLER else caller.name
 
 
 def seen_by(request: HttpRequest) -> str | None:

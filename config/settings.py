@@ -274,6 +274,20 @@ if EVENT_STREAMS_MAX >= _THREADS:
     raise ImproperlyConfigured(
         f"EVENT_STREAMS_MAX must be below GUNICORN_THREADS ({_THREADS}), got {EVENT_STREAMS_MAX}"
     )
+# Synchronous generations waiting at once (joiners of a twin's or an Idempotency-Key's job
+# included): each holds a thread until its image; the next gets 503 + Retry-After. Below the
+# thread count, with the event streams' places and two threads kept for everything else.
+SYNC_WAITERS_MAX = env_int("SYNC_WAITERS_MAX", max(1, _THREADS - EVENT_STREAMS_MAX - 2), minimum=1)
+if SYNC_WAITERS_MAX >= _THREADS:
+    raise ImproperlyConfigured(
+        f"SYNC_WAITERS_MAX must be below GUNICORN_THREADS ({_THREADS}), got {SYNC_WAITERS_MAX}"
+    )
+# With named keys (API_KEYS=1), what one key may hold of what all share: a percentage of
+# GEN_QUEUE_MAX (its jobs queued or running) and a number of event streams (per process).
+KEY_QUEUE_SHARE = env_int("KEY_QUEUE_SHARE", 50, minimum=1)
+if KEY_QUEUE_SHARE > 100:
+    raise ImproperlyConfigured(f"KEY_QUEUE_SHARE is a percentage, 1 to 100, got {KEY_QUEUE_SHARE}")
+KEY_STREAMS_MAX = env_int("KEY_STREAMS_MAX", max(1, EVENT_STREAMS_MAX // 2), minimum=1)
 # A stream ends itself after this many seconds, before Azure's ingress cuts a request at 240 s;
 # clients resume it with Last-Event-ID and lose nothing.
 EVENT_STREAM_SECONDS = env_float("EVENT_STREAM_SECONDS", 220.0, minimum=0.1)

@@ -195,6 +195,30 @@ class ImageLinkExpired(ServiceError):
     message = "This image link has expired (IMAGE_URL_TTL); generate the image again"
 
 
+class SyncWaitersBusy(ServiceError):
+    """Every place for a synchronous request waiting for its images is taken
+    (SYNC_WAITERS_MAX): each holds one of the worker's threads until its images are made."""
+
+    status = 503
+    message = (
+        "Too many synchronous requests are waiting (SYNC_WAITERS_MAX); try again shortly, or "
+        "submit the generation asynchronously"
+    )
+    retry_after = 5
+
+
+class KeyStreamsBusy(ServiceError):
+    """This API key has KEY_STREAMS_MAX event streams open already; other keys still get
+    theirs."""
+
+    status = 503
+    message = (
+        "This API key has too many event streams open (KEY_STREAMS_MAX); close one, or read "
+        "the job with GET /jobs/<id>"
+    )
+    retry_after = 5
+
+
 class EventStreamsBusy(ServiceError):
     """Every place for an open event stream is taken (EVENT_STREAMS_MAX): each stream holds
     one of the worker's threads for its whole life, and /health needs one too."""

@@ -31,8 +31,10 @@ from imagegen.errors import (
     JobFinished,
     KeyQueueLimit,
     KeyRateLimit,
+    KeyStreamsBusy,
     PastSyncTimeout,
     SyncTimeout,
+    SyncWaitersBusy,
 )
 from imagegen.generation import framing
 from imagegen.generation.edits import (
@@ -163,6 +165,31 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
     return wrapped
 
 
+@cache
+def _waiter_places() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(settings.SYNC_WAITERS_MAX)
+
+
+def _sync_waiter(call: Callable[P, T]) -> Callable[P, T]:
+    """A synchronous request holds one of SYNC_WAITERS_MAX places while it waits for its
+    images, or is refused at once (503 with Retry-After) before anything is queued: each
+    holds a thread until its images are made, and joiners of one job (identical requests,
+    one Idempotency-Key) are no exception, so without a bound below the thread count a few
+    clients hold them all."""
+
+    @functools.wraps(call)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
+        places = _waiter_places()
+        if not places.acquire(blocking=False):
+            raise SyncWaitersBusy()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            places.release()
+
+    return wrapped
+
+
 @_prunes_refused_inputs
 def generation_submit(
     *,
@@ -233,6 +260,7 @@ def _refuse_past_timeout(request: GenerationRequest, count: int, timeout: float 
 
 
 @_prunes_refused_inputs
+@_sync_waiter
 def generation_run(
     *,
     request: GenerationRequest,
@@ -369,13 +397,24 @@ def _stream_places() -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(settings.EVENT_STREAMS_MAX)
 
 
-def event_stream_place() -> Callable[[], None]:
+_key_streams: dict[str, int] = {}  # open event streams of each named key, in this process
+_key_streams_lock = threading.Lock()
+
+
+def event_stream_place(key: str | None = None) -> Callable[[], None]:
     """Takes one of the EVENT_STREAMS_MAX places for an open event stream, or refuses at
     once (503 with Retry-After): each stream holds a worker thread for minutes, and a bound
-    below the thread count keeps threads for /health and every other route. Returns what
-    gives the place back (once, however often it is called)."""
+    below the thread count keeps threads for /health and every other route. A named `key`
+    (config.auth.stream_key) holds at most KEY_STREAMS_MAX of them, so one key cannot take
+    every place. Returns what gives the place back (once, however often it is called)."""
+    if key is not None:
+        with _key_streams_lock:
+            if _key_streams.get(key, 0) >= settings.KEY_STREAMS_MAX:
+                raise KeyStreamsBusy()
+            _key_streams[key] = _key_streams.get(key, 0) + 1
     places = _stream_places()
     if not places.acquire(blocking=False):
+        _give_back_key_stream(key)
         raise EventStreamsBusy()
     metrics.EVENT_STREAMS_OPEN.inc()
     once = threading.Lock()
@@ -383,9 +422,19 @@ def event_stream_place() -> Callable[[], None]:
     def give_back() -> None:
         if once.acquire(blocking=False):
             places.release()
+            _give_back_key_stream(key)
             metrics.EVENT_STREAMS_OPEN.dec()
 
     return give_back
+
+
+def _give_back_key_stream(key: str | None) -> None:
+    if key is None:
+        return
+    with _key_streams_lock:
+        left = _key_streams.pop(key, 1) - 1
+        if left:
+            _key_streams[key] = left
 
 
 # --- synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111) ----------------
@@ -508,6 +557,7 @@ def _cancel_unfinished(jobs: list[JobView]) -> list[str]:
 
 
 @_prunes_refused_inputs
+@_sync_waiter
 def generation_run_shared(
     *,
     request: GenerationRequest,

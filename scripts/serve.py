@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from config.front_proxy import wanted as front_proxy_wanted  # noqa: E402
 from config.gunicorn import bind  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 from scripts.running_service import write_record  # noqa: E402
@@ -284,9 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         # For ./scripts/manage: the database and settings this service runs with.
         started.callback(write_record(data_dir, env, url).unlink, missing_ok=True)
         print(priority_line, flush=True)
+        if listener is not None and front_proxy_wanted():
+            listener.close()  # nginx binds BIND itself, gunicorn behind it on loopback
+            listener = None
         handed = [] if listener is None else ["--bind", f"fd://{listener.fileno()}"]
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn", *handed],
+            [sys.executable, "-m", "config.front_proxy", *handed],  # behind nginx beyond loopback
             cwd=ROOT, env=env, pass_fds=() if listener is None else (listener.fileno(),),
         )  # fmt: skip
         if listener is not None:

@@ -11,14 +11,16 @@ DOCS = ROOT / "docs"
 CONFIGURATION = DOCS / "configuration.md"
 
 # Where the project reads its environment: the settings, gunicorn's and Celery's
-# configuration, the start scripts (scripts/serve.py and scripts/manage.py read EMBEDDED_DB_PORT
-# and DATA_DIR before the service starts; the container's scripts/start reads ROLE) and the
-# package installer of the set-up and the image (scripts/install_requirements: TORCH_INDEX_URL);
-# the malloc arena rule reads glibc's own variables, before Django's settings exist.
+# configuration, the proxy in front of gunicorn (config/front_proxy.py), the start scripts
+# (scripts/serve.py and scripts/manage.py read EMBEDDED_DB_PORT and DATA_DIR before the service
+# starts; the container's scripts/start reads ROLE) and the package installer of the set-up and
+# the image (scripts/install_requirements: TORCH_INDEX_URL); the malloc arena rule reads glibc's
+# own variables, before Django's settings exist.
 PYTHON_READERS = [
     "config/settings.py",
     "config/gunicorn.py",
     "config/celery.py",
+    "config/front_proxy.py",
     "scripts/serve.py",
     "scripts/manage.py",
     "imagegen/model/malloc_arena.py",

@@ -66,6 +66,13 @@ def environment() -> Iterator[dict[str, str]]:
             "EVENT_STREAMS_MAX must be below GUNICORN_THREADS (8), got 8",
         ),
         ({"EVENT_STREAM_SECONDS": "0"}, "EVENT_STREAM_SECONDS must be at least 0.1, got 0"),
+        (
+            {"GUNICORN_THREADS": "8", "SYNC_WAITERS_MAX": "8"},
+            "SYNC_WAITERS_MAX must be below GUNICORN_THREADS (8), got 8",
+        ),
+        ({"KEY_QUEUE_SHARE": "101"}, "KEY_QUEUE_SHARE is a percentage, 1 to 100, got 101"),
+        ({"KEY_QUEUE_SHARE": "0"}, "KEY_QUEUE_SHARE must be at least 1, got 0"),
+        ({"KEY_STREAMS_MAX": "0"}, "KEY_STREAMS_MAX must be at least 1, got 0"),
         ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
         (
             {"JOB_BROKER_URL": "amqp://guest@rabbit//"},
@@ -103,6 +110,20 @@ def test_event_streams_are_bounded_well_below_the_threads_by_default(environment
     assert (settings.EVENT_STREAMS_MAX, settings.EVENT_STREAM_SECONDS) == (4, 220)
     os.environ["GUNICORN_THREADS"] = "32"
     assert importlib.reload(config.settings).EVENT_STREAMS_MAX == 8
+
+
+def test_sync_waiters_and_key_shares_have_their_defaults(environment):
+    for name in ("GUNICORN_THREADS", "EVENT_STREAMS_MAX", "SYNC_WAITERS_MAX", "KEY_QUEUE_SHARE",
+                 "KEY_STREAMS_MAX"):  # fmt: skip
+        os.environ.pop(name, None)
+    settings = importlib.reload(config.settings)
+    assert (settings.SYNC_WAITERS_MAX, settings.KEY_QUEUE_SHARE, settings.KEY_STREAMS_MAX) == (
+        10,
+        50,
+        2,
+    )
+    os.environ["GUNICORN_THREADS"] = "4"  # EVENT_STREAMS_MAX 1: 4 - 1 - 2
+    assert importlib.reload(config.settings).SYNC_WAITERS_MAX == 1
 
 
 def test_the_job_stores_calls_are_bounded_below_the_threads_by_default(environment):

@@ -28,7 +28,7 @@ from config.auth import client_identity, request_caller, token_or_basic_required
 from config.errors import FieldError
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.protocol import png_base64, run_for_client
+from imagegen.api.protocol import admit, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.generation.edits import (
     INPUT_PIXELS_FACTOR,
@@ -413,7 +413,9 @@ def _answer(
 def img2img(request: HttpRequest, payload: Img2ImgIn):
     """The edit rules of POST /generate's form (docs/image-api.md); a retry of the same body
     by the same client joins its twin's jobs, as txt2img's does."""
-    records = run_for_client(request, payload.to_edit(), count=payload.count, partial=True)
+    admit(request, payload.count)  # before the images are decoded
+    generation = payload.to_edit()
+    records = run_for_client(request, generation, count=payload.count, partial=True, admitted=True)
     sent = payload.model_dump()
     if not payload.include_init_images:  # A1111 leaves the inputs out unless asked
         sent |= {"init_images": None, "mask": None}

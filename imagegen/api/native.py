@@ -15,6 +15,7 @@ from config.auth import (
     owner_key,
     queue_limit,
     seen_by,
+    stream_key,
     token_required,
 )
 from config.env import parse_bool
@@ -199,8 +200,8 @@ def generate(
     if unknown := GenerateForm.unknown_fields(*generate_body.sent_names(request)):
         raise ValidationError(unknown)
     run_async = wants_async(request)  # refused before an edit's inputs are stored
+    admit(request, 1)  # before an edit's images are decoded: a key past its limits costs nothing
     generation = generation_request(request, form)
-    admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if run_async:
         if key is None:
@@ -338,7 +339,7 @@ def job_events(
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.META.get("REQUEST_METHOD") == "HEAD":  # the headers only; no place held
         return StreamingHttpResponse([], content_type="text/event-stream", headers=headers)
-    give_back = services.event_stream_place()
+    give_back = services.event_stream_place(stream_key(request))
 
     def wait(after: int, timeout: float) -> JobView | None:
         try:

@@ -21,7 +21,14 @@ from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
 from pydantic import ValidationError as PydanticError
 
-from config.auth import client_identity, owner_key, public_origin, queue_limit, token_required
+from config.auth import (
+    client_identity,
+    owner_key,
+    public_origin,
+    queue_limit,
+    stream_key,
+    token_required,
+)
 from config.errors import FieldError
 from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
@@ -356,7 +363,7 @@ def images_generations(request: HttpRequest, payload: ImageGenerationIn):
         admit(request, 1)  # an API key's limits, as run_for_client applies them
         return streamed_image(
             payload.to_request(), client=client_identity(request), prefix=GENERATION,
-            key=owner_key(request), key_limit=queue_limit(request),
+            key=owner_key(request), key_limit=queue_limit(request), stream_key=stream_key(request),
             partials=payload.partial_images or 0, output_format=payload.output_format,
             compression=payload.output_compression,
         )  # fmt: skip
@@ -376,6 +383,7 @@ def images_edits(request: HttpRequest):
     form = ImageEditForm.of(request)
     if form.stream:
         one_image_streamed(form)
+    admit(request, 1 if form.stream else form.n or 1)  # before the images are decoded
     image, mask = edit_files(request)
     generation = services.edit_request(
         request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
@@ -383,13 +391,13 @@ def images_edits(request: HttpRequest):
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
     )  # fmt: skip
     if form.stream:
-        admit(request, 1)
         return streamed_image(
             generation, client=client_identity(request), prefix=EDIT, key=owner_key(request),
-            key_limit=queue_limit(request), partials=form.partial_images or 0,
+            key_limit=queue_limit(request), stream_key=stream_key(request),
+            partials=form.partial_images or 0,
             output_format=form.output_format, compression=form.output_compression,
         )  # fmt: skip
-    records = run_for_client(request, generation, count=form.n or 1)
+    records = run_for_client(request, generation, count=form.n or 1, admitted=True)
     return images_response(request, records, form)
 
 

@@ -96,13 +96,15 @@ def streamed_image(
     prefix: str,
     key: str | None,
     key_limit: int | None,
+    stream_key: str | None,
     partials: int,
     output_format: OutputFormat | None,
     compression: int | None,
 ) -> StreamingHttpResponse:
     """Submits the job (refused at once, as JSON, when it cannot be queued), then streams it;
-    the stream holds one of EVENT_STREAMS_MAX places while open."""
-    give_back: Callable[[], None] = services.event_stream_place()
+    the stream holds one of EVENT_STREAMS_MAX places while open (and of its `stream_key`'s
+    KEY_STREAMS_MAX)."""
+    give_back: Callable[[], None] = services.event_stream_place(stream_key)
     try:
         job = services.generation_submit(
             request=request.model_copy(update={"partial_images": partials}),

@@ -18,23 +18,31 @@ from imagegen.generation.render import GenerationRequest
 
 
 def admit(request: HttpRequest, count: int) -> None:
-    """Refuses with 429 a generating request of an API key past its `--max-queued` or
-    `--per-minute` (services.key_admit); every generating route calls it first."""
+    """Refuses with 429 a generating request of an API key past its `--max-queued` (or its
+    share of the queue: config.auth.queue_limit) or `--per-minute` (services.key_admit);
+    every generating route calls it first, before an edit's images are decoded."""
     caller = request_caller(request)
-    if caller is not None and (caller.max_queued or caller.per_minute):
+    limit = queue_limit(request)
+    if caller is not None and (limit or caller.per_minute):
         services.key_admit(
-            key=caller.name, max_queued=caller.max_queued, per_minute=caller.per_minute,
-            count=count,
-        )  # fmt: skip
+            key=caller.name, max_queued=limit, per_minute=caller.per_minute, count=count
+        )
 
 
 def run_for_client(
-    request: HttpRequest, generation: GenerationRequest, *, count: int, partial: bool = False
+    request: HttpRequest,
+    generation: GenerationRequest,
+    *,
+    count: int,
+    partial: bool = False,
+    admitted: bool = False,
 ) -> list[ImageRecord]:
     """`count` images for this client; an identical request or a retry joins its twin's jobs
     (services.generation_run_shared). `partial`: a cancelled job leaves its image out
-    instead of failing the request (A1111's interrupt)."""
-    admit(request, count)
+    instead of failing the request (A1111's interrupt). `admitted`: admit ran already (an
+    edit's route runs it before decoding the images)."""
+    if not admitted:
+        admit(request, count)
     return services.generation_run_shared(
         request=generation,
         count=count,

@@ -52,9 +52,12 @@ PROMPT_MAX = 1000
 _SIZE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$", re.ASCII | re.IGNORECASE)
 # What a form number may look like: ASCII digits only. Python's int() and float() also take
 # other scripts' digits (full-width ones, say) and underscores ("2_0"), which no client
-# means as numbers.
+# means as numbers. The length is checked before the pattern, and each part of the pattern
+# can match in one way only, so a long string costs no more than reading it once.
+NUMBER_MAX_CHARS = 40
+NUMBER_TOO_LONG = f"a number is at most {NUMBER_MAX_CHARS} characters"
 _INTEGER = re.compile(r"^[+-]?[0-9]+$", re.ASCII)
-_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
+_NUMBER = re.compile(r"^[+-]?(?:[0-9]++(?:\.[0-9]*+)?|\.[0-9]++)(?:[eE][+-]?[0-9]++)?$", re.ASCII)
 _NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
                "-infinity"}  # fmt: skip
 
@@ -101,8 +104,15 @@ def _blank_is_absent(value: Any) -> Any:
     return None if isinstance(value, str) and is_blank(value) else value
 
 
+def _bounded(value: str) -> str:
+    """A form number's text without its surrounding spaces, refused past NUMBER_MAX_CHARS."""
+    if len(value) > NUMBER_MAX_CHARS:
+        raise PydanticCustomError("number_too_long", NUMBER_TOO_LONG)
+    return value.strip()
+
+
 def _ascii_integer(value: Any) -> Any:
-    if isinstance(value, str) and not _INTEGER.match(value.strip()):
+    if isinstance(value, str) and not _INTEGER.match(_bounded(value)):
         raise PydanticCustomError(
             "int_parsing", "Input should be a valid integer, unable to parse string as an integer"
         )
@@ -111,7 +121,7 @@ def _ascii_integer(value: Any) -> Any:
 
 def _ascii_number(value: Any) -> Any:
     if isinstance(value, str):
-        text = value.strip()
+        text = _bounded(value)
         if not _NUMBER.match(text) and text.lower() not in _NOT_FINITE:
             raise PydanticCustomError(
                 "float_parsing",

@@ -22,13 +22,14 @@ The rules:
 
 import hashlib
 import io
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
-from config.errors import FieldError
+from config.errors import FieldError, ServiceError
 from imagegen.generation.framing import (
     JUST_RESIZE,
     ONLY_MASKED_PADDING_MAX,
@@ -45,10 +46,7 @@ MASK_BLUR_MAX = 64  # A1111's slider's end
 # decoded (a decompression bomb is refused, not decoded): 4 x GEN_MAX_SIDE squared.
 INPUT_PIXELS_FACTOR = 4
 # The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
-NOT_AN_IMAGE = (
-    "must be an image this service can read (PNG, JPEG, WebP, GIF, BMP, TIFF, ...), whole: "
-    "this is none, or is truncated"
-)
+NOT_AN_IMAGE = "must be a PNG, JPEG or WebP image, whole: this is none of them, or is truncated"
 EDIT_ONLY = "applies to an edit only: send an `image` file part"
 MASK_NEEDS_IMAGE = "needs an `image` file part to mask"
 MARKS_NOTHING = (
@@ -195,13 +193,40 @@ def check_only_masked_padding(value: int) -> int:
     return value
 
 
+# The formats an uploaded image may be in: what clients send, and no more of Pillow's
+# decoders (each one more is more code that reads what anyone sends).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
+# Images decoded at once in this process: each may be 4 x GEN_MAX_SIDE squared pixels (64 MB
+# and more at 2048) and seconds of CPU, so a burst of uploads waits its turn here rather than
+# taking the memory and the interpreter together; one that waits DECODE_WAIT is refused.
+DECODES_AT_ONCE = 2
+DECODE_WAIT = 10.0
+_decodes = threading.BoundedSemaphore(DECODES_AT_ONCE)
+
+
+class DecodesBusy(ServiceError):
+    status = 503
+    message = "Too many uploaded images are being read at once; try again shortly"
+    retry_after = 5
+
+
 def read_image(data: bytes, *, field: str, max_pixels: int) -> Image.Image:
-    """The uploaded file `data` decoded, or a FieldError naming `field`: not an image, a
-    size past `max_pixels` (read from the header, before any pixel is decoded), a truncated
-    or otherwise undecodable file. An animated image gives its first frame."""
+    """The uploaded file `data` decoded, or a FieldError naming `field`: not a PNG, JPEG or
+    WebP image, a size past `max_pixels` (read from the header, before any pixel is
+    decoded), a truncated or otherwise undecodable file. An animated image gives its first
+    frame. At most DECODES_AT_ONCE decode at once (DecodesBusy past DECODE_WAIT)."""
+    if not _decodes.acquire(timeout=DECODE_WAIT):
+        raise DecodesBusy()
+    try:
+        return _decoded(data, field=field, max_pixels=max_pixels)
+    finally:
+        _decodes.release()
+
+
+def _decoded(data: bytes, *, field: str, max_pixels: int) -> Image.Image:
     bound = f"past the bound of {max_pixels} pixels (4 x GEN_MAX_SIDE squared)"
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
         width, height = image.size
         if width * height > max_pixels:
             raise FieldError(field, f"declares {width}x{height} pixels, {bound}")

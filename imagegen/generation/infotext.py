@@ -16,9 +16,11 @@ from typing import Any
 from PIL import Image
 
 # A1111's re_param: a key, then a quoted value (JSON-escaped) or anything to the next comma.
-# The key is bounded (A1111's is not): unbounded, a long line without a colon costs time in
-# the square of its length (a 1 MB text chunk, a PNG of 1 KB compressed: hours).
-_PARAM = re.compile(r'\s*(\w[\w \-/]{0,63}):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
+# Written so that no part can give back what it matched (possessive quantifiers), and without
+# A1111's leading `\s*`, which only skips what the search skips anyway: with it, or with an
+# unbounded key, a long run of spaces costs time in the square of its length (a PNG of a few
+# hundred bytes held the interpreter for seconds). The key is bounded (A1111's is not).
+_PARAM = re.compile(r'(\w[\w \-/]{0,63}+):\s*+("(?:\\.|[^\\"])++"|[^,]*+)(?:,|$)')
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 NEGATIVE = "Negative prompt:"
 # The most of a `parameters` text that is parsed: an A1111 text is a few KB; Pillow reads
@@ -42,12 +44,22 @@ def parse_infotext(text: str) -> dict[str, Any]:
     parsed: dict[str, Any] = {"Prompt": "\n".join(prompt), "Negative prompt": "\n".join(negative)}
     for key, value in _PARAM.findall(last):
         if len(value) > 1 and value[0] == value[-1] == '"':
-            value = json.loads(value)
+            value = _unquoted(value)
         if size := _SIZE.match(value):
             parsed[f"{key}-1"], parsed[f"{key}-2"] = size.groups()
         else:
             parsed[key] = value
     return parsed
+
+
+def _unquoted(value: str) -> str:
+    """A quoted value's text, as A1111's unquote: JSON's unescaping, or the text as it is
+    when it is not a JSON string (a quote escaped at its end, say)."""
+    try:
+        text = json.loads(value)
+    except ValueError:
+        return value
+    return text if isinstance(text, str) else value
 
 
 @dataclass(frozen=True)

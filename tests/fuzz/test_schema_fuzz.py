@@ -14,6 +14,7 @@ repeatable and CI does not pass or fail by chance.
 import base64
 import io
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -24,12 +25,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import requests
 import schemathesis
 from bson import ObjectId
 from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from PIL import Image
+from PIL import Image, PngImagePlugin
 from pydantic import ValidationError as PydanticError
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -42,6 +44,7 @@ from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
 from imagegen.api.a1111 import NOT_BASE64, SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
+from imagegen.api.schemas import NUMBER_TOO_LONG
 from imagegen.generation.edits import (
     EDIT_ONLY,
     MASK_NEEDS_IMAGE,
@@ -56,6 +59,7 @@ from imagegen.generation.schedulers import (
     a1111_scheduler,
 )
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.health_watch import health_beside
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
 from todos.cursors import NOT_A_CURSOR, Cursor
@@ -160,7 +164,7 @@ def file_bytes(value: Any) -> Any:
 def is_no_image(case: Case, field: str) -> bool:
     """What an `image` file part of POST /generate must be (docs/image-api.md, "Starting
     from an image"), and what an A1111 image field's base64 must decode to
-    (docs/protocols.md): a whole image Pillow reads. Pillow run here on the bytes sent."""
+    (docs/protocols.md): a whole PNG, JPEG or WebP image. Pillow run here on the bytes sent."""
     data = sent(case, field)
     if _is_json(case):
         data = _base64_decoded(data)
@@ -169,7 +173,7 @@ def is_no_image(case: Case, field: str) -> bool:
     else:
         data = file_bytes(data)
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP")) as image:
             image.load()
     except Exception:
         return True
@@ -490,3 +494,123 @@ def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case,
         sampler = body.get("sampler_name") or body.get("sampler_index")
         with pytest.raises(UnknownScheduler) if refused else nullcontext():
             a1111_scheduler(sampler, body.get("scheduler"))
+
+
+# Hostile input: long strings built of the characters a pattern is slowest on. Each one must
+# be answered (refused or served) while /health, asked beside it, answers within HEALTH_WITHIN.
+HEALTH_WITHIN = 1.0
+HOSTILE_BYTES = 1024 * 1024
+QUERY_BYTES = 4000  # gunicorn refuses a request line past 4094 bytes before the app
+
+
+def hostile_strings(size: int) -> dict[str, str]:
+    """A run of digits (numbers' patterns), a run of spaces between two letters (patterns that
+    skip spaces, A1111's infotext), and letters and spaces taking turns (word patterns)."""
+    return {
+        "digits": "1" * size,
+        "spaces": "a" + " " * (size - 2) + "b",
+        "words": "a " * (size // 2),
+    }
+
+
+def _infotext_png(text: str) -> str:
+    """A PNG of one pixel carrying `text` as its compressed `parameters` chunk, in base64."""
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("parameters", text, zip=True)
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buffer, format="PNG", pnginfo=info)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+_SPACED_PNG = _infotext_png("a" + " " * 20_000 + "b")  # 137 bytes
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        # A guidance of 20,000 digits and a `parameters` text of 20,000 spaces between two
+        # letters: each held the interpreter for seconds (a pattern that backtracks in the
+        # square of the length), so /health waited with them.
+        ("post", "/generate", {"data": {"prompt": "a cat", "guidance": "1" * 20_000 + "x"}}),
+        ("post", "/v1/images/edits", {"data": {"prompt": "a", "strength": "1" * 20_000 + "x"}}),
+        ("post", "/sdapi/v1/png-info", {"json": {"image": _SPACED_PNG}}),
+    ],
+    ids=["guidance", "openai-strength", "png-info"],
+)  # fmt: skip
+def test_inputs_that_were_slow_are_answered_with_health_beside(
+    fuzz_app: AppServer, method: str, path: str, kwargs: dict[str, Any]
+):
+    with health_beside(fuzz_app.url("/health")) as watch:
+        started = time.monotonic()
+        response = requests.request(method, fuzz_app.url(path), timeout=60, **kwargs)
+        took = time.monotonic() - started
+        time.sleep(0.3)  # a /health asked after the answer as well
+    assert response.status_code in (200, 400), response.text[:500]
+    assert took < HEALTH_WITHIN, f"{path} took {took:.2f}s"
+    assert watch.longest < HEALTH_WITHIN, f"/health waited {watch.longest:.2f}s"
+    assert not watch.failures, watch.failures
+
+
+def test_a_number_past_its_bound_is_refused_by_its_rule(fuzz_app: AppServer):
+    response = requests.post(
+        fuzz_app.url("/generate"), data={"prompt": "a", "guidance": "1" * 41}, timeout=30
+    )
+    assert response.status_code == 400
+    assert {"field": "guidance", "message": NUMBER_TOO_LONG}.items() <= (
+        response.json()["error"]["details"][0].items()
+    )
+
+
+def hostile_requests(document: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """For every operation of the document and every field of its body or query: (label,
+    method, path, requests' arguments) sending that field each hostile string. Path
+    parameters get a harmless value; file parts are images, bounded elsewhere."""
+    for path, operations in document["paths"].items():
+        url = re.sub(r"\{[^}]+\}", "x", path)
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query":
+                    for kind, text in hostile_strings(QUERY_BYTES).items():
+                        params = {parameter["name"]: text}
+                        yield (
+                            f"{method} {path} ?{parameter['name']} {kind}",
+                            method,
+                            url,
+                            {"params": params},
+                        )
+            for media, content in operation.get("requestBody", {}).get("content", {}).items():
+                for name, schema in _properties(document, content["schema"]).items():
+                    if schema.get("format") == "binary":
+                        continue
+                    for kind, text in hostile_strings(HOSTILE_BYTES).items():
+                        label = f"{method} {path} {media} {name} {kind}"
+                        if media == "application/json":
+                            yield label, method, url, {"json": {name: text}}
+                        elif media == "multipart/form-data":
+                            yield label, method, url, {"files": {name: (None, text)}}
+                        else:
+                            yield label, method, url, {"data": {name: text}}
+
+
+def _properties(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """A body schema's top-level properties, its `$ref` followed."""
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema.get("properties", {})
+
+
+def test_every_field_takes_a_megabyte_of_the_worst_characters(fuzz_app: AppServer):
+    document = requests.get(fuzz_app.url("/api/openapi.json"), timeout=30).json()
+    sent = list(hostile_requests(document))
+    assert len(sent) > 100  # every operation's fields, not a document read wrongly
+    failures: list[str] = []
+    with health_beside(fuzz_app.url("/health")) as watch, requests.Session() as session:
+        for label, method, url, kwargs in sent:
+            started = time.monotonic()
+            response = session.request(method, fuzz_app.url(url), timeout=60, **kwargs)
+            took = time.monotonic() - started
+            if response.status_code >= 500 or took > HEALTH_WITHIN * 5:
+                failures.append(f"{label}: {response.status_code} in {took:.2f}s")
+    assert not failures, "\n".join(failures)
+    assert watch.longest < HEALTH_WITHIN, f"/health waited {watch.longest:.2f}s"
+    assert not watch.failures, watch.failures

@@ -189,7 +189,7 @@ def test_png_info_of_a_megabyte_text_without_a_colon_answers_at_once():
     [
         ({"init_images": ["not base64!"]}, "init_images", "must be base64 text"),
         ({"init_images": [base64.b64encode(b"GIF89a no").decode()]}, "init_images",
-         "must be an image this service can read"),
+         "must be a PNG, JPEG or WebP image"),
         ({"init_images": []}, "init_images", "at least 1 item"),
         ({"init_images": [b64(noise())] * 2}, "init_images", "at most 1 item"),
         ({"mask": "%%%"}, "mask", "must be base64 text"),
@@ -217,7 +217,7 @@ def test_a_bad_img2img_is_a_400_naming_the_field_with_nothing_stored_or_queued(
 
 
 def test_png_info_of_what_is_not_an_image_is_a_400_naming_it():
-    for sent, rule in (("@@", "must be base64 text"), ("AAAA", "must be an image")):
+    for sent, rule in (("@@", "must be base64 text"), ("AAAA", "must be a PNG, JPEG or WebP")):
         read = Client().post("/sdapi/v1/png-info", {"image": sent},
                              content_type="application/json")  # fmt: skip
         assert read.status_code == 400

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from config.errors import FieldError
+from imagegen.generation import edits
 from imagegen.generation.edits import check_inputs, pipeline_strength, steps_run, working_size
 from imagegen.generation.masks import blurred_mask, pasted_back, within
 
@@ -76,9 +77,9 @@ def png(size: tuple[int, int], mode: str = "RGB") -> bytes:
 @pytest.mark.parametrize(
     ("image", "mask", "field", "rule"),
     [
-        (b"not an image", None, "image", "must be an image this service can read"),
-        (png((64, 64))[:60], None, "image", "must be an image this service can read"),
-        (png((64, 64)), b"GIF89a", "mask", "must be an image this service can read"),
+        (b"not an image", None, "image", "must be a PNG, JPEG or WebP image"),
+        (png((64, 64))[:60], None, "image", "must be a PNG, JPEG or WebP image"),
+        (png((64, 64)), b"GIF89a", "mask", "must be a PNG, JPEG or WebP image"),
         (png((64, 64)), png((64, 72), "L"), "mask", "must be the image's size, 64x64; got 64x72"),
         (png((300, 300)), None, "image", "declares 300x300 pixels, past the bound of 80000"),
     ],
@@ -93,3 +94,36 @@ def test_the_paste_back_blends_where_the_mask_is_grey_and_keeps_where_it_is_blac
     generated, original = Image.new("RGB", (4, 1), "white"), Image.new("RGB", (4, 1), "black")
     mask = Image.frombytes("L", (4, 1), bytes([0, 64, 128, 255]))
     assert list(np.asarray(pasted_back(generated, original, mask))[0, :, 0]) == [0, 64, 128, 255]
+
+
+def saved(image_format: str, mode: str = "RGB") -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, (64, 64), "white").save(buffer, format=image_format)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("image_format", ["PNG", "JPEG", "WEBP"])
+def test_png_jpeg_and_webp_are_read(image_format):
+    assert check_inputs(saved(image_format), None, max_pixels=80_000).size == (64, 64)
+
+
+@pytest.mark.parametrize("image_format", ["GIF", "BMP", "TIFF", "ICO", "PPM"])
+def test_every_other_format_is_refused_naming_the_field(image_format):
+    with pytest.raises(FieldError) as refused:
+        check_inputs(png((64, 64)), saved(image_format, "L"), max_pixels=80_000)
+    assert refused.value.field == "mask"
+    assert refused.value.rule.startswith("must be a PNG, JPEG or WebP image")
+
+
+def test_at_most_decodes_at_once_decode_and_the_next_waits_then_is_refused(monkeypatch):
+    monkeypatch.setattr(edits, "DECODE_WAIT", 0.2)
+    taken = [edits._decodes.acquire(timeout=5) for _ in range(edits.DECODES_AT_ONCE)]
+    assert all(taken)
+    try:
+        with pytest.raises(edits.DecodesBusy) as busy:
+            edits.read_image(png((64, 64)), field="image", max_pixels=80_000)
+        assert busy.value.status == 503 and busy.value.retry_after == 5
+    finally:
+        for _ in taken:
+            edits._decodes.release()
+    assert edits.read_image(png((64, 64)), field="image", max_pixels=80_000).size == (64, 64)

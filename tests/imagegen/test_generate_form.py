@@ -135,6 +135,13 @@ def upload(data: bytes, name: str = "in.png") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, data, "image/png")
 
 
+def saved(image_format: str, mode: str = "RGB") -> bytes:
+    """A whole 64x64 image in `image_format` (white: a mask in it marks everything)."""
+    buffer = io.BytesIO()
+    Image.new(mode, (64, 64), "white").save(buffer, format=image_format)
+    return buffer.getvalue()
+
+
 def bomb(side: int) -> bytes:
     """A PNG whose header declares side x side pixels; its data is a few bytes."""
     data = bytearray(png((1, 1)))
@@ -146,13 +153,18 @@ def bomb(side: int) -> bytes:
 @pytest.mark.parametrize(
     ("parts", "fields", "field", "rule"),
     [
-        ({"image": b"not an image"}, {}, "image", "must be an image this service can read"),
-        ({"image": png((64, 64))[:70]}, {}, "image", "must be an image this service can read"),
+        ({"image": b"not an image"}, {}, "image", "must be a PNG, JPEG or WebP image"),
+        ({"image": png((64, 64))[:70]}, {}, "image", "must be a PNG, JPEG or WebP image"),
         ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes, "
          "past the bound of 16777216 pixels"),
         ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound of "
          "16777216 pixels (4 x GEN_MAX_SIDE squared)"),
-        ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "must be an image this service"),
+        ({"image": png((64, 64)), "mask": b"GIF8"}, {}, "mask", "must be a PNG, JPEG or WebP"),
+        ({"image": saved("GIF")}, {}, "image", "must be a PNG, JPEG or WebP image"),
+        ({"image": saved("BMP")}, {}, "image", "must be a PNG, JPEG or WebP image"),
+        ({"image": saved("TIFF")}, {}, "image", "must be a PNG, JPEG or WebP image"),
+        ({"image": png((64, 64)), "mask": saved("GIF", "L")}, {}, "mask",
+         "must be a PNG, JPEG or WebP image"),
         ({"image": png((64, 64)), "mask": png((72, 64), "L")}, {}, "mask",
          "must be the image's size, 64x64; got 72x64"),
         ({"mask": png((64, 64), "L")}, {}, "mask", "needs an `image` file part"),

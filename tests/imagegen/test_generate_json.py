@@ -110,7 +110,7 @@ def test_an_inpainting_in_json_takes_base64_and_gives_the_forms_png(queue):
         ({"image": "not base64!"}, "image", "must be base64 text"),
         ({"image": 42}, "image", "must be base64 text"),
         ({"image": base64.b64encode(b"not an image").decode()}, "image",
-         "must be an image this service can read"),
+         "must be a PNG, JPEG or WebP image"),
         ({"mask": base64.b64encode(png(mask_image())).decode()}, "mask", "needs an `image`"),
         ({"strength": 0.5}, "strength", "applies to an edit only"),
     ],

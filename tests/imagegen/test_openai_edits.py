@@ -199,15 +199,15 @@ def truncated() -> bytes:
 @pytest.mark.parametrize(
     ("parts", "fields", "field", "rule"),
     [
-        ({"image": b"not an image"}, {}, "image", "must be an image this service can read"),
-        ({"image": truncated()}, {}, "image", "must be an image this service can read"),
+        ({"image": b"not an image"}, {}, "image", "must be a PNG, JPEG or WebP image"),
+        ({"image": truncated()}, {}, "image", "must be a PNG, JPEG or WebP image"),
         ({"image": bomb(30_000)}, {}, "image", "declares more pixels than Pillow decodes"),
         ({"image": bomb(5_000)}, {}, "image", "declares 5000x5000 pixels, past the bound"),
         ({"mask": bomb(5_000)}, {}, "mask", "declares 5000x5000 pixels, past the bound"),
         ({}, {}, "image", "is required"),
         ({}, {"image": "https://example.org/in.png"}, "image", "must be a file part"),
         ({"image": b"x", "image[]": b"y"}, {}, "image", "only one image is supported"),
-        ({"mask": b"not an image"}, {}, "mask", "must be an image this service can read"),
+        ({"mask": b"not an image"}, {}, "mask", "must be a PNG, JPEG or WebP image"),
         ({"mask": encode(openai_mask((72, 64)))}, {}, "mask",
          "must be the image's size, 64x64; got 72x64"),
         ({"mask": encode(openai_mask(mode="RGB"))}, {}, "mask", "must have an alpha channel"),

@@ -31,7 +31,7 @@ def test_the_default_command_is_the_role_script_and_starts_the_application():
     assert "COPY scripts/start scripts/start" in DOCKERFILE
     assert "!scripts/start" in (ROOT / ".dockerignore").read_text().split()
     start = (ROOT / "scripts" / "start").read_text()
-    assert "web) exec gunicorn --config python:config.gunicorn" in start
+    assert "web) exec python -m config.front_proxy ;;" in start
     assert "worker) exec python manage.py run_worker" in start
     assert "ENTRYPOINT" not in DOCKERFILE
     assert re.search(r"^USER \d+:\d+$", DOCKERFILE, re.M)  # not root
