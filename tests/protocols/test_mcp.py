@@ -1,0 +1,117 @@
+"""The MCP SDK's own client against /mcp on the app under gunicorn with API_TOKEN set, as a
+desktop agent connects to it (docs/protocols.md): it lists the tools, generates an image with
+progress on the way, cancels a job; without the token it is refused. In process, every tool
+and the synchronous bound: tests/imagegen/test_mcp.py."""
+
+import base64
+import io
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import requests
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+from PIL import Image
+
+from tests.protocols.conftest import BEARER, jobs, settle, start_blocker
+from tests.support.processes import AppServer
+
+
+@pytest.fixture
+def app(token_app: AppServer) -> Iterator[AppServer]:
+    yield token_app
+    settle(token_app)
+
+
+@asynccontextmanager
+async def connected(app: AppServer, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """The SDK's client on /mcp, its HTTP requests carrying `headers` (the Authorization)."""
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        Client(streamable_http_client(app.url("/mcp"), http_client=http)) as client,
+    ):
+        yield client
+
+
+def call(
+    app: AppServer, name: str, arguments: dict[str, Any], headers: dict[str, str] = BEARER
+) -> tuple[CallToolResult, list[tuple[float, float | None, str | None]]]:
+    """The tool's answer over HTTP, and the progress notifications that came before it."""
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def main() -> CallToolResult:
+        async with connected(app, headers) as client:
+            return await client.call_tool(name, arguments, progress_callback=on_progress)
+
+    return anyio.run(main), seen
+
+
+def tool_names(app: AppServer, headers: dict[str, str] = BEARER) -> set[str]:
+    async def main() -> set[str]:
+        async with connected(app, headers) as client:
+            return {tool.name for tool in (await client.list_tools()).tools}
+
+    return anyio.run(main)
+
+
+@pytest.mark.both_modes
+def test_the_sdk_client_lists_the_tools_and_generates_an_image_with_progress(app):
+    assert tool_names(app) == {"generate_image", "edit_image", "list_models", "get_job",
+                               "cancel_job"}  # fmt: skip
+    result, progress = call(
+        app, "generate_image", {"prompt": "mcp harbour", "size": "64x64", "steps": 3, "seed": 9}
+    )
+    assert not result.is_error, result.content
+    (image,) = [block for block in result.content if block.type == "image"]
+    png = base64.b64decode(image.data)
+    assert Image.open(io.BytesIO(png)).size == (64, 64)
+    assert progress and progress[-1][0] == 1.0, progress
+    link = result.structured_content["url"]
+    assert link.startswith(app.base_url + "/v1/images/")
+    assert requests.get(link).content == png  # the link needs no token
+    (job,) = jobs(app, "mcp harbour")  # an ordinary job of the one queue
+    assert job["id"] == result.structured_content["job"]["id"] and job["parameters"]["seed"] == 9
+
+
+@pytest.mark.both_modes
+def test_the_sdk_client_cancels_a_queued_job(app):
+    blocker = start_blocker(app, "mcp blocker")
+    queued, _ = call(app, "generate_image", {"prompt": "mcp queued", "size": "64x64",
+                                             "wait": False})  # fmt: skip
+    assert queued.structured_content["state"] == "queued", queued.content
+    cancelled, _ = call(app, "cancel_job", {"job_id": queued.structured_content["id"]})
+    assert cancelled.structured_content["state"] == "cancelled", cancelled.content
+    (job,) = jobs(app, "mcp queued")
+    assert job["state"] == "cancelled"
+    call(app, "cancel_job", {"job_id": blocker})
+
+
+def test_without_the_token_mcp_is_refused_and_nothing_runs(app):
+    initialize: dict[str, Any] = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}},
+    }  # fmt: skip
+    headers = {"Accept": "application/json, text/event-stream"}
+    for wrong in ({}, {"Authorization": "Bearer wrong"}):
+        refused = requests.post(app.url("/mcp"), json=initialize, headers={**headers, **wrong})
+        assert refused.status_code == 401, refused.text
+        assert "error" in refused.json()
+    with pytest.RaisesGroup(MCPError, flatten_subgroups=True):  # the SDK client: the 401
+        tool_names(app, headers={})
+    taken = requests.post(app.url("/mcp"), json=initialize, headers={**headers, **BEARER})
+    assert taken.status_code == 200, taken.text
+    assert taken.headers["Content-Type"].startswith("text/event-stream")
+    assert taken.headers["X-Accel-Buffering"] == "no"  # a front proxy passes each event at once
+    (data,) = [line for line in taken.text.splitlines() if line.startswith("data:")]
+    assert json.loads(data.removeprefix("data:"))["result"]["serverInfo"]["name"] == "imagegen"
