@@ -6,6 +6,7 @@ and the synchronous bound: tests/imagegen/test_mcp.py."""
 import base64
 import io
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,8 +21,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from PIL import Image
 
-from tests.protocols.conftest import BEARER, jobs, settle, start_blocker
-from tests.support.processes import AppServer
+from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, start_blocker
+from tests.support.processes import ROOT, AppServer
 
 
 @pytest.fixture
@@ -96,7 +97,31 @@ def test_the_sdk_client_cancels_a_queued_job(app):
     call(app, "cancel_job", {"job_id": blocker})
 
 
-def test_without_the_token_mcp_is_refused_and_nothing_runs(app):
+def documented_client_config() -> dict[str, Any]:
+    """The desktop client's JSON in docs/protocols.md's MCP section."""
+    text = (ROOT / "docs" / "protocols.md").read_text()
+    section = text.split("## Agents: the Model Context Protocol (MCP)", 1)[1]
+    (block,) = re.findall(r"^```json\n(.*?)^```", section, flags=re.M | re.S)
+    return json.loads(block)["mcpServers"]["imagegen"]
+
+
+def test_the_documented_client_config_connects(app):
+    config = documented_client_config()
+    url = config["url"].replace("https://<host>", app.base_url)
+    headers = {k: v.replace("<API_TOKEN>", TOKEN) for k, v in config["headers"].items()}
+    assert url == app.url("/mcp")
+
+    async def main() -> set[str]:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            return {tool.name for tool in (await client.list_tools()).tools}
+
+    assert "generate_image" in anyio.run(main)
+
+
+def test_without_the_token_mcp_is_refused(app):
     initialize: dict[str, Any] = {
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
