@@ -7,21 +7,17 @@ import base64
 import io
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
-import anyio
-import httpx2
 import pytest
 import requests
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from PIL import Image
 
 from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, start_blocker
+from tests.support.mcp_client import Progress, call_tool, tool_names
 from tests.support.processes import ROOT, AppServer
 
 
@@ -31,44 +27,16 @@ def app(token_app: AppServer) -> Iterator[AppServer]:
     settle(token_app)
 
 
-@asynccontextmanager
-async def connected(app: AppServer, headers: dict[str, str]) -> AsyncIterator[Client]:
-    """The SDK's client on /mcp, its HTTP requests carrying `headers` (the Authorization)."""
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=120) as http,
-        Client(streamable_http_client(app.url("/mcp"), http_client=http)) as client,
-    ):
-        yield client
-
-
 def call(
     app: AppServer, name: str, arguments: dict[str, Any], headers: dict[str, str] = BEARER
-) -> tuple[CallToolResult, list[tuple[float, float | None, str | None]]]:
-    """The tool's answer over HTTP, and the progress notifications that came before it."""
-    seen: list[tuple[float, float | None, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, total, message))
-
-    async def main() -> CallToolResult:
-        async with connected(app, headers) as client:
-            return await client.call_tool(name, arguments, progress_callback=on_progress)
-
-    return anyio.run(main), seen
-
-
-def tool_names(app: AppServer, headers: dict[str, str] = BEARER) -> set[str]:
-    async def main() -> set[str]:
-        async with connected(app, headers) as client:
-            return {tool.name for tool in (await client.list_tools()).tools}
-
-    return anyio.run(main)
+) -> tuple[CallToolResult, Progress]:
+    return call_tool(app.url("/mcp"), headers, name, arguments)
 
 
 @pytest.mark.both_modes
 def test_the_sdk_client_lists_the_tools_and_generates_an_image_with_progress(app):
-    assert tool_names(app) == {"generate_image", "edit_image", "list_models", "get_job",
-                               "cancel_job"}  # fmt: skip
+    names = tool_names(app.url("/mcp"), BEARER)
+    assert names == {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}
     result, progress = call(
         app, "generate_image", {"prompt": "mcp harbour", "size": "64x64", "steps": 3, "seed": 9}
     )
@@ -110,15 +78,7 @@ def test_the_documented_client_config_connects(app):
     url = config["url"].replace("https://<host>", app.base_url)
     headers = {k: v.replace("<API_TOKEN>", TOKEN) for k, v in config["headers"].items()}
     assert url == app.url("/mcp")
-
-    async def main() -> set[str]:
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=60) as http,
-            Client(streamable_http_client(url, http_client=http)) as client,
-        ):
-            return {tool.name for tool in (await client.list_tools()).tools}
-
-    assert "generate_image" in anyio.run(main)
+    assert "generate_image" in tool_names(url, headers)
 
 
 def test_without_the_token_mcp_is_refused(app):
@@ -133,7 +93,7 @@ def test_without_the_token_mcp_is_refused(app):
         assert refused.status_code == 401, refused.text
         assert "error" in refused.json()
     with pytest.RaisesGroup(MCPError, flatten_subgroups=True):  # the SDK client: the 401
-        tool_names(app, headers={})
+        tool_names(app.url("/mcp"), {})
     taken = requests.post(app.url("/mcp"), json=initialize, headers={**headers, **BEARER})
     assert taken.status_code == 200, taken.text
     assert taken.headers["Content-Type"].startswith("text/event-stream")
