@@ -201,3 +201,28 @@ def test_a_waited_generation_past_gen_sync_timeout_is_an_error_and_its_job_cance
     (late,) = [job for job in queue.recent(10) if job.parameters.prompt == "mcp late"]
     assert late.state.value == "cancelled"
     queue.cancel(blocker.id)
+
+
+def test_edit_image_takes_the_picture_as_base64_or_a_data_url(queue):
+    picture = io.BytesIO()
+    Image.fromarray(np.full((64, 72, 3), 90, np.uint8)).save(picture, format="PNG")
+    encoded = base64.b64encode(picture.getvalue()).decode()
+    for sent in (encoded, f"data:image/png;base64,{encoded}"):
+        edited = call("edit_image", {"prompt": "a blue wall", "image": sent, "steps": 2})
+        assert Image.open(io.BytesIO(png_of(edited))).size == (72, 64)  # the input's size
+        assert edited.structured_content["job"]["parameters"]["edit"]["strength"] == 0.75
+
+
+@pytest.mark.parametrize(
+    ("arguments", "rule"),
+    [
+        ({}, "image: send either image (base64) or image_id"),
+        ({"image": "aGVsbG8=", "image_id": "x"}, "image: send either image (base64) or image_id"),
+        ({"image": "not base64!"}, "image: must be base64"),
+        ({"image": "aGVsbG8="}, "image: "),  # base64, but not an image
+        ({"image_id": "20990101T000000000000Z-abcdef"}, "No such image"),
+    ],
+)
+def test_a_bad_picture_to_edit_is_an_error_naming_it_with_nothing_queued(queue, arguments, rule):
+    assert rule in error_text(call("edit_image", {"prompt": "x", **arguments}))
+    assert queue.recent(10) == []
