@@ -17,6 +17,7 @@ from a2wsgi import ASGIMiddleware
 from django.http import HttpRequest, StreamingHttpResponse
 
 REQUEST_KEY = "config.asgi_bridge.request"  # the Django request, in the app's scope's environ
+TASK_KEY = "config.asgi_bridge.task"  # the app's task answering it
 STARTUP_SECONDS = 30
 # How long a finished answer waits for the app's own task to end before leaving it.
 AFTER_ANSWER_SECONDS = 5.0
@@ -34,9 +35,16 @@ class AsgiBridge:
     """One ASGI app on one event loop thread, started once; `answer` serves a request."""
 
     def __init__(self, app: AsgiApp) -> None:
-        self._wsgi = ASGIMiddleware(cast(Any, app), wait_time=AFTER_ANSWER_SECONDS)
+        self._app = app
+        self._wsgi = ASGIMiddleware(cast(Any, self._tracked), wait_time=AFTER_ANSWER_SECONDS)
         started = asyncio.run_coroutine_threadsafe(_lifespan(app), self._wsgi.loop)
         started.result(timeout=STARTUP_SECONDS)
+
+    async def _tracked(self, scope: Any, receive: Any, send: Any) -> None:
+        """The app, its task named in the request's environ, so that a client gone before
+        the answer ended can have it cancelled (_answer)."""
+        scope["wsgi_environ"][TASK_KEY] = asyncio.current_task()
+        await self._app(scope, receive, send)
 
     def answer(self, request: HttpRequest) -> StreamingHttpResponse:
         """The app's answer to `request`, streamed as it comes (server-sent events included).
@@ -55,17 +63,31 @@ class AsgiBridge:
 
         chunks: Iterator[bytes] = iter(self._wsgi(environ, start_response))  # type: ignore[arg-type]
         first = next(chunks, b"")  # the app has started its answer once it sends a chunk
-        response = StreamingHttpResponse(_chain(first, chunks), status=started.get("status", 500))
+        answer = _answer(first, chunks, lambda: self._cancel(environ.get(TASK_KEY)))
+        response = StreamingHttpResponse(answer, status=started.get("status", 500))
         for name, value in started.get("headers", []):
             response[name] = value
         if response.get("Content-Type", "").startswith("text/event-stream"):
             response["X-Accel-Buffering"] = "no"  # a front proxy passes each event at once
         return response
 
+    def _cancel(self, task: "asyncio.Task[Any] | None") -> None:
+        if task is not None:
+            self._wsgi.loop.call_soon_threadsafe(task.cancel)
 
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
+
+def _answer(first: bytes, rest: Iterator[bytes], gone: Callable[[], None]) -> Iterator[bytes]:
+    """The answer's chunks. Closed before the last (the client went away: the server's write
+    failed), the app's task is cancelled, as an ASGI server does at a disconnect; a2wsgi
+    alone would leave it waiting for ever to send its next chunk."""
+    finished = False
+    try:
+        yield first
+        yield from rest
+        finished = True
+    finally:
+        if not finished:
+            gone()
 
 
 async def _lifespan(app: AsgiApp) -> None:

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from PIL import Image
 
-from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, start_blocker
+from tests.protocols.conftest import BEARER, TOKEN, cancel, jobs, settle, start_blocker, wait_until
 from tests.support.mcp_client import Progress, call_tool, tool_names
 from tests.support.processes import ROOT, AppServer
 
@@ -100,3 +100,25 @@ def test_without_the_token_mcp_is_refused(app):
     assert taken.headers["X-Accel-Buffering"] == "no"  # a front proxy passes each event at once
     (data,) = [line for line in taken.text.splitlines() if line.startswith("data:")]
     assert json.loads(data.removeprefix("data:"))["result"]["serverInfo"]["name"] == "imagegen"
+
+
+def test_a_client_gone_while_waiting_has_its_job_cancelled(app):
+    """As an ASGI server would: the call is cancelled when its client goes away, and with it
+    the job nobody will collect (found at the first progress written after it left)."""
+    blocker = start_blocker(app, "mcp blocker gone")
+    body = {
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "generate_image", "_meta": {"progressToken": 1},
+                   "arguments": {"prompt": "mcp gone", "size": "64x64", "steps": 400}},
+    }  # fmt: skip
+    headers = {**BEARER, "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-06-18"}  # fmt: skip
+    with requests.post(app.url("/mcp"), json=body, headers=headers, stream=True) as answer:
+        assert answer.status_code == 200, answer.text
+        lines = answer.iter_lines(decode_unicode=True)
+        first = next(line for line in lines if line.startswith("data:"))
+        assert json.loads(first.removeprefix("data:"))["method"] == "notifications/progress"
+    cancel(app, blocker)  # the call's job runs now, and reports its steps to nobody
+    wait_until(lambda: jobs(app, "mcp gone")[0]["state"] in ("cancelled", "succeeded"))
+    (job,) = jobs(app, "mcp gone")
+    assert job["state"] == "cancelled", job
