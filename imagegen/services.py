@@ -284,6 +284,22 @@ def generation_run(
 
 
 @_prunes_refused_inputs
+def generation_submit_waited(
+    *,
+    request: GenerationRequest,
+    timeout: float,
+    key: str | None = None,
+    key_limit: int | None = None,
+) -> JobView:
+    """The job of a synchronous generation whose caller waits for it itself (an MCP tool,
+    which reports its progress meanwhile) and then asks generation_result with what is left
+    of `timeout`: refused at once when it cannot finish within `timeout`, as
+    generation_run refuses."""
+    _refuse_past_timeout(request, 1, timeout)
+    return generation_submit(request=request, key=key, key_limit=key_limit)
+
+
+@_prunes_refused_inputs
 def generation_submit_keyed(
     *,
     request: GenerationRequest,

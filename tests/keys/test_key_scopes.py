@@ -24,6 +24,7 @@ from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.key_database import connected_database
 from tests.support.local_hub import LocalHub
+from tests.support.mcp_client import call_tool
 from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
 from tests.support.processes import AppServer
 
@@ -346,3 +347,32 @@ def test_an_edits_inputs_are_its_keys_own(app: AppServer, secrets: dict[str, str
     # A picture both keys sent to edit is both keys'.
     assert edit_source(app, secrets["bob"], noise_png(seed)) == alices
     assert get(app, alices, secrets["bob"]).status_code == 200
+
+
+def test_over_mcp_a_key_sees_and_cancels_its_own_jobs_only_from_any_replica(
+    apps: list[AppServer], secrets: dict[str, str]
+) -> None:
+    """The MCP tools take the keys as every route does; with no session kept, a job queued
+    through one replica is followed through the other (distributed mode)."""
+    first, other = apps[0], apps[-1]
+    run = uuid.uuid4().hex[:6]
+
+    def mcp(app: AppServer, who: str, name: str, **arguments):
+        return call_tool(app.url("/mcp"), as_(secrets[who]), name, arguments)[0]
+
+    queued = mcp(first, "alice", "generate_image", prompt=f"alice mcp {run}", size="64x64",
+                 steps=2, wait=False)  # fmt: skip
+    job_id = queued.structured_content["id"]
+    wait_for(first, job_id, secrets["alice"], {"succeeded"})
+    done = mcp(other, "alice", "get_job", job_id=job_id)
+    assert [block.type for block in done.content][:2] == ["image", "resource_link"]
+    image_id = done.structured_content["job"]["image"]["id"]
+    assert "owner" not in done.structured_content["job"]
+    admin = mcp(other, "root", "get_job", job_id=job_id)
+    assert admin.structured_content["job"]["owner"] == "alice"
+    for refused in (
+        mcp(other, "bob", "get_job", job_id=job_id),
+        mcp(first, "bob", "cancel_job", job_id=job_id),
+        mcp(first, "bob", "edit_image", prompt="not mine", image_id=image_id, wait=False),
+    ):
+        assert refused.is_error and "No such" in refused.content[0].text, refused.content

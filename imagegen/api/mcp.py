@@ -1,0 +1,373 @@
+"""The Model Context Protocol at /mcp: an agent's tools (generate and edit an image, list the
+models, get and cancel a job) over streamable HTTP, with the official SDK's server.
+
+A thin translator, as the OpenAI routes are: each tool calls the service or selector a native
+route calls, for the caller the route authenticated (a key sees its own jobs and images only),
+and answers in MCP's shapes: a finished image as image content beside its signed link. A
+generation that waits reports its progress as MCP progress notifications and is bound as any
+synchronous request (refused at once past its estimate, cancelled at GEN_SYNC_TIMEOUT).
+
+The SDK's server is an ASGI app; config/asgi_bridge.py answers it from this Django route.
+It runs stateless (each POST on its own, no session kept), so any web replica or gunicorn
+worker can answer any call.
+"""
+
+import base64
+import binascii
+import contextlib
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
+
+import anyio.to_thread
+from django.conf import settings
+from django.http import HttpRequest
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent, ToolAnnotations
+from ninja import Router
+from pydantic import AfterValidator, Field
+
+from config.asgi_bridge import REQUEST_KEY, AsgiBridge
+from config.auth import owner_key, public_origin, queue_limit, seen_by, token_required
+from config.errors import FieldError, ServiceError
+from config.text import NotBlank
+from config.version import app_version
+from imagegen import selectors, services
+from imagegen.api.protocol import admit
+from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
+from imagegen.errors import PastSyncTimeout, SyncTimeout
+from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
+from imagegen.generation.job_board import FINISHED, JobState, JobView
+from imagegen.generation.render import SEED_MAX, GenerationRequest
+
+PATH = "/mcp"
+
+router = Router(tags=["mcp"])
+
+T = TypeVar("T")
+
+
+def _size(value: str | None) -> str | None:
+    return None if value is None else check_size(value)
+
+
+Prompt = Annotated[NotBlank, Field(min_length=1, max_length=PROMPT_MAX, description="what to draw")]
+NegativePrompt = Annotated[
+    str | None, Field(max_length=PROMPT_MAX, description="what to keep out of the image")
+]
+Size = Annotated[
+    str | None,
+    AfterValidator(_size),
+    Field(
+        description=f"WIDTHxHEIGHT, multiples of 8 from {settings.GEN_MIN_SIDE} to "
+        f"{settings.GEN_MAX_SIDE}; default the model's native size (an edit's: the image's)"
+    ),
+]
+Steps = Annotated[
+    int | None,
+    Field(ge=1, le=settings.GEN_MAX_STEPS, description="default the model's preset"),
+]
+Guidance = Annotated[
+    float | None,
+    Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False, description="default: preset"),
+]
+Seed = Annotated[int | None, Field(ge=0, le=SEED_MAX, description="default: a random one")]
+Wait = Annotated[
+    bool,
+    Field(
+        description="true: wait for the image (with progress), up to the service's synchronous "
+        "bound; false: answer the queued job at once, to follow with get_job"
+    ),
+]
+Strength = Annotated[
+    float | None,
+    Field(gt=0, le=1, allow_inf_nan=False, description=f"how far the image is redrawn, "
+          f"0 < s <= 1, default {STRENGTH_DEFAULT}"),
+]  # fmt: skip
+JobId = Annotated[str, Field(description="a job's id, as generate_image or edit_image answer it")]
+
+
+def django_request(ctx: Context) -> HttpRequest:
+    """The Django request this call came in on (config.asgi_bridge), authenticated by the
+    route: whose jobs and images the call sees, and its origin for links."""
+    request = ctx.request_context.request
+    return request.scope["wsgi_environ"][REQUEST_KEY]  # type: ignore[union-attr]
+
+
+WAIT_FALSE = " Here: call again with wait=false and follow the job with get_job."
+
+
+async def _call(function: Callable[..., T], /, **kwargs: Any) -> T:
+    """A service or selector call, in a worker thread (they block: the job board, the store,
+    Redis); the refusals it raises become the tool's error, naming the field and the rule
+    (and, for the synchronous bound, what an agent does instead)."""
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(function, **kwargs))
+    except (PastSyncTimeout, SyncTimeout) as error:
+        raise ToolError(error.message + WAIT_FALSE) from None
+    except ServiceError as error:
+        raise ToolError(error.message) from None
+
+
+def _job(view: JobView, request: HttpRequest) -> dict[str, Any]:
+    """A job as GET /jobs/<id> answers it to this request."""
+    return JobOut.from_orm(view, context={"request": request}).model_dump(mode="json")
+
+
+def _job_answer(view: JobView, request: HttpRequest) -> CallToolResult:
+    """A job not (or not yet) an image: its state, as JSON text and structured content."""
+    job = _job(view, request)
+    text = json.dumps(job, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=job)
+
+
+def image_link(request: HttpRequest, image_id: str) -> str:
+    """The image's signed link, as the OpenAI route answers `url`: it works without the
+    token for IMAGE_URL_TTL seconds, so an agent can hand it on."""
+    query = urlencode({"signature": selectors.image_link_signature(image_id=image_id)})
+    return f"{public_origin(request)}/v1/images/{image_id}.png?{query}"
+
+
+def _image_answer(view: JobView, request: HttpRequest) -> CallToolResult:
+    """A succeeded job: its PNG as image content, its signed link, and the job."""
+    assert view.image is not None
+    record = view.image
+    png = selectors.image_png(image_id=record.id).read_bytes()
+    link = image_link(request, record.id)
+    job = _job(view, request)
+    parameters = record.parameters
+    summary = (
+        f"Image {record.id}: {parameters.width}x{parameters.height}, seed {parameters.seed}, "
+        f"{parameters.steps} steps. Link (valid {settings.IMAGE_URL_TTL} s, no token needed): "
+        f"{link}"
+    )
+    return CallToolResult(
+        content=[
+            ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"),
+            ResourceLink(
+                type="resource_link", uri=link, name=f"{record.id}.png", mime_type="image/png"
+            ),
+            TextContent(type="text", text=summary),
+        ],
+        structured_content={"url": link, "job": job},
+    )
+
+
+def _progress(view: JobView) -> tuple[float, str]:
+    """The job's progress (0 to 1) and its phase in words."""
+    if view.state is JobState.QUEUED:
+        return 0.0, f"queued, {view.position or 1} to run before it"
+    if view.state is JobState.RUNNING and view.progress.steps:
+        step = f"step {view.progress.step} of {view.progress.steps}"
+        return view.progress.fraction, f"{view.phase}: {step}"
+    return (1.0 if view.state in FINISHED else view.progress.fraction), view.phase
+
+
+async def _follow(ctx: Context, job: JobView, deadline: float) -> None:
+    """Reports the job's progress until it finishes or `deadline` (monotonic) passes: a
+    notification whenever its progress grows (MCP's progress only grows), the first at once."""
+    revision, reported = -1, -1.0
+    while (left := deadline - time.monotonic()) > 0:
+        view = await _call(
+            selectors.job_wait, job_id=job.id, after=revision,
+            timeout=min(left, settings.EVENT_STREAM_KEEPALIVE),
+        )  # fmt: skip
+        revision = view.revision
+        fraction, message = _progress(view)
+        if fraction > reported:
+            await ctx.report_progress(fraction, 1.0, message)
+            reported = fraction
+        if view.state in FINISHED:
+            return
+
+
+async def _generated(
+    ctx: Context, request: HttpRequest, generation: GenerationRequest, wait: bool
+) -> CallToolResult:
+    """Queues the generation for this caller's key; with `wait`, follows it to its image
+    within GEN_SYNC_TIMEOUT (the job is cancelled then, as a synchronous request's is; it is
+    cancelled too when the call is), else answers the queued job."""
+    await _call(admit, request=request, count=1)
+    owner = {"key": owner_key(request), "key_limit": queue_limit(request)}
+    if not wait:
+        job = await _call(services.generation_submit, request=generation, **owner)
+        return _job_answer(job, request)
+    timeout = settings.GEN_SYNC_TIMEOUT
+    deadline = time.monotonic() + timeout
+    job = await _call(services.generation_submit_waited, request=generation, timeout=timeout,
+                      **owner)  # fmt: skip
+    try:
+        await _follow(ctx, job, deadline)
+    except BaseException:  # the call was cancelled: nobody will collect the image
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_cancel_quietly, job.id)
+        raise
+    left = max(0.0, deadline - time.monotonic())
+    record = await _call(services.generation_result, job=job, timeout=left)
+    view = await _call(selectors.job_get, job_id=job.id)
+    return await anyio.to_thread.run_sync(_image_answer, replace(view, image=record), request)
+
+
+def _cancel_quietly(job_id: str) -> None:
+    with contextlib.suppress(ServiceError):  # finished just now, or forgotten
+        services.job_cancel(job_id=job_id)
+
+
+async def generate_image(
+    ctx: Context,
+    prompt: Prompt,
+    negative_prompt: NegativePrompt = None,
+    size: Size = None,
+    steps: Steps = None,
+    guidance: Guidance = None,
+    seed: Seed = None,
+    wait: Wait = True,
+) -> CallToolResult:
+    """Generates an image from a prompt with the service's one model (CPU: a minute or more
+    each). Answers the PNG and a link to it, or with wait=false the queued job."""
+    request = django_request(ctx)
+    generation = GenerationRequest(
+        prompt=prompt, negative_prompt=negative_prompt or None, steps=steps, guidance=guidance,
+        size=parse_size(size) if size else None, seed=seed,
+    )  # fmt: skip
+    return await _generated(ctx, request, generation, wait)
+
+
+def _decoded(field: str, value: str) -> bytes:
+    """Base64 image bytes (a `data:image/...;base64,` prefix allowed)."""
+    if value.startswith("data:"):
+        value = value.partition(",")[2]
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(field, "must be base64 (a data: URL is taken too)") from None
+
+
+def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) -> bytes:
+    """The picture to edit: sent as base64, or a stored image of this caller's by its id."""
+    if (image is None) == (image_id is None):
+        raise FieldError("image", "send either image (base64) or image_id, not both or neither")
+    if image is not None:
+        return _decoded("image", image)
+    assert image_id is not None
+    return selectors.image_png(image_id=image_id, seen_by=seen_by(request)).read_bytes()
+
+
+async def edit_image(
+    ctx: Context,
+    prompt: Prompt,
+    image: Annotated[
+        str | None, Field(description="the picture, base64 (PNG, JPEG, WebP, ...)")
+    ] = None,
+    image_id: Annotated[
+        str | None, Field(description="instead of image: a stored image's id (a generation's)")
+    ] = None,
+    mask: Annotated[
+        str | None,
+        Field(description="base64, the image's size: white repaints, black keeps, grey blends"),
+    ] = None,
+    strength: Strength = None,
+    negative_prompt: NegativePrompt = None,
+    size: Size = None,
+    steps: Steps = None,
+    guidance: Guidance = None,
+    seed: Seed = None,
+    wait: Wait = True,
+) -> CallToolResult:
+    """Edits an image by a prompt: the whole picture (img2img), or with a mask only what it
+    marks (inpainting). Answers the PNG and a link, or with wait=false the queued job."""
+    request = django_request(ctx)
+
+    def prepared() -> GenerationRequest:
+        source = _edit_source(request, image, image_id)
+        return services.edit_request(
+            request=GenerationRequest(
+                prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
+                guidance=guidance, size=parse_size(size) if size else None, seed=seed,
+            ),
+            image=source, mask=None if mask is None else _decoded("mask", mask),
+            strength=STRENGTH_DEFAULT if strength is None else strength,
+            mask_blur=MASK_BLUR_DEFAULT,
+        )  # fmt: skip
+
+    return await _generated(ctx, request, await _call(prepared), wait)
+
+
+async def list_models(ctx: Context) -> CallToolResult:
+    """The service's one model and its state (ready, or not_started until POST /model/pull;
+    a generation loads a pulled model itself)."""
+    status = await _call(selectors.model_status)
+    model = {"id": status.model_id, **status.model_dump(mode="json")}
+    answer = {"models": [model]}
+    text = json.dumps(answer, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer)
+
+
+async def get_job(ctx: Context, job_id: JobId) -> CallToolResult:
+    """A job: its state and progress; once succeeded, its image and link."""
+    request = django_request(ctx)
+    view = await _call(selectors.job_get, job_id=job_id, seen_by=seen_by(request))
+    if view.state is JobState.SUCCEEDED and view.image is not None:
+        return await anyio.to_thread.run_sync(_image_answer, view, request)
+    return _job_answer(view, request)
+
+
+async def cancel_job(ctx: Context, job_id: JobId) -> CallToolResult:
+    """Cancels a job: a queued one never runs, a running one stops within seconds."""
+    request = django_request(ctx)
+    view = await _call(services.job_cancel, job_id=job_id, seen_by=seen_by(request))
+    return _job_answer(view, request)
+
+
+def _annotations(title: str, *, read_only: bool, destructive: bool = False) -> ToolAnnotations:
+    return ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=destructive,
+                           open_world_hint=False)  # fmt: skip
+
+
+def build_server() -> MCPServer:
+    server: MCPServer = MCPServer(
+        name="imagegen",
+        version=app_version(),
+        instructions="Text-to-image on a CPU: an image takes a minute or more. generate_image "
+        "and edit_image wait for the image and report progress; with wait=false they answer "
+        "the job at once, to follow with get_job.",
+    )
+    server.add_tool(generate_image, annotations=_annotations("Generate an image", read_only=False))
+    server.add_tool(edit_image, annotations=_annotations("Edit an image", read_only=False))
+    server.add_tool(list_models, annotations=_annotations("List the models", read_only=True))
+    server.add_tool(get_job, annotations=_annotations("Get a job", read_only=True))
+    server.add_tool(
+        cancel_job, annotations=_annotations("Cancel a job", read_only=False, destructive=True)
+    )
+    return server
+
+
+@functools.cache
+def bridge() -> AsgiBridge:
+    """This process's MCP server, started on first use (after gunicorn forked its worker).
+    Host and origin are Django's to check (ALLOWED_HOSTS), not the SDK's; bodies are bound
+    by MAX_BODY_BYTES, which Django enforces before the SDK reads one."""
+    app = build_server().streamable_http_app(
+        streamable_http_path=PATH,
+        stateless_http=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+    )
+    return AsgiBridge(app)
+
+
+@router.api_operation(
+    ["GET", "POST", "DELETE"],
+    PATH,
+    auth=token_required(),
+    include_in_schema=False,
+    summary="The Model Context Protocol (streamable HTTP): an agent's image tools",
+)
+def mcp(request: HttpRequest):
+    return bridge().answer(request)
