@@ -312,6 +312,11 @@ class EstimateOut(Schema):
     steps: int | None = Field(description="the steps it would run (defaults and caps applied)")
     size: str | None = Field(description="WIDTHxHEIGHT it would run at")
     measured_size: str | None = Field(description="the measured size the figures scale from")
+    counted: bool = Field(
+        default=False,
+        description="the figures are the model's work counted over this machine's pace, "
+        "measured when it loaded: no image measured here yet",
+    )
     limit_seconds: float | None = Field(
         description="the longest estimate a synchronous request is taken with "
         "(GEN_SYNC_REFUSE_FACTOR x GEN_SYNC_TIMEOUT); null: none is refused"
@@ -329,6 +334,7 @@ class EstimateOut(Schema):
             steps=None if found is None else found.steps,
             size=None if found is None else "{}x{}".format(*found.size),
             measured_size=None if found is None else "{}x{}".format(*found.basis),
+            counted=found is not None and found.counted,
             limit_seconds=verdict.limit_seconds,
             refused=verdict.refused,
             message=verdict.message,

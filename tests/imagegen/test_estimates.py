@@ -23,7 +23,7 @@ from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
-from tests.support.loaders import ready_loader, serve
+from tests.support.loaders import new_loader, ready_loader, serve
 
 # Measured at 64x64: encoding 1 s, a step 2 s per image of the UNet's batch, decoding 3 s.
 AT_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
@@ -192,19 +192,34 @@ def estimate_of(client: Client, **fields) -> dict:
     return answer.json()
 
 
-def test_with_nothing_measured_nothing_is_refused(queue):
+def test_before_any_image_the_estimate_is_the_models_counted_work(queue):
+    """Nothing measured yet: the model's work counted over this machine's measured pace
+    (imagegen/generation/work.py), for a named size and for the model's own."""
     client = Client()
     found = estimate_of(client, **TOO_LONG)
-    assert found["seconds"] is None and found["refused"] is False
-    assert found["message"].startswith("No estimate yet: nothing has been measured here")
-    own_size = estimate_of(client)  # no size: the model's own, unknown until an image of it
-    assert own_size["refused"] is False
-    assert own_size["message"].startswith("No estimate yet: no image of the model's own size")
+    assert found["counted"] is True and found["seconds"] > 0
+    assert (found["size"], found["measured_size"]) == ("2048x2048", "64x64")
+    assert "counted over this machine's pace: nothing measured yet" in found["message"]
+    own_size = estimate_of(client)  # no size: the model's own, from its configs
+    assert own_size["counted"] is True and own_size["size"] == "64x64"
     assert found["limit_seconds"] == TIMEOUT * 1.25
     # The fields take /generate's rules: a bad one is a 400 naming it.
     bad = client.get("/generate/estimate", {"size": "65x64", "steps": "0"})
     assert bad.status_code == 400
     assert {d["field"] for d in bad.json()["error"]["details"]} == {"size", "steps"}
+
+
+def test_with_nothing_measured_nor_counted_nothing_is_refused(hub, share, tmp_path, monkeypatch):
+    """The model not on the share yet: nothing to count, no estimate, nothing refused."""
+    serve(new_loader(hub, share, tmp_path / "cache"), tmp_path / "images", monkeypatch)
+    client = Client()
+    with override_settings(GEN_SYNC_TIMEOUT=TIMEOUT):
+        found = estimate_of(client, **TOO_LONG)
+        own_size = estimate_of(client)
+    assert found["seconds"] is None and found["refused"] is False
+    assert found["message"].startswith("No estimate yet: nothing has been measured here")
+    assert own_size["refused"] is False
+    assert own_size["message"].startswith("No estimate yet: no image of the model's own size")
 
 
 def refusal_message(message: str) -> None:
