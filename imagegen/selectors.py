@@ -62,6 +62,9 @@ class SyncEstimate:
     limit_seconds: float | None  # the most a synchronous one may be estimated at; None: any
     refused: bool  # a synchronous request would be refused (services.generation_run)
     message: str  # for a person: the refusal's own message when refused
+    # The estimate alone, in words ("About 9 s (4 steps at 64x64: 9 s)"); None without one.
+    # What the page shows: it sends every request asynchronously, so no limit applies to it.
+    about: str | None = None
 
 
 def generation_estimate(*, request: GenerationRequest, count: int, timeout: float) -> SyncEstimate:
@@ -92,7 +95,8 @@ def generation_estimate(*, request: GenerationRequest, count: int, timeout: floa
     else:
         within = f"; a synchronous request may take up to {limit:g} s" if limit else ""
         message = f"About {_seconds(found.seconds)} ({_breakdown(found)}){within}"
-    return SyncEstimate(found, limit, refused, message)
+    about = None if found is None else f"About {_seconds(found.seconds)} ({_breakdown(found)})"
+    return SyncEstimate(found, limit, refused, message, about)
 
 
 def _seconds(value: float) -> str:

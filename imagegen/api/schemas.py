@@ -35,6 +35,8 @@ from imagegen.generation.edits import (
     MASK_ONLY,
     ONLY_MASKED_ONLY,
     STRENGTH_DEFAULT,
+    EditRequest,
+    working_size,
 )
 from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT, ONLY_MASKED_PADDING_MAX
 from imagegen.generation.images import ImageRecord, image_url
@@ -283,15 +285,47 @@ class EstimateQuery(Schema):
     n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
         Field(default=None, description="images of one request (OpenAI's n); default 1")
     )
+    image_size: Annotated[
+        str | None, BeforeValidator(_blank_is_absent), AfterValidator(lambda v: v and image_size(v))
+    ] = Field(
+        default=None,
+        description="an edit: WIDTHxHEIGHT of its input image, which it works at when no "
+        "`size` is given (each side rounded down to a multiple of 8, within the bounds)",
+    )  # fmt: skip
+    strength: Annotated[
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(
+        default=None,
+        description=f"an edit's, with `image_size`: max(1, int(steps x strength)) steps run; "
+        f"default {STRENGTH_DEFAULT}",
+    )
 
     def to_request(self) -> GenerationRequest:
+        if self.strength is not None and self.image_size is None:
+            raise FieldError("strength", "applies to an edit only: send `image_size` too")
+        size = parse_size(self.size) if self.size else None
+        edit = None
+        if self.image_size is not None:  # what an edit runs: imagegen.services.edit_request
+            low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+            size = size or working_size(parse_size(self.image_size), low=low, high=high)
+            strength = STRENGTH_DEFAULT if self.strength is None else self.strength
+            edit = EditRequest(source="", strength=strength)
         return GenerationRequest(
             prompt="",
             steps=self.steps,
             guidance=self.guidance,
             scheduler=self.scheduler,
-            size=parse_size(self.size) if self.size else None,
+            size=size,
+            edit=edit,
         )
+
+
+def image_size(value: str) -> str:
+    """An input image's size as a client read it: positive sides, any."""
+    match = _SIZE.match(value.strip())
+    if not match or not all(int(side) > 0 for side in match.groups()):
+        raise ValueError("must be WIDTHxHEIGHT of the input image, e.g. 256x192")
+    return value.strip().lower()
 
 
 def _tenths(seconds: float) -> float:
@@ -323,6 +357,11 @@ class EstimateOut(Schema):
     )
     refused: bool = Field(description="a synchronous request of it would be refused now (400)")
     message: str = Field(description="in words; when refused, the 400's own message")
+    about: str | None = Field(
+        default=None,
+        description="the estimate alone in words, whatever the limit (for a client that sends "
+        "it asynchronously, as the page does); null: no estimate",
+    )
 
     @classmethod
     def of(cls, verdict: SyncEstimate) -> "EstimateOut":
@@ -338,6 +377,7 @@ class EstimateOut(Schema):
             limit_seconds=verdict.limit_seconds,
             refused=verdict.refused,
             message=verdict.message,
+            about=verdict.about,
         )
 
 

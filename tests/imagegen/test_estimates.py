@@ -304,3 +304,26 @@ def test_an_asynchronous_request_is_taken_whatever_its_estimate(queue):
     assert taken.json()["state"] == "queued"
     for job in (taken, ahead):
         assert client.delete(f"/jobs/{job.json()['id']}").status_code == 200
+
+
+def test_an_edit_is_estimated_at_its_images_size_with_its_strengths_steps_and_encode(
+    queue, tmp_path, monkeypatch
+):
+    """image_size: the size an edit works at when none is named (each side down to a multiple
+    of 8); strength: the steps it runs; its input's encode counted on top (at a pace of 1
+    MFLOP/s, so that the tiny model's encode shows in tenths of a second)."""
+    serve(queue.loader, tmp_path / "counted", monkeypatch, throughput=1e6)
+    client = Client()
+    edit = estimate_of(client, steps=8, strength=0.5, image_size="257x199")
+    assert (edit["size"], edit["steps"]) == ("256x192", 4)
+    plain = estimate_of(client, steps=4, size="256x192")
+    assert edit["seconds"] > plain["seconds"]  # the encode of its input
+    assert estimate_of(client, steps=8, image_size="256x192")["steps"] == 6  # strength 0.75
+    named = estimate_of(client, steps=8, strength=0.5, image_size="256x192", size="64x64")
+    assert named["size"] == "64x64"  # a size sent is the one it works at
+    alone = client.get("/generate/estimate", {"strength": "0.5"})
+    assert alone.status_code == 400
+    assert alone.json()["error"]["details"][0]["field"] == "strength"
+    bad = client.get("/generate/estimate", {"image_size": "0x5", "strength": "2"})
+    assert bad.status_code == 400
+    assert {d["field"] for d in bad.json()["error"]["details"]} == {"image_size", "strength"}
