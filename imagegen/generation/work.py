@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.generation.estimates import Size, Timing, TimingBook
-from imagegen.model.loader import ModelLoader
+from imagegen.model.loader import MODEL_CODE, ModelLoader
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,13 @@ class CountOnce:
         if self._done:
             return
         with self._lock:
-            if self._done:
-                return
+            if self._done or not MODEL_CODE.acquire(blocking=False):
+                return  # a load under way: counted at the next ask, after it
             try:
-                counted = count_model(self.loader, self.throughput or None)
+                try:
+                    counted = count_model(self.loader, self.throughput or None)
+                finally:
+                    MODEL_CODE.release()
                 if counted is not None:
                     self.book.count(counted)
                     self._done = True

@@ -268,3 +268,19 @@ def test_an_edits_encode_of_its_input_stops_within_it(fresh):
         for hook in hooks:
             hook.remove()
     assert encoding.is_set() and unet_calls == []
+
+
+def test_the_count_waits_for_no_load_and_is_done_after_it(fresh, held_load, tmp_path, monkeypatch):
+    """A load imports the model's code, lazily resolved by diffusers and transformers, which
+    two threads must not do at once: an estimate asked during a load counts nothing yet (and
+    does not wait for it); the next one after the load does."""
+    queue = serve(fresh, tmp_path / "images", monkeypatch, throughput=PACE)
+    assert fresh.pull()
+    until(lambda: fresh.status().state == "loading")
+    started = time.monotonic()
+    assert queue.estimate(REQUEST) is None
+    assert time.monotonic() - started < 5
+    held_load.set()
+    assert wait_for(fresh, {"ready", "failed"}) == "ready"
+    found = queue.estimate(REQUEST)
+    assert found is not None and found.counted
