@@ -265,6 +265,21 @@ class GenerateForm(Schema):
         )
 
 
+IMAGE_SIZE = r"^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$"  # an input image's, as a client read it
+ESTIMATE_EDIT_ONLY = "applies to an edit only: send `image_size` too"
+
+
+def image_size(value: str) -> str:
+    if not re.fullmatch(IMAGE_SIZE, value):
+        raise ValueError("must be WIDTHxHEIGHT of the input image, e.g. 256x192")
+    return value
+
+
+def _image_size_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["pattern"] = IMAGE_SIZE
+
+
 class EstimateQuery(Schema):
     """GET /generate/estimate: the fields of POST /generate that decide how long it takes,
     with its rules (a value out of bounds is a 400 naming it), and the images of a request."""
@@ -289,6 +304,7 @@ class EstimateQuery(Schema):
         str | None, BeforeValidator(_blank_is_absent), AfterValidator(lambda v: v and image_size(v))
     ] = Field(
         default=None,
+        json_schema_extra=_image_size_schema,
         description="an edit: WIDTHxHEIGHT of its input image, which it works at when no "
         "`size` is given (each side rounded down to a multiple of 8, within the bounds)",
     )  # fmt: skip
@@ -302,7 +318,7 @@ class EstimateQuery(Schema):
 
     def to_request(self) -> GenerationRequest:
         if self.strength is not None and self.image_size is None:
-            raise FieldError("strength", "applies to an edit only: send `image_size` too")
+            raise FieldError("strength", ESTIMATE_EDIT_ONLY)
         size = parse_size(self.size) if self.size else None
         edit = None
         if self.image_size is not None:  # what an edit runs: imagegen.services.edit_request
@@ -318,14 +334,6 @@ class EstimateQuery(Schema):
             size=size,
             edit=edit,
         )
-
-
-def image_size(value: str) -> str:
-    """An input image's size as a client read it: positive sides, any."""
-    match = _SIZE.match(value.strip())
-    if not match or not all(int(side) > 0 for side in match.groups()):
-        raise ValueError("must be WIDTHxHEIGHT of the input image, e.g. 256x192")
-    return value.strip().lower()
 
 
 def _tenths(seconds: float) -> float:
