@@ -22,7 +22,7 @@ from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import GenerationRequest
 from imagegen.generation.work import count_work, measure_throughput
 from imagegen.model import loader as loader_module
-from imagegen.model.loader import ModelLoader
+from imagegen.model.loader import MODEL_CODE, ModelLoader
 from tests.support.distributed import RedisServer
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
@@ -276,7 +276,7 @@ def test_the_count_waits_for_no_load_and_is_done_after_it(fresh, held_load, tmp_
     does not wait for it); the next one after the load does."""
     queue = serve(fresh, tmp_path / "images", monkeypatch, throughput=PACE)
     assert fresh.pull()
-    until(lambda: fresh.status().state == "loading")
+    until(MODEL_CODE.locked)  # the load is in the model's code (held there by held_load)
     started = time.monotonic()
     assert queue.estimate(REQUEST) is None
     assert time.monotonic() - started < 5
