@@ -143,6 +143,7 @@ def jobs() -> JobBoard:
         rules=rules_from_settings(),
         nice=settings.GEN_NICE,
         previews=preview_policy(),
+        throughput=settings.GEN_THROUGHPUT,
     )
 
 
@@ -193,6 +194,7 @@ def worker_runtime(name: str) -> "WorkerRuntime":
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         timings=RedisTimings(redis_client(), measured_model(model_source())),
         previews=preview_policy(),
+        throughput=settings.GEN_THROUGHPUT,
     )
 
 

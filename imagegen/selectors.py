@@ -58,10 +58,13 @@ def generation_rules() -> dict[str, Any]:
 class SyncEstimate:
     """How long a request would take if sent now, and what a synchronous one is told."""
 
-    estimate: Estimate | None  # None: nothing measured here yet
+    estimate: Estimate | None  # None: nothing measured nor counted here yet
     limit_seconds: float | None  # the most a synchronous one may be estimated at; None: any
     refused: bool  # a synchronous request would be refused (services.generation_run)
     message: str  # for a person: the refusal's own message when refused
+    # The estimate alone, in words ("About 9 s (4 steps at 64x64: 9 s)"); None without one.
+    # What the page shows: it sends every request asynchronously, so no limit applies to it.
+    about: str | None = None
 
 
 def generation_estimate(*, request: GenerationRequest, count: int, timeout: float) -> SyncEstimate:
@@ -72,12 +75,14 @@ def generation_estimate(*, request: GenerationRequest, count: int, timeout: floa
     limit = factor * timeout if factor else None
     refused = found is not None and limit is not None and found.seconds > limit
     if found is None:
+        counted_later = "; its work is counted once the model is on the share (POST /model/pull)"
         message = "No estimate yet: " + (
             "no image of the model's own size has been measured here yet (name a size, or "
             "make one image without one)"
             if request.size is None
             else "nothing has been measured here for this model (every image made is measured)"
         )
+        message += counted_later
     elif refused:
         assert limit is not None
         message = (
@@ -90,7 +95,8 @@ def generation_estimate(*, request: GenerationRequest, count: int, timeout: floa
     else:
         within = f"; a synchronous request may take up to {limit:g} s" if limit else ""
         message = f"About {_seconds(found.seconds)} ({_breakdown(found)}){within}"
-    return SyncEstimate(found, limit, refused, message)
+    about = None if found is None else f"About {_seconds(found.seconds)} ({_breakdown(found)})"
+    return SyncEstimate(found, limit, refused, message, about)
 
 
 def _seconds(value: float) -> str:
@@ -107,6 +113,8 @@ def _breakdown(found: Estimate) -> str:
         text += f", after {_seconds(found.queue_seconds)} for the jobs ahead"
     if found.basis != found.size:
         text += f"; scaled from {found.basis[0]}x{found.basis[1]} by its pixels"
+    if found.counted:
+        text += "; from the model's work counted over this machine's pace: nothing measured yet"
     return text
 
 

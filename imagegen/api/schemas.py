@@ -35,6 +35,8 @@ from imagegen.generation.edits import (
     MASK_ONLY,
     ONLY_MASKED_ONLY,
     STRENGTH_DEFAULT,
+    EditRequest,
+    working_size,
 )
 from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT, ONLY_MASKED_PADDING_MAX
 from imagegen.generation.images import ImageRecord, image_url
@@ -273,6 +275,21 @@ class GenerateForm(Schema):
         )
 
 
+IMAGE_SIZE = r"^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$"  # an input image's, as a client read it
+ESTIMATE_EDIT_ONLY = "applies to an edit only: send `image_size` too"
+
+
+def image_size(value: str) -> str:
+    if not re.fullmatch(IMAGE_SIZE, value):
+        raise ValueError("must be WIDTHxHEIGHT of the input image, e.g. 256x192")
+    return value
+
+
+def _image_size_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["pattern"] = IMAGE_SIZE
+
+
 class EstimateQuery(Schema):
     """GET /generate/estimate: the fields of POST /generate that decide how long it takes,
     with its rules (a value out of bounds is a 400 naming it), and the images of a request."""
@@ -293,14 +310,39 @@ class EstimateQuery(Schema):
     n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
         Field(default=None, description="images of one request (OpenAI's n); default 1")
     )
+    image_size: Annotated[
+        str | None, BeforeValidator(_blank_is_absent), AfterValidator(lambda v: v and image_size(v))
+    ] = Field(
+        default=None,
+        json_schema_extra=_image_size_schema,
+        description="an edit: WIDTHxHEIGHT of its input image, which it works at when no "
+        "`size` is given (each side rounded down to a multiple of 8, within the bounds)",
+    )  # fmt: skip
+    strength: Annotated[
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(
+        default=None,
+        description=f"an edit's, with `image_size`: max(1, int(steps x strength)) steps run; "
+        f"default {STRENGTH_DEFAULT}",
+    )
 
     def to_request(self) -> GenerationRequest:
+        if self.strength is not None and self.image_size is None:
+            raise FieldError("strength", ESTIMATE_EDIT_ONLY)
+        size = parse_size(self.size) if self.size else None
+        edit = None
+        if self.image_size is not None:  # what an edit runs: imagegen.services.edit_request
+            low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+            size = size or working_size(parse_size(self.image_size), low=low, high=high)
+            strength = STRENGTH_DEFAULT if self.strength is None else self.strength
+            edit = EditRequest(source="", strength=strength)
         return GenerationRequest(
             prompt="",
             steps=self.steps,
             guidance=self.guidance,
             scheduler=self.scheduler,
-            size=parse_size(self.size) if self.size else None,
+            size=size,
+            edit=edit,
         )
 
 
@@ -322,12 +364,22 @@ class EstimateOut(Schema):
     steps: int | None = Field(description="the steps it would run (defaults and caps applied)")
     size: str | None = Field(description="WIDTHxHEIGHT it would run at")
     measured_size: str | None = Field(description="the measured size the figures scale from")
+    counted: bool = Field(
+        default=False,
+        description="the figures are the model's work counted over this machine's pace, "
+        "measured when it loaded: no image measured here yet",
+    )
     limit_seconds: float | None = Field(
         description="the longest estimate a synchronous request is taken with "
         "(GEN_SYNC_REFUSE_FACTOR x GEN_SYNC_TIMEOUT); null: none is refused"
     )
     refused: bool = Field(description="a synchronous request of it would be refused now (400)")
     message: str = Field(description="in words; when refused, the 400's own message")
+    about: str | None = Field(
+        default=None,
+        description="the estimate alone in words, whatever the limit (for a client that sends "
+        "it asynchronously, as the page does); null: no estimate",
+    )
 
     @classmethod
     def of(cls, verdict: SyncEstimate) -> "EstimateOut":
@@ -339,9 +391,11 @@ class EstimateOut(Schema):
             steps=None if found is None else found.steps,
             size=None if found is None else "{}x{}".format(*found.size),
             measured_size=None if found is None else "{}x{}".format(*found.basis),
+            counted=found is not None and found.counted,
             limit_seconds=verdict.limit_seconds,
             refused=verdict.refused,
             message=verdict.message,
+            about=verdict.about,
         )
 
 

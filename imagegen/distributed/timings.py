@@ -4,9 +4,11 @@ request is estimated from the workers' real pace whichever replica it reaches.
 
 One hash per model (`imagegen:timings:<MODEL_ID>|<VAE_DECODER>`: another model, or the tiny
 decoder, costs something else): a field per size measured (`WIDTHxHEIGHT`: the last KEPT
-images' timings as a JSON list, newest first) and `native`, the size of a request that names
-none. It has no expiry: a figure stays true until newer images at its size replace it, and
-with GEN_MIN_SIDE to GEN_MAX_SIDE in steps of 8 it holds a bounded number of fields. Two
+images' timings as a JSON list, newest first), `native`, the size of a request that names
+none, and `counted`: the model's work counted over the pace a worker measured when it started
+(imagegen.generation.work), the estimate before any image. It has no expiry: a figure stays
+true until newer images at its size replace it, and with GEN_MIN_SIDE to GEN_MAX_SIDE in steps
+of 8 it holds a bounded number of fields. Two
 workers finishing at one size at the same moment may keep one image of the two: a lost
 measurement, never a wrong one.
 """
@@ -21,6 +23,7 @@ from imagegen.generation.estimates import KEPT, Measurements, Size, Timing, fast
 from imagegen.model.hub import ModelSource
 
 NATIVE = "native"
+COUNTED = "counted"  # the model's counted work, as a worker published it (imagegen.generation.work)
 
 
 def measured_model(source: ModelSource) -> str:
@@ -46,11 +49,19 @@ class RedisTimings:
         fields = [size, json.dumps(kept), *((NATIVE, size) if native else ())]
         self.redis.hset(self.key, items=fields)
 
+    def count(self, timing: Timing) -> None:
+        self.redis.hset(self.key, COUNTED, json.dumps(asdict(timing)))
+
     def measurements(self) -> Measurements:
         stored = self.redis.hgetall(self.key)
         fields = {decoded(name): decoded(value) for name, value in stored.items()}
         native = fields.pop(NATIVE, None)
+        counted = fields.pop(COUNTED, None)
         timings = tuple(
             fastest(Timing(**kept) for kept in json.loads(value)) for value in fields.values()
         )
-        return Measurements(timings, _size(native) if native else None)
+        return Measurements(
+            timings,
+            _size(native) if native else None,
+            Timing(**json.loads(counted)) if counted else None,
+        )

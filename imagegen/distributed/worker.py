@@ -58,6 +58,7 @@ from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageStore
 from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.render import Cancelled
+from imagegen.generation.work import CountOnce
 from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
@@ -130,10 +131,14 @@ class WorkerRuntime:
         load_timeout: float,
         timings: RedisTimings,
         previews: PreviewPolicy = DEFAULT_PREVIEWS,
+        throughput: float = 0.0,
     ) -> None:
         self.store = store
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
+        # The model's work counted over this worker's pace, published for every replica
+        # before any image (GEN_THROUGHPUT: the pace instead).
+        self.counting = CountOnce(loader, timings, throughput)
         self.redis = store.redis
         self.loader = loader
         self.images = images
@@ -158,6 +163,7 @@ class WorkerRuntime:
 
     def start(self) -> None:
         threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
+        self.counting.start()
 
     def stop(self) -> None:
         """A job this worker took up itself (_take_a_job_left_waiting) finishes first, as
@@ -187,6 +193,8 @@ class WorkerRuntime:
                 self.loader.pull()  # in the background; False (nothing to do) when ready
             self.pulls = pulls
         status = self.loader.status()
+        if status.weights_on_share:
+            self.counting.start()  # once: at start, or once a pull has put the model there
         with self._claiming:
             job_id, report = self.job_id, self.report
             record = {"name": self.name, "state": status.state, "error": status.error,

@@ -8,8 +8,9 @@ mode by every worker, shared through Redis: imagegen.distributed.timings) record
 text encoding, one denoising step and its decode took, at its size. The last KEPT images at a
 size stand for it, each stage at its fastest among them: one slow image (the first after a
 load, a moment when the machine was busy) does not get requests refused, and a lasting
-slowdown shows within KEPT images. With none measured yet there is no estimate, and nothing is
-refused.
+slowdown shows within KEPT images. Before any is measured, the model's work counted over the
+pace measured when it loaded (imagegen.generation.work) stands for them, at the model's native
+size; with neither there is no estimate, and nothing is refused.
 
 How a measurement stands for another size: a request at a measured size takes that size's;
 at another size, the measured size nearest in pixels, its step and decode scaled by the ratio
@@ -19,9 +20,9 @@ slower, so the nearest size keeps the stretch short. The unconditional pass (gui
 doubles the UNet's batch, so a step is kept per image of the batch and doubled for a request
 with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
 encoders' time does not depend on the size. An edit counts the steps it runs (max(1,
-int(steps x strength))) at the size it works at ("only masked": its cut-out's); the encoding
-of its input is not counted (not measured yet). What an edit measured is recorded the same
-way: its steps run, at its working size.
+int(steps x strength))) at the size it works at ("only masked": its cut-out's), and the encode
+of its input as counted (a measured edit's encode_seconds holds it with the prompt's). What an
+edit measured is recorded the same way: its steps run, at its working size.
 
 The jobs ahead: what is left of each running one (its steps to go and its decode), then the
 waiting ones in order, each taken by the first worker free (one in process); the request's own
@@ -54,6 +55,9 @@ class Timing:
     encode_seconds: float
     step_seconds: float  # one denoising step, per image in the UNet's batch
     decode_seconds: float
+    # The encode of an edit's input image by the VAE: counted (imagegen.generation.work),
+    # 0 in what a job measured (its encode_seconds holds it, with the prompt's).
+    image_encode_seconds: float = 0.0
 
     @property
     def size(self) -> Size:
@@ -76,6 +80,9 @@ def fastest(timings: Iterable[Timing]) -> Timing:
 class Measurements:
     timings: tuple[Timing, ...]  # one a size measured: its last KEPT images, fastest()
     native: Size | None  # the size of a request that names none, once one ran
+    # The model's work counted at its native size over the pace measured when it loaded
+    # (imagegen.generation.work): what stands for every size until one is measured.
+    counted: Timing | None = None
 
 
 def unet_batch(guidance: float) -> int:
@@ -115,6 +122,10 @@ class TimingBook(Protocol):
         """Keeps `timing` among the last KEPT of its size; `native`: the request named no
         size, so this is the model's own."""
 
+    def count(self, timing: Timing) -> None:
+        """Keeps `timing`, the model's counted work (imagegen.generation.work), as what
+        stands for every size until one is measured."""
+
     def measurements(self) -> Measurements: ...
 
 
@@ -126,6 +137,11 @@ class LocalTimings:
         self._lock = threading.Lock()
         self._by_size: dict[Size, deque[Timing]] = {}
         self._native: Size | None = None
+        self._counted: Timing | None = None
+
+    def count(self, timing: Timing) -> None:
+        with self._lock:
+            self._counted = timing
 
     def record(self, timing: Timing, *, native: bool) -> None:
         with self._lock:
@@ -136,7 +152,7 @@ class LocalTimings:
     def measurements(self) -> Measurements:
         with self._lock:
             timings = tuple(fastest(kept) for kept in self._by_size.values())
-            return Measurements(timings, self._native)
+            return Measurements(timings, self._native, self._counted)
 
 
 @dataclass(frozen=True)
@@ -144,11 +160,12 @@ class Cost:
     """One image's estimated stages."""
 
     steps: int
-    encode_seconds: float
+    encode_seconds: float  # the prompt's, and an edit's input image's
     step_seconds: float  # one of its steps, its batch included
     decode_seconds: float
     size: Size
-    basis: Size  # the measured size it is scaled from
+    basis: Size  # the measured (or counted) size it is scaled from
+    counted: bool  # from the model's counted work: nothing measured here yet
 
     @property
     def seconds(self) -> float:
@@ -163,29 +180,40 @@ class Cost:
 
 def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
     """One image of `request` (its defaults filled in: render.with_defaults), or None when
-    nothing is measured yet (or its size is the model's own and that is not known yet)."""
-    size = request.size or measurements.native
+    nothing is measured or counted yet (or its size is the model's own and that is not known
+    yet)."""
+    counted = measurements.counted
+    size = request.size or measurements.native or (counted.size if counted else None)
     steps, guidance = request.steps, request.guidance
-    if size is None or not measurements.timings or steps is None or guidance is None:
+    timings = measurements.timings or ((counted,) if counted else ())
+    if size is None or not timings or steps is None or guidance is None:
         return None
+    image_encode = 0.0
     if (edit := request.edit) is not None:  # what an edit runs (imagegen.generation.edits)
         steps = steps_run(steps, edit.strength)
         if edit.only_masked is not None:
             size = edit.only_masked.size
-    pixels = size[0] * size[1]
+        if counted is not None:  # its input's encode, at the size it works at
+            image_encode = counted.image_encode_seconds * _pixels(size) / _pixels(counted.size)
+    pixels = _pixels(size)
     basis = min(
-        measurements.timings,
+        timings,
         key=lambda t: (abs(math.log(pixels / (t.width * t.height))), -t.width * t.height),
     )
     scale = pixels / (basis.width * basis.height)
     return Cost(
         steps=steps,
-        encode_seconds=basis.encode_seconds,
+        encode_seconds=basis.encode_seconds + image_encode,
         step_seconds=basis.step_seconds * scale * unet_batch(guidance),
         decode_seconds=basis.decode_seconds * scale,
         size=size,
         basis=basis.size,
+        counted=not measurements.timings,
     )
+
+
+def _pixels(size: Size) -> int:
+    return size[0] * size[1]
 
 
 @dataclass(frozen=True)
@@ -204,7 +232,8 @@ class Estimate:
     count: int
     steps: int
     size: Size
-    basis: Size  # the measured size its figures are scaled from
+    basis: Size  # the measured (or counted) size its figures are scaled from
+    counted: bool = False  # from the model's counted work: nothing measured here yet
 
 
 def estimate(
@@ -248,4 +277,5 @@ def estimate(
         steps=cost.steps,
         size=cost.size,
         basis=cost.basis,
+        counted=cost.counted,
     )

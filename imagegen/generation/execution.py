@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from config import metrics
 from config.errors import ServiceError
+from imagegen.errors import ModelLoading
 from imagegen.generation.edits import EditInputs, InpaintModel, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
@@ -33,6 +34,8 @@ from imagegen.model.loader import ModelLoader
 from imagegen.model.status import describe
 
 log = logging.getLogger(__name__)
+
+LOAD_WAIT = 0.25  # seconds between a waiting job's looks at its cancel while the model loads
 
 
 class Report(Protocol):
@@ -114,7 +117,7 @@ def _run(
 ) -> Outcome:
     try:
         started = time.monotonic()
-        pipe: Any = loader.pipeline(load_timeout)
+        pipe: Any = _loaded(loader, load_timeout, report)
         # The inpainting checkpoint's UNet for an inpainting, when one is configured; else
         # the base's (either may have to be swapped in: imagegen.model.unets).
         inpainting = request.edit is not None and request.edit.mask is not None
@@ -173,6 +176,21 @@ def _run(
     except Exception as error:
         log.exception("job %s failed", job_id)
         return Outcome(JobState.FAILED, "failed", error=describe(error))
+
+
+def _loaded(loader: ModelLoader, timeout: float, report: Report) -> Any:
+    """The loaded pipeline, waited for in slices of LOAD_WAIT: a job cancelled meanwhile
+    stops at once, not when the load ends (a load runs on for the jobs behind it, and the
+    cancel bound, imagegen.generation.stop_points, holds for a job waiting for it too)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return loader.pipeline(min(LOAD_WAIT, max(0.0, deadline - time.monotonic())))
+        except ModelLoading:
+            if report.stop_requested():
+                raise Cancelled() from None
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _edit_inputs(

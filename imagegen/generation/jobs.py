@@ -46,6 +46,7 @@ from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
+from imagegen.generation.work import CountOnce
 from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class JobQueue:
         rules: GenerationRules,
         nice: int = 0,
         previews: PreviewPolicy = DEFAULT_PREVIEWS,
+        throughput: float = 0.0,
     ) -> None:
         self.loader = loader
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
@@ -134,6 +136,8 @@ class JobQueue:
         self._rounds: dict[str, int] = {}  # each key's latest round (fair_round)
         self._served = 0  # the round of the job that started last
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
+        # The model's work counted, the estimate before any image (GEN_THROUGHPUT: its pace).
+        self.counting = CountOnce(loader, self.timings, throughput)
 
     # -- what the routes call -----------------------------------------------------------
 
@@ -175,6 +179,7 @@ class JobQueue:
         """How long `count` images of `request` would take if submitted now: behind the
         running job and the queue, on the one worker thread."""
         request = with_defaults(request, rules=self.rules)
+        self.counting.ensure()
         with self._lock:
             jobs = [job for job in (self._running, *self._queued) if job is not None]
             ahead = [found for job in jobs if (found := ahead_of(self.view(job)))]
@@ -341,6 +346,7 @@ class JobQueue:
 
     def _run(self, job: Job) -> None:
         assert job.started_at is not None, "a job runs once _work has started it"
+        self.counting.start()  # beside the load, if no estimate asked for it before
         outcome = run_job(
             job_id=job.id,
             loader=self.loader,

@@ -37,6 +37,12 @@ from imagegen.model.unets import BASE, INPAINT, UnetSwap
 
 log = logging.getLogger(__name__)
 
+# Held while a load imports and builds the model's code. diffusers and transformers import
+# their classes lazily, and two threads resolving them at once can see a module half made
+# ("cannot import name"): the count of the model's work (imagegen.generation.work) takes it
+# too, and waits for no load: it is done after one.
+MODEL_CODE = threading.Lock()
+
 
 class ModelLoader:
     def __init__(
@@ -205,15 +211,16 @@ class ModelLoader:
                     hub.unet_config(path / manifest.inpaint.folder), hub.unet_config(path)
                 )
             decoder = manifest.decoder
-            pipe = load_pipeline(
-                self.source.path,
-                variant=manifest.load_variant,
-                device=self.device,
-                options=self.options,
-                adapters=self._adapter_files(manifest),
-                tiny_decoder=self.source.path / decoder.folder if decoder else None,
-            )
-            unets = self._unet_swap(pipe, manifest) if manifest.inpaint else None
+            with MODEL_CODE:
+                pipe = load_pipeline(
+                    self.source.path,
+                    variant=manifest.load_variant,
+                    device=self.device,
+                    options=self.options,
+                    adapters=self._adapter_files(manifest),
+                    tiny_decoder=self.source.path / decoder.folder if decoder else None,
+                )
+                unets = self._unet_swap(pipe, manifest) if manifest.inpaint else None
             with self._lock:
                 self._pipeline = pipe
                 self.loaded_commit = manifest.commit

@@ -44,7 +44,7 @@ from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
 from imagegen.api.a1111 import NOT_BASE64, SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
-from imagegen.api.schemas import NUMBER_TOO_LONG
+from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, NUMBER_TOO_LONG
 from imagegen.generation.edits import (
     EDIT_ONLY,
     MASK_NEEDS_IMAGE,
@@ -265,6 +265,11 @@ ALLOWED_REFUSALS = {
         sent_no_image,
     ),
     ("mask_blur", EDIT_ONLY): Allowed("as strength", sent_no_image),
+    ("strength", ESTIMATE_EDIT_ONLY): Allowed(
+        "GET /generate/estimate's strength estimates an edit, of an image_size: refused "
+        "without one rather than ignored, which a query's schema cannot state",
+        lambda case, _field: sent(case, "image_size") in (MISSING, None),
+    ),
     ("resize_mode", EDIT_ONLY): Allowed("as strength", sent_no_image),
     ("only_masked", MASK_ONLY): Allowed(
         "only masked applies to a mask sent; a form's schema cannot state one part's need of "

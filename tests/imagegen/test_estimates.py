@@ -23,7 +23,7 @@ from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
-from tests.support.loaders import ready_loader, serve
+from tests.support.loaders import new_loader, ready_loader, serve
 
 # Measured at 64x64: encoding 1 s, a step 2 s per image of the UNet's batch, decoding 3 s.
 AT_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
@@ -192,19 +192,34 @@ def estimate_of(client: Client, **fields) -> dict:
     return answer.json()
 
 
-def test_with_nothing_measured_nothing_is_refused(queue):
+def test_before_any_image_the_estimate_is_the_models_counted_work(queue):
+    """Nothing measured yet: the model's work counted over this machine's measured pace
+    (imagegen/generation/work.py), for a named size and for the model's own."""
     client = Client()
     found = estimate_of(client, **TOO_LONG)
-    assert found["seconds"] is None and found["refused"] is False
-    assert found["message"].startswith("No estimate yet: nothing has been measured here")
-    own_size = estimate_of(client)  # no size: the model's own, unknown until an image of it
-    assert own_size["refused"] is False
-    assert own_size["message"].startswith("No estimate yet: no image of the model's own size")
+    assert found["counted"] is True and found["seconds"] > 0
+    assert (found["size"], found["measured_size"]) == ("2048x2048", "64x64")
+    assert "counted over this machine's pace: nothing measured yet" in found["message"]
+    own_size = estimate_of(client)  # no size: the model's own, from its configs
+    assert own_size["counted"] is True and own_size["size"] == "64x64"
     assert found["limit_seconds"] == TIMEOUT * 1.25
     # The fields take /generate's rules: a bad one is a 400 naming it.
     bad = client.get("/generate/estimate", {"size": "65x64", "steps": "0"})
     assert bad.status_code == 400
     assert {d["field"] for d in bad.json()["error"]["details"]} == {"size", "steps"}
+
+
+def test_with_nothing_measured_nor_counted_nothing_is_refused(hub, share, tmp_path, monkeypatch):
+    """The model not on the share yet: nothing to count, no estimate, nothing refused."""
+    serve(new_loader(hub, share, tmp_path / "cache"), tmp_path / "images", monkeypatch)
+    client = Client()
+    with override_settings(GEN_SYNC_TIMEOUT=TIMEOUT):
+        found = estimate_of(client, **TOO_LONG)
+        own_size = estimate_of(client)
+    assert found["seconds"] is None and found["refused"] is False
+    assert found["message"].startswith("No estimate yet: nothing has been measured here")
+    assert own_size["refused"] is False
+    assert own_size["message"].startswith("No estimate yet: no image of the model's own size")
 
 
 def refusal_message(message: str) -> None:
@@ -289,3 +304,26 @@ def test_an_asynchronous_request_is_taken_whatever_its_estimate(queue):
     assert taken.json()["state"] == "queued"
     for job in (taken, ahead):
         assert client.delete(f"/jobs/{job.json()['id']}").status_code == 200
+
+
+def test_an_edit_is_estimated_at_its_images_size_with_its_strengths_steps_and_encode(
+    queue, tmp_path, monkeypatch
+):
+    """image_size: the size an edit works at when none is named (each side down to a multiple
+    of 8); strength: the steps it runs; its input's encode counted on top (at a pace of 1
+    MFLOP/s, so that the tiny model's encode shows in tenths of a second)."""
+    serve(queue.loader, tmp_path / "counted", monkeypatch, throughput=1e6)
+    client = Client()
+    edit = estimate_of(client, steps=8, strength=0.5, image_size="257x199")
+    assert (edit["size"], edit["steps"]) == ("256x192", 4)
+    plain = estimate_of(client, steps=4, size="256x192")
+    assert edit["seconds"] > plain["seconds"]  # the encode of its input
+    assert estimate_of(client, steps=8, image_size="256x192")["steps"] == 6  # strength 0.75
+    named = estimate_of(client, steps=8, strength=0.5, image_size="256x192", size="64x64")
+    assert named["size"] == "64x64"  # a size sent is the one it works at
+    alone = client.get("/generate/estimate", {"strength": "0.5"})
+    assert alone.status_code == 400
+    assert alone.json()["error"]["details"][0]["field"] == "strength"
+    bad = client.get("/generate/estimate", {"image_size": "0x5", "strength": "2"})
+    assert bad.status_code == 400
+    assert {d["field"] for d in bad.json()["error"]["details"]} == {"image_size", "strength"}

@@ -58,12 +58,14 @@ def serve(
     monkeypatch: pytest.MonkeyPatch,
     *,
     load_timeout: float = 60,
+    throughput: float = 0.0,
 ) -> JobQueue:
     """Makes `loader` this process's model for imagegen.services and imagegen.selectors, as
     an in-process web process's backend is: backend.loader() and backend.models() answer
     it, backend.jobs() a JobQueue on it (GEN_LOAD_TIMEOUT: `load_timeout`; the generation
     rules the app has under model_service_env: its MODEL_ID and MODEL_ADAPTERS,
-    GEN_DEFAULT_STEPS=2), backend.image_store() the images in `images`. What a route answers
+    GEN_DEFAULT_STEPS=2; GEN_THROUGHPUT: `throughput`), backend.image_store() the images in
+    `images`. What a route answers
     is then the service call's return value or its ServiceError (config/api.py turns that
     into the status, message and Retry-After)."""
     with override_settings(
@@ -73,7 +75,8 @@ def serve(
     ):
         rules = backend.rules_from_settings()
     store = ImageStore(images)
-    queue = JobQueue(loader, store, queue_max=2, load_timeout=load_timeout, keep=10, rules=rules)
+    queue = JobQueue(loader, store, queue_max=2, load_timeout=load_timeout, keep=10, rules=rules,
+                     throughput=throughput)  # fmt: skip
     monkeypatch.setattr(backend, "loader", lambda: loader)
     monkeypatch.setattr(backend, "models", lambda: loader)
     monkeypatch.setattr(backend, "jobs", lambda: queue)

@@ -17,6 +17,7 @@ from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import WorkerRuntime
 from imagegen.generation.images import ImageStore
+from imagegen.generation.presets import GenerationRules
 from imagegen.generation.render import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
@@ -44,17 +45,27 @@ class SoloWorker:
 
 
 @contextlib.contextmanager
-def solo_worker(loader: ModelLoader, images: Path, server: RedisServer) -> Iterator[SoloWorker]:
+def solo_worker(
+    loader: ModelLoader,
+    images: Path,
+    server: RedisServer,
+    *,
+    throughput: float = 0.0,
+    rules: GenerationRules | None = None,
+) -> Iterator[SoloWorker]:
+    """`throughput`: the worker's GEN_THROUGHPUT; `rules`: the web side's (its estimates
+    need them)."""
     client = server.client()
     client.flushdb()
     store = JobStore(client, heartbeat_ttl=30)
     timings = RedisTimings(client, "test-model")
     board = RedisJobBoard(
-        store, models=loader, queue_max=QUEUE_MAX, keep=KEEP, rules=None, timings=timings
+        store, models=loader, queue_max=QUEUE_MAX, keep=KEEP, rules=rules, timings=timings
     )
     runtime = WorkerRuntime(
-        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings
-    )
+        store, loader, ImageStore(images), name="w1", load_timeout=60, timings=timings,
+        throughput=throughput,
+    )  # fmt: skip
     runtime.start()
     messages: queue.Queue[str | None] = queue.Queue()
 

@@ -285,28 +285,61 @@
 
   // --- the estimate: how long these settings would take now (GET /generate/estimate) ------
 
-  const ESTIMATED = ["steps", "guidance", "size", "scheduler"]; // what decides the time
+  // What decides the time; an edit's strength and its image's size too (mask.js).
+  const ESTIMATED = ["steps", "guidance", "size", "scheduler", "strength"];
   let estimateTimer = null;
+  let estimateAsked = 0; // the latest ask: an older answer arriving after it is dropped
 
+  // The page sends every request asynchronously (requestBody), so the limit a synchronous
+  // request meets is not the page's: past it, the page says it will queue it.
   async function showEstimate() {
     const query = new URLSearchParams();
+    const edit = window.imagegenEdit && window.imagegenEdit.size();
     for (const name of ESTIMATED) {
+      if (name === "strength" && !edit) continue;
       if ($(name).value.trim() !== "") query.set(name, $(name).value.trim());
     }
+    if (edit) query.set("image_size", `${edit.width}x${edit.height}`);
+    const asked = ++estimateAsked;
+    let text = "";
     try {
       const response = await api(`/generate/estimate?${query}`);
-      $("estimate").textContent = response.ok ? (await response.json()).message : "";
+      const found = response.ok ? await response.json() : null;
+      if (found) {
+        text = !found.about ? found.message : found.refused
+          ? `${found.about}. Too long to wait for, so Generate queues it: follow it in the ` +
+            "Queue panel."
+          : found.about;
+      }
     } catch {
-      $("estimate").textContent = "";
+      text = "";
     }
+    if (asked === estimateAsked) $("estimate").textContent = text;
   }
 
-  // Once an edit of what decides the time settles.
-  form.addEventListener("input", (event) => {
-    if (!ESTIMATED.includes(event.target.id)) return;
+  function estimateSoon() {
     clearTimeout(estimateTimer);
     estimateTimer = setTimeout(showEstimate, 300);
+  }
+
+  // Once an edit of what decides the time settles, or an image is chosen or removed.
+  form.addEventListener("input", (event) => {
+    if (ESTIMATED.includes(event.target.id)) estimateSoon();
   });
+  document.addEventListener("imagegen:edit-changed", estimateSoon);
+
+  // The jobs ahead count: asked again whenever the jobs under way change (one ended, one
+  // was queued, one moved up), so no figure of a queue that has emptied stays.
+  let queueSeen = "";
+  function estimateAfterQueue() {
+    const seen = [...queue.values()]
+      .filter((job) => !FINAL.has(job.state))
+      .map((job) => `${job.id}:${job.state}:${job.position}`)
+      .join(",");
+    if (seen === queueSeen) return;
+    queueSeen = seen;
+    showEstimate();
+  }
 
   // --- the Queue panel: every job under way, followed with one poll ----------------------
   //
@@ -525,6 +558,7 @@
     } finally {
       polling = false;
       if (ended) refreshModel(); // the model may have been loaded by the job
+      estimateAfterQueue();
       if (pollAgain) {
         pollAgain = false;
         pollQueue();

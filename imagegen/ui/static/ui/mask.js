@@ -58,6 +58,7 @@
     $("edit-stage").style.aspectRatio = `${shown.naturalWidth} / ${shown.naturalHeight}`;
     setStatus(`Editing ${fileName} (${shown.naturalWidth}x${shown.naturalHeight}): ` +
       "paint the mask over what should change.");
+    document.dispatchEvent(new Event("imagegen:edit-changed")); // its estimate (app.js)
     return true;
   }
 
@@ -74,6 +75,7 @@
     $("image").value = "";
     $("edit-tools").hidden = true;
     setStatus("No image: Generate starts from the prompt alone.");
+    document.dispatchEvent(new Event("imagegen:edit-changed"));
   }
 
   function clearMask() {
@@ -206,6 +208,8 @@
 
   window.imagegenEdit = {
     active: () => file !== null,
+    // The image's own size, which an edit works at unless a size is given; null: no image.
+    size: () => (file === null ? null : { width: canvas.width, height: canvas.height }),
     // The multipart parts of an edit: the image as it was given (its own bytes) and the mask.
     async parts() {
       return { image: file, name: fileName, mask: await maskPng() };
