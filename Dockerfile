@@ -18,7 +18,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DATA_DIR=/tmp/data
 
 # nginx reads each request whole, with deadlines, before gunicorn's threads see it
-# (config/front_proxy.py); its packaged default site is removed: it only proxies.
+# (config/front_proxy.py); its packaged default site is removed: it only proxies. Not pinned:
+# bookworm's security updates replace the version, and a pin would stop the build then.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx \
     && rm -rf /var/lib/apt/lists/* /etc/nginx/sites-enabled/default /var/www/html

@@ -35,6 +35,9 @@ GUNICORN = [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicor
 # cuts off what the service would still answer.
 READ_MARGIN = 60
 TOO_LARGE = "The request body is too large"
+# Connections nginx holds at once (each proxied one takes two descriptors, hence the limit on
+# open files); a slow client holds one, not a gunicorn thread.
+WORKER_CONNECTIONS = 8192
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ def render(settings: ProxySettings, work: Path) -> str:
     as its event streams do) and under /mcp. Forwarded headers are passed on from
     TRUSTED_PROXIES only; from anyone else X-Forwarded-For is replaced by the peer's address
     and X-Forwarded-Proto and -Host are dropped (gunicorn is told to trust loopback, so the
-    proxy decides what it believes)."""
+    proxy decides what it believes). X-Forwarded-Ssl and -Protocol, which gunicorn also reads
+    as the scheme, are dropped from everyone. One worker holds thousands of connections, so
+    it takes far more slow clients than there are threads to fill it."""
     trusted = "".join(f"        {network} 1;\n" for network in settings.trusted_proxies)
     proxied = f"""            proxy_pass http://application;
             proxy_http_version 1.1;
@@ -123,6 +128,8 @@ def render(settings: ProxySettings, work: Path) -> str:
             proxy_set_header X-Forwarded-For $forwarded_for;
             proxy_set_header X-Forwarded-Proto $forwarded_proto;
             proxy_set_header X-Forwarded-Host $forwarded_host;
+            proxy_set_header X-Forwarded-Ssl "";
+            proxy_set_header X-Forwarded-Protocol "";
             proxy_connect_timeout 5s;
             proxy_send_timeout 60s;
             proxy_read_timeout {settings.read_timeout}s;
@@ -133,9 +140,10 @@ daemon off;
 worker_processes 1;
 pid {work}/nginx.pid;
 error_log stderr warn;
+worker_rlimit_nofile {2 * WORKER_CONNECTIONS};
 
 events {{
-    worker_connections 1024;
+    worker_connections {WORKER_CONNECTIONS};
 }}
 
 http {{

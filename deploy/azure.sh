@@ -79,9 +79,14 @@ infrastructure_subnet() {
   local subnet
   subnet="$(az containerapp env show --name "$ENVIRONMENT" --resource-group "$RESOURCE_GROUP" \
     --query properties.vnetConfiguration.infrastructureSubnetId --output tsv)"
-  [ -n "$subnet" ] ||
-    die "the environment $ENVIRONMENT has no network of its own (made before provision made one)," \
-      "so its ingress's addresses are unknown: set TRUSTED_PROXIES, or provision anew (docs/azure.md)"
+  if [ -z "$subnet" ]; then
+    # An environment made before provision gave it a network: deployed as before, no proxy
+    # trusted (image links http, per-client limits by the ingress's address), and said.
+    echo "azure.sh: warning: the environment $ENVIRONMENT has no network of its own, so its" \
+      "ingress's addresses are unknown and no proxy is trusted; set TRUSTED_PROXIES, or move" \
+      "to an environment provision makes (docs/azure.md)" >&2
+    return 0
+  fi
   az network vnet subnet show --ids "$subnet" --query addressPrefix --output tsv
 }
 

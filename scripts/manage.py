@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from config.env import parse_bool  # noqa: E402
+from config.file_modes import keep_new_files_private  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 from scripts.running_service import running_service  # noqa: E402
 
@@ -35,6 +36,7 @@ def stop_on_signal(number: int, _frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
+    keep_new_files_private()  # the embedded database it may start: this user's alone
     for number in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, stop_on_signal)
     data_dir = ROOT / os.environ.get("DATA_DIR", ".data")  # relative: to the project, as serve

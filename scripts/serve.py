@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from config.file_modes import keep_new_files_private  # noqa: E402
 from config.front_proxy import wanted as front_proxy_wanted  # noqa: E402
 from config.gunicorn import bind  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
@@ -212,6 +213,7 @@ def announce_when_answering(url: str, server: subprocess.Popen, *, demo: bool) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_new_files_private()  # DATA_DIR, its key and the embedded database: this user's alone
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
         epilog=f"BIND picks the address (now {bind}; default 127.0.0.1:8000), e.g. "

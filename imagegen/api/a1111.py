@@ -522,6 +522,13 @@ def server_path(request: HttpRequest, path: str) -> str:
         return Path(path).name
 
 
+@router.post("/refresh-checkpoints", auth=auth, response={200: dict, **errors()})
+def refresh_checkpoints(request: HttpRequest):
+    """A1111 rescans its checkpoint folder here (SillyTavern's refresh button, sent with no
+    body); the offered model is the configured one, so there is nothing to rescan."""
+    return {}
+
+
 @router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
 def sd_models(request: HttpRequest):
     status = selectors.model_status()

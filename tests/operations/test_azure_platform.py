@@ -327,8 +327,11 @@ def test_fake_az_control_plane_the_app_trusts_its_environments_ingress_subnet_al
     state = fake.state()
     state["environment"].pop("properties")
     fake.save(state)
-    refused = azure_sh(fake, "deploy", IMAGE=image, **layout)
-    assert refused.returncode != 0 and "set TRUSTED_PROXIES" in refused.stderr
+    # Deployed as before (no proxy trusted), with a warning that says how to trust one.
+    older = azure_sh(fake, "deploy", IMAGE=image, **layout)
+    assert older.returncode == 0, older.stderr
+    assert "warning: the environment" in older.stderr and "set TRUSTED_PROXIES" in older.stderr
+    assert not app_env(fake)["TRUSTED_PROXIES"]
 
 
 def test_fake_az_control_plane_provision_refuses_a_single_node_profile(fake):

@@ -43,6 +43,7 @@ def test_json_and_body_less_requests_and_the_form_routes_still_pass(app: AppServ
     for method, path, expected in [
         ("POST", "/sdapi/v1/interrupt", 200),
         ("POST", "/sdapi/v1/skip", 200),
+        ("POST", "/sdapi/v1/refresh-checkpoints", 200),
         ("DELETE", "/todos", 202),
     ]:
         answer = requests.request(method, app.url(path), timeout=10)

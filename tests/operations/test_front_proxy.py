@@ -252,6 +252,8 @@ SENT = {
     "X-Forwarded-Proto": "https",
     "X-Forwarded-Host": "a.example",
 }
+# Read as the scheme by gunicorn (its secure_scheme_headers), which trusts the proxy on loopback.
+SCHEME_HEADERS = {"X-Forwarded-Ssl": "on", "X-Forwarded-Protocol": "ssl"}
 
 
 def test_forwarded_headers_from_a_trusted_proxy_pass_on(tmp_path: Path, monkeypatch):
@@ -267,9 +269,10 @@ def test_forwarded_headers_from_a_trusted_proxy_pass_on(tmp_path: Path, monkeypa
 
 def test_forwarded_headers_from_anyone_else_are_not_passed_on(tmp_path: Path, monkeypatch):
     with nginx_before_upstream(tmp_path, monkeypatch, TRUSTED_PROXIES="10.0.0.0/23") as url:
-        got = requests.get(url + "/echo", headers=SENT, timeout=10).json()
+        got = requests.get(url + "/echo", headers={**SENT, **SCHEME_HEADERS}, timeout=10).json()
     assert got["X-Forwarded-For"] == "127.0.0.1"  # who really connected
     assert "X-Forwarded-Proto" not in got and "X-Forwarded-Host" not in got
+    assert not set(SCHEME_HEADERS) & set(got)  # no client makes its own request "https"
 
 
 @pytest.mark.parametrize("path", ["/events", "/mcp/events"])

@@ -70,6 +70,10 @@ def test_a_second_serve_on_a_taken_port_stops_at_once_naming_bind(tmp_path: Path
         # A person's machine: the normal priority, said in a start line, and given to gunicorn.
         assert "serve: generation priority: GEN_NICE=0, the machine's normal one" in started
         assert gunicorn_environ(first)["GEN_NICE"] == "0"
+        # What serve writes under DATA_DIR is its user's alone (config/file_modes.py).
+        data = tmp_path / "data"
+        assert data.stat().st_mode & 0o777 == 0o700
+        assert (data / "secret_key").stat().st_mode & 0o777 == 0o600
         # gunicorn serves on the socket serve bound, not one it bound again after a check.
         assert b"fd://" in Path(f"/proc/{gunicorn_pid(first)}/cmdline").read_bytes()
 
