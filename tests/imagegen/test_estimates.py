@@ -327,3 +327,36 @@ def test_an_edit_is_estimated_at_its_images_size_with_its_strengths_steps_and_en
     bad = client.get("/generate/estimate", {"image_size": "0x5", "strength": "2"})
     assert bad.status_code == 400
     assert {d["field"] for d in bad.json()["error"]["details"]} == {"image_size", "strength"}
+
+
+def test_an_edits_input_encode_is_counted_once():
+    """The counted encode of an edit's input is added to a basis that has none (the counted
+    figures, a text-to-image measurement), not to a measured edit's, whose encode holds it."""
+    counted = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0,
+                     decode_seconds=3.0, image_encode_seconds=5.0)  # fmt: skip
+    edit = request(steps=4).model_copy(
+        update={"edit": EditRequest(source="0" * 64, strength=0.5)}
+    )
+    only_counted = Measurements(timings=(), native=None, counted=counted)
+    assert alone(only_counted, edit).seconds == 1 + 5 + 2 * 2 + 3
+    text_measured = Measurements(timings=(AT_64,), native=None, counted=counted)
+    assert alone(text_measured, edit).seconds == 1 + 5 + 2 * 2 + 3
+    at_64_edit = Timing(width=64, height=64, encode_seconds=6.0, step_seconds=2.0,
+                        decode_seconds=3.0, edit=True)  # fmt: skip
+    edit_measured = Measurements(timings=(at_64_edit,), native=None, counted=counted)
+    assert alone(edit_measured, edit).seconds == 6 + 2 * 2 + 3
+    # Kept with a text-to-image image at its size, the faster encode is the one that counts.
+    book = LocalTimings()
+    book.record(at_64_edit, native=False)
+    assert book.measurements().timings[0].edit
+    book.record(AT_64, native=False)
+    assert not book.measurements().timings[0].edit
+
+
+def test_an_edit_is_measured_as_one():
+    base = record(guidance=7.0)
+    assert not measured(base, home="cpu").edit
+    source = InputLink(sha256="0" * 64, url="/images/inputs/0")
+    edit = EditParameters(source=source, mask=None, strength=0.5, mask_blur=4, steps_run=2)
+    parameters = base.parameters.model_copy(update={"edit": edit})
+    assert measured(base.model_copy(update={"parameters": parameters}), home="cpu").edit
