@@ -10,14 +10,14 @@ for about a second on the model's device: the machine's best at that kind of wor
 estimate from it is on the short side (the service's UNet calls ran at 77 % of it, its decode
 at 90 %, docs/performance.md): a request it refuses would not have finished in time either.
 
-Counted once per process: at the model's native size, for one image (batch 1), each stage
+Counted once per process, at the model's load, before it is ready (CountOnce): never beside
+a generation. At the model's native size, for one image (batch 1), each stage
 then scaled by the pixels as the measured ones are. GEN_THROUGHPUT, when set, is the pace
 instead of the measured one.
 """
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from importlib import import_module
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.generation.estimates import Size, Timing, TimingBook
-from imagegen.model.loader import MODEL_CODE, ModelLoader
+from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
 
@@ -164,40 +164,30 @@ def count_model(loader: ModelLoader, throughput: float | None) -> Timing | None:
 
 
 class CountOnce:
-    """Counts the loader's model once for this process and keeps it in `book` (its
-    TimingBook): by whoever asks first, the first estimate (which waits for it) or the first
-    job or a worker's start (which do not). Tried again while
-    the model is not on the share yet; a count that fails is logged and not tried again (the
-    measured timings still come)."""
+    """Counts the loader's model once for this process, at its load, and keeps it in `book`
+    (its TimingBook). In the loading thread, before the model is ready (ModelLoader.at_load):
+    never beside a generation, whose load on the CPU would halve the pace the probe reads
+    and whose job the count would slow. An estimate asked before then has no counted
+    figure. A count that fails is logged and does not fail the load (the measured timings
+    still come); one failed by the shared store (distributed mode's Redis) is tried again at
+    the next load."""
 
     def __init__(self, loader: ModelLoader, book: TimingBook, throughput: float = 0.0) -> None:
         self.loader, self.book, self.throughput = loader, book, throughput
-        self._lock = threading.Lock()
         self._done = False
+        loader.at_load.append(self.count)
 
-    def start(self) -> None:
-        """ensure() in the background, unless done or under way: for a job or a worker's
-        beat, which must not wait for it."""
-        if not self._done and not self._lock.locked():
-            threading.Thread(target=self.ensure, name="count-work", daemon=True).start()
-
-    def ensure(self) -> None:
+    def count(self) -> None:
         if self._done:
             return
-        with self._lock:
-            if self._done or not MODEL_CODE.acquire(blocking=False):
-                return  # a load under way: counted at the next ask, after it
-            try:
-                try:
-                    counted = count_model(self.loader, self.throughput or None)
-                finally:
-                    MODEL_CODE.release()
-                if counted is not None:
-                    self.book.count(counted)
-                    self._done = True
-            except Exception as exc:  # an estimate's source must not fail a job or a request
-                log.warning("the model's work could not be counted: %s", exc)
-                self._done = not _transient(exc)
+        try:
+            counted = count_model(self.loader, self.throughput or None)
+            if counted is not None:
+                self.book.count(counted)
+                self._done = True
+        except Exception as exc:  # an estimate's source must not fail the load
+            log.warning("the model's work could not be counted: %s", exc)
+            self._done = not _transient(exc)
 
 
 def _transient(exc: Exception) -> bool:
