@@ -289,17 +289,6 @@ def test_a_synchronous_request_that_times_out_cancels_its_job_within_the_bound(
     assert fresh.status().state == "loading"
 
 
-def test_the_work_is_counted_as_the_efficiency_bench_counts_it(fresh):
-    """The same FlopCounterMode count as bench/efficiency.py's (docs/performance.md's
-    TFLOP column), stage by stage, at the model's native size."""
-    from bench.efficiency import count_work as bench_count
-
-    counted = count_work(fresh.source.path, tiny_decoder=None, tile=0)
-    bench = bench_count(fresh.source.path, counted.size[0])
-    assert (counted.text, counted.unet_call) == (bench.encode, bench.unet_call)
-    assert (counted.decode, counted.image_encode) == (bench.decode_full, bench.encode_image)
-
-
 def test_an_edits_encode_of_its_input_stops_within_it(fresh):
     """The VAE's encode of an edit's input (4.9 TFLOP for SDXL at 1024x1024, a minute on a
     CPU) has stop points too: a cancel asked in it ends the job there, before any UNet call."""
