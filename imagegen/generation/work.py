@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def count_work(
             library, class_name = index[name]
             kind = getattr(import_module(library), class_name)
             encoder = kind(kind.config_class.from_pretrained(model / name))
-            text += flops(lambda encoder=encoder: encoder(tokens))
+            text += flops(partial(encoder, tokens))
             hidden += encoder.config.hidden_size
         scale = 2 ** (len(vae.config.block_out_channels) - 1)
         side = side or unet.config.sample_size * scale
