@@ -23,12 +23,15 @@ decoder's; the VAE's encode of an input image (edits).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-TOKENS = 77  # CLIP's context: every prompt is padded to it
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script too
+
+from imagegen.generation import work as service_work
 
 
 @dataclass(frozen=True)
@@ -62,55 +65,17 @@ class Work:
 def count_work(model_path: Path, side: int, tiny_path: Path | None = None, tile: int = 0) -> Work:
     """The FLOPs of one image at `side` x `side` of the diffusers repo at `model_path` (its
     configs only), with the tiny decoder at `tiny_path` if given, and the full decode in
-    tiles of `tile` pixels too if given (count_decode)."""
-    import torch
-    from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
-    from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoConfig, CLIPTextModel, CLIPTextModelWithProjection
-
-    def flops(run: Any) -> float:
-        with FlopCounterMode(display=False) as counter:
-            run()
-        return float(counter.get_total_flops())
-
-    with torch.device("meta"), torch.inference_mode():
-        unet = UNet2DConditionModel.from_config(
-            UNet2DConditionModel.load_config(model_path / "unet")
-        )
-        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(model_path / "vae"))
-        tiny = (
-            AutoencoderTiny.from_config(AutoencoderTiny.load_config(tiny_path))
-            if tiny_path is not None
-            else None
-        )
-        tokens = torch.zeros(1, TOKENS, dtype=torch.long)
-        encode, hidden = 0.0, 0
-        for name, kind in (("text_encoder", CLIPTextModel),
-                           ("text_encoder_2", CLIPTextModelWithProjection)):  # fmt: skip
-            if not (model_path / name).is_dir():
-                continue
-            text = kind(AutoConfig.from_pretrained(model_path / name))
-            encode += flops(lambda text=text: text(tokens))
-            hidden += text.config.hidden_size
-        scale = 2 ** (len(vae.config.block_out_channels) - 1)
-        latent = torch.empty(1, unet.config.in_channels, side // scale, side // scale)
-        context = torch.empty(1, TOKENS, unet.config.cross_attention_dim or hidden)
-        extra: dict[str, Any] = {}
-        if unet.config.addition_embed_type == "text_time":  # SDXL's pooled text and sizes
-            pooled = unet.config.projection_class_embeddings_input_dim - 6 * (
-                unet.config.addition_time_embed_dim
-            )
-            extra["added_cond_kwargs"] = {"text_embeds": torch.empty(1, pooled),
-                                          "time_ids": torch.empty(1, 6)}  # fmt: skip
-        timestep = torch.tensor([999.0])
-        unet_call = flops(lambda: unet(latent, timestep, encoder_hidden_states=context, **extra))
-        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
-        decode_full = flops(lambda: vae.decode(z))
-        decode_tiny = None if tiny is None else flops(lambda: tiny.decode(z))
-        image = torch.empty(1, 3, side, side)
-        encode_image = flops(lambda: vae.encode(image))
+    tiles of `tile` pixels too if given (count_decode): the service's own count
+    (imagegen.generation.work), each decode apart."""
+    counted = service_work.count_work(
+        model_path, tiny_decoder=None, tile=0, side=side, whole_decode=True
+    )
+    tiny = None
+    if tiny_path is not None:
+        tiny = service_work.count_decode(model_path, side, tiny_decoder=tiny_path)
     tiled = count_decode(model_path, side, tile) if tile else None
-    return Work(side, encode, unet_call, decode_full, decode_tiny, encode_image, tiled)
+    return Work(side, counted.text, counted.unet_call, counted.decode, tiny, counted.image_encode,
+                tiled)  # fmt: skip
 
 
 def count_decode(model_path: Path, side: int, tile: int) -> float:
@@ -118,22 +83,7 @@ def count_decode(model_path: Path, side: int, tile: int) -> float:
     pixels as VAE_TILE_SIZE makes them (0: whole). Tiles overlap by a quarter and each is
     decoded whole, so SDXL's 1024x1024 decode in tiles of 512 is 1.5x the whole image's
     work: a tiled decode's fraction of peak divides by this, not by the whole count."""
-    import torch
-    from diffusers import AutoencoderKL
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from imagegen.model.pipeline import decode_in_tiles_of
-
-    with torch.device("meta"), torch.inference_mode():
-        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(model_path / "vae"))
-        if tile:
-            vae.enable_tiling()
-            decode_in_tiles_of(vae, tile)
-        scale = 2 ** (len(vae.config.block_out_channels) - 1)
-        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
-        with FlopCounterMode(display=False) as counter:
-            vae.decode(z)
-    return float(counter.get_total_flops())
+    return service_work.count_decode(model_path, side, tile=tile, whole=not tile)
 
 
 @dataclass(frozen=True)

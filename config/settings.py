@@ -256,7 +256,7 @@ GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
 # 0: never refused; every synchronous request waits its GEN_SYNC_TIMEOUT out, as before.
 GEN_SYNC_REFUSE_FACTOR = env_float("GEN_SYNC_REFUSE_FACTOR", 1.25, minimum=0)
 # The FLOP/s the estimate before any image divides the model's counted work by
-# (imagegen/generation/work.py); 0: measured on the model's device in about a second.
+# (imagegen/generation/work.py); 0: measured on the model's device in about a second, at its load.
 GEN_THROUGHPUT = env_float("GEN_THROUGHPUT", 0.0, minimum=0)
 GEN_LOAD_TIMEOUT = env_float("GEN_LOAD_TIMEOUT", 300.0, minimum=0.001)
 

@@ -276,6 +276,7 @@ class GenerateForm(Schema):
 
 
 IMAGE_SIZE = r"^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$"  # an input image's, as a client read it
+NO_INPUT = "0" * 64  # the input of an edit estimated: a valid sha256 that names no image read
 ESTIMATE_EDIT_ONLY = "applies to an edit only: send `image_size` too"
 
 
@@ -327,6 +328,7 @@ class EstimateQuery(Schema):
     )
 
     def to_request(self) -> GenerationRequest:
+        """The request it estimates; an edit's with no input image (an estimate reads none)."""
         if self.strength is not None and self.image_size is None:
             raise FieldError("strength", ESTIMATE_EDIT_ONLY)
         size = parse_size(self.size) if self.size else None
@@ -335,7 +337,7 @@ class EstimateQuery(Schema):
             low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
             size = size or working_size(parse_size(self.image_size), low=low, high=high)
             strength = STRENGTH_DEFAULT if self.strength is None else self.strength
-            edit = EditRequest(source="", strength=strength)
+            edit = EditRequest(source=NO_INPUT, strength=strength)
         return GenerationRequest(
             prompt="",
             steps=self.steps,
@@ -367,7 +369,7 @@ class EstimateOut(Schema):
     counted: bool = Field(
         default=False,
         description="the figures are the model's work counted over this machine's pace, "
-        "measured when it loaded: no image measured here yet",
+        "both at the model's load: no image measured here yet",
     )
     limit_seconds: float | None = Field(
         description="the longest estimate a synchronous request is taken with "

@@ -5,7 +5,7 @@ request is estimated from the workers' real pace whichever replica it reaches.
 One hash per model (`imagegen:timings:<MODEL_ID>|<VAE_DECODER>`: another model, or the tiny
 decoder, costs something else): a field per size measured (`WIDTHxHEIGHT`: the last KEPT
 images' timings as a JSON list, newest first), `native`, the size of a request that names
-none, and `counted`: the model's work counted over the pace a worker measured when it started
+none, and `counted`: the model's work counted over the pace a worker measured, at its load
 (imagegen.generation.work), the estimate before any image. It has no expiry: a figure stays
 true until newer images at its size replace it, and with GEN_MIN_SIDE to GEN_MAX_SIDE in steps
 of 8 it holds a bounded number of fields. Two

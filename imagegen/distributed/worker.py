@@ -136,8 +136,8 @@ class WorkerRuntime:
         self.store = store
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
-        # The model's work counted over this worker's pace, published for every replica
-        # before any image (GEN_THROUGHPUT: the pace instead).
+        # The model's work counted over this worker's pace at its load, published for every
+        # replica before any image (GEN_THROUGHPUT: the pace instead).
         self.counting = CountOnce(loader, timings, throughput)
         self.redis = store.redis
         self.loader = loader
@@ -163,7 +163,6 @@ class WorkerRuntime:
 
     def start(self) -> None:
         threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
-        self.counting.start()
 
     def stop(self) -> None:
         """A job this worker took up itself (_take_a_job_left_waiting) finishes first, as
@@ -193,8 +192,6 @@ class WorkerRuntime:
                 self.loader.pull()  # in the background; False (nothing to do) when ready
             self.pulls = pulls
         status = self.loader.status()
-        if status.weights_on_share:
-            self.counting.start()  # once: at start, or once a pull has put the model there
         with self._claiming:
             job_id, report = self.job_id, self.report
             record = {"name": self.name, "state": status.state, "error": status.error,

@@ -8,8 +8,8 @@ mode by every worker, shared through Redis: imagegen.distributed.timings) record
 text encoding, one denoising step and its decode took, at its size. The last KEPT images at a
 size stand for it, each stage at its fastest among them: one slow image (the first after a
 load, a moment when the machine was busy) does not get requests refused, and a lasting
-slowdown shows within KEPT images. Before any is measured, the model's work counted over the
-pace measured when it loaded (imagegen.generation.work) stands for them, at the model's native
+slowdown shows within KEPT images. Before any is measured, the model's work counted, over the
+pace measured, at its load (imagegen.generation.work) stands for them, at the model's native
 size; with neither there is no estimate, and nothing is refused.
 
 How a measurement stands for another size: a request at a measured size takes that size's;
@@ -21,7 +21,8 @@ doubles the UNet's batch, so a step is kept per image of the batch and doubled f
 with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
 encoders' time does not depend on the size. An edit counts the steps it runs (max(1,
 int(steps x strength))) at the size it works at ("only masked": its cut-out's), and the encode
-of its input as counted (a measured edit's encode_seconds holds it with the prompt's). What an
+of its input as counted, unless its figures are a measured edit's (whose encode_seconds holds
+it with the prompt's). What an
 edit measured is recorded the same way: its steps run, at its working size.
 
 The jobs ahead: what is left of each running one (its steps to go and its decode), then the
@@ -56,8 +57,9 @@ class Timing:
     step_seconds: float  # one denoising step, per image in the UNet's batch
     decode_seconds: float
     # The encode of an edit's input image by the VAE: counted (imagegen.generation.work),
-    # 0 in what a job measured (its encode_seconds holds it, with the prompt's).
+    # 0 in what a job measured (an edit's encode_seconds holds it, with the prompt's).
     image_encode_seconds: float = 0.0
+    edit: bool = False  # measured by an edit: its encode_seconds holds its input's encode
 
     @property
     def size(self) -> Size:
@@ -67,10 +69,12 @@ class Timing:
 def fastest(timings: Iterable[Timing]) -> Timing:
     """The images of one size as one: each stage at its fastest."""
     kept = list(timings)
+    encode = min(kept, key=lambda t: (t.encode_seconds, t.edit))
     return Timing(
         width=kept[0].width,
         height=kept[0].height,
-        encode_seconds=min(t.encode_seconds for t in kept),
+        encode_seconds=encode.encode_seconds,
+        edit=encode.edit,
         step_seconds=min(t.step_seconds for t in kept),
         decode_seconds=min(t.decode_seconds for t in kept),
     )
@@ -80,7 +84,7 @@ def fastest(timings: Iterable[Timing]) -> Timing:
 class Measurements:
     timings: tuple[Timing, ...]  # one a size measured: its last KEPT images, fastest()
     native: Size | None  # the size of a request that names none, once one ran
-    # The model's work counted at its native size over the pace measured when it loaded
+    # The model's work counted at its native size over the pace measured, both at its load
     # (imagegen.generation.work): what stands for every size until one is measured.
     counted: Timing | None = None
 
@@ -111,6 +115,7 @@ def measured(image: ImageRecord, *, home: str) -> Timing | None:
         encode_seconds=timings["encode_seconds"],
         step_seconds=per_step,
         decode_seconds=timings["decode_seconds"],
+        edit=parameters.edit is not None,
     )
 
 
@@ -188,18 +193,20 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
     timings = measurements.timings or ((counted,) if counted else ())
     if size is None or not timings or steps is None or guidance is None:
         return None
-    image_encode = 0.0
     if (edit := request.edit) is not None:  # what an edit runs (imagegen.generation.edits)
         steps = steps_run(steps, edit.strength)
         if edit.only_masked is not None:
             size = edit.only_masked.size
-        if counted is not None:  # its input's encode, at the size it works at
-            image_encode = counted.image_encode_seconds * _pixels(size) / _pixels(counted.size)
     pixels = _pixels(size)
     basis = min(
         timings,
         key=lambda t: (abs(math.log(pixels / (t.width * t.height))), -t.width * t.height),
     )
+    image_encode = 0.0
+    # An edit's input encode, counted at the size it works at: unless its basis is a
+    # measured edit's, whose encode_seconds already holds one.
+    if edit is not None and counted is not None and not basis.edit:
+        image_encode = counted.image_encode_seconds * pixels / _pixels(counted.size)
     scale = pixels / (basis.width * basis.height)
     return Cost(
         steps=steps,

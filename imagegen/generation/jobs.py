@@ -136,7 +136,8 @@ class JobQueue:
         self._rounds: dict[str, int] = {}  # each key's latest round (fair_round)
         self._served = 0  # the round of the job that started last
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
-        # The model's work counted, the estimate before any image (GEN_THROUGHPUT: its pace).
+        # The model's work counted at its load, the estimate before any image (GEN_THROUGHPUT:
+        # its pace).
         self.counting = CountOnce(loader, self.timings, throughput)
 
     # -- what the routes call -----------------------------------------------------------
@@ -179,7 +180,6 @@ class JobQueue:
         """How long `count` images of `request` would take if submitted now: behind the
         running job and the queue, on the one worker thread."""
         request = with_defaults(request, rules=self.rules)
-        self.counting.ensure()
         with self._lock:
             jobs = [job for job in (self._running, *self._queued) if job is not None]
             ahead = [found for job in jobs if (found := ahead_of(self.view(job)))]
@@ -346,7 +346,6 @@ class JobQueue:
 
     def _run(self, job: Job) -> None:
         assert job.started_at is not None, "a job runs once _work has started it"
-        self.counting.start()  # beside the load, if no estimate asked for it before
         outcome = run_job(
             job_id=job.id,
             loader=self.loader,

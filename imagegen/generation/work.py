@@ -5,27 +5,29 @@ Why: measured timings (imagegen.generation.estimates) come only after an image w
 so a fresh service let its first request, the slowest of all, run past its client's timeout.
 The work of each stage is known from the model's configs alone: torch's FlopCounterMode counts
 it on the meta device (2 FLOPs per multiply-add, no weight read; bench/efficiency.py counts
-the same way for docs/performance.md). The pace is a 3x3 convolution at a UNet's shapes run
+with it for docs/performance.md). The pace is a 3x3 convolution at a UNet's shapes run
 for about a second on the model's device: the machine's best at that kind of work, so an
 estimate from it is on the short side (the service's UNet calls ran at 77 % of it, its decode
 at 90 %, docs/performance.md): a request it refuses would not have finished in time either.
 
-Counted once per process: at the model's native size, for one image (batch 1), each stage
+Counted once per process, at the model's load, before it is ready (CountOnce): never beside
+a generation. At the model's native size, for one image (batch 1), each stage
 then scaled by the pixels as the measured ones are. GEN_THROUGHPUT, when set, is the pace
 instead of the measured one.
 """
 
 import json
 import logging
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from imagegen.generation.estimates import Size, Timing, TimingBook
-from imagegen.model.loader import MODEL_CODE, ModelLoader
+from imagegen.model.loader import ModelLoader
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +48,19 @@ class Work:
     image_encode: float  # the full VAE's encode of an input image (an edit)
 
 
-def count_work(model: Path, *, tiny_decoder: Path | None, tile: int | None) -> Work:
-    """The work of one image at the native size of the diffusers model in `model` (its
-    configs only), its decode by the tiny decoder in `tiny_decoder` if given, else by the full
-    VAE in tiles of `tile` pixels (0: diffusers' own; None: auto, counted as AUTO_TILE)."""
+def count_work(
+    model: Path,
+    *,
+    tiny_decoder: Path | None,
+    tile: int | None,
+    side: int | None = None,
+    whole_decode: bool = False,
+) -> Work:
+    """The work of one image of `side` x `side` (None: the model's native size) of the
+    diffusers model in `model` (its configs only), its decode as count_decode counts it.
+    bench/efficiency.py counts its table with it."""
     import torch
-    from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from imagegen.model.pipeline import decode_in_tiles_of
-
-    def flops(run: Any) -> float:
-        with FlopCounterMode(display=False) as counter:
-            run()
-        return float(counter.get_total_flops())
+    from diffusers import AutoencoderKL, UNet2DConditionModel
 
     index = json_of(model / "model_index.json")
     with torch.device("meta"), torch.inference_mode():
@@ -73,10 +74,10 @@ def count_work(model: Path, *, tiny_decoder: Path | None, tile: int | None) -> W
             library, class_name = index[name]
             kind = getattr(import_module(library), class_name)
             encoder = kind(kind.config_class.from_pretrained(model / name))
-            text += flops(lambda encoder=encoder: encoder(tokens))
+            text += flops(partial(encoder, tokens))
             hidden += encoder.config.hidden_size
         scale = 2 ** (len(vae.config.block_out_channels) - 1)
-        side = unet.config.sample_size * scale
+        side = side or unet.config.sample_size * scale
         latent = torch.empty(1, unet.config.in_channels, side // scale, side // scale)
         context = torch.empty(1, TOKENS, unet.config.cross_attention_dim or hidden)
         extra: dict[str, Any] = {}
@@ -88,17 +89,50 @@ def count_work(model: Path, *, tiny_decoder: Path | None, tile: int | None) -> W
                                           "time_ids": torch.empty(1, 6)}  # fmt: skip
         timestep = torch.tensor([999.0])
         unet_call = flops(lambda: unet(latent, timestep, encoder_hidden_states=context, **extra))
-        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
         image_encode = flops(lambda: vae.encode(torch.empty(1, 3, side, side)))
+    decode = count_decode(model, side, tiny_decoder=tiny_decoder, tile=tile, whole=whole_decode)
+    return Work((side, side), text, unet_call, decode, image_encode)
+
+
+def count_decode(
+    model: Path,
+    side: int,
+    *,
+    tiny_decoder: Path | None = None,
+    tile: int | None = None,
+    whole: bool = False,
+) -> float:
+    """FLOPs of the decode of one `side` x `side` image of the model in `model`: by the tiny
+    decoder in `tiny_decoder` if given, else by the full VAE, whole (`whole`) or in tiles of
+    `tile` pixels as imagegen.model.pipeline.load_pipeline decodes (0: diffusers' own; None:
+    auto, counted as AUTO_TILE). Tiles overlap and each is decoded whole: SDXL's 1024x1024
+    in tiles of 512 is 1.5x the whole image's work."""
+    import torch
+    from diffusers import AutoencoderKL, AutoencoderTiny
+
+    from imagegen.model.pipeline import decode_in_tiles_of
+
+    with torch.device("meta"), torch.inference_mode():
+        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(model / "vae"))
+        scale = 2 ** (len(vae.config.block_out_channels) - 1)
+        z = torch.empty(1, vae.config.latent_channels, side // scale, side // scale)
         if tiny_decoder is not None:
             tiny = AutoencoderTiny.from_config(AutoencoderTiny.load_config(tiny_decoder))
-            decode = flops(lambda: tiny.decode(z))
-        else:
-            vae.enable_tiling()  # as imagegen.model.pipeline.load_pipeline decodes
+            return flops(lambda: tiny.decode(z))
+        if not whole:
+            vae.enable_tiling()
             if (tile := AUTO_TILE if tile is None else tile) > 0:
                 decode_in_tiles_of(vae, tile)
-            decode = flops(lambda: vae.decode(z))
-    return Work((side, side), text, unet_call, decode, image_encode)
+        return flops(lambda: vae.decode(z))
+
+
+def flops(run: Callable[[], object]) -> float:
+    """What torch's FlopCounterMode counts for `run` (2 FLOPs per multiply-add)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return float(counter.get_total_flops())
 
 
 def json_of(path: Path) -> dict[str, Any]:
@@ -164,40 +198,30 @@ def count_model(loader: ModelLoader, throughput: float | None) -> Timing | None:
 
 
 class CountOnce:
-    """Counts the loader's model once for this process and keeps it in `book` (its
-    TimingBook): by whoever asks first, the first estimate (which waits for it) or the first
-    job or a worker's start (which do not). Tried again while
-    the model is not on the share yet; a count that fails is logged and not tried again (the
-    measured timings still come)."""
+    """Counts the loader's model once for this process, at its load, and keeps it in `book`
+    (its TimingBook). In the loading thread, before the model is ready (ModelLoader.at_load):
+    never beside a generation, whose load on the CPU would halve the pace the probe reads
+    and whose job the count would slow. An estimate asked before then has no counted
+    figure. A count that fails is logged and does not fail the load (the measured timings
+    still come); one failed by the shared store (distributed mode's Redis) is tried again at
+    the next load."""
 
     def __init__(self, loader: ModelLoader, book: TimingBook, throughput: float = 0.0) -> None:
         self.loader, self.book, self.throughput = loader, book, throughput
-        self._lock = threading.Lock()
         self._done = False
+        loader.at_load.append(self.count)
 
-    def start(self) -> None:
-        """ensure() in the background, unless done or under way: for a job or a worker's
-        beat, which must not wait for it."""
-        if not self._done and not self._lock.locked():
-            threading.Thread(target=self.ensure, name="count-work", daemon=True).start()
-
-    def ensure(self) -> None:
+    def count(self) -> None:
         if self._done:
             return
-        with self._lock:
-            if self._done or not MODEL_CODE.acquire(blocking=False):
-                return  # a load under way: counted at the next ask, after it
-            try:
-                try:
-                    counted = count_model(self.loader, self.throughput or None)
-                finally:
-                    MODEL_CODE.release()
-                if counted is not None:
-                    self.book.count(counted)
-                    self._done = True
-            except Exception as exc:  # an estimate's source must not fail a job or a request
-                log.warning("the model's work could not be counted: %s", exc)
-                self._done = not _transient(exc)
+        try:
+            counted = count_model(self.loader, self.throughput or None)
+            if counted is not None:
+                self.book.count(counted)
+                self._done = True
+        except Exception as exc:  # an estimate's source must not fail the load
+            log.warning("the model's work could not be counted: %s", exc)
+            self._done = not _transient(exc)
 
 
 def _transient(exc: Exception) -> bool:

@@ -14,6 +14,7 @@ UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets)
 
 import logging
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,7 @@ log = logging.getLogger(__name__)
 
 # Held while a load imports and builds the model's code. diffusers and transformers import
 # their classes lazily, and two threads resolving them at once can see a module half made
-# ("cannot import name"): the count of the model's work (imagegen.generation.work) takes it
-# too, and waits for no load: it is done after one.
+# ("cannot import name"). The load's hooks (ModelLoader.at_load) run with it held.
 MODEL_CODE = threading.Lock()
 
 
@@ -60,6 +60,10 @@ class ModelLoader:
         self._unets: UnetSwap | None = None
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
+        # Run in the loading thread once the pipeline is built, before the state turns ready:
+        # work that must not run beside a generation (imagegen.generation.work's count and
+        # pace probe). A hook's failure fails the load; a hook that must not catches its own.
+        self.at_load: list[Callable[[], None]] = []
 
     def status(self) -> "ModelStatus":
         manifest = self.source.complete_manifest()
@@ -221,6 +225,8 @@ class ModelLoader:
                     tiny_decoder=self.source.path / decoder.folder if decoder else None,
                 )
                 unets = self._unet_swap(pipe, manifest) if manifest.inpaint else None
+                for hook in self.at_load:
+                    hook()
             with self._lock:
                 self._pipeline = pipe
                 self.loaded_commit = manifest.commit

@@ -11,8 +11,9 @@ from diffusers import AutoencoderKL, UNet2DConditionModel
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.efficiency import TOKENS, Peak, Work, count_decode, count_work
+from bench.efficiency import Peak, Work, count_decode, count_work
 from bench.time_to_image_bench import Run, efficiency_rows, peak_from_child
+from imagegen.generation.work import TOKENS
 from imagegen.model.pipeline import decode_in_tiles_of
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
@@ -95,6 +96,9 @@ def test_a_tiled_decode_is_counted_as_it_runs_overlaps_included(hub_root):
     assert count_decode(path, 128, 32) == real_tiled
     whole = count_decode(path, 128, 0)
     assert whole == count_work(path, 128).decode_full
+    untiled = AutoencoderKL.from_pretrained(path / "vae")  # the whole image in one piece
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH):
+        assert whole == counted(lambda: untiled.decode(latent))
     assert real_tiled != whole
     work = count_work(path, 128, tile=32)
     assert work.decode_tiled == real_tiled and work.decode(tiny=False) == real_tiled

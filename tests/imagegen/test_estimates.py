@@ -23,7 +23,7 @@ from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
-from tests.support.loaders import new_loader, ready_loader, serve
+from tests.support.loaders import new_loader, serve, wait_for
 
 # Measured at 64x64: encoding 1 s, a step 2 s per image of the UNet's batch, decoding 3 s.
 AT_64 = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0, decode_seconds=3.0)
@@ -181,9 +181,18 @@ TOO_LONG = {"steps": 100, "size": "2048x2048"}
 
 @pytest.fixture
 def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = ready_loader(hub, share, tmp_path / "cache")
+    """A queue on a model loaded after it was made: counted at that load, at the pace
+    measured there (no GEN_THROUGHPUT)."""
     with override_settings(GEN_SYNC_TIMEOUT=TIMEOUT):
-        yield serve(loader, tmp_path / "images", monkeypatch)
+        yield loaded_queue(hub, share, tmp_path, monkeypatch)
+
+
+def loaded_queue(hub, share: Path, tmp_path: Path, monkeypatch, throughput: float = 0.0):
+    loader = new_loader(hub, share, tmp_path / "cache")
+    queue = serve(loader, tmp_path / "images", monkeypatch, throughput=throughput)
+    assert loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "ready", loader.status()
+    return queue
 
 
 def estimate_of(client: Client, **fields) -> dict:
@@ -193,11 +202,12 @@ def estimate_of(client: Client, **fields) -> dict:
 
 
 def test_before_any_image_the_estimate_is_the_models_counted_work(queue):
-    """Nothing measured yet: the model's work counted over this machine's measured pace
-    (imagegen/generation/work.py), for a named size and for the model's own."""
+    """Nothing measured yet: the model's work counted over this machine's pace, measured for
+    real at the load (no GEN_THROUGHPUT: imagegen/generation/work.py), for a named size and
+    for the model's own."""
     client = Client()
     found = estimate_of(client, **TOO_LONG)
-    assert found["counted"] is True and found["seconds"] > 0
+    assert found["counted"] is True and 0 < found["seconds"] < math.inf
     assert (found["size"], found["measured_size"]) == ("2048x2048", "64x64")
     assert "counted over this machine's pace: nothing measured yet" in found["message"]
     own_size = estimate_of(client)  # no size: the model's own, from its configs
@@ -307,12 +317,12 @@ def test_an_asynchronous_request_is_taken_whatever_its_estimate(queue):
 
 
 def test_an_edit_is_estimated_at_its_images_size_with_its_strengths_steps_and_encode(
-    queue, tmp_path, monkeypatch
+    hub, share, tmp_path, monkeypatch
 ):
     """image_size: the size an edit works at when none is named (each side down to a multiple
     of 8); strength: the steps it runs; its input's encode counted on top (at a pace of 1
     MFLOP/s, so that the tiny model's encode shows in tenths of a second)."""
-    serve(queue.loader, tmp_path / "counted", monkeypatch, throughput=1e6)
+    loaded_queue(hub, share, tmp_path, monkeypatch, throughput=1e6)
     client = Client()
     edit = estimate_of(client, steps=8, strength=0.5, image_size="257x199")
     assert (edit["size"], edit["steps"]) == ("256x192", 4)
@@ -327,3 +337,34 @@ def test_an_edit_is_estimated_at_its_images_size_with_its_strengths_steps_and_en
     bad = client.get("/generate/estimate", {"image_size": "0x5", "strength": "2"})
     assert bad.status_code == 400
     assert {d["field"] for d in bad.json()["error"]["details"]} == {"image_size", "strength"}
+
+
+def test_an_edits_input_encode_is_counted_once():
+    """The counted encode of an edit's input is added to a basis that has none (the counted
+    figures, a text-to-image measurement), not to a measured edit's, whose encode holds it."""
+    counted = Timing(width=64, height=64, encode_seconds=1.0, step_seconds=2.0,
+                     decode_seconds=3.0, image_encode_seconds=5.0)  # fmt: skip
+    edit = request(steps=4).model_copy(update={"edit": EditRequest(source="0" * 64, strength=0.5)})
+    only_counted = Measurements(timings=(), native=None, counted=counted)
+    assert alone(only_counted, edit).seconds == 1 + 5 + 2 * 2 + 3
+    text_measured = Measurements(timings=(AT_64,), native=None, counted=counted)
+    assert alone(text_measured, edit).seconds == 1 + 5 + 2 * 2 + 3
+    at_64_edit = Timing(width=64, height=64, encode_seconds=6.0, step_seconds=2.0,
+                        decode_seconds=3.0, edit=True)  # fmt: skip
+    edit_measured = Measurements(timings=(at_64_edit,), native=None, counted=counted)
+    assert alone(edit_measured, edit).seconds == 6 + 2 * 2 + 3
+    # Kept with a text-to-image image at its size, the faster encode is the one that counts.
+    book = LocalTimings()
+    book.record(at_64_edit, native=False)
+    assert book.measurements().timings[0].edit
+    book.record(AT_64, native=False)
+    assert not book.measurements().timings[0].edit
+
+
+def test_an_edit_is_measured_as_one():
+    base = record(guidance=7.0)
+    assert not measured(base, home="cpu").edit
+    source = InputLink(sha256="0" * 64, url="/images/inputs/0")
+    edit = EditParameters(source=source, mask=None, strength=0.5, mask_blur=4, steps_run=2)
+    parameters = base.parameters.model_copy(update={"edit": edit})
+    assert measured(base.model_copy(update={"parameters": parameters}), home="cpu").edit
