@@ -12,8 +12,6 @@ It runs stateless (each POST on its own, no session kept), so any web replica or
 worker can answer any call.
 """
 
-import base64
-import binascii
 import contextlib
 import functools
 import json
@@ -22,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
-from urllib.parse import urlencode
 
 import anyio.to_thread
 from django.conf import settings
@@ -35,12 +32,12 @@ from ninja import Router
 from pydantic import AfterValidator, Field
 
 from config.asgi_bridge import REQUEST_KEY, AsgiBridge
-from config.auth import owner_key, public_origin, queue_limit, seen_by, token_required
+from config.auth import owner_key, queue_limit, seen_by, token_required
 from config.errors import FieldError, ServiceError
 from config.text import NotBlank
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.protocol import admit
+from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
 from imagegen.errors import PastSyncTimeout, SyncTimeout, SyncWaitersBusy
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
@@ -134,19 +131,11 @@ def _job_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=job)
 
 
-def image_link(request: HttpRequest, image_id: str) -> str:
-    """The image's signed link, as the OpenAI route answers `url`: it works without the
-    token for IMAGE_URL_TTL seconds, so an agent can hand it on."""
-    query = urlencode({"signature": selectors.image_link_signature(image_id=image_id)})
-    return f"{public_origin(request)}/v1/images/{image_id}.png?{query}"
-
-
 def _image_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     """A succeeded job: its PNG as image content, its signed link, and the job."""
     assert view.image is not None
     record = view.image
-    png = selectors.image_png(image_id=record.id).read_bytes()
-    link = image_link(request, record.id)
+    link = signed_image_link(request, record.id)
     job = _job(view, request)
     parameters = record.parameters
     summary = (
@@ -156,7 +145,7 @@ def _image_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     )
     return CallToolResult(
         content=[
-            ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"),
+            ImageContent(type="image", data=png_base64(record), mime_type="image/png"),
             ResourceLink(
                 type="resource_link", uri=link, name=f"{record.id}.png", mime_type="image/png"
             ),
@@ -259,22 +248,12 @@ async def generate_image(
     return await _generated(ctx, request, lambda: generation, wait)
 
 
-def _decoded(field: str, value: str) -> bytes:
-    """Base64 image bytes (a `data:image/...;base64,` prefix allowed)."""
-    if value.startswith("data:"):
-        value = value.partition(",")[2]
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(field, "must be base64 (a data: URL is taken too)") from None
-
-
 def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) -> bytes:
     """The picture to edit: sent as base64, or a stored image of this caller's by its id."""
     if (image is None) == (image_id is None):
         raise FieldError("image", "send either image (base64) or image_id, not both or neither")
     if image is not None:
-        return _decoded("image", image)
+        return decode_base64(image, field="image")
     assert image_id is not None
     return selectors.image_png(image_id=image_id, seen_by=seen_by(request)).read_bytes()
 
@@ -311,7 +290,7 @@ async def edit_image(
                 prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
                 guidance=guidance, size=parse_size(size) if size else None, seed=seed,
             ),
-            image=source, mask=None if mask is None else _decoded("mask", mask),
+            image=source, mask=None if mask is None else decode_base64(mask, field="mask"),
             strength=STRENGTH_DEFAULT if strength is None else strength,
             mask_blur=MASK_BLUR_DEFAULT,
         )  # fmt: skip
