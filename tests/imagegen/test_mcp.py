@@ -242,12 +242,11 @@ def test_get_and_delete_are_refused_with_405_and_the_client_goes_on_without_a_st
         refused = getattr(DjangoClient(), method)("/mcp", HTTP_ACCEPT="text/event-stream")
         assert refused.status_code == 405, refused.content
         assert refused["Allow"] == "POST"
+        assert "allowed: POST" in refused.json()["error"]["message"]
     assert {tool.name for tool in session(lambda client: client.list_tools()).tools} == TOOLS
 
 
-def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
-    queue, settings
-):
+def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(queue, settings):
     """A tool call that waits counts against SYNC_WAITERS_MAX as any synchronous request:
     its place is held for the whole wait, and the next is refused at once, nothing queued."""
     settings.SYNC_WAITERS_MAX = 1
