@@ -211,11 +211,12 @@ def test_a_waited_generation_past_gen_sync_timeout_is_an_error_and_its_job_cance
     queue.cancel(blocker.id)
 
 
-def test_edit_image_takes_the_picture_as_base64_or_a_data_url(queue):
+def test_edit_image_takes_the_picture_as_base64_wrapped_or_not_or_a_data_url(queue):
     picture = io.BytesIO()
     Image.fromarray(np.full((64, 72, 3), 90, np.uint8)).save(picture, format="PNG")
     encoded = base64.b64encode(picture.getvalue()).decode()
-    for sent in (encoded, f"data:image/png;base64,{encoded}"):
+    wrapped = "\n".join(encoded[at : at + 76] for at in range(0, len(encoded), 76))
+    for sent in (encoded, f"data:image/png;base64,{encoded}", wrapped):  # as MIME wraps it
         edited = call("edit_image", {"prompt": "a blue wall", "image": sent, "steps": 2})
         assert Image.open(io.BytesIO(png_of(edited))).size == (72, 64)  # the input's size
         assert edited.structured_content["job"]["parameters"]["edit"]["strength"] == 0.75
