@@ -5,7 +5,8 @@ A thin translator, as the OpenAI routes are: each tool calls the service or sele
 route calls, for the caller the route authenticated (a key sees its own jobs and images only),
 and answers in MCP's shapes: a finished image as image content beside its signed link. A
 generation that waits reports its progress as MCP progress notifications and is bound as any
-synchronous request (refused at once past its estimate, cancelled at GEN_SYNC_TIMEOUT).
+synchronous request (a SYNC_WAITERS_MAX place held while it waits, refused at once past its
+estimate, cancelled at GEN_SYNC_TIMEOUT).
 
 The SDK's server is an ASGI app; config/asgi_bridge.py answers it from this Django route.
 It runs stateless (each POST on its own, no session kept), so any web replica or gunicorn
@@ -206,6 +207,7 @@ async def _generated(
 async def _waited(
     ctx: Context, request: HttpRequest, generation: GenerationRequest, owner: dict[str, Any]
 ) -> CallToolResult:
+    """The waited generation's image, its progress reported on the way."""
     timeout = settings.GEN_SYNC_TIMEOUT
     deadline = time.monotonic() + timeout
     job = await _call(services.generation_submit_waited, request=generation, timeout=timeout,

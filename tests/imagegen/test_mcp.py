@@ -9,7 +9,7 @@ import contextlib
 import io
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +247,20 @@ def test_get_and_delete_are_refused_with_405_and_the_client_goes_on_without_a_st
     assert {tool.name for tool in session(lambda client: client.list_tools()).tools} == TOOLS
 
 
-def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(queue, settings):
-    """A tool call that waits counts against SYNC_WAITERS_MAX as any synchronous request:
-    its place is held for the whole wait, and the next is refused at once, nothing queued."""
+@pytest.fixture
+def one_waiter_place(settings) -> Iterator[None]:
+    """SYNC_WAITERS_MAX 1, its places made anew for the test and again after it."""
     settings.SYNC_WAITERS_MAX = 1
     services._waiter_places.cache_clear()
+    yield
+    services._waiter_places.cache_clear()
+
+
+def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
+    queue, one_waiter_place
+):
+    """A tool call that waits counts against SYNC_WAITERS_MAX as any synchronous request:
+    its place is held for the whole wait, and the next is refused at once, nothing queued."""
     queue.submit(GenerationRequest(prompt="mcp blocker", steps=400, size=(64, 64)))
     waiting = threading.Thread(
         target=call, args=("generate_image", {"prompt": "mcp waiter", "size": "64x64"})
@@ -278,7 +287,6 @@ def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
         waiting.join(60)
     with services.sync_waiter_place():  # given back when the wait ended
         pass
-    services._waiter_places.cache_clear()
 
 
 def test_a_waited_edit_past_gen_sync_timeout_leaves_no_input_stored(queue, settings):
