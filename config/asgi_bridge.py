@@ -37,8 +37,13 @@ class AsgiBridge:
     def __init__(self, app: AsgiApp) -> None:
         self._app = app
         self._wsgi = ASGIMiddleware(cast(Any, self._tracked), wait_time=AFTER_ANSWER_SECONDS)
-        started = asyncio.run_coroutine_threadsafe(_lifespan(app), self._wsgi.loop)
-        started.result(timeout=STARTUP_SECONDS)
+        loop = self._wsgi.loop
+        started = asyncio.run_coroutine_threadsafe(_lifespan(app), loop)
+        try:
+            started.result(timeout=STARTUP_SECONDS)
+        except BaseException:  # not started: its loop's thread ends, not left idle for ever
+            loop.call_soon_threadsafe(loop.stop)
+            raise
 
     async def _tracked(self, scope: Any, receive: Any, send: Any) -> None:
         """The app, its task named in the request's environ, so that a client gone before

@@ -12,7 +12,7 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import NamedTuple, ParamSpec, TypeVar
 
@@ -179,15 +179,23 @@ def _sync_waiter(call: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(call)
     def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
-        places = _waiter_places()
-        if not places.acquire(blocking=False):
-            raise SyncWaitersBusy()
-        try:
+        with sync_waiter_place():
             return call(*args, **kwargs)
-        finally:
-            places.release()
 
     return wrapped
+
+
+@contextlib.contextmanager
+def sync_waiter_place() -> Iterator[None]:
+    """One of SYNC_WAITERS_MAX places, held for the block (a caller that waits for its image
+    itself: an MCP tool), or SyncWaitersBusy at once: the bound _sync_waiter holds."""
+    places = _waiter_places()
+    if not places.acquire(blocking=False):
+        raise SyncWaitersBusy()
+    try:
+        yield
+    finally:
+        places.release()
 
 
 @_prunes_refused_inputs
@@ -297,6 +305,15 @@ def generation_submit_waited(
     generation_run refuses."""
     _refuse_past_timeout(request, 1, timeout)
     return generation_submit(request=request, key=key, key_limit=key_limit)
+
+
+@_prunes_refused_inputs
+def generation_waited_result(
+    *, request: GenerationRequest, job: JobView, timeout: float
+) -> ImageRecord:
+    """generation_result for the job generation_submit_waited queued for `request`: an edit
+    that ends without its image (the timeout) leaves no input behind, as generation_run's."""
+    return generation_result(job=job, timeout=timeout)
 
 
 @_prunes_refused_inputs

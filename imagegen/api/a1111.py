@@ -10,8 +10,6 @@ and /progress reports) is config.auth.client_identity: its credential and its ad
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
 
-import base64
-import binascii
 import io
 import json
 from pathlib import Path
@@ -25,10 +23,9 @@ from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from config.auth import client_identity, request_caller, token_or_basic_required
-from config.errors import FieldError
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.protocol import admit, png_base64, run_for_client
+from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.generation.edits import (
     INPUT_PIXELS_FACTOR,
@@ -155,7 +152,6 @@ class Txt2ImgOut(Schema):
     info: str = Field(description="JSON: seed, all_seeds, infotexts, ... as A1111 writes them")
 
 
-NOT_BASE64 = "must be base64 text (a `data:...;base64,` prefix allowed) of an image"
 INPAINTING_FILL = (
     "A1111's masked content: 1 original (the masked area starts from the input noised to "
     "denoising_strength); 0 fill, 2 latent noise and 3 latent nothing are accepted and run "
@@ -233,12 +229,7 @@ class Img2ImgIn(Txt2ImgIn):
 def decoded_image(text: str, *, field: str) -> bytes:
     """A1111's base64 image field as bytes, read once to refuse a non-image naming `field`
     (the edit's own checks name the native form's parts)."""
-    if text.startswith("data:"):  # data:[<media type>][;base64],<data>
-        text = text.partition(",")[2]
-    try:
-        data = base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(field, NOT_BASE64) from None
+    data = decode_base64(text, field=field)
     read_image(data, field=field, max_pixels=_max_pixels())
     return data
 

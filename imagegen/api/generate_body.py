@@ -6,8 +6,6 @@ of the types the OpenAPI document states (`"steps": true` is refused rather than
 null counts as absent), and an edit's `image` and `mask` come as base64 text.
 """
 
-import base64
-import binascii
 import functools
 import json
 from typing import Any
@@ -18,7 +16,7 @@ from ninja.params.models import Form, FormModel
 from pydantic import BaseModel
 
 from config.errors import FieldError
-from imagegen.api.a1111 import NOT_BASE64
+from imagegen.api.protocol import NOT_BASE64, decode_base64
 
 JSON_TYPE = "application/json"
 FLAG = "async"  # read beside the schema's fields (imagegen.api.native.wants_async)
@@ -82,12 +80,7 @@ def _base64(text: Any, *, field: str) -> bytes | None:
         return None
     if not isinstance(text, str):
         raise FieldError(field, NOT_BASE64)
-    if text.startswith("data:"):  # data:[<media type>][;base64],<data>
-        text = text.partition(",")[2]
-    try:
-        return base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(field, NOT_BASE64) from None
+    return decode_base64(text, field=field)
 
 
 class FormOrJsonModel(FormModel):

@@ -5,27 +5,26 @@ A thin translator, as the OpenAI routes are: each tool calls the service or sele
 route calls, for the caller the route authenticated (a key sees its own jobs and images only),
 and answers in MCP's shapes: a finished image as image content beside its signed link. A
 generation that waits reports its progress as MCP progress notifications and is bound as any
-synchronous request (refused at once past its estimate, cancelled at GEN_SYNC_TIMEOUT).
+synchronous request (a SYNC_WAITERS_MAX place held while it waits, refused at once past its
+estimate, cancelled at GEN_SYNC_TIMEOUT).
 
 The SDK's server is an ASGI app; config/asgi_bridge.py answers it from this Django route.
 It runs stateless (each POST on its own, no session kept), so any web replica or gunicorn
 worker can answer any call.
 """
 
-import base64
-import binascii
 import contextlib
 import functools
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
-from urllib.parse import urlencode
 
 import anyio.to_thread
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseNotAllowed
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -34,14 +33,14 @@ from ninja import Router
 from pydantic import AfterValidator, Field
 
 from config.asgi_bridge import REQUEST_KEY, AsgiBridge
-from config.auth import owner_key, public_origin, queue_limit, seen_by, token_required
+from config.auth import owner_key, queue_limit, seen_by, token_required
 from config.errors import FieldError, ServiceError
 from config.text import NotBlank
 from config.version import app_version
 from imagegen import selectors, services
-from imagegen.api.protocol import admit
+from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
-from imagegen.errors import PastSyncTimeout, SyncTimeout
+from imagegen.errors import PastSyncTimeout, SyncTimeout, SyncWaitersBusy
 from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
@@ -109,10 +108,16 @@ async def _call(function: Callable[..., T], /, **kwargs: Any) -> T:
     (and, for the synchronous bound, what an agent does instead)."""
     try:
         return await anyio.to_thread.run_sync(functools.partial(function, **kwargs))
-    except (PastSyncTimeout, SyncTimeout) as error:
-        raise ToolError(error.message + WAIT_FALSE) from None
     except ServiceError as error:
-        raise ToolError(error.message) from None
+        raise _tool_error(error) from None
+
+
+def _tool_error(error: ServiceError) -> ToolError:
+    if isinstance(error, SyncWaitersBusy):
+        return ToolError(f"{error.message}: retry in {error.retry_after} s." + WAIT_FALSE)
+    if isinstance(error, (PastSyncTimeout, SyncTimeout)):
+        return ToolError(error.message + WAIT_FALSE)
+    return ToolError(error.message)
 
 
 def _job(view: JobView, request: HttpRequest) -> dict[str, Any]:
@@ -127,19 +132,11 @@ def _job_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=job)
 
 
-def image_link(request: HttpRequest, image_id: str) -> str:
-    """The image's signed link, as the OpenAI route answers `url`: it works without the
-    token for IMAGE_URL_TTL seconds, so an agent can hand it on."""
-    query = urlencode({"signature": selectors.image_link_signature(image_id=image_id)})
-    return f"{public_origin(request)}/v1/images/{image_id}.png?{query}"
-
-
 def _image_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     """A succeeded job: its PNG as image content, its signed link, and the job."""
     assert view.image is not None
     record = view.image
-    png = selectors.image_png(image_id=record.id).read_bytes()
-    link = image_link(request, record.id)
+    link = signed_image_link(request, record.id)
     job = _job(view, request)
     parameters = record.parameters
     summary = (
@@ -149,7 +146,7 @@ def _image_answer(view: JobView, request: HttpRequest) -> CallToolResult:
     )
     return CallToolResult(
         content=[
-            ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"),
+            ImageContent(type="image", data=png_base64(record), mime_type="image/png"),
             ResourceLink(
                 type="resource_link", uri=link, name=f"{record.id}.png", mime_type="image/png"
             ),
@@ -188,16 +185,29 @@ async def _follow(ctx: Context, job: JobView, deadline: float) -> None:
 
 
 async def _generated(
-    ctx: Context, request: HttpRequest, generation: GenerationRequest, wait: bool
+    ctx: Context, request: HttpRequest, prepare: Callable[[], GenerationRequest], wait: bool
 ) -> CallToolResult:
-    """Queues the generation for this caller's key; with `wait`, follows it to its image
-    within GEN_SYNC_TIMEOUT (the job is cancelled then, as a synchronous request's is; it is
-    cancelled too when the call is), else answers the queued job."""
+    """Admits this caller's key first (before an edit's pictures are read), then queues the
+    generation `prepare` makes; with `wait`, holds a place among SYNC_WAITERS_MAX and follows
+    the job to its image within GEN_SYNC_TIMEOUT (the job is cancelled then, as a synchronous
+    request's is; it is cancelled too when the call is), else answers the queued job."""
     await _call(admit, request=request, count=1)
     owner = {"key": owner_key(request), "key_limit": queue_limit(request)}
     if not wait:
+        generation = await _call(prepare)
         job = await _call(services.generation_submit, request=generation, **owner)
         return _job_answer(job, request)
+    try:
+        with services.sync_waiter_place():  # its refusal only: the rest are ToolErrors
+            return await _waited(ctx, request, await _call(prepare), owner)
+    except SyncWaitersBusy as error:
+        raise _tool_error(error) from None
+
+
+async def _waited(
+    ctx: Context, request: HttpRequest, generation: GenerationRequest, owner: dict[str, Any]
+) -> CallToolResult:
+    """The waited generation's image, its progress reported on the way."""
     timeout = settings.GEN_SYNC_TIMEOUT
     deadline = time.monotonic() + timeout
     job = await _call(services.generation_submit_waited, request=generation, timeout=timeout,
@@ -209,7 +219,8 @@ async def _generated(
             await anyio.to_thread.run_sync(_cancel_quietly, job.id)
         raise
     left = max(0.0, deadline - time.monotonic())
-    record = await _call(services.generation_result, job=job, timeout=left)
+    record = await _call(services.generation_waited_result, request=generation, job=job,
+                         timeout=left)  # fmt: skip
     view = await _call(selectors.job_get, job_id=job.id)
     return await anyio.to_thread.run_sync(_image_answer, replace(view, image=record), request)
 
@@ -236,17 +247,7 @@ async def generate_image(
         prompt=prompt, negative_prompt=negative_prompt or None, steps=steps, guidance=guidance,
         size=parse_size(size) if size else None, seed=seed,
     )  # fmt: skip
-    return await _generated(ctx, request, generation, wait)
-
-
-def _decoded(field: str, value: str) -> bytes:
-    """Base64 image bytes (a `data:image/...;base64,` prefix allowed)."""
-    if value.startswith("data:"):
-        value = value.partition(",")[2]
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(field, "must be base64 (a data: URL is taken too)") from None
+    return await _generated(ctx, request, lambda: generation, wait)
 
 
 def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) -> bytes:
@@ -254,7 +255,7 @@ def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) 
     if (image is None) == (image_id is None):
         raise FieldError("image", "send either image (base64) or image_id, not both or neither")
     if image is not None:
-        return _decoded("image", image)
+        return decode_base64(image, field="image")
     assert image_id is not None
     return selectors.image_png(image_id=image_id, seen_by=seen_by(request)).read_bytes()
 
@@ -291,12 +292,12 @@ async def edit_image(
                 prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
                 guidance=guidance, size=parse_size(size) if size else None, seed=seed,
             ),
-            image=source, mask=None if mask is None else _decoded("mask", mask),
+            image=source, mask=None if mask is None else decode_base64(mask, field="mask"),
             strength=STRENGTH_DEFAULT if strength is None else strength,
             mask_blur=MASK_BLUR_DEFAULT,
         )  # fmt: skip
 
-    return await _generated(ctx, request, await _call(prepared), wait)
+    return await _generated(ctx, request, prepared, wait)
 
 
 async def list_models(ctx: Context) -> CallToolResult:
@@ -348,18 +349,33 @@ def build_server() -> MCPServer:
     return server
 
 
-@functools.cache
+_made: AsgiBridge | BaseException | None = None
+_making = threading.Lock()
+
+
 def bridge() -> AsgiBridge:
-    """This process's MCP server, started on first use (after gunicorn forked its worker).
+    """This process's MCP server, started on first use (after gunicorn forked its worker),
+    once: the first requests of a worker's threads wait for the one start, and a start that
+    failed is that failure for every later request, not a new event loop thread each.
     Host and origin are Django's to check (ALLOWED_HOSTS), not the SDK's; bodies are bound
     by MAX_BODY_BYTES, which Django enforces before the SDK reads one."""
-    app = build_server().streamable_http_app(
-        streamable_http_path=PATH,
-        stateless_http=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
-    )
-    return AsgiBridge(app)
+    global _made
+    with _making:
+        if _made is None:
+            try:
+                _made = AsgiBridge(build_server().streamable_http_app(
+                    streamable_http_path=PATH,
+                    stateless_http=True,
+                    transport_security=TransportSecuritySettings(
+                        enable_dns_rebinding_protection=False
+                    ),
+                    max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+                ))  # fmt: skip
+            except Exception as error:
+                _made = error
+    if isinstance(_made, BaseException):
+        raise _made
+    return _made
 
 
 @router.api_operation(
@@ -370,4 +386,9 @@ def bridge() -> AsgiBridge:
     summary="The Model Context Protocol (streamable HTTP): an agent's image tools",
 )
 def mcp(request: HttpRequest):
+    """POST only: stateless, the server never sends on a GET stream, which would only hold a
+    worker thread for ever (the transport lets a server refuse it with 405; clients then go
+    on without one), and has no session to DELETE."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     return bridge().answer(request)

@@ -11,7 +11,6 @@ import base64
 import io
 import time
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -24,7 +23,6 @@ from pydantic import ValidationError as PydanticError
 from config.auth import (
     client_identity,
     owner_key,
-    public_origin,
     queue_limit,
     stream_key,
     token_required,
@@ -34,7 +32,7 @@ from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
-from imagegen.api.protocol import admit, run_for_client
+from imagegen.api.protocol import admit, run_for_client, signed_image_link
 from imagegen.api.schemas import (
     PROMPT_MAX,
     BlankIsAbsent,
@@ -332,17 +330,10 @@ def images_response(
             output_format, compression = None, None
             if form.output_format not in (None, "png"):  # the link re-encodes it too
                 output_format, compression = form.output_format, form.output_compression
-            query = {
-                "signature": selectors.image_link_signature(
-                    image_id=record.id, output_format=output_format, compression=compression
-                )
-            }
-            if output_format is not None:
-                query["output_format"] = output_format
-                if compression is not None:
-                    query["output_compression"] = str(compression)
-            path = f"/v1/images/{record.id}.png?{urlencode(query)}"
-            data.append(ImageDatum(url=public_origin(request) + path))
+            link = signed_image_link(
+                request, record.id, output_format=output_format, compression=compression
+            )
+            data.append(ImageDatum(url=link))
         else:
             png = selectors.image_png(image_id=record.id).read_bytes()
             image = encoded(png, form.output_format, form.output_compression)

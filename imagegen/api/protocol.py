@@ -7,14 +7,51 @@ who "this client" is (config.auth.client_identity), which header names a retry
 """
 
 import base64
+import binascii
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity, owner_key, queue_limit, request_caller
+from config.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
+from config.errors import FieldError
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest
+
+NOT_BASE64 = "must be base64 text (a `data:...;base64,` prefix allowed) of an image"
+
+
+def decode_base64(text: str, *, field: str) -> bytes:
+    """An image sent as base64 text, as every protocol takes one: a data URL's prefix and
+    whitespace (line breaks of wrapped base64) allowed, anything else refused naming `field`."""
+    if text.startswith("data:"):  # data:[<media type>][;base64],<data>
+        text = text.partition(",")[2]
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(field, NOT_BASE64) from None
+
+
+def signed_image_link(
+    request: HttpRequest,
+    image_id: str,
+    *,
+    output_format: str | None = None,
+    compression: int | None = None,
+) -> str:
+    """The image's link that works without the token for IMAGE_URL_TTL seconds (the OpenAI
+    route's `url`), re-encoded to `output_format` when one is named."""
+    query = {
+        "signature": selectors.image_link_signature(
+            image_id=image_id, output_format=output_format, compression=compression
+        )
+    }
+    if output_format is not None:
+        query["output_format"] = output_format
+        if compression is not None:
+            query["output_compression"] = str(compression)
+    return f"{public_origin(request)}/v1/images/{image_id}.png?{urlencode(query)}"
 
 
 def admit(request: HttpRequest, count: int) -> None:

@@ -42,8 +42,9 @@ from schemathesis.transport.serialization import Binary
 from config.errors import FieldError
 from config.text import NOT_BLANK
 from config.text import is_blank as text_is_blank
-from imagegen.api.a1111 import NOT_BASE64, SAMPLER_RULE, Txt2ImgIn, batch_limit
+from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
+from imagegen.api.protocol import NOT_BASE64
 from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, NUMBER_TOO_LONG
 from imagegen.generation.edits import (
     EDIT_ONLY,
@@ -211,7 +212,7 @@ def _base64_decoded(value: Any) -> bytes | None:
 
 
 def is_not_base64(case: Case, field: str) -> bool:
-    """NOT_BASE64 (imagegen/api/a1111.py): an A1111 image field that is not base64."""
+    """NOT_BASE64 (imagegen/api/protocol.py): an A1111 image field that is not base64."""
     return _base64_decoded(sent(case, field)) is None
 
 

@@ -5,8 +5,11 @@ in the in-process job mode. Against the app under gunicorn, in both job modes an
 token: tests/protocols/test_mcp.py."""
 
 import base64
+import contextlib
 import io
-from collections.abc import Awaitable, Callable
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from PIL import Image
 
+from config.asgi_bridge import LifespanFailed
+from config.errors import ServiceError
+from imagegen import backend, services
+from imagegen.api import mcp
 from imagegen.api.mcp import WAIT_FALSE
+from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.render import GenerationRequest
 from tests.support.loaders import ready_loader, serve
@@ -203,11 +211,12 @@ def test_a_waited_generation_past_gen_sync_timeout_is_an_error_and_its_job_cance
     queue.cancel(blocker.id)
 
 
-def test_edit_image_takes_the_picture_as_base64_or_a_data_url(queue):
+def test_edit_image_takes_the_picture_as_base64_wrapped_or_not_or_a_data_url(queue):
     picture = io.BytesIO()
     Image.fromarray(np.full((64, 72, 3), 90, np.uint8)).save(picture, format="PNG")
     encoded = base64.b64encode(picture.getvalue()).decode()
-    for sent in (encoded, f"data:image/png;base64,{encoded}"):
+    wrapped = "\n".join(encoded[at : at + 76] for at in range(0, len(encoded), 76))
+    for sent in (encoded, f"data:image/png;base64,{encoded}", wrapped):  # as MIME wraps it
         edited = call("edit_image", {"prompt": "a blue wall", "image": sent, "steps": 2})
         assert Image.open(io.BytesIO(png_of(edited))).size == (72, 64)  # the input's size
         assert edited.structured_content["job"]["parameters"]["edit"]["strength"] == 0.75
@@ -226,3 +235,113 @@ def test_edit_image_takes_the_picture_as_base64_or_a_data_url(queue):
 def test_a_bad_picture_to_edit_is_an_error_naming_it_with_nothing_queued(queue, arguments, rule):
     assert rule in error_text(call("edit_image", {"prompt": "x", **arguments}))
     assert queue.recent(10) == []
+
+
+def test_get_and_delete_are_refused_with_405_and_the_client_goes_on_without_a_stream(queue):
+    """Stateless, the server never sends on a GET stream: refused, it holds no thread."""
+    for method in ("get", "delete"):
+        refused = getattr(DjangoClient(), method)("/mcp", HTTP_ACCEPT="text/event-stream")
+        assert refused.status_code == 405, refused.content
+        assert refused["Allow"] == "POST"
+        assert "allowed: POST" in refused.json()["error"]["message"]
+    assert {tool.name for tool in session(lambda client: client.list_tools()).tools} == TOOLS
+
+
+@pytest.fixture
+def one_waiter_place(settings) -> Iterator[None]:
+    """SYNC_WAITERS_MAX 1, its places made anew for the test and again after it."""
+    settings.SYNC_WAITERS_MAX = 1
+    services._waiter_places.cache_clear()
+    yield
+    services._waiter_places.cache_clear()
+
+
+def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
+    queue, one_waiter_place
+):
+    """A tool call that waits counts against SYNC_WAITERS_MAX as any synchronous request:
+    its place is held for the whole wait, and the next is refused at once, nothing queued."""
+    queue.submit(GenerationRequest(prompt="mcp blocker", steps=400, size=(64, 64)))
+    waiting = threading.Thread(
+        target=call, args=("generate_image", {"prompt": "mcp waiter", "size": "64x64"})
+    )
+    waiting.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not [job for job in queue.recent(10) if job.parameters.prompt == "mcp waiter"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(SyncWaitersBusy), services.sync_waiter_place():
+            pass  # the waiting call holds the one place
+        text = error_text(call("generate_image", {"prompt": "mcp refused", "size": "64x64"}))
+        assert "SYNC_WAITERS_MAX" in text and "retry in 5 s" in text, text
+        assert text.endswith(WAIT_FALSE), text
+        assert not [job for job in queue.recent(10) if job.parameters.prompt == "mcp refused"]
+        queued = call("generate_image", {"prompt": "mcp unwaited", "size": "64x64",
+                                         "wait": False})  # fmt: skip
+        assert not queued.is_error, queued.content  # not waiting, it needs no place
+    finally:
+        for job in queue.recent(10):
+            with contextlib.suppress(ServiceError):
+                queue.cancel(job.id)
+        waiting.join(60)
+    with services.sync_waiter_place():  # given back when the wait ended
+        pass
+
+
+def test_a_waited_edit_past_gen_sync_timeout_leaves_no_input_stored(queue, settings):
+    settings.GEN_SYNC_TIMEOUT = 2
+    settings.GEN_SYNC_REFUSE_FACTOR = 0
+    blocker = queue.submit(GenerationRequest(prompt="mcp blocker", steps=400, size=(64, 64)))
+    picture = io.BytesIO()
+    Image.fromarray(np.full((64, 64, 3), 70, np.uint8)).save(picture, format="PNG")
+    sent = base64.b64encode(picture.getvalue()).decode()
+    text = error_text(call("edit_image", {"prompt": "mcp late edit", "image": sent}))
+    assert "No image within GEN_SYNC_TIMEOUT" in text, text
+    inputs = backend.image_store().root / "inputs"
+    assert not inputs.exists() or list(inputs.iterdir()) == []
+    queue.cancel(blocker.id)
+
+
+def test_the_bridge_is_made_once_by_threads_asking_at_once(monkeypatch):
+    monkeypatch.setattr(mcp, "_made", None)
+    before = threading.active_count()
+    barrier = threading.Barrier(6)
+    made: list[Any] = []
+
+    def ask() -> None:
+        barrier.wait()
+        made.append(mcp.bridge())
+
+    askers = [threading.Thread(target=ask) for _ in range(6)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(60)
+    assert len(made) == 6 and len({id(bridge) for bridge in made}) == 1
+    assert threading.active_count() == before + 1  # its one event loop thread
+
+
+class _FailingApp:
+    """An ASGI app whose lifespan startup fails."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": "no start"})
+
+
+def test_a_failed_bridge_start_fails_each_request_alike_without_a_new_thread(monkeypatch):
+    class Server:
+        def streamable_http_app(self, **_: Any) -> _FailingApp:
+            return _FailingApp()
+
+    monkeypatch.setattr(mcp, "_made", None)
+    monkeypatch.setattr(mcp, "build_server", Server)
+    before = threading.active_count()
+    for _ in range(3):
+        with pytest.raises(LifespanFailed, match="no start"):
+            mcp.bridge()
+    deadline = time.monotonic() + 10  # the failed start's loop thread ends
+    while threading.active_count() > before:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

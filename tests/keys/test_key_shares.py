@@ -17,6 +17,7 @@ from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.key_database import connected_database
 from tests.support.local_hub import LocalHub
+from tests.support.mcp_client import call_tool
 from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
 from tests.support.processes import AppServer
 from tests.support.sse import open_stream
@@ -151,6 +152,12 @@ def _gif() -> bytes:
     return buffer.getvalue()
 
 
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (20, 90, 160)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def test_a_key_past_its_limit_is_refused_before_its_images_are_read(
     app: AppServer, secrets: dict[str, str], started: list[str]
 ):
@@ -169,6 +176,15 @@ def test_a_key_past_its_limit_is_refused_before_its_images_are_read(
     assert [answer.status_code for answer in answers] == [429, 429, 429], [
         answer.text for answer in answers
     ]
+    # The MCP tool too, and an edit it would take leaves no input stored.
+    inputs = Path(app.env["OUTPUT_DIR"]) / "inputs"
+    stored = set(inputs.iterdir()) if inputs.exists() else set()
+    for picture in (gif, _png()):
+        sent = {"prompt": "an edit", "image": base64.b64encode(picture).decode()}
+        result, _ = call_tool(app.url("/mcp"), hugo, "edit_image", sent)
+        text = " ".join(block.text for block in result.content if block.type == "text")
+        assert result.is_error and "may have 1 generation" in text, text
+    assert (set(inputs.iterdir()) if inputs.exists() else set()) == stored
     # Within its limits, the same GIF is read, and refused naming the field.
     gina = requests.post(
         app.url("/generate"), data={"prompt": "an edit"}, files={"image": ("in.gif", gif)},

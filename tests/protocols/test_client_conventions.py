@@ -53,6 +53,20 @@ def test_sillytaverns_bodyless_interrupt_cancels_that_callers_job(app):
     assert {job["state"] for job in jobs(app, "tavern long")} == {"cancelled"}
 
 
+@pytest.mark.both_modes
+def test_webuiapis_bodyless_skip_stops_that_callers_running_job(app):
+    thread, answers = txt2img_in_background(app, "tavern skipped")
+    skip = requests.Request("POST", app.url("/sdapi/v1/skip"), headers=BASIC).prepare()
+    assert skip.body is None and "Content-Type" not in skip.headers  # as webuiapi sends it
+    with requests.Session() as session:
+        answered = session.send(skip)
+    assert answered.status_code == 200 and answered.json() == {}
+    thread.join(60)
+    (answer,) = answers
+    assert answer.status_code == 200 and answer.json()["images"] == []
+    assert {job["state"] for job in jobs(app, "tavern skipped")} == {"cancelled"}
+
+
 def test_a_get_to_interrupt_is_refused_and_stops_nothing(app):
     """A1111 takes POST only, and so does this service: a GET that cancelled would let any
     page (an <img> tag) stop a user's jobs with the credentials the browser keeps for it, and

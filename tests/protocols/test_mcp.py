@@ -102,6 +102,7 @@ def test_without_the_token_mcp_is_refused(app):
     assert json.loads(data.removeprefix("data:"))["result"]["serverInfo"]["name"] == "imagegen"
 
 
+@pytest.mark.both_modes
 def test_a_client_gone_while_waiting_has_its_job_cancelled(app):
     """As an ASGI server would: the call is cancelled when its client goes away, and with it
     the job nobody will collect (found at the first progress written after it left)."""
