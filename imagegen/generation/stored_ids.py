@@ -14,12 +14,12 @@ KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def is_job_id(value: str) -> bool:
-    return bool(JOB_ID.match(value))
+    return bool(JOB_ID.fullmatch(value))
 
 
 def is_digest(value: str) -> bool:
-    return bool(SHA256.match(value))
+    return bool(SHA256.fullmatch(value))
 
 
 def is_key_name(value: str) -> bool:
-    return bool(KEY_NAME.match(value))
+    return bool(KEY_NAME.fullmatch(value))

@@ -2,6 +2,7 @@
 
 import base64
 import re
+import uuid
 
 import pytest
 
@@ -133,3 +134,30 @@ def test_a_bad_limit_or_cursor_is_400_naming_the_field_and_rule(app, http, query
     assert body["error"]["message"].startswith(f"Invalid request: {field}: ")
     (detail,) = body["error"]["details"]
     assert detail["field"] == field and rule in detail["message"]
+
+
+def test_a_batch_added_after_the_count_still_gives_at_most_a_page(mongo, connect_here, monkeypatch):
+    """The count (server metadata) and the read are two calls: a batch added between them must
+    not make the plain list longer than its bound. The count is read before the batch here."""
+    from todos import selectors, services
+    from todos.documents import todos_collection
+
+    connect_here(mongo.uri(f"first_page_{uuid.uuid4().hex[:8]}"))
+    services.todo_create(title="before", description=None)
+    counted = todos_collection().estimated_document_count()  # 1: within a page of 2
+    services.todo_create(title="after one", description=None)
+    services.todo_create(title="after two", description=None)
+
+    class CountedBefore:
+        """The collection as it was counted, then read as it is now."""
+
+        def __getattr__(self, name):
+            return getattr(todos_collection(), name)
+
+        def estimated_document_count(self) -> int:
+            return counted
+
+    monkeypatch.setattr(selectors, "todos_collection", CountedBefore)
+    documents, following = selectors.todo_first_page(limit=2)
+    assert [d["title"] for d in documents] == ["before", "after one"]
+    assert following is not None
