@@ -264,7 +264,7 @@ async def edit_image(
     ctx: Context,
     prompt: Prompt,
     image: Annotated[
-        str | None, Field(description="the picture, base64 (PNG, JPEG, WebP, ...)")
+        str | None, Field(description="the picture, base64 (PNG, JPEG or WebP)")
     ] = None,
     image_id: Annotated[
         str | None, Field(description="instead of image: a stored image's id (a generation's)")

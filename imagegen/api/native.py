@@ -165,7 +165,7 @@ ASYNC_FIELD = {
 
 
 EDIT_PARTS = {
-    "image": "start from this image (img2img; with `mask`, inpainting): PNG, JPEG, WebP, ...",
+    "image": "start from this image (img2img; with `mask`, inpainting): PNG, JPEG or WebP",
     "mask": "the image's size; white repaints, black keeps, grey blends",
 }
 

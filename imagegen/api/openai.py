@@ -247,7 +247,7 @@ class ImageEditForm(Schema):
 
 
 EDIT_PARTS = {
-    "image": "the picture to edit: one file (PNG, JPEG, WebP, ...); sent as `image[]` (as the "
+    "image": "the picture to edit: one file (PNG, JPEG or WebP); sent as `image[]` (as the "
     "openai SDK sends a list) it is taken too, but more than one image is refused",
     "mask": "optional; the image's size, with an alpha channel: its transparent pixels mark "
     "what to repaint (OpenAI's mask), opaque ones what to keep",

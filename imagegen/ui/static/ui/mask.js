@@ -32,7 +32,7 @@
     $("error-image").textContent = "";
     $("image").removeAttribute("aria-invalid");
     if (!blob || !(blob.type || "").startsWith("image/")) {
-      showImageError("Image must be an image file (PNG, JPEG, WebP, ...)");
+      showImageError("Image must be an image file (PNG, JPEG or WebP)");
       return false;
     }
     const url = URL.createObjectURL(blob);
