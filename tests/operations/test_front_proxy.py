@@ -484,3 +484,29 @@ def test_a_wrong_proxy_setting_stops_the_start_naming_it(monkeypatch, variables,
     with pytest.raises(SystemExit, match=re.escape(message)):
         wanted()
         ProxySettings.from_env()
+
+
+def test_the_proxys_defaults_are_the_services_own():
+    """The proxy reads GEN_SYNC_TIMEOUT, EVENT_STREAM_SECONDS and MAX_BODY_BYTES before
+    Django's settings exist: with none set, its limits are the settings' defaults."""
+    script = (
+        "import django, json\n"
+        "django.setup()\n"
+        "from django.conf import settings\n"
+        "from config.front_proxy import READ_MARGIN, ProxySettings\n"
+        "proxy = ProxySettings.from_env()\n"
+        "longest = max(settings.GEN_SYNC_TIMEOUT, settings.EVENT_STREAM_SECONDS)\n"
+        "print(json.dumps([proxy.max_body_bytes, settings.DATA_UPLOAD_MAX_MEMORY_SIZE,\n"
+        "                  proxy.read_timeout, int(longest) + READ_MARGIN]))\n"
+    )
+    read = ("GEN_SYNC_TIMEOUT", "EVENT_STREAM_SECONDS", "MAX_BODY_BYTES")
+    env = {k: v for k, v in os.environ.items() if k not in read}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", SECRET_KEY="test", DEBUG="0")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    body_proxy, body_service, read_proxy, read_service = json.loads(done.stdout)
+    assert body_proxy == body_service
+    assert read_proxy == read_service
