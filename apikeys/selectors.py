@@ -22,6 +22,8 @@ class Caller:
     admin: bool
     max_queued: int | None = None
     per_minute: int | None = None
+    webhook_url: str | None = None  # the key's default webhook (keys create|update --webhook)
+    signs_webhooks: bool = False  # whether the key has a webhook signing secret of its own
 
 
 TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
@@ -46,7 +48,15 @@ def key_caller(*, secret: str) -> Caller | None:
         admin=bool(doc.get("admin")),
         max_queued=doc.get("maxQueued"),
         per_minute=doc.get("perMinute"),
+        webhook_url=doc.get("webhookUrl"),
+        signs_webhooks=bool(doc.get("webhookSecret")),
     )
+
+
+def key_webhook_secret(*, name: str) -> str | None:
+    """The live key's own webhook signing secret, if it has one."""
+    doc = keys_collection().find_one({"name": name, "revokedAt": None}, {"webhookSecret": 1})
+    return None if doc is None else doc.get("webhookSecret")
 
 
 def _aware(moment: datetime) -> datetime:

@@ -34,6 +34,7 @@ from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions
 from imagegen.model.status import ModelHandle
+from imagegen.webhooks.outbox import DiskOutbox, Outbox
 
 if TYPE_CHECKING:
     from imagegen.distributed.worker import WorkerRuntime
@@ -144,6 +145,18 @@ def jobs() -> JobBoard:
         nice=settings.GEN_NICE,
         previews=preview_policy(),
     )
+
+
+@cache
+def webhook_outbox() -> Outbox:
+    """Where webhook deliveries wait: beside the image records in process (OUTPUT_DIR), in
+    the jobs' Redis in distributed mode, so every web replica sends them."""
+    if is_distributed():
+        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.webhook_outbox import RedisOutbox
+
+        return RedisOutbox(redis_client())
+    return DiskOutbox(settings.OUTPUT_DIR / "webhooks")
 
 
 def job_not_found() -> JobNotFound:

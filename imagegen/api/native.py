@@ -6,7 +6,15 @@ from ninja import Form, Header, Query, Router
 from ninja.errors import ValidationError
 
 from config.api import api
-from config.auth import client_identity, owner_key, queue_limit, seen_by, token_required
+from config.auth import (
+    client_identity,
+    owner_key,
+    public_origin,
+    queue_limit,
+    request_caller,
+    seen_by,
+    token_required,
+)
 from config.env import parse_bool
 from config.openapi import form_request_body, png_answer
 from config.version import app_version
@@ -159,6 +167,10 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
     if unknown := GenerateForm.unknown_fields(fields, files):
         raise ValidationError(unknown)
     generation = generation_request(request, form)
+    webhook = services.webhook_plan(
+        url=form.webhook_url, caller=request_caller(request), origin=link_origin(request),
+        asynchronous=wants_async(request),
+    )  # fmt: skip
     admit(request, 1)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if wants_async(request):
@@ -171,6 +183,8 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
                 request=generation, client=client_identity(request), idempotency_key=key,
                 key=owner_key(request), key_limit=queue_limit(request),
             )  # fmt: skip
+        if webhook is not None:
+            services.webhook_watch(job_id=job.id, plan=webhook)
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
@@ -179,6 +193,12 @@ def generate(request: HttpRequest, response: HttpResponse, form: Form[GenerateFo
         key_limit=queue_limit(request),
     )  # fmt: skip
     return png_with_headers(record, job)
+
+
+def link_origin(request: HttpRequest) -> str:
+    """The origin of the links a webhook carries: PUBLIC_URL, else the one this request
+    reached (its forwarded one behind TRUSTED_PROXIES)."""
+    return settings.PUBLIC_URL or public_origin(request)
 
 
 def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRequest:
