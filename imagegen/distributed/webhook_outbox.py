@@ -84,8 +84,10 @@ class RedisOutbox:
     def enqueue(self, delivery: Delivery) -> bool:
         keys = [WATCH, DUE, CREATED, _delivery_key(delivery.id), _record_key(delivery.job_id)]
         record = json.dumps(record_of(delivery, "pending"))
-        args: list[str | float] = [delivery.job_id, delivery.to_json(), delivery.due, delivery.created, record,
-                RECORD_SECONDS, delivery.id]  # fmt: skip
+        args: list[str | float] = [
+            delivery.job_id, delivery.to_json(), delivery.due, delivery.created, record,
+            RECORD_SECONDS, delivery.id,
+        ]  # fmt: skip
         return bool(self._enqueue(keys=keys, args=args))
 
     def claim(self, now: float, limit: int) -> list[Delivery]:

@@ -1,13 +1,11 @@
 """Webhooks' rules in process: which URLs a webhook may reach, refused at submit as a 400
 naming the field and the rule with nothing queued; the Standard Webhooks signature as the
-`standardwebhooks` package verifies it; the retry schedule; the disk outbox's claims."""
+`standardwebhooks` package verifies it; the retry schedule. (The outboxes:
+test_webhook_outbox.py; end to end: test_webhooks.py.)"""
 
 import base64
 import json
-import os
-import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -16,7 +14,6 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from imagegen import backend
 from imagegen.webhooks.addresses import Allowance, UrlRefused, check_url
 from imagegen.webhooks.delivery import LONGEST_WAIT, next_wait
-from imagegen.webhooks.outbox import CLAIM_LEASE, Delivery, DiskOutbox, Watch
 from imagegen.webhooks.signing import signed_headers
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
@@ -131,54 +128,3 @@ def test_retries_start_at_a_second_double_with_jitter_and_wait_at_most_five_minu
     assert next_wait(30) == LONGEST_WAIT and next_wait(1000) == LONGEST_WAIT
     waits = {next_wait(3) for _ in range(50)}
     assert len(waits) > 1 and all(3.0 <= w <= 5.0 for w in waits)
-
-
-def delivery(job_id: str, due: float) -> Delivery:
-    return Delivery(id=f"msg_{job_id}", job_id=job_id, url="http://x.example/", signer="service",
-                    event="job.succeeded", body="{}", created=due, due=due)  # fmt: skip
-
-
-def test_the_disk_outbox_hands_each_due_delivery_to_one_claim_only(tmp_path: Path) -> None:
-    first, second = DiskOutbox(tmp_path), DiskOutbox(tmp_path)  # two processes, one folder
-    now = time.time()
-    for job_id in ("a", "b", "c"):
-        first.watch(Watch(job_id, "http://x.example/", "http://o", "service"))
-        assert first.enqueue(delivery(job_id, now))
-        assert not second.enqueue(delivery(job_id, now))  # the watch is gone: made once
-    later = delivery("d", now + 60)
-    first.watch(Watch("d", "http://x.example/", "http://o", "service"))
-    first.enqueue(later)
-    got = [d.id for d in first.claim(now, 2)] + [d.id for d in second.claim(now, 10)]
-    assert sorted(got) == ["msg_a", "msg_b", "msg_c"]  # each once, the future one not yet
-    assert first.claim(now, 10) == [] and second.pending()[0] == 4
-    assert first.record("a")["state"] == "pending"
-
-
-def test_a_claim_whose_process_stopped_is_due_again_after_the_lease(tmp_path: Path) -> None:
-    outbox = DiskOutbox(tmp_path)
-    now = time.time()
-    outbox.watch(Watch("a", "http://x.example/", "http://o", "service"))
-    outbox.enqueue(delivery("a", now))
-    [claimed] = outbox.claim(now, 1)  # and its process was killed mid-try
-    assert DiskOutbox(tmp_path).claim(now + CLAIM_LEASE - 1, 1) == []
-    [again] = DiskOutbox(tmp_path).claim(now + CLAIM_LEASE + 1, 1)
-    assert again.id == claimed.id
-
-
-def test_a_retried_delivery_keeps_its_tries_and_waits_until_due(tmp_path: Path) -> None:
-    outbox = DiskOutbox(tmp_path)
-    now = time.time()
-    outbox.watch(Watch("a", "http://x.example/", "http://o", "service"))
-    outbox.enqueue(delivery("a", now))
-    [claimed] = outbox.claim(now, 1)
-    claimed.tries.append({"at": "t", "status": 500, "error": None})
-    claimed.due = now + 5
-    outbox.retry(claimed)
-    assert outbox.claim(now + 4, 1) == []
-    [again] = outbox.claim(now + 6, 1)
-    assert again.tries == claimed.tries and again.body == claimed.body
-    outbox.settle(again, "delivered")
-    assert outbox.pending() == (0, None)
-    assert outbox.record("a") == {"url": "http://x.example/", "event": "job.succeeded",
-                                  "state": "delivered", "tries": claimed.tries}  # fmt: skip
-    assert not any(os.scandir(tmp_path / "claimed"))

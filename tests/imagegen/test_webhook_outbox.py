@@ -1,0 +1,188 @@
+"""The webhook outboxes, one contract for both (on disk in process, in a real Redis for
+distributed mode): each due delivery is handed to one claim only, however many processes
+claim; a claim whose process stopped is due again after the lease; a retried delivery keeps
+its body and tries; and the senders give a delivery up, counted, once WEBHOOK_RETRY_SECONDS
+has passed. One try never follows a redirect and never reaches an address the rules refuse."""
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from config import metrics
+from imagegen.distributed.webhook_outbox import RedisOutbox
+from imagegen.generation.job_board import JobView
+from imagegen.webhooks.addresses import Allowance, UrlRefused
+from imagegen.webhooks.delivery import Dispatcher, Policy
+from imagegen.webhooks.outbox import CLAIM_LEASE, Delivery, DiskOutbox, Outbox, Watch
+from imagegen.webhooks.sending import post
+from tests.support.distributed import RedisServer
+from tests.support.processes import free_port
+
+KINDS = ("disk", "redis")
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("outbox-redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=KINDS)
+def outboxes(request, tmp_path: Path) -> Callable[[], Outbox]:
+    """Makes outboxes over one store, as several processes would hold."""
+    if request.param == "disk":
+        return lambda: DiskOutbox(tmp_path)
+    server = request.getfixturevalue("redis_server")
+    server.client().flushall()
+    return lambda: RedisOutbox(server.client())
+
+
+def watched(outbox: Outbox, job_id: str, due: float) -> Delivery:
+    outbox.watch(Watch(job_id, "http://x.example/", "http://o", "service"))
+    return Delivery(id=f"msg_{job_id}", job_id=job_id, url="http://x.example/", signer="service",
+                    event="job.succeeded", body="{}", created=due, due=due)  # fmt: skip
+
+
+def test_each_due_delivery_is_made_once_and_handed_to_one_claim(outboxes) -> None:
+    first, second = outboxes(), outboxes()
+    now = time.time()
+    for job_id in ("a", "b", "c"):
+        made = watched(first, job_id, now)
+        assert first.record(job_id)["state"] == "waiting"
+        assert first.enqueue(made)
+        assert not second.enqueue(made)  # the watch is gone: made once
+    assert first.watches() == []
+    first.enqueue(watched(first, "d", now + 60))
+    got = [d.id for d in first.claim(now, 2)] + [d.id for d in second.claim(now, 10)]
+    assert sorted(got) == ["msg_a", "msg_b", "msg_c"]  # each once, the future one not yet
+    assert first.claim(now, 10) == [] and second.pending() == (4, now)
+    assert first.record("a")["state"] == "pending"
+
+
+def test_claims_at_once_from_many_threads_hand_out_each_delivery_once(outboxes) -> None:
+    now = time.time()
+    setup = outboxes()
+    for n in range(40):
+        setup.enqueue(watched(setup, f"j{n}", now))
+    found: list[str] = []
+
+    def claim() -> None:
+        mine = outboxes()
+        while batch := mine.claim(now, 3):
+            found.extend(d.id for d in batch)
+
+    threads = [threading.Thread(target=claim) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(found) == sorted(f"msg_j{n}" for n in range(40))
+
+
+def test_a_claim_whose_process_stopped_is_due_again_after_the_lease(outboxes) -> None:
+    outbox = outboxes()
+    now = time.time()
+    outbox.enqueue(watched(outbox, "a", now))
+    [claimed] = outbox.claim(now, 1)  # and its process was killed mid-try
+    assert outboxes().claim(now + CLAIM_LEASE - 1, 1) == []
+    [again] = outboxes().claim(now + CLAIM_LEASE + 1, 1)
+    assert again.id == claimed.id
+
+
+def test_a_retried_delivery_keeps_its_body_and_tries_and_waits_until_due(
+    outboxes, tmp_path: Path
+) -> None:
+    outbox = outboxes()
+    now = time.time()
+    outbox.enqueue(watched(outbox, "a", now))
+    [claimed] = outbox.claim(now, 1)
+    claimed.tries.append({"at": "t", "status": 500, "error": None})
+    claimed.due = now + 5
+    outbox.retry(claimed)
+    assert outbox.claim(now + 4, 1) == []
+    [again] = outbox.claim(now + 6, 1)
+    assert again.tries == claimed.tries and again.body == claimed.body
+    outbox.settle(again, "delivered")
+    assert outbox.pending() == (0, None)
+    assert outbox.record("a") == {"url": "http://x.example/", "event": "job.succeeded",
+                                  "state": "delivered", "tries": claimed.tries}  # fmt: skip
+    if isinstance(outbox, DiskOutbox):
+        assert not any(os.scandir(tmp_path / "claimed"))
+
+
+class _Ended:
+    """A job board that knows one job, ended (the senders read only `lookup`)."""
+
+    def __init__(self, view: JobView | None) -> None:
+        self.view = view
+
+    def lookup(self, job_id: str) -> JobView | None:
+        return self.view
+
+
+def counted(outcome: str) -> float:
+    return metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome)._value.get()
+
+
+def test_a_delivery_with_no_2xx_past_webhook_retry_seconds_is_given_up_and_counted(
+    tmp_path: Path,
+) -> None:
+    outbox = DiskOutbox(tmp_path)
+    dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens
+    outbox.watch(Watch("a", dead, "http://o", "service"))
+    outbox.enqueue(Delivery(id="msg_a", job_id="a", url=dead, signer="service",
+                            event="job.failed", body="{}", created=time.time(),
+                            due=time.time()))  # fmt: skip
+    policy = Policy(allow=Allowance.parse(["127.0.0.1"]), retry_seconds=2, senders=2)
+    dispatcher = Dispatcher(outbox, _Ended(None), policy, describe=lambda v, w: {},  # type: ignore[arg-type]
+                            secrets_for=lambda signer: ["whsec_" + "a" * 44])  # fmt: skip
+    before = counted("given_up")
+    deadline = time.monotonic() + 30
+    while (outbox.record("a") or {}).get("state") != "given up":
+        assert time.monotonic() < deadline, outbox.record("a")
+        dispatcher.tick()
+        time.sleep(0.1)
+    tries = outbox.record("a")["tries"]
+    assert 2 <= len(tries) <= 4 and all(t["status"] is None for t in tries)
+    assert counted("given_up") == before + 1
+    assert outbox.pending() == (0, None)
+
+
+@pytest.fixture
+def redirecting() -> Iterator[tuple[str, list[str]]]:
+    """A server that answers every POST with a redirect to its own /elsewhere."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", seen
+    server.shutdown()
+
+
+def test_a_try_does_not_follow_a_redirect(redirecting) -> None:
+    url, seen = redirecting
+    status = post(url, body=b"{}", headers={}, allow=Allowance.parse(["127.0.0.1"]))
+    assert status == 307 and seen == ["/hook"]
+
+
+def test_a_try_to_an_address_the_rules_refuse_connects_to_nothing(redirecting) -> None:
+    url, seen = redirecting
+    with pytest.raises(UrlRefused):
+        post(url, body=b"{}", headers={}, allow=Allowance.parse([]))
+    assert seen == []
