@@ -203,9 +203,8 @@ class GenerateForm(Schema):
         description=f"with only_masked=true: pixels added around the marked area's box; "
         f"default {ONLY_MASKED_PADDING_DEFAULT}",
     )
-    webhook_url: Annotated[str | None, BeforeValidator(_blank_is_absent)] = Field(
+    webhook_url: Annotated[Annotated[str, Field(max_length=2048)] | None, *Optional] = Field(
         default=None,
-        max_length=2048,
         description="with async=true: an http(s) URL told when the job ends (a signed POST: "
         "job.succeeded, job.failed or job.cancelled); default the key's, else WEBHOOK_URL",
     )
