@@ -186,3 +186,43 @@ def test_a_try_to_an_address_the_rules_refuse_connects_to_nothing(redirecting) -
     with pytest.raises(UrlRefused):
         post(url, body=b"{}", headers={}, allow=Allowance.parse([]))
     assert seen == []
+
+
+def test_no_more_than_webhook_senders_tries_run_at_once(tmp_path: Path) -> None:
+    """A slow receiver holds at most WEBHOOK_SENDERS threads; the rest wait in the outbox."""
+    lock, now_open, most = threading.Lock(), [0], [0]
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            with lock:
+                now_open[0] += 1
+                most[0] = max(most[0], now_open[0])
+            time.sleep(0.5)
+            with lock:
+                now_open[0] -= 1
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/hook"
+    outbox = DiskOutbox(tmp_path)
+    for n in range(6):
+        outbox.watch(Watch(f"j{n}", url, "http://o", "service"))
+        outbox.enqueue(Delivery(id=f"msg_j{n}", job_id=f"j{n}", url=url, signer="service",
+                                event="job.succeeded", body="{}", created=time.time(),
+                                due=time.time()))  # fmt: skip
+    policy = Policy(allow=Allowance.parse(["127.0.0.1"]), retry_seconds=60, senders=2)
+    dispatcher = Dispatcher(outbox, _Ended(None), policy, describe=lambda v, w: {},  # type: ignore[arg-type]
+                            secrets_for=lambda signer: ["whsec_" + "a" * 44])  # fmt: skip
+    deadline = time.monotonic() + 30
+    while outbox.pending()[0]:
+        assert time.monotonic() < deadline, outbox.pending()
+        dispatcher.tick()
+        time.sleep(0.05)
+    server.shutdown()
+    assert most[0] == 2
+    assert all(outbox.record(f"j{n}")["state"] == "delivered" for n in range(6))
