@@ -4,14 +4,21 @@ naming the field and the rule with nothing queued; the Standard Webhooks signatu
 test_webhook_outbox.py; end to end: test_webhooks.py.)"""
 
 import base64
+import importlib
+import ipaddress
 import json
+import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from django.test import Client
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client, RequestFactory
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+import config.settings
 from imagegen import backend
+from imagegen.api.native import link_origin
 from imagegen.webhooks.addresses import Allowance, UrlRefused, check_url
 from imagegen.webhooks.delivery import LONGEST_WAIT, next_wait
 from imagegen.webhooks.signing import signed_headers
@@ -128,3 +135,48 @@ def test_retries_start_at_a_second_double_with_jitter_and_wait_at_most_five_minu
     assert next_wait(30) == LONGEST_WAIT and next_wait(1000) == LONGEST_WAIT
     waits = {next_wait(3) for _ in range(50)}
     assert len(waits) > 1 and all(3.0 <= w <= 5.0 for w in waits)
+
+
+@pytest.fixture
+def environment() -> Iterator[None]:
+    """config/settings.py run again with the test's variables; afterwards as it was."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    importlib.reload(config.settings)
+
+
+@pytest.mark.parametrize("value", ["hunter2", f"{SECRET} sk_live_abc", "whsec_"])
+def test_a_webhook_secret_not_of_the_whsec_form_stops_the_start(environment, value) -> None:
+    os.environ["WEBHOOK_SECRET"] = value
+    with pytest.raises(ImproperlyConfigured, match="WEBHOOK_SECRET: each secret is whsec_"):
+        importlib.reload(config.settings)
+
+
+def test_webhook_settings_are_read_as_documented(environment) -> None:
+    os.environ["WEBHOOK_SECRET"] = f" {SECRET}  {OTHER} "
+    os.environ["WEBHOOK_ALLOW"] = "127.0.0.1, 10.0.0.0/8,hooks.internal"
+    os.environ["PUBLIC_URL"] = "https://img.example.com/"
+    for name in ("WEBHOOK_RETRY_SECONDS", "WEBHOOK_SENDERS", "WEBHOOK_URL"):
+        os.environ.pop(name, None)
+    settings = importlib.reload(config.settings)
+    assert settings.WEBHOOK_SECRET == [SECRET, OTHER]
+    assert settings.WEBHOOK_ALLOW == ["127.0.0.1", "10.0.0.0/8", "hooks.internal"]
+    assert settings.PUBLIC_URL == "https://img.example.com"
+    assert (settings.WEBHOOK_RETRY_SECONDS, settings.WEBHOOK_SENDERS) == (86400, 4)
+    assert settings.WEBHOOK_URL == ""
+
+
+def test_the_links_origin_is_public_url_else_the_requests_behind_trusted_proxies(settings):
+    settings.PUBLIC_URL = ""
+    settings.TRUSTED_PROXIES = [ipaddress.ip_network("10.0.0.0/8")]
+    forwarded = {"HTTP_X_FORWARDED_PROTO": "https", "HTTP_X_FORWARDED_HOST": "localhost"}
+    plain = RequestFactory().post("/generate", REMOTE_ADDR="192.0.2.1", **forwarded)
+    assert (
+        link_origin(plain) == "http://testserver"
+    )  # forwarded headers of a stranger: not believed
+    proxied = RequestFactory().post("/generate", REMOTE_ADDR="10.1.1.1", **forwarded)
+    assert link_origin(proxied) == "https://localhost"
+    settings.PUBLIC_URL = "https://img.example.com"
+    assert link_origin(proxied) == "https://img.example.com"
