@@ -2,20 +2,25 @@
 distributed mode): each due delivery is handed to one claim only, however many processes
 claim; a claim whose process stopped is due again after the lease; a retried delivery keeps
 its body and tries; and the senders give a delivery up, counted, once WEBHOOK_RETRY_SECONDS
-has passed. One try never follows a redirect and never reaches an address the rules refuse."""
+has passed, and never run more than WEBHOOK_SENDERS tries at once; a failed job is told as
+job.failed. One try never follows a redirect and never reaches an address the rules refuse."""
 
+import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from config import metrics
+from imagegen.api.webhook_events import event_data
 from imagegen.distributed.webhook_outbox import RedisOutbox
-from imagegen.generation.job_board import JobView
+from imagegen.generation.job_board import JobProgress, JobState, JobView
+from imagegen.generation.render import GenerationRequest
 from imagegen.webhooks.addresses import Allowance, UrlRefused
 from imagegen.webhooks.delivery import Dispatcher, Policy
 from imagegen.webhooks.outbox import CLAIM_LEASE, Delivery, DiskOutbox, Outbox, Watch
@@ -226,3 +231,26 @@ def test_no_more_than_webhook_senders_tries_run_at_once(tmp_path: Path) -> None:
     server.shutdown()
     assert most[0] == 2
     assert all(outbox.record(f"j{n}")["state"] == "delivered" for n in range(6))
+
+
+def test_a_failed_job_is_told_as_job_failed_with_its_error(tmp_path: Path) -> None:
+    """The event's type follows the job's final state (succeeded and cancelled: end to end in
+    test_webhooks.py); its `data` is the job's answer, error included."""
+    failed = JobView(
+        id="f00d", state=JobState.FAILED, position=None, phase="failed",
+        progress=JobProgress(step=1, steps=4, fraction=0.25, elapsed_seconds=1.0,
+                             eta_seconds=None),
+        parameters=GenerationRequest(prompt="p"), created_at=datetime.now(UTC),
+        started_at=None, finished_at=datetime.now(UTC), error="the pipeline raised", image=None,
+    )  # fmt: skip
+    outbox = DiskOutbox(tmp_path)
+    outbox.watch(Watch("f00d", "http://x.example/", "http://o", "service"))
+    policy = Policy(allow=Allowance.parse([]), retry_seconds=60, senders=1)
+    dispatcher = Dispatcher(outbox, _Ended(failed), policy, describe=event_data,  # type: ignore[arg-type]
+                            secrets_for=lambda signer: [])  # fmt: skip
+    dispatcher._notice(outbox.watches()[0])
+    [made] = outbox.claim(time.time(), 1)
+    body = json.loads(made.body)
+    assert (body["type"], made.event) == ("job.failed", "job.failed")
+    assert body["data"]["state"] == "failed" and body["data"]["error"] == "the pipeline raised"
+    assert "image_link" not in body["data"] and outbox.watches() == []
