@@ -147,6 +147,10 @@ def jobs() -> JobBoard:
     )
 
 
+# How long a webhook's record outlives its last possible try (in process; Redis expires them).
+RECORDS_OUTLIVE_RETRIES = 86400
+
+
 @cache
 def webhook_outbox() -> Outbox:
     """Where webhook deliveries wait: beside the image records in process (OUTPUT_DIR), in
@@ -156,7 +160,10 @@ def webhook_outbox() -> Outbox:
         from imagegen.distributed.webhook_outbox import RedisOutbox
 
         return RedisOutbox(redis_client())
-    return DiskOutbox(settings.OUTPUT_DIR / "webhooks")
+    outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
+    # The records of jobs this process's predecessors ran: their jobs are long gone.
+    outbox.forget_records(older_than=settings.WEBHOOK_RETRY_SECONDS + RECORDS_OUTLIVE_RETRIES)
+    return outbox
 
 
 def job_not_found() -> JobNotFound:

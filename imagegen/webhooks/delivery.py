@@ -77,8 +77,8 @@ class Dispatcher:
         while True:
             try:
                 self.tick()
-            except Exception:  # the outbox unreachable a while: the next tick tries again
-                log.exception("webhooks: reading the outbox failed")
+            except Exception as exc:  # the outbox unreachable a while: the next tick tries again
+                log.warning("webhooks: the outbox or the job board did not answer: %r", exc)
             time.sleep(TICK)
 
     def tick(self) -> None:

@@ -254,3 +254,13 @@ def test_a_failed_job_is_told_as_job_failed_with_its_error(tmp_path: Path) -> No
     assert (body["type"], made.event) == ("job.failed", "job.failed")
     assert body["data"]["state"] == "failed" and body["data"]["error"] == "the pipeline raised"
     assert "image_link" not in body["data"] and outbox.watches() == []
+
+
+def test_old_records_are_forgotten_and_recent_ones_kept(tmp_path: Path) -> None:
+    outbox = DiskOutbox(tmp_path)
+    for job_id in ("old", "new"):
+        outbox.watch(Watch(job_id, "http://x.example/", "http://o", "service"))
+    week_ago = time.time() - 7 * 86400
+    os.utime(tmp_path / "records" / "old.json", (week_ago, week_ago))
+    outbox.forget_records(older_than=2 * 86400)
+    assert outbox.record("old") is None and outbox.record("new") is not None
