@@ -577,6 +577,7 @@ def generation_interrupt(*, client: str, running_only: bool = False) -> list[str
     return stopped
 
 
+SYNC_WEBHOOK = "only with async=true: a synchronous request has its answer"
 NO_SECRET = (
     "no secret to sign webhooks with: set WEBHOOK_SECRET (or give the key its own: "
     "manage.py keys webhook-secret NAME)"
@@ -600,7 +601,7 @@ def webhook_plan(
     request, or no secret to sign with."""
     field = "webhook_url"
     if url and not asynchronous:
-        raise FieldError(field, "only with async=true: a synchronous request has its answer")
+        raise FieldError(field, SYNC_WEBHOOK)
     if not url and asynchronous:
         if caller is not None and caller.webhook_url:
             url, field = caller.webhook_url, "the key's --webhook"
@@ -608,15 +609,14 @@ def webhook_plan(
             url, field = settings.WEBHOOK_URL, "WEBHOOK_URL"
     if not url:
         return None
+    signer = f"key:{caller.name}" if caller is not None and caller.signs_webhooks else "service"
+    if signer == "service" and not settings.WEBHOOK_SECRET:
+        raise FieldError(field, NO_SECRET)  # before the URL's name is looked up
     try:
         check_url(url, Allowance.parse(settings.WEBHOOK_ALLOW))
     except UrlRefused as refused:
         raise FieldError(field, refused.rule) from None
-    if caller is not None and caller.signs_webhooks:
-        return WebhookPlan(url, origin, f"key:{caller.name}")
-    if not settings.WEBHOOK_SECRET:
-        raise FieldError(field, NO_SECRET)
-    return WebhookPlan(url, origin, "service")
+    return WebhookPlan(url, origin, signer)
 
 
 def webhook_watch(*, job_id: str, plan: WebhookPlan) -> None:
