@@ -20,15 +20,15 @@ from tests.support.webhook_receiver import Receiver
 SECRET = "whsec_" + base64.b64encode(b"receiver-test-secret-32-bytes-ok").decode()
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 DOWN = 20.0  # seconds the receiver is away
+ENV = {"GEN_MAX_STEPS": "500", "WEBHOOK_SECRET": SECRET, "WEBHOOK_ALLOW": "127.0.0.1"}
 
 
 @pytest.fixture(scope="module", params=MODES)
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AppServer]:
-    env = {"GEN_MAX_STEPS": "500", "WEBHOOK_SECRET": SECRET, "WEBHOOK_ALLOW": "127.0.0.1"}
     work = tmp_path_factory.mktemp(f"webhooks-{request.param}")
-    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
+    with ready_in_mode(request, request.param, hub_root, work, **ENV) as server:
         yield server
 
 
@@ -114,6 +114,30 @@ def test_a_receiver_down_for_20_s_then_up_gets_every_event(
     assert all(d["verified"] for d in receiver.deliveries())
     record = wait_until(app, jobs[0], lambda j: j["webhook"]["state"] == "delivered")["webhook"]
     assert len(record["tries"]) >= 3 and record["tries"][-1]["status"] == 204
+
+
+def test_two_web_replicas_send_each_event_once(
+    app: AppServer, receiver: Receiver, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Distributed mode: every replica notices ended jobs and sends, and the outbox hands each
+    event and each try to one of them, even to a receiver slow enough that both replicas look
+    for due deliveries while a try is under way."""
+    if request.node.callspec.params["app"] != "distributed":
+        pytest.skip("one web process in process")
+    stack = request.getfixturevalue("shared_stack")
+    receiver.delay = 2.0
+    with stack.replica(tmp_path / "web-b.log", **ENV) as other:
+        receiver.start()
+        jobs = [
+            submit((app, other)[n % 2], prompt=f"two replicas {n}", webhook_url=receiver.url)
+            for n in range(4)
+        ]
+        for job_id in jobs:
+            ended(app, job_id)
+        events = receiver.wait_for(4, timeout=60)
+        time.sleep(3)  # none more comes
+    assert sorted(event["data"]["id"] for event in events) == sorted(jobs)
+    assert len(receiver.deliveries()) == 4  # each sent once, by one replica
 
 
 def test_a_web_process_killed_with_deliveries_pending_delivers_them_once_restarted(

@@ -1,8 +1,9 @@
 """A webhook receiver as a process of its own: an HTTP server that verifies each delivery
 with the `standardwebhooks` package, as a receiver in the field would, answers 204 to a good
-one and 401 to a bad one, and appends each to a JSON-lines file the test reads.
+one and 401 to a bad one, and appends each to a JSON-lines file the test reads; with DELAY,
+it takes that many seconds to answer (a slow receiver).
 
-Run: python -m tests.support.webhook_receiver PORT SECRET FILE"""
+Run: python -m tests.support.webhook_receiver PORT SECRET FILE [DELAY]"""
 
 import json
 import subprocess
@@ -16,7 +17,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.support.processes import ROOT, wait_for_http
 
 
-def serve(port: int, secret: str, out: Path) -> None:
+def serve(port: int, secret: str, out: Path, delay: float = 0.0) -> None:
     webhook = Webhook(secret)
 
     class Handler(BaseHTTPRequestHandler):
@@ -31,6 +32,7 @@ def serve(port: int, secret: str, out: Path) -> None:
             line = {"verified": verified, "headers": headers, "body": body.decode()}
             with out.open("a") as f:
                 f.write(json.dumps(line) + "\n")
+            time.sleep(delay)
             self.send_response(204 if verified else 401)
             self.end_headers()
 
@@ -47,15 +49,15 @@ def serve(port: int, secret: str, out: Path) -> None:
 class Receiver:
     """The receiver process on `port`; started and stopped as the test says."""
 
-    def __init__(self, port: int, secret: str, out: Path) -> None:
-        self.port, self.secret, self.out = port, secret, out
+    def __init__(self, port: int, secret: str, out: Path, *, delay: float = 0.0) -> None:
+        self.port, self.secret, self.out, self.delay = port, secret, out, delay
         self.url = f"http://127.0.0.1:{port}/hook"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Receiver":
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.webhook_receiver", str(self.port),
-             self.secret, str(self.out)], cwd=ROOT,
+             self.secret, str(self.out), str(self.delay)], cwd=ROOT,
         )  # fmt: skip
         wait_for_http(f"http://127.0.0.1:{self.port}/", 20, self.process)
         return self
@@ -88,4 +90,4 @@ class Receiver:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
+    serve(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
