@@ -1,9 +1,11 @@
 """Webhooks end to end, in both job modes, against the app under gunicorn and a receiver
 process that verifies each delivery with the `standardwebhooks` package: it gets exactly the
-events of the jobs that named it, every one even when it was down for 20 s, and those a web
-process killed mid-retry left pending once a process starts again."""
+events of the jobs that named it, every one even when it was down for 20 s, each once from
+two web replicas (distributed mode), and those a web process killed mid-retry left pending
+once a process starts again."""
 
 import base64
+import io
 import re
 import time
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from PIL import Image
 
 from tests.support.jobs import finished, wait_until
 from tests.support.model_service import MODES, ready_in_mode
@@ -40,10 +43,18 @@ def receiver(tmp_path: Path) -> Iterator[Receiver]:
     found.stop()
 
 
-def submit(app: AppServer, **fields: str) -> str:
-    response = requests.post(app.url("/generate"), data={**fields, "async": "true"}, timeout=30)
+def submit(app: AppServer, files: dict | None = None, **fields: str) -> str:
+    response = requests.post(
+        app.url("/generate"), data={**fields, "async": "true"}, files=files, timeout=30
+    )
     assert response.status_code == 202, response.text
     return response.json()["id"]
+
+
+def picture(size: int = 64) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (size, size), (200, 120, 40)).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def ended(app: AppServer, job_id: str) -> dict:
@@ -58,17 +69,22 @@ def test_the_receiver_gets_exactly_the_events_of_the_jobs_named_for_it(
     ended(app, told)
     untold = submit(app, prompt="tell nobody")
     ended(app, untold)
+    edited = submit(app, {"image": ("in.png", picture(), "image/png")}, prompt="an edit, told",
+                    webhook_url=receiver.url)  # fmt: skip
+    ended(app, edited)
     stopped = submit(app, **LONG, webhook_url=receiver.url)
     wait_until(app, stopped, lambda j: j["state"] == "running" and j["progress"]["step"] > 0)
     assert requests.delete(app.url(f"/jobs/{stopped}")).status_code == 200
     ended(app, stopped)
 
-    events = receiver.wait_for(2, timeout=60)
+    events = receiver.wait_for(3, timeout=60)
     time.sleep(2)  # none more comes
     assert receiver.events() == events
     by_job = {event["data"]["id"]: event for event in events}
-    assert set(by_job) == {told, stopped}
+    assert set(by_job) == {told, edited, stopped}
     assert [by_job[told]["type"], by_job[stopped]["type"]] == ["job.succeeded", "job.cancelled"]
+    assert by_job[edited]["type"] == "job.succeeded"
+    assert by_job[edited]["data"]["parameters"]["edit"] is not None
     assert re.match(r"^\d{4}-\d\d-\d\dT", by_job[told]["timestamp"])
 
     # `data` is the job as its route answers it, with a signed link that needs no token.
