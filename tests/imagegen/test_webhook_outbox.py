@@ -3,7 +3,8 @@ distributed mode): each due delivery is handed to one claim only, however many p
 claim; a claim whose process stopped is due again after the lease; a retried delivery keeps
 its body and tries; and the senders give a delivery up, counted, once WEBHOOK_RETRY_SECONDS
 has passed, and never run more than WEBHOOK_SENDERS tries at once; a failed job is told as
-job.failed. One try never follows a redirect and never reaches an address the rules refuse."""
+job.failed. One try never follows a redirect, never reaches an address the rules refuse, and
+reads at most a small cap of the answer."""
 
 import json
 import os
@@ -264,3 +265,32 @@ def test_old_records_are_forgotten_and_recent_ones_kept(tmp_path: Path) -> None:
     os.utime(tmp_path / "records" / "old.json", (week_ago, week_ago))
     outbox.forget_records(older_than=2 * 86400)
     assert outbox.record("old") is None and outbox.record("new") is not None
+
+
+def test_a_try_reads_no_more_than_a_small_cap_of_the_answer() -> None:
+    """A receiver that sends an endless answer does not hold a sender: the status is taken
+    and at most RESPONSE_CAP bytes read."""
+    release = threading.Event()
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**9))
+            self.end_headers()
+            self.wfile.write(b"x" * 65536)
+            self.wfile.flush()
+            release.wait(30)  # the rest never comes
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    started = time.monotonic()
+    try:
+        status = post(f"http://127.0.0.1:{server.server_port}/hook", body=b"{}", headers={},
+                      allow=Allowance.parse(["127.0.0.1"]))  # fmt: skip
+    finally:
+        release.set()
+        server.shutdown()
+    assert status == 200 and time.monotonic() - started < 5
