@@ -17,7 +17,7 @@ from PIL import Image
 
 from tests.support.jobs import finished, wait_until
 from tests.support.model_service import MODES, ready_in_mode
-from tests.support.processes import AppServer, free_port
+from tests.support.processes import AppServer
 from tests.support.webhook_receiver import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"receiver-test-secret-32-bytes-ok").decode()
@@ -38,9 +38,9 @@ def app(
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
     """A receiver on its own port, not started yet."""
-    found = Receiver(free_port(), SECRET, tmp_path / "received.jsonl")
+    found = Receiver(SECRET, tmp_path / "received.jsonl")
     yield found
-    found.stop()
+    found.close()
 
 
 def submit(app: AppServer, files: dict | None = None, **fields: str) -> str:

@@ -6,6 +6,7 @@ it takes that many seconds to answer (a slow receiver).
 Run: python -m tests.support.webhook_receiver PORT SECRET FILE [DELAY]"""
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -46,15 +47,30 @@ def serve(port: int, secret: str, out: Path, delay: float = 0.0) -> None:
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
-class Receiver:
-    """The receiver process on `port`; started and stopped as the test says."""
+def _held_port(port: int = 0) -> socket.socket:
+    """A loopback port bound but not listening: a connection to it is refused, and no other
+    process (another test's server on this shared machine) can take it meanwhile."""
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("127.0.0.1", port))
+    return held
 
-    def __init__(self, port: int, secret: str, out: Path, *, delay: float = 0.0) -> None:
-        self.port, self.secret, self.out, self.delay = port, secret, out, delay
-        self.url = f"http://127.0.0.1:{port}/hook"
+
+class Receiver:
+    """The receiver process on a port of its own, held while it is down; started and stopped
+    as the test says."""
+
+    def __init__(self, secret: str, out: Path, *, delay: float = 0.0) -> None:
+        self._held: socket.socket | None = _held_port()
+        self.port = self._held.getsockname()[1]
+        self.secret, self.out, self.delay = secret, out, delay
+        self.url = f"http://127.0.0.1:{self.port}/hook"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Receiver":
+        if self._held is not None:
+            self._held.close()  # the receiver binds it at once
+            self._held = None
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.webhook_receiver", str(self.port),
              self.secret, str(self.out), str(self.delay)], cwd=ROOT,
@@ -66,6 +82,11 @@ class Receiver:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(10)
+
+    def close(self) -> None:
+        self.stop()
+        if self._held is not None:
+            self._held.close()
 
     def deliveries(self) -> list[dict]:
         if not self.out.exists():
