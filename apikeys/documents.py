@@ -31,6 +31,10 @@ class ApiKey(Document):
     created_at = DateTimeField(db_field="createdAt", required=True)
     last_used_at = DateTimeField(db_field="lastUsedAt", null=True)
     revoked_at = DateTimeField(db_field="revokedAt", null=True)
+    # Where the key's asynchronous jobs are told they ended, and the secret that signs those
+    # webhooks: kept as it is (it must sign), made and shown only by `keys webhook-secret`.
+    webhook_url = StringField(db_field="webhookUrl", null=True)
+    webhook_secret = StringField(db_field="webhookSecret", null=True)
 
     meta = {
         "collection": "api_keys",

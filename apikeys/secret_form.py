@@ -1,5 +1,6 @@
 """The form of a key's secret and its salted hash (apikeys.documents says why SHA-256)."""
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -31,3 +32,9 @@ def digest(salt: str, secret: str) -> str:
 
 def matches(salt: str, stored: str, secret: str) -> bool:
     return hmac.compare_digest(digest(salt, secret), stored)
+
+
+def webhook_signing_secret() -> str:
+    """A key's webhook signing secret in the Standard Webhooks form: `whsec_` and 32 random
+    bytes in base64. Unlike the API secret it is kept as it is, since it must sign."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()

@@ -27,6 +27,8 @@ class Caller:
     max_queued: int | None = None
     per_minute: int | None = None
     scope: str = "api"
+    webhook_url: str | None = None  # the key's default webhook (keys create|update --webhook)
+    signs_webhooks: bool = False  # whether the key has a webhook signing secret of its own
 
 
 TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
@@ -52,7 +54,15 @@ def key_caller(*, secret: str) -> Caller | None:
         max_queued=doc.get("maxQueued") or settings.KEY_DEFAULT_MAX_QUEUED,
         per_minute=doc.get("perMinute") or settings.KEY_DEFAULT_PER_MINUTE,
         scope=doc.get("scope") or "api",
+        webhook_url=doc.get("webhookUrl"),
+        signs_webhooks=bool(doc.get("webhookSecret")),
     )
+
+
+def key_webhook_secret(*, name: str) -> str | None:
+    """The live key's own webhook signing secret, if it has one."""
+    doc = keys_collection().find_one({"name": name, "revokedAt": None}, {"webhookSecret": 1})
+    return None if doc is None else doc.get("webhookSecret")
 
 
 def _aware(moment: datetime) -> datetime:

@@ -9,6 +9,7 @@ from mongoengine.errors import NotUniqueError
 from apikeys import secret_form
 from apikeys.documents import NAME_MAX, SCOPES, ApiKey, keys_collection
 from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
+from apikeys.secret_form import webhook_signing_secret
 from config.timestamps import utc_now
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -44,8 +45,10 @@ def key_create(
     scope: str = "api",
     max_queued: int | None = None,
     per_minute: int | None = None,
+    webhook_url: str | None = None,
 ) -> IssuedKey:
     _check(name=name, admin=admin, scope=scope, max_queued=max_queued, per_minute=per_minute)
+    _check_webhook(webhook_url)
     ApiKey.ensure_indexes()  # unique name and key id: two creates of one name cannot both win
     key_id, secret = secret_form.new_secret()
     salt = secret_form.new_salt()
@@ -58,6 +61,7 @@ def key_create(
         scope=scope,
         max_queued=max_queued,
         per_minute=per_minute,
+        webhook_url=webhook_url or None,
         created_at=utc_now(),
     )
     try:
@@ -86,3 +90,31 @@ def key_rotate(*, name: str) -> IssuedKey:
     if not result.matched_count:
         raise KeyNotFound(name)
     return IssuedKey(name=name, secret=secret)
+
+
+def _check_webhook(url: str | None) -> None:
+    """The key's default webhook: an http or https URL (its address is checked when a job
+    names it, by the service's rules of the moment)."""
+    if url and not url.startswith(("http://", "https://")):
+        raise BadKeyField("--webhook", "must be an http or https URL ('' removes it)")
+
+
+def key_update(*, name: str, webhook_url: str | None = None) -> None:
+    """Changes what is given: the key's default webhook ('' removes it)."""
+    _check_webhook(webhook_url)
+    change = {} if webhook_url is None else {"webhookUrl": webhook_url or None}
+    result = keys_collection().update_one({"name": name, "revokedAt": None}, {"$set": change})
+    if not result.matched_count:
+        raise KeyNotFound(name)
+
+
+def key_webhook_secret(*, name: str) -> str:
+    """A new webhook signing secret for the key (the previous one stops signing): the
+    key's webhooks are signed with it instead of WEBHOOK_SECRET."""
+    secret = webhook_signing_secret()
+    result = keys_collection().update_one(
+        {"name": name, "revokedAt": None}, {"$set": {"webhookSecret": secret}}
+    )
+    if not result.matched_count:
+        raise KeyNotFound(name)
+    return secret

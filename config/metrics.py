@@ -66,6 +66,19 @@ TODO_REFUSED = Counter(
     "waiting) or `unreachable` (no answer in time)",
     ["reason"],
 )
+WEBHOOK_EVENTS = Counter(
+    "imagegen_webhook_events",
+    "Webhook events made (a watched job ended), by type (job.succeeded, ...)",
+    ["event"],
+)
+WEBHOOK_DELIVERIES = Counter(
+    "imagegen_webhook_deliveries",
+    "Webhook deliveries settled by this process, by outcome (delivered, given_up)",
+    ["outcome"],
+)
+WEBHOOK_RETRIES = Counter(
+    "imagegen_webhook_retries", "Webhook tries that got no 2xx and were scheduled again"
+)
 REDIS_ERRORS = Counter(
     "imagegen_redis_errors",
     "Calls to the job store (Redis, distributed mode) that failed, retries spent, by error",

@@ -362,6 +362,26 @@ LOG_FORMAT = env_str("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
 
+# Webhooks (docs/image-api.md "Webhooks"): where an asynchronous job with no webhook_url of its
+# own (nor its key's) is told it ended; the whsec_ secrets that sign every delivery (several,
+# space-separated, while one is rotated: each signs); the hosts, addresses or CIDR networks a
+# webhook may reach though they are not public (loopback, private, link-local); how long a
+# delivery is retried before it is given up; how many deliveries are sent at once.
+WEBHOOK_URL = env_str("WEBHOOK_URL", "").strip()
+WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "").split()
+for _secret in WEBHOOK_SECRET:
+    if not _secret.startswith("whsec_") or len(_secret) < 16:
+        raise ImproperlyConfigured(
+            "WEBHOOK_SECRET: each secret is whsec_ and base64 (manage.py keys webhook-secret "
+            "prints one), space-separated"
+        )
+WEBHOOK_ALLOW = env_list("WEBHOOK_ALLOW", [])
+WEBHOOK_RETRY_SECONDS = env_int("WEBHOOK_RETRY_SECONDS", 86400, minimum=1)
+WEBHOOK_SENDERS = env_int("WEBHOOK_SENDERS", 4, minimum=1, maximum=64)
+# The origin (scheme://host[:port]) of the links a webhook carries; unset: the origin the
+# submitting request reached (its forwarded one behind TRUSTED_PROXIES).
+PUBLIC_URL = env_str("PUBLIC_URL", "").strip().rstrip("/")
+
 # Distributed mode: the port on which a worker (manage.py run_worker) answers Prometheus'
 # scrape of its own metrics (GET /metrics, on every address); 0: none (the container image
 # sets 9100; off here, so workers started side by side on one host do not fight for a port).

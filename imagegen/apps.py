@@ -1,4 +1,16 @@
+import sys
+from pathlib import Path
+
 from django.apps import AppConfig
+
+
+def serves_requests() -> bool:
+    """Whether this process is a web process (gunicorn, runserver, a test run), not a
+    management command such as a worker or `keys`: only web processes send webhooks."""
+    program = Path(sys.argv[0]).name
+    if program == "celery":
+        return False
+    return not (program == "manage.py" and sys.argv[1:2] != ["runserver"])
 
 
 class ImagegenConfig(AppConfig):
@@ -10,3 +22,9 @@ class ImagegenConfig(AppConfig):
 
         compute_device()  # resolved once at start, so /health never waits on it
         backend.jobs()  # the process's backend exists before any request thread
+        if serves_requests():
+            from imagegen import services
+            from imagegen.api.webhook_events import event_data
+
+            # Beside the requests, from the start: what a stopped process left is sent too.
+            services.webhooks_start(describe=event_data)

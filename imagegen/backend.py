@@ -34,6 +34,7 @@ from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions
 from imagegen.model.status import ModelHandle
+from imagegen.webhooks.outbox import DiskOutbox, Outbox
 
 if TYPE_CHECKING:
     from imagegen.distributed.worker import WorkerRuntime
@@ -145,6 +146,25 @@ def jobs() -> JobBoard:
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
     )
+
+
+# How long a webhook's record outlives its last possible try (in process; Redis expires them).
+RECORDS_OUTLIVE_RETRIES = 86400
+
+
+@cache
+def webhook_outbox() -> Outbox:
+    """Where webhook deliveries wait: beside the image records in process (OUTPUT_DIR), in
+    the jobs' Redis in distributed mode, so every web replica sends them."""
+    if is_distributed():
+        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.webhook_outbox import RedisOutbox
+
+        return RedisOutbox(redis_client())
+    outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
+    # The records of jobs this process's predecessors ran: their jobs are long gone.
+    outbox.forget_records(older_than=settings.WEBHOOK_RETRY_SECONDS + RECORDS_OUTLIVE_RETRIES)
+    return outbox
 
 
 def job_not_found() -> JobNotFound:

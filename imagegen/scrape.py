@@ -10,6 +10,7 @@ its own model and whether it is running a job (imagegen_worker_busy).
 """
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
@@ -62,7 +63,31 @@ class WebState(Collector):
                 "imagegen_jobs_running", "Jobs running now", value=len(jobs) - queued
             ),
             *_model_families(status),
+            *_webhook_families(),
         ]
+
+
+def _webhook_families() -> list[GaugeMetricFamily]:
+    """The webhook deliveries waiting (the deployment's, in distributed mode) and how old the
+    oldest is."""
+    try:
+        count, oldest = backend.webhook_outbox().pending()
+    except Exception as exc:
+        log.warning("metrics: the webhook outbox did not answer: %s", exc)
+        return []
+    age = 0.0 if oldest is None else max(0.0, time.time() - oldest)
+    return [
+        GaugeMetricFamily(
+            "imagegen_webhook_pending",
+            "Webhook deliveries not yet delivered nor given up",
+            value=count,
+        ),
+        GaugeMetricFamily(
+            "imagegen_webhook_oldest_pending_seconds",
+            "Age of the oldest webhook delivery waiting; 0: none",
+            value=age,
+        ),
+    ]
 
 
 class WorkerState(Collector):

@@ -132,6 +132,12 @@ def job_get(*, job_id: str, seen_by: str | None = None) -> JobView:
     return job
 
 
+def webhook_record(*, job_id: str) -> dict[str, Any] | None:
+    """What the job's webhook did: its receiver, event, state and each try; None when the job
+    named none."""
+    return backend.webhook_outbox().record(job_id)
+
+
 def job_preview(*, job_id: str, partial: int | None = None) -> Preview | None:
     """The job's latest preview, or its partial image number `partial` (an OpenAI stream's);
     None before it is made (or for a job not known)."""

@@ -18,6 +18,7 @@ PACKAGES = ("apikeys", "config", "imagegen", "todos")
 LAYERS = {
     "imagegen.model": 0,
     "imagegen.generation": 1,
+    "imagegen.webhooks": 1,
     "imagegen.distributed": 2,
     "imagegen.backend": 3,
     "imagegen.services": 4,

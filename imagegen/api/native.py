@@ -13,7 +13,9 @@ from config.auth import (
     client_identity,
     open_warning,
     owner_key,
+    public_origin,
     queue_limit,
+    request_caller,
     seen_by,
     stream_key,
     token_required,
@@ -201,6 +203,10 @@ def generate(
         raise ValidationError(unknown)
     run_async = wants_async(request)  # refused before an edit's inputs are stored
     admit(request, 1)  # before an edit's images are decoded: a key past its limits costs nothing
+    webhook = services.webhook_plan(
+        url=form.webhook_url, caller=request_caller(request), origin=link_origin(request),
+        asynchronous=run_async,
+    )  # fmt: skip
     generation = generation_request(request, form)
     key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if run_async:
@@ -213,6 +219,8 @@ def generate(
                 request=generation, client=client_identity(request), idempotency_key=key,
                 key=owner_key(request), key_limit=queue_limit(request),
             )  # fmt: skip
+        if webhook is not None:
+            services.webhook_watch(job_id=job.id, plan=webhook)
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
         return 202, selectors.job_get(job_id=job.id)
     job, record = services.generation_run(
@@ -221,6 +229,12 @@ def generate(
         key_limit=queue_limit(request),
     )  # fmt: skip
     return png_with_headers(record, job)
+
+
+def link_origin(request: HttpRequest) -> str:
+    """The origin of the links a webhook carries: PUBLIC_URL, else the one this request
+    reached (its forwarded one behind TRUSTED_PROXIES)."""
+    return settings.PUBLIC_URL or public_origin(request)
 
 
 def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRequest:

@@ -27,6 +27,7 @@ from config.errors import FieldError
 from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
+from imagegen import selectors
 from imagegen.generation.edits import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
@@ -213,6 +214,11 @@ class GenerateForm(Schema):
         default=None,
         description=f"with only_masked=true: pixels added around the marked area's box; "
         f"default {ONLY_MASKED_PADDING_DEFAULT}",
+    )
+    webhook_url: Annotated[Annotated[str, Field(max_length=2048)] | None, *Optional] = Field(
+        default=None,
+        description="with async=true: an http(s) URL told when the job ends (a signed POST: "
+        "job.succeeded, job.failed or job.cancelled); default the key's, else WEBHOOK_URL",
     )
 
     @field_validator("scheduler")
@@ -532,6 +538,20 @@ class ImagePage(Schema):
     next: str | None = Field(description="the next page, newest first; null on the last")
 
 
+class WebhookTry(Schema):
+    at: str
+    status: int | None = Field(description="the receiver's HTTP status; null: no answer")
+    error: str | None = Field(description="why there was no answer (refused, timed out, ...)")
+
+
+class WebhookOut(Schema):
+    url: str
+    event: str | None = Field(description="job.succeeded, job.failed or job.cancelled; null "
+                              "until the job ends")  # fmt: skip
+    state: str = Field(description="waiting (for the job), pending, delivered or given up")
+    tries: list[WebhookTry]
+
+
 class JobOut(Schema):
     """A JobView as answered: timestamps in the project's one form, and the image's URL."""
 
@@ -554,14 +574,24 @@ class JobOut(Schema):
         "the service gave it), as the logs of the web process and the worker carry it"
     )
     owner: str | None = Field(None, description=OWNER)
+    webhook: WebhookOut | None = Field(
+        None, description="the job's webhook and each try to deliver it; absent: none"
+    )
 
     @staticmethod
     def resolve_owner(job: JobView, context: dict | None) -> str | None:
         return owner_for(job.key, context)
 
+    @staticmethod
+    def resolve_webhook(job: JobView) -> dict | None:
+        return selectors.webhook_record(job_id=job.id)
+
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
-        return without_absent_owner(handler(self))
+        data = without_absent_owner(handler(self))
+        if isinstance(data, dict) and data.get("webhook") is None:
+            data.pop("webhook", None)
+        return data
 
     @staticmethod
     def resolve_preview_url(job: JobView) -> str | None:

@@ -48,6 +48,7 @@ from imagegen.api.protocol import NOT_BASE64
 from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, NUMBER_TOO_LONG
 from imagegen.generation.edits import (
     EDIT_ONLY,
+    MARKS_NOTHING,
     MASK_NEEDS_IMAGE,
     MASK_ONLY,
     NOT_AN_IMAGE,
@@ -59,6 +60,7 @@ from imagegen.generation.schedulers import (
     UnknownScheduler,
     a1111_scheduler,
 )
+from imagegen.services import NO_SECRET, SYNC_WEBHOOK
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.health_watch import health_beside
 from tests.support.model_service import ready_app
@@ -238,6 +240,35 @@ def streams_more_than_one(case: Case, field: str) -> bool:
     return stream and n not in (MISSING, None) and str(n) != "1"
 
 
+def marks_nothing(case: Case, field: str) -> bool:
+    """A mask with no pixel but black repaints nothing (docs/image-api.md, "Starting from an
+    image"): its first frame, read as one channel here, has no bright pixel."""
+    try:
+        with Image.open(io.BytesIO(file_bytes(sent(case, field)))) as image:
+            image.seek(0)
+            return image.convert("L").getextrema()[1] == 0
+    except Exception:
+        return False
+
+
+def _sent_async(case: Case) -> bool:
+    return any(
+        str(value).strip().lower() in ("true", "1", "on", "yes")
+        for value in (case.body.get("async") if isinstance(case.body, dict) else None,
+                      (case.query or {}).get("async"))
+    )  # fmt: skip
+
+
+def webhook_without_async(case: Case, field: str) -> bool:
+    """A webhook tells an asynchronous job's end; a synchronous request has its answer."""
+    return not _sent_async(case)
+
+
+def webhook_without_secret(case: Case, field: str) -> bool:
+    """The fuzzed app has no WEBHOOK_SECRET: an asynchronous job naming a webhook is refused."""
+    return _sent_async(case) and not django_settings.WEBHOOK_SECRET
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -312,6 +343,21 @@ ALLOWED_REFUSALS = {
         "A1111's txt2img makes batch_size x n_iter images, at most GEN_MAX_N in all; JSON Schema "
         "bounds each field but cannot bound their product, so n_iter's description states it",
         exceeds_batch_limit,
+    ),
+    ("mask", MARKS_NOTHING): Allowed(
+        "a mask that marks no pixel would answer the image as sent; a file part is binary to "
+        "the schema, which cannot say what its pixels are",
+        marks_nothing,
+    ),
+    ("webhook_url", SYNC_WEBHOOK): Allowed(
+        "a webhook_url belongs to an asynchronous job (async=true); a form's schema cannot "
+        "state one field's need of another's value",
+        webhook_without_async,
+    ),
+    ("webhook_url", NO_SECRET): Allowed(
+        "a webhook is signed; with no WEBHOOK_SECRET configured (this app's) there is nothing "
+        "to sign it with, which no schema can know",
+        webhook_without_secret,
     ),
     ("sampler_name", SAMPLER_RULE): Allowed(
         "A1111's sampler and schedule type are each one of a listed set (their enums), but not "

@@ -29,6 +29,8 @@ ARTIFACTS = ROOT / ".artifacts" / "ui"
 # the page resumes them (token_ui_app keeps the default, 220 s: one stream per job).
 STREAM_SECONDS = 0.25
 TOKEN = "ui-test-token"
+# Signs the webhooks of the open app's jobs (test_page_webhook.py).
+WEBHOOK_SECRET = "whsec_" + "d2ViaG9vay1zZWNyZXQtb2YtdGhlLXVpLWFwcC0zMmI="
 # A loaded 2-core machine runs the browser, the app and the model together: expectations wait.
 WAIT_MS = 300_000
 
@@ -77,7 +79,8 @@ def pulled_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
 @pytest.fixture(scope="package")
 def ui_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     work = tmp_path_factory.mktemp("ui-app")
-    with pulled_app(hub_root, work, EVENT_STREAM_SECONDS=str(STREAM_SECONDS)) as app:
+    webhooks = {"WEBHOOK_SECRET": WEBHOOK_SECRET, "WEBHOOK_ALLOW": "127.0.0.1"}
+    with pulled_app(hub_root, work, EVENT_STREAM_SECONDS=str(STREAM_SECONDS), **webhooks) as app:
         yield app
 
 

@@ -11,7 +11,13 @@ from pymongo.errors import PyMongoError
 
 from apikeys.errors import KeyRefused
 from apikeys.selectors import key_list
-from apikeys.services import key_create, key_revoke, key_rotate
+from apikeys.services import (
+    key_create,
+    key_revoke,
+    key_rotate,
+    key_update,
+    key_webhook_secret,
+)
 from config.timestamps import iso_ms
 
 
@@ -31,6 +37,14 @@ class Command(BaseCommand):
         )  # fmt: skip
         create.add_argument("--max-queued", type=int, help="jobs queued or running at once")
         create.add_argument("--per-minute", type=int, help="images a minute")
+        create.add_argument("--webhook", help="where its asynchronous jobs are told they ended")
+        update = actions.add_parser("update", help="change a key's default webhook")
+        update.add_argument("name")
+        update.add_argument("--webhook", help="an http(s) URL; '' removes it")
+        webhook_secret = actions.add_parser(
+            "webhook-secret", help="make the key's own webhook signing secret and print it once"
+        )
+        webhook_secret.add_argument("name")
         actions.add_parser("list", help="name, created, last used, limits (never the secret)")
         revoke = actions.add_parser("revoke", help="refuse the key from now on")
         revoke.add_argument("name")
@@ -39,7 +53,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         try:
-            getattr(self, f"do_{options['action']}")(options)
+            getattr(self, f"do_{options['action'].replace('-', '_')}")(options)
         except KeyRefused as refusal:
             self.stderr.write(f"keys: {refusal}")
             sys.exit(2)
@@ -54,8 +68,21 @@ class Command(BaseCommand):
             scope=options["scope"],
             max_queued=options["max_queued"],
             per_minute=options["per_minute"],
+            webhook_url=options["webhook"],
         )
         self._issued(issued.name, issued.secret, "created")
+
+    def do_update(self, options: dict) -> None:
+        key_update(name=options["name"], webhook_url=options["webhook"])
+        self.stderr.write(f"key {options['name']!r} updated")
+
+    def do_webhook_secret(self, options: dict) -> None:
+        secret = key_webhook_secret(name=options["name"])
+        self.stderr.write(
+            f"key {options['name']!r}: its webhooks are signed with this secret from now on "
+            "(give it to the receiver); shown this once:"
+        )
+        self.stdout.write(secret)
 
     def do_rotate(self, options: dict) -> None:
         issued = key_rotate(name=options["name"])

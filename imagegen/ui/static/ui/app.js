@@ -393,6 +393,18 @@
     return `Step ${step} of ${steps}${left}`;
   }
 
+  // The job's webhook (the answer's `webhook`, only when it named one): its last delivery.
+  function webhookText(job) {
+    const hook = job.webhook;
+    if (!hook) return "";
+    if (hook.state === "waiting") return "Webhook: told when it ends";
+    const tries = hook.tries.length;
+    const last = hook.tries[tries - 1];
+    if (!last) return `Webhook ${hook.state}`;
+    const answer = last.status === null ? last.error || "no answer" : `HTTP ${last.status}`;
+    return `Webhook ${hook.state}: ${tries} ${tries === 1 ? "try" : "tries"}, last ${answer}`;
+  }
+
   // Whose it is: the service names the key (`owner`) only to an admin key while named keys
   // are on; a key that sees only its own is told nothing, and shown nothing.
   function showOwner(item, owner) {
@@ -462,6 +474,9 @@
     item.querySelector(".job-state").textContent = describeJob(job);
     const steps = stepsText(job);
     item.querySelector(".job-steps").textContent = steps;
+    const hook = item.querySelector(".job-webhook");
+    hook.textContent = webhookText(job);
+    hook.hidden = !hook.textContent;
     const bar = item.querySelector(".job-progress");
     bar.max = Math.max(job.progress.steps, 1);
     bar.value = job.progress.step;
