@@ -173,12 +173,13 @@ def test_a_lost_run_that_was_only_slow_stores_nothing(store):
     assert store.view("a").state is JobState.SUCCEEDED
 
 
-def test_a_stale_runs_image_is_removed_when_its_outcome_is_refused(store, tmp_path: Path):
+def test_a_stale_runs_image_is_removed_when_its_outcome_is_refused(store, hub, tmp_path: Path):
     """What a worker does with a refused outcome: the image it saved goes, so the job's
     image is stored once (by the run that is current)."""
     images = ImageStore(tmp_path / "images")
+    loader = new_loader(hub, tmp_path / "share", tmp_path / "cache")  # never loaded here
     runtime = WorkerRuntime(
-        store, None, images, name="w1", load_timeout=1, timings=RedisTimings(store.redis, "m")
+        store, loader, images, name="w1", load_timeout=1, timings=RedisTimings(store.redis, "m")
     )
     parameters = GenerationParameters(
         prompt="q", negative_prompt=None, steps=4, guidance=0.0, width=8, height=8, seed=7,

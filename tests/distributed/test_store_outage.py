@@ -43,6 +43,8 @@ def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "GUNICORN_THREADS": str(THREADS),
             "JOB_STORE_MAX_CONCURRENT": str(PLACES),
             "GEN_QUEUE_MAX": "50",
+            # Three synchronous requests wait through the outage (below the 4 threads).
+            "SYNC_WAITERS_MAX": "3",
         }
         with Stack(env, work) as running:
             running.start(replicas=1, workers=0)

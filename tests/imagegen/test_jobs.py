@@ -19,7 +19,7 @@ from tests.support.model_service import MODES, SD_REPO, ready_in_mode
 from tests.support.processes import AppServer
 
 QUEUE_MAX = 3
-LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+LONG = {"prompt": "a long one", "steps": "400", "size": "128x128"}  # seconds on any machine
 # Seconds a synchronous request waits here: past it, the 504 test's long job; well within it,
 # every other synchronous generation of the module (a tiny 64x64 image in 2 steps).
 SYNC_TIMEOUT = 5

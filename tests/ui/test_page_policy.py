@@ -8,7 +8,7 @@ from django.test import Client
 
 POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data: blob:"
+    "img-src 'self' data: blob:; frame-ancestors 'none'"
 )
 
 
