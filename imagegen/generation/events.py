@@ -151,16 +151,20 @@ def job_event_stream(
 
 
 class ClosingStream:
-    """A stream's bytes and what frees its place, run once whenever the server is done with
-    it: it ended, the client left, or it never started (Django closes the response in every
-    case; a generator that never started would skip its own `finally`)."""
+    """A stream's bytes and what frees its place (`on_close`, which must allow a second call),
+    run when the stream ends and whenever the server is done with it: the client left, or it
+    never started (Django closes the response in every case; a generator that never started
+    would skip its own `finally`)."""
 
     def __init__(self, chunks: Generator[bytes, None, None], on_close: Callable[[], None]) -> None:
         self._chunks = chunks
         self._on_close = on_close
 
     def __iter__(self) -> Iterator[bytes]:
-        return self._chunks
+        yield from self._chunks
+        # Ended: the place is free before the server writes the stream's end, so a client
+        # that opens its next stream on reading that end finds it free (`on_close` runs once).
+        self._on_close()
 
     def close(self) -> None:
         try:

@@ -132,14 +132,13 @@ def test_a_receiver_down_for_20_s_then_up_gets_every_event(
     assert len(record["tries"]) >= 3 and record["tries"][-1]["status"] == 204
 
 
+@pytest.mark.parametrize("app", ["distributed"], indirect=True)  # replicas: that mode's
 def test_two_web_replicas_send_each_event_once(
     app: AppServer, receiver: Receiver, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Distributed mode: every replica notices ended jobs and sends, and the outbox hands each
     event and each try to one of them, even to a receiver slow enough that both replicas look
     for due deliveries while a try is under way."""
-    if request.node.callspec.params["app"] != "distributed":
-        pytest.skip("one web process in process")
     stack = request.getfixturevalue("shared_stack")
     receiver.delay = 2.0
     with stack.replica(tmp_path / "web-b.log", **ENV) as other:
