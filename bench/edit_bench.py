@@ -4,7 +4,7 @@ full-size random-weight SDXL at 1024x1024 with the shipped fast preset (issue 26
 "Performance").
 
 Why it exists: an edit runs the pipeline of the loaded one's components
-(imagegen.model.edit_pipelines), prepares its inputs (imagegen.generation.edits, framing,
+(imagegen.model.edit_pipelines), prepares its inputs (imagegen.generation.edit_inputs, framing,
 masks) and pastes an inpainting's answer back; each of these could cost time or memory that
 plain diffusers does not pay, and "only masked" is only worth having if it really makes a
 small fix cheap. So one run measures, each request in its own process (a fresh app, or a

@@ -46,7 +46,7 @@ from imagegen.distributed.board import RedisJobBoard  # noqa: E402
 from imagegen.distributed.changes import ChangeFeed  # noqa: E402
 from imagegen.distributed.store import CHANGED, EVERY_JOB, JobStore, job_key  # noqa: E402
 from imagegen.distributed.timings import RedisTimings  # noqa: E402
-from imagegen.generation.render import GenerationRequest  # noqa: E402
+from imagegen.generation.requests import GenerationRequest  # noqa: E402
 from tests.support.distributed import RedisServer  # noqa: E402
 
 REQUEST = GenerationRequest(prompt="a lighthouse at dawn", steps=8, guidance=0.0, seed=1)

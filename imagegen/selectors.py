@@ -14,12 +14,12 @@ from PIL import Image
 
 from imagegen import backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
-from imagegen.generation.edits import input_digests
+from imagegen.generation.edit_inputs import input_digests
 from imagegen.generation.estimates import Estimate
 from imagegen.generation.images import ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
 from imagegen.generation.previews import Preview
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.download_size import documented_download_bytes
 from imagegen.model.status import ModelStatus
 

@@ -38,22 +38,17 @@ from imagegen.errors import (
     SyncWaitersBusy,
 )
 from imagegen.generation import framing
-from imagegen.generation.edits import (
+from imagegen.generation.edit_inputs import (
     INPUT_PIXELS_FACTOR,
     MARKS_NOTHING,
-    EditRequest,
     check_inputs,
-    check_mask_blur,
-    check_only_masked_padding,
-    check_strength,
     input_digests,
     picture_mask,
-    working_size,
 )
-from imagegen.generation.framing import JUST_RESIZE
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import FINISHED, JobState, JobView
-from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.parameters import working_size
+from imagegen.generation.requests import SEED_MAX, EditRequest, GenerationRequest, edit_settings
 from imagegen.generation.shared_runs import SharedRun
 from imagegen.webhooks.addresses import Allowance, UrlRefused, check_url
 from imagegen.webhooks.delivery import Dispatcher, Policy
@@ -71,32 +66,35 @@ def edit_request(
     request: GenerationRequest,
     image: bytes,
     mask: bytes | None,
-    strength: float,
-    mask_blur: int,
-    resize_mode: int = JUST_RESIZE,
+    strength: float | None = None,
+    mask_blur: int | None = None,
+    resize_mode: int | None = None,
+    only_masked: bool = False,
     only_masked_padding: int | None = None,
 ) -> GenerationRequest:
     """`request` made an edit of `image` (with `mask`, an inpainting): every rule checked
     first (a FieldError naming the field otherwise, with nothing written), then both files
     stored (the image store, on the share in distributed mode: the job's request names them
     by sha256). Its size is the one sent, else the input's as the model takes it
-    (imagegen.generation.edits.working_size), so the job shows it from the start; the input
-    is brought to it by `resize_mode` (any value but 1 and 2 as 0).
+    (imagegen.generation.parameters.working_size), so the job shows it from the start; the
+    input is brought to it by `resize_mode` (any value but 1 and 2 as 0). A setting not sent
+    (None) takes its default (imagegen.generation.requests.edit_settings).
 
-    `only_masked_padding` not None: "only masked" with that padding. The answer is then the
+    `only_masked`: "only masked" with `only_masked_padding`. The answer is then the
     input's size as the model takes it, and a size sent is the one the cut-out is worked at
     (A1111's inpaint_full_res); the cut-out is decided here, from the mask, so the record
     says what ran from the start. Without a mask it changes nothing."""
-    check_strength(strength)
-    check_mask_blur(mask_blur)
+    asked = edit_settings(
+        strength=strength, mask_blur=mask_blur, resize_mode=resize_mode,
+        only_masked=only_masked, only_masked_padding=only_masked_padding,
+    )  # fmt: skip
     low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
     checked = check_inputs(image, mask, max_pixels=INPUT_PIXELS_FACTOR * high * high)
-    mode = framing.resize_mode(resize_mode)
+    mode, padding = asked.resize_mode, asked.only_masked_padding
     size = request.size or working_size(checked.size, low=low, high=high)
     region = None
-    only_masked = only_masked_padding is not None and checked.mask is not None
+    only_masked = padding is not None and checked.mask is not None
     if only_masked:
-        check_only_masked_padding(only_masked_padding or 0)
         size = working_size(checked.size, low=low, high=high)
     if checked.mask is not None:
         # A mark that the framing cuts away (resize_mode 1) or a resize blurs to nothing
@@ -107,15 +105,15 @@ def edit_request(
             raise FieldError("mask", f"{where}, {MARKS_NOTHING}")
         if only_masked:
             region = framing.only_masked_region(
-                framed, padding=only_masked_padding or 0, reach=2 * mask_blur,
+                framed, padding=padding or 0, reach=2 * asked.mask_blur,
                 size=request.size, low=low, high=high,
             )  # fmt: skip
     store = backend.image_store()
     edit = EditRequest(
         source=store.save_input(checked.image),
         mask=None if checked.mask is None else store.save_input(checked.mask),
-        strength=strength,
-        mask_blur=mask_blur,
+        strength=asked.strength,
+        mask_blur=asked.mask_blur,
         resize_mode=mode,
         only_masked=region,
     )

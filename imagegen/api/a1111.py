@@ -27,19 +27,19 @@ from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
-from imagegen.generation.edits import (
-    INPUT_PIXELS_FACTOR,
-    MASK_BLUR_DEFAULT,
-    MASK_BLUR_MAX,
-    STRENGTH_DEFAULT,
-    read_image,
-    working_size,
-)
-from imagegen.generation.framing import ONLY_MASKED_PADDING_MAX
+from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
 from imagegen.generation.job_board import JobState, JobView
-from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.parameters import working_size
+from imagegen.generation.requests import (
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    ONLY_MASKED_PADDING_MAX,
+    SEED_MAX,
+    STRENGTH_DEFAULT,
+    GenerationRequest,
+)
 from imagegen.generation.schedulers import (
     A1111_SAMPLERS,
     A1111_SCHEDULES,
@@ -217,12 +217,10 @@ class Img2ImgIn(Txt2ImgIn):
             mask = inverted(mask)
         return services.edit_request(
             request=generation, image=image, mask=mask,
-            strength=STRENGTH_DEFAULT if self.denoising_strength is None
-            else self.denoising_strength,
-            mask_blur=MASK_BLUR_DEFAULT if self.mask_blur is None else self.mask_blur,
-            resize_mode=self.resize_mode or 0,
-            only_masked_padding=(self.inpaint_full_res_padding or 0)
-            if self.inpaint_full_res is not False else None,
+            strength=self.denoising_strength, mask_blur=self.mask_blur,
+            resize_mode=self.resize_mode, only_masked=self.inpaint_full_res is not False,
+            # A1111's API pads by 0 when it is not sent (its page, and ours, by 32).
+            only_masked_padding=self.inpaint_full_res_padding or 0,
         )  # fmt: skip
 
 

@@ -41,9 +41,12 @@ from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
 from imagegen.errors import PastSyncTimeout, SyncTimeout, SyncWaitersBusy
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
 from imagegen.generation.job_board import FINISHED, JobState, JobView
-from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.requests import (
+    SEED_MAX,
+    STRENGTH_DEFAULT,
+    GenerationRequest,
+)
 
 PATH = "/mcp"
 
@@ -293,8 +296,7 @@ async def edit_image(
                 guidance=guidance, size=parse_size(size) if size else None, seed=seed,
             ),
             image=source, mask=None if mask is None else decode_base64(mask, field="mask"),
-            strength=STRENGTH_DEFAULT if strength is None else strength,
-            mask_blur=MASK_BLUR_DEFAULT,
+            strength=strength,
         )  # fmt: skip
 
     return await _generated(ctx, request, prepared, wait)

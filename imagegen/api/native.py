@@ -45,11 +45,12 @@ from imagegen.api.schemas import (
 )
 from imagegen.errors import JobNotFound, PreviewNotYet
 from imagegen.generation import events
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
-from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
-from imagegen.generation.render import GenerationRequest, steps_running
+from imagegen.generation.parameters import steps_running
+from imagegen.generation.requests import (
+    GenerationRequest,
+)
 from imagegen.model.device import compute_device
 
 router = Router(tags=["imagegen"])
@@ -243,14 +244,10 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     if image is None:
         return form.to_request()
-    padding = form.only_masked_padding
     return services.edit_request(
-        request=form.to_request(), image=image, mask=mask,
-        strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
-        mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
-        resize_mode=form.resize_mode or 0,
-        only_masked_padding=(ONLY_MASKED_PADDING_DEFAULT if padding is None else padding)
-        if form.only_masked else None,
+        request=form.to_request(), image=image, mask=mask, strength=form.strength,
+        mask_blur=form.mask_blur, resize_mode=form.resize_mode,
+        only_masked=bool(form.only_masked), only_masked_padding=form.only_masked_padding,
     )  # fmt: skip
 
 

@@ -46,16 +46,16 @@ from imagegen.api.schemas import (
     size_pattern,
 )
 from imagegen.api.schemas import errors as declared_errors
-from imagegen.generation.edits import (
-    INPUT_PIXELS_FACTOR,
-    MASK_BLUR_DEFAULT,
-    MASK_BLUR_MAX,
-    STRENGTH_DEFAULT,
-    read_image,
-)
+from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.output_formats import MEDIA_TYPES, OutputFormat, encoded
-from imagegen.generation.render import SEED_MAX, GenerationRequest
+from imagegen.generation.requests import (
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    SEED_MAX,
+    STRENGTH_DEFAULT,
+    GenerationRequest,
+)
 
 router = Router(tags=["openai"])
 
@@ -378,8 +378,7 @@ def images_edits(request: HttpRequest):
     image, mask = edit_files(request)
     generation = services.edit_request(
         request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
-        strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
-        mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
+        strength=form.strength, mask_blur=form.mask_blur,
     )  # fmt: skip
     if form.stream:
         return streamed_image(

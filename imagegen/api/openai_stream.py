@@ -26,7 +26,7 @@ from imagegen.errors import JobNotFound
 from imagegen.generation.events import ClosingStream
 from imagegen.generation.job_board import FINISHED, JobState
 from imagegen.generation.output_formats import OutputFormat, converted, encoded
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 
 GENERATION, EDIT = "image_generation", "image_edit"
 

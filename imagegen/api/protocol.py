@@ -17,7 +17,7 @@ from config.auth import client_identity, owner_key, public_origin, queue_limit, 
 from config.errors import FieldError
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 
 NOT_BASE64 = "must be base64 text (a `data:...;base64,` prefix allowed) of an image"
 

@@ -28,21 +28,24 @@ from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
 from imagegen import selectors
-from imagegen.generation.edits import (
+from imagegen.generation.images import ImageRecord, image_url
+from imagegen.generation.job_board import JobProgress, JobView
+from imagegen.generation.parameters import working_size
+from imagegen.generation.requests import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
     MASK_BLUR_MAX,
     MASK_NEEDS_IMAGE,
     MASK_ONLY,
     ONLY_MASKED_ONLY,
+    ONLY_MASKED_PADDING_DEFAULT,
+    ONLY_MASKED_PADDING_MAX,
+    SEED_MAX,
     STRENGTH_DEFAULT,
     EditRequest,
-    working_size,
+    GenerationRequest,
+    edit_settings,
 )
-from imagegen.generation.framing import ONLY_MASKED_PADDING_DEFAULT, ONLY_MASKED_PADDING_MAX
-from imagegen.generation.images import ImageRecord, image_url
-from imagegen.generation.job_board import JobProgress, JobView
-from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.schedulers import A1111_NAMES, NAMES, scheduler_for_input
 from imagegen.model.status import AdapterView, ModelStatus
 from imagegen.selectors import SyncEstimate
@@ -342,8 +345,9 @@ class EstimateQuery(Schema):
         if self.image_size is not None:  # what an edit runs: imagegen.services.edit_request
             low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
             size = size or working_size(parse_size(self.image_size), low=low, high=high)
-            strength = STRENGTH_DEFAULT if self.strength is None else self.strength
-            edit = EditRequest(source=NO_INPUT, strength=strength)
+            edit = EditRequest(
+                source=NO_INPUT, strength=edit_settings(strength=self.strength).strength
+            )
         return GenerationRequest(
             prompt="",
             steps=self.steps,

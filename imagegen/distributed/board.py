@@ -26,9 +26,10 @@ from imagegen.distributed.timings import RedisTimings
 from imagegen.errors import JobFinished, QueueFull
 from imagegen.generation.estimates import Estimate, estimate
 from imagegen.generation.job_board import FINISHED, JobView, ahead_of
+from imagegen.generation.parameters import with_defaults
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import Preview
-from imagegen.generation.render import GenerationRequest, with_defaults
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.status import ModelHandle
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
 from imagegen.generation.previews import Preview
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.stored_ids import is_job_id, is_key_name
 
 log = logging.getLogger(__name__)

@@ -38,10 +38,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from imagegen.generation.edits import steps_run
 from imagegen.generation.images import ImageRecord
+from imagegen.generation.parameters import steps_run, steps_running
 from imagegen.generation.presets import NO_GUIDANCE
-from imagegen.generation.render import GenerationRequest, steps_running
+from imagegen.generation.requests import GenerationRequest
 
 Size = tuple[int, int]
 KEPT = 3  # images kept per size
@@ -193,7 +193,7 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
     timings = measurements.timings or ((counted,) if counted else ())
     if size is None or not timings or steps is None or guidance is None:
         return None
-    if (edit := request.edit) is not None:  # what an edit runs (imagegen.generation.edits)
+    if (edit := request.edit) is not None:  # what an edit runs (imagegen.generation.parameters)
         steps = steps_run(steps, edit.strength)
         if edit.only_masked is not None:
             size = edit.only_masked.size

@@ -13,9 +13,10 @@ from typing import Any, Protocol
 from config import metrics
 from config.errors import ServiceError
 from imagegen.errors import ModelLoading
-from imagegen.generation.edits import EditInputs, InpaintModel, prepared_inputs
+from imagegen.generation.edit_inputs import EditInputs, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
+from imagegen.generation.parameters import resolve, steps_running
 from imagegen.generation.previews import (
     DEFAULT_PREVIEWS,
     Preview,
@@ -23,13 +24,8 @@ from imagegen.generation.previews import (
     PreviewPolicy,
     partial_steps,
 )
-from imagegen.generation.render import (
-    Cancelled,
-    GenerationRequest,
-    render,
-    resolve,
-    steps_running,
-)
+from imagegen.generation.render import Cancelled, render
+from imagegen.generation.requests import GenerationRequest, InpaintModel
 from imagegen.model.loader import ModelLoader
 from imagegen.model.status import describe
 

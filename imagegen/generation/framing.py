@@ -17,8 +17,6 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 JUST_RESIZE, CROP_AND_RESIZE, RESIZE_AND_FILL = 0, 1, 2
-ONLY_MASKED_PADDING_DEFAULT = 32  # A1111's slider's default (its API's is 0)
-ONLY_MASKED_PADDING_MAX = 256  # A1111's slider's end
 _LANCZOS = Image.Resampling.LANCZOS
 
 

@@ -33,7 +33,7 @@ from pydantic import (
 
 from config.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
-from imagegen.generation.edits import EditParameters, without_absent_edit
+from imagegen.generation.requests import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 from imagegen.generation.stored_ids import is_digest, is_key_name
 
@@ -58,7 +58,7 @@ class GenerationParameters(BaseModel):
     scheduler: str
     model_id: str
     revision: str | None
-    # An edit's inputs and strength (imagegen.generation.edits); absent: text-to-image.
+    # An edit's inputs and strength (imagegen.generation.requests); absent: text-to-image.
     edit: EditParameters | None = None
 
     # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.

@@ -20,7 +20,7 @@ from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import Preview
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 
 
 class JobState(StrEnum):

@@ -42,10 +42,12 @@ from imagegen.generation.job_board import (
     fair_round,
     job_progress,
 )
+from imagegen.generation.parameters import with_defaults
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.priority import lower_this_thread
-from imagegen.generation.render import Cancelled, GenerationRequest, with_defaults
+from imagegen.generation.render import Cancelled
+from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.work import CountOnce
 from imagegen.model.loader import ModelLoader
 

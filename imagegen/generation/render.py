@@ -1,7 +1,7 @@
-"""One image generation: the request's defaults resolved, then the pipeline run with a
-step-end callback that reports progress, and stop points inside the model's blocks
-(imagegen.generation.stop_points) that end it within a block when it is cancelled
-(imagegen.generation.execution runs these).
+"""One image generation: the pipeline run for parameters already resolved
+(imagegen.generation.parameters), with a step-end callback that reports progress, and stop
+points inside the model's blocks (imagegen.generation.stop_points) that end it within a
+block when it is cancelled (imagegen.generation.execution runs these).
 
 Progress counts the steps the client asked for, whatever the scheduler makes of them: PNDM
 runs 21 model calls for 20 steps (its warm-up), Heun two per step, and a client that asked for
@@ -12,149 +12,23 @@ nothing per step: a forward pre-hook on the UNet marks the end of the prompt enc
 first call), the step-end callback marks the end of the last step.
 """
 
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
-
-from imagegen.generation.edits import (
-    EditInputs,
-    EditRequest,
-    InpaintModel,
-    edit_parameters,
-    without_absent_edit,
-)
+from imagegen.generation.edit_inputs import EditInputs
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.masks import blurred_mask, pasted_back
-from imagegen.generation.presets import Adjustment, GenerationRules
-from imagegen.generation.schedulers import SCHEDULERS, sampler_ran, scheduler_applied
+from imagegen.generation.parameters import steps_running
+from imagegen.generation.schedulers import scheduler_applied
 from imagegen.generation.stop_points import stop_points
 from imagegen.model.edit_pipelines import edit_pipeline
-from imagegen.model.pipeline import native_size
-
-SEED_MAX = 2**32 - 1
-
-
-class GenerationRequest(BaseModel):
-    """What a client asked for, in any protocol; a job reports it as it will run: defaults
-    filled in and caps applied (steps, guidance, scheduler, seed; `adjusted` says what was
-    changed from what the client sent), so a job shows its seed from the start."""
-
-    model_config = ConfigDict(frozen=True)
-
-    prompt: str
-    negative_prompt: str | None = None
-    steps: int | None = None
-    guidance: float | None = None
-    scheduler: str | None = Field(default=None, description="null: the model's own scheduler")
-    size: tuple[int, int] | None = Field(default=None, description="null: the model's native size")
-    seed: int | None = None
-    force_cpu: bool = False
-    edit: EditRequest | None = Field(
-        default=None, description="null: text-to-image; else the image (and mask) it starts from"
-    )
-
-    partial_images: int = Field(
-        default=0, description="an OpenAI stream's partial images: previews made at their steps"
-    )
-
-    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all,
-    # and no `partial_images` unless a stream asked for some.
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler):
-        # No return annotation: pydantic then documents the model's own fields.
-        data = without_absent_edit(self, handler)
-        if isinstance(data, dict) and not self.partial_images:
-            data.pop("partial_images", None)
-        return data
-
-    adjusted: list[Adjustment] = Field(
-        default_factory=list,
-        description="values changed from what the client sent (a cap, a scheduler the model "
-        "cannot use), each with the value asked",
-    )
-
-    def answered(self) -> "GenerationRequest":
-        """The request as clients read it: its scheduler, and a scheduler's `adjusted` values,
-        by A1111's names ("Euler a", not the table's `euler_a`), as records name them."""
-        adjusted = [
-            change.model_copy(
-                update={"asked": _a1111(change.asked), "applied": _a1111(change.applied)}
-            )
-            if change.field == "scheduler"
-            else change
-            for change in self.adjusted
-        ]
-        scheduler = None if self.scheduler is None else _a1111(self.scheduler)
-        return self.model_copy(update={"scheduler": scheduler, "adjusted": adjusted})
-
-
-def _a1111(value: Any) -> Any:
-    """A1111's name for a name of the table; anything else as it is."""
-    return SCHEDULERS[value].a1111_name if isinstance(value, str) and value in SCHEDULERS else value
 
 
 class Cancelled(Exception):
     """Raised from the step-end callback, or from a stop point within a step or the decode,
     to stop a generation."""
-
-
-def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
-    """The request as it will run: the rules' defaults and caps (which follow the configured
-    model, not the loaded pipeline, so they are known at submission) and a seed, so a job
-    reports all of them from the start."""
-    steps, guidance, scheduler, adjusted = rules.settle(
-        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
-    )
-    return request.model_copy(
-        update={
-            "steps": steps,
-            "guidance": guidance,
-            "scheduler": scheduler,
-            "seed": secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
-            "adjusted": [*request.adjusted, *adjusted],
-        }
-    )
-
-
-def resolve(
-    pipe: Any,
-    request: GenerationRequest,
-    *,
-    model_id: str,
-    revision: str | None,
-    inpaint_model: InpaintModel | None = None,
-) -> GenerationParameters:
-    """The parameters the job runs with; `inpaint_model`: the inpainting checkpoint whose
-    UNet runs the edit, None when the base model's does."""
-    steps, guidance, seed = request.steps, request.guidance, request.seed
-    if steps is None or guidance is None or seed is None:
-        raise ValueError("resolve takes a request with its defaults (with_defaults)")
-    width, height = request.size or native_size(pipe)
-    return GenerationParameters(
-        prompt=request.prompt,
-        negative_prompt=request.negative_prompt,
-        steps=steps,
-        guidance=guidance,
-        width=width,
-        height=height,
-        seed=seed,
-        # A1111's name for what runs: the chosen scheduler, else the model's own.
-        scheduler=sampler_ran(pipe, request.scheduler),
-        model_id=model_id,
-        revision=revision,
-        edit=None
-        if request.edit is None
-        else edit_parameters(request.edit, steps=steps, inpaint_model=inpaint_model),
-    )
-
-
-def steps_running(parameters: GenerationParameters) -> int:
-    """The denoising steps the job runs: an edit's fewer (strength), else those asked."""
-    return parameters.steps if parameters.edit is None else parameters.edit.steps_run
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,12 @@ from config.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
 from imagegen.backend import is_distributed
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
-from imagegen.generation.render import SEED_MAX
+from imagegen.generation.requests import (
+    MASK_BLUR_DEFAULT,
+    MASK_BLUR_MAX,
+    SEED_MAX,
+    STRENGTH_DEFAULT,
+)
 from imagegen.generation.schedulers import SCHEDULERS
 
 # The page loads nothing from another origin: its script, stylesheet and every call are its

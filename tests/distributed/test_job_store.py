@@ -32,7 +32,7 @@ from imagegen.generation.execution import Outcome
 from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
 from imagegen.generation.presets import generation_rules
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from tests.imagegen.test_answer_shapes import QUEUED, RECORD, SUCCEEDED, answer
 from tests.support.distributed import RedisServer
 from tests.support.loaders import new_loader, wait_for

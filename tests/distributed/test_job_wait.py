@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from imagegen.distributed.store import CHANGED, JobStore
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from tests.support.distributed import RedisServer
 from tests.support.processes import AppServer
 from tests.support.sse import open_stream, read_events

@@ -183,7 +183,7 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
     from imagegen.distributed.store import JobStore
     from imagegen.distributed.timings import RedisTimings
     from imagegen.generation.job_board import JobState
-    from imagegen.generation.render import GenerationRequest
+    from imagegen.generation.requests import GenerationRequest
     from imagegen.generation.shared_runs import new_job_ids
 
     client = redis_server.client()

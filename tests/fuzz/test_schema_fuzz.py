@@ -46,14 +46,8 @@ from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
 from imagegen.api.protocol import NOT_BASE64
 from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, NUMBER_TOO_LONG
-from imagegen.generation.edits import (
-    EDIT_ONLY,
-    MARKS_NOTHING,
-    MASK_NEEDS_IMAGE,
-    MASK_ONLY,
-    NOT_AN_IMAGE,
-    ONLY_MASKED_ONLY,
-)
+from imagegen.generation.edit_inputs import MARKS_NOTHING, NOT_AN_IMAGE
+from imagegen.generation.requests import EDIT_ONLY, MASK_NEEDS_IMAGE, MASK_ONLY, ONLY_MASKED_ONLY
 from imagegen.generation.schedulers import (
     A1111_SCHEDULES,
     SCHEDULERS,

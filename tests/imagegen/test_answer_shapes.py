@@ -20,7 +20,7 @@ from imagegen.api.schemas import GenerationInForce, ImagePage, JobOut, ModelStat
 from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import JobProgress, JobState, JobView
 from imagegen.generation.presets import Adjustment
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.status import AdapterView, DecoderView, DownloadBytes, ModelStatus, WorkerModel
 from imagegen.selectors import ImagePage as ImagePageView
 

@@ -26,7 +26,9 @@ from imagegen.errors import JobFinished
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import Cancelled, GenerationRequest, render, resolve
+from imagegen.generation.parameters import resolve
+from imagegen.generation.render import Cancelled, render
+from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.stop_points import stop_points, stoppable_modules
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions, load_pipeline

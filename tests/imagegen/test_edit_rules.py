@@ -9,9 +9,10 @@ import pytest
 from PIL import Image
 
 from config.errors import FieldError
-from imagegen.generation import edits
-from imagegen.generation.edits import check_inputs, pipeline_strength, steps_run, working_size
+from imagegen.generation import edit_inputs as edits
+from imagegen.generation.edit_inputs import check_inputs, pipeline_strength
 from imagegen.generation.masks import blurred_mask, pasted_back, within
+from imagegen.generation.parameters import steps_run, working_size
 
 
 @pytest.mark.parametrize(

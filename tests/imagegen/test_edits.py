@@ -17,12 +17,14 @@ from django.test import Client
 from PIL import Image
 
 from imagegen import backend, services
-from imagegen.generation.edits import EditRequest, edit_parameters, prepared_inputs
+from imagegen.generation.edit_inputs import prepared_inputs
 from imagegen.generation.framing import Region
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.masks import blurred_mask
+from imagegen.generation.parameters import edit_parameters
 from imagegen.generation.render import render
+from imagegen.generation.requests import EditRequest
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import load_pipeline
 from tests.support.framing import check_framed, middle_mark

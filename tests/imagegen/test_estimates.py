@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from django.test import Client, override_settings
 
-from imagegen.generation.edits import EditParameters, EditRequest, InputLink
 from imagegen.generation.estimates import (
     Ahead,
     LocalTimings,
@@ -22,7 +21,7 @@ from imagegen.generation.framing import Region
 from imagegen.generation.images import GenerationParameters, ImageRecord
 from imagegen.generation.job_board import CANCELLING, JobProgress, JobState, JobView, ahead_of
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import EditParameters, EditRequest, GenerationRequest, InputLink
 from tests.support.loaders import new_loader, serve, wait_for
 
 # Measured at 64x64: encoding 1 s, a step 2 s per image of the UNet's batch, decoding 3 s.
@@ -53,7 +52,7 @@ def test_at_a_measured_size_encode_steps_and_decode_add_up():
 
 
 def test_an_edit_counts_the_steps_it_runs_at_the_size_it_works_at():
-    """max(1, int(steps x strength)) steps (imagegen.generation.edits), and an "only masked"
+    """max(1, int(steps x strength)) steps (imagegen.generation.parameters), and an "only masked"
     edit at its cut-out's size, not the picture's."""
     edit = EditRequest(source="0" * 64, strength=0.5)
     assert alone(ONE, request(steps=4).model_copy(update={"edit": edit})).seconds == 1 + 2 * 2 + 3

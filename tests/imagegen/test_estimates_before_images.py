@@ -21,7 +21,7 @@ from imagegen.errors import JobFinished
 from imagegen.generation import work as work_module
 from imagegen.generation.estimates import Estimate
 from imagegen.generation.job_board import FINISHED, JobState, JobView
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.work import count_work, measure_throughput
 from imagegen.model import loader as loader_module
 from imagegen.model.loader import ModelLoader
@@ -294,8 +294,9 @@ def test_an_edits_encode_of_its_input_stops_within_it(fresh):
     CPU) has stop points too: a cancel asked in it ends the job there, before any UNet call."""
     from PIL import Image
 
-    from imagegen.generation.edits import EditInputs
-    from imagegen.generation.render import Cancelled, render, resolve
+    from imagegen.generation.edit_inputs import EditInputs
+    from imagegen.generation.parameters import resolve
+    from imagegen.generation.render import Cancelled, render
 
     pipe = fresh.pipeline(120)
     parameters = resolve(pipe, REQUEST, model_id=fresh.source.model_id, revision=None)

@@ -27,7 +27,7 @@ from imagegen.errors import JobFailed, JobStoreBusy
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED, JobBoard, JobView
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
 from tests.support.loaders import pulled_loader

@@ -9,7 +9,9 @@ import pytest
 
 from imagegen.backend import rules_from_settings
 from imagegen.generation.images import GenerationParameters
-from imagegen.generation.render import GenerationRequest, render, resolve, with_defaults
+from imagegen.generation.parameters import resolve, with_defaults
+from imagegen.generation.render import render
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.attention import SlicedSdpaProcessor
 from imagegen.model.pipeline import load_pipeline
 from tests.support.model_service import SD_REPO, SDXL_REPO

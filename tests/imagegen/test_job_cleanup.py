@@ -15,7 +15,7 @@ from imagegen.backend import rules_from_settings
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import FINISHED
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from tests.support.loaders import new_loader, wait_for
 
 

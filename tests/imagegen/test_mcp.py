@@ -32,7 +32,7 @@ from imagegen.api import mcp
 from imagegen.api.mcp import WAIT_FALSE
 from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from tests.support.loaders import ready_loader, serve
 
 TOOLS = {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}

@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from config.api import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen import backend
-from imagegen.generation.edits import MARKS_NOTHING
+from imagegen.generation.edit_inputs import MARKS_NOTHING
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
 from tests.imagegen.test_generate_form import bomb

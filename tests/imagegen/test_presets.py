@@ -13,8 +13,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 import config.settings
 from imagegen.backend import rules_from_settings
+from imagegen.generation.parameters import with_defaults
 from imagegen.generation.presets import Adjustment, generation_rules, preset_for
-from imagegen.generation.render import GenerationRequest, with_defaults
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.adapters import parse_adapters
 
 SDXL = "stabilityai/stable-diffusion-xl-base-1.0"

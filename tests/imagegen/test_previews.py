@@ -29,7 +29,7 @@ from imagegen.generation.previews import (
     partial_steps,
     preview_image,
 )
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
 from tests.support.loaders import pulled_loader

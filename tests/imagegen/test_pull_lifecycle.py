@@ -29,7 +29,7 @@ from PIL import Image
 
 from imagegen import selectors, services
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model import share
 from imagegen.model.decoder import DecoderChoice
 from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place

@@ -21,7 +21,7 @@ from config import metrics
 from imagegen.api.webhook_events import event_data
 from imagegen.distributed.webhook_outbox import RedisOutbox
 from imagegen.generation.job_board import JobProgress, JobState, JobView
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.webhooks.addresses import Allowance, UrlRefused
 from imagegen.webhooks.delivery import Dispatcher, Policy
 from imagegen.webhooks.outbox import CLAIM_LEASE, Delivery, DiskOutbox, Outbox, Watch

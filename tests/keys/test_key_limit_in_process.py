@@ -12,7 +12,7 @@ from imagegen.backend import rules_from_settings
 from imagegen.errors import KeyQueueLimit
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from tests.support.loaders import ready_loader
 
 LONG = GenerationRequest(prompt="a long one", steps=400, size=(64, 64), seed=2)

@@ -23,9 +23,8 @@ from config.api import on_database_error
 from config.logs import JsonFormatter
 from imagegen.distributed.connection import store_client
 from imagegen.errors import JobFinished
-from imagegen.generation.edits import EditRequest
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import EditRequest, GenerationRequest
 from imagegen.model.loader import ModelLoader
 from imagegen.scrape import WorkerState
 from tests.support.loaders import pulled_loader, serve

@@ -18,7 +18,7 @@ from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import WorkerRuntime
 from imagegen.generation.images import ImageStore
 from imagegen.generation.presets import GenerationRules
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.distributed import RedisServer
 

@@ -9,7 +9,7 @@ from django.test import Client
 
 from imagegen import backend
 from imagegen.backend import rules_from_settings
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
+from imagegen.generation.requests import MASK_BLUR_DEFAULT, MASK_BLUR_MAX, STRENGTH_DEFAULT
 from imagegen.generation.schedulers import NAMES
 
 

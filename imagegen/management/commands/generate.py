@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from config.errors import ServiceError
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm
-from imagegen.generation.edits import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT
-from imagegen.generation.render import GenerationRequest, steps_running
+from imagegen.generation.parameters import steps_running
+from imagegen.generation.requests import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT, GenerationRequest
 
 
 class Command(BaseCommand):
@@ -77,9 +77,7 @@ class Command(BaseCommand):
             mask = None if options["mask"] is None else options["mask"].read_bytes()
         except OSError as error:
             raise CommandError(f"cannot read {error.filename}: {error.strerror}") from None
-        strength, blur = options["strength"], options["mask_blur"]
         return services.edit_request(
             request=request, image=image, mask=mask,
-            strength=STRENGTH_DEFAULT if strength is None else strength,
-            mask_blur=MASK_BLUR_DEFAULT if blur is None else blur,
+            strength=options["strength"], mask_blur=options["mask_blur"],
         )  # fmt: skip
