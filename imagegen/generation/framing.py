@@ -7,6 +7,13 @@ A1111's img2img), written once as A1111 writes it (modules/images.py resize_imag
 modules/masking.py) so that a client of A1111 gets the picture it expects. On a CPU "only
 masked" is what makes a small fix cheap: the UNet works the cut-out's pixels, not the whole
 picture's.
+
+Why not diffusers' VaeImageProcessor, which ports the same A1111 code: the web process frames
+the mask when it takes the request (services.edit_request), and diffusers' image processor
+imports torch, which a web replica never loads (docs/azure.md). Its resize "default" and
+"crop" give the same pixels as modes 0 and 1 here, and its get_crop_region the same box as
+only_masked_region (tests/imagegen/test_framing.py holds both); its "fill" stretches the
+bands with Pillow's default bicubic, not Lanczos, and differs there (up to 30 levels).
 """
 
 from dataclasses import dataclass

@@ -9,12 +9,18 @@ The promise is exact: a pixel farther than twice `mask_blur` (Euclidean) from ev
 (non-black) pixel is the input's. A Gaussian blur's tails reach further than that in
 principle, so the blurred mask is cut to zero beyond that reach (`within`) rather than
 trusted to have faded.
+
+The blur is the inpainting pipeline's own (diffusers' VaeImageProcessor.blur); it runs with
+the pipeline, where torch is loaded. The paste-back is not diffusers' apply_overlay: that one
+composites through premultiplied RGBA and gives a blended pixel one level off PIL's composite
+(39,200 of 59,348 pixels of random masks, none where the mask is black or white); the
+tests hold PIL's, which blends in integers.
 """
 
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageFilter
+from PIL import Image
 
 
 def within(marked: np.ndarray, reach: int) -> np.ndarray:
@@ -42,8 +48,10 @@ def blurred_mask(mask: Any, blur: int) -> Any:
     marked pixels."""
     if blur == 0:
         return mask
+    from diffusers.image_processor import VaeImageProcessor  # imports torch: a job's import
+
     marked = np.asarray(mask) > 0
-    soft = np.asarray(mask.filter(ImageFilter.GaussianBlur(blur)))
+    soft = np.asarray(VaeImageProcessor.blur(mask, blur))
     return Image.fromarray(np.where(within(marked, 2 * blur), soft, 0).astype(np.uint8), "L")
 
 

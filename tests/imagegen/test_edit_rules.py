@@ -1,5 +1,5 @@
 """An edit's rules without a model: the steps a strength runs, the working size, the mask's
-reach, the checks on an uploaded file. Milliseconds each."""
+reach, the checks on an uploaded file, an edit's defaults and bounds. Milliseconds each."""
 
 import io
 import itertools
@@ -13,6 +13,13 @@ from imagegen.generation import edit_inputs as edits
 from imagegen.generation.edit_inputs import check_inputs, pipeline_strength
 from imagegen.generation.masks import blurred_mask, pasted_back, within
 from imagegen.generation.parameters import steps_run, working_size
+from imagegen.generation.requests import (
+    MASK_BLUR_DEFAULT,
+    ONLY_MASKED_PADDING_DEFAULT,
+    STRENGTH_DEFAULT,
+    EditSettings,
+    edit_settings,
+)
 
 
 @pytest.mark.parametrize(
@@ -128,3 +135,37 @@ def test_at_most_decodes_at_once_decode_and_the_next_waits_then_is_refused(monke
         for _ in taken:
             edits._decodes.release()
     assert edits.read_image(png((64, 64)), field="image", max_pixels=80_000).size == (64, 64)
+
+
+def test_an_edit_sent_without_settings_takes_every_default():
+    assert edit_settings() == EditSettings(
+        strength=STRENGTH_DEFAULT, mask_blur=MASK_BLUR_DEFAULT, resize_mode=0,
+        only_masked_padding=None,
+    )  # fmt: skip
+    assert edit_settings(only_masked=True).only_masked_padding == ONLY_MASKED_PADDING_DEFAULT
+
+
+def test_an_edits_settings_sent_are_kept_and_resize_modes_run_as_framing_says():
+    sent = edit_settings(
+        strength=0.3, mask_blur=0, resize_mode=2, only_masked=True, only_masked_padding=0
+    )
+    assert sent == EditSettings(strength=0.3, mask_blur=0, resize_mode=2, only_masked_padding=0)
+    assert edit_settings(resize_mode=3).resize_mode == 0  # A1111's latent upscale: just resize
+    assert edit_settings(only_masked_padding=8).only_masked_padding is None  # not only masked
+
+
+@pytest.mark.parametrize(
+    ("sent", "field", "rule"),
+    [
+        ({"strength": 0.0}, "strength", "must be greater than 0 and at most 1, got 0"),
+        ({"strength": 1.5}, "strength", "got 1.5"),
+        ({"mask_blur": -1}, "mask_blur", "must be between 0 and 64 pixels, got -1"),
+        ({"mask_blur": 65}, "mask_blur", "got 65"),
+        ({"only_masked": True, "only_masked_padding": 257}, "only_masked_padding",
+         "must be between 0 and 256 pixels, got 257"),
+    ],
+)  # fmt: skip
+def test_an_edit_setting_out_of_bounds_is_refused_naming_the_field_and_rule(sent, field, rule):
+    with pytest.raises(FieldError) as refused:
+        edit_settings(**sent)
+    assert refused.value.field == field and rule in refused.value.rule

@@ -24,7 +24,12 @@ from imagegen.generation.jobs import JobQueue
 from imagegen.generation.masks import blurred_mask
 from imagegen.generation.parameters import edit_parameters
 from imagegen.generation.render import render
-from imagegen.generation.requests import EditRequest
+from imagegen.generation.requests import (
+    MASK_BLUR_DEFAULT,
+    ONLY_MASKED_PADDING_DEFAULT,
+    STRENGTH_DEFAULT,
+    EditRequest,
+)
 from imagegen.model.edit_pipelines import edit_pipeline
 from imagegen.model.pipeline import load_pipeline
 from tests.support.framing import check_framed, middle_mark
@@ -185,6 +190,18 @@ def test_an_async_edit_is_an_ordinary_job_with_its_edit_in_its_parameters(queue)
     done = queue.wait(job["id"], 60)
     assert done is not None and done.state.value == "succeeded"
     assert done.image is not None and done.image.parameters.edit is not None
+
+
+def test_an_edit_sent_without_its_settings_runs_with_the_defaults(queue):
+    """Strength, mask_blur and the "only masked" padding left out take the defaults
+    (imagegen.generation.requests.edit_settings), and the job says so from the start."""
+    started = edit(Client(), steps="1", only_masked="true", **{"async": "true"})
+    assert started.status_code == 202, started.content
+    sent = started.json()["parameters"]["edit"]
+    assert (sent["strength"], sent["mask_blur"]) == (STRENGTH_DEFAULT, MASK_BLUR_DEFAULT)
+    assert sent["only_masked"]["padding"] == ONLY_MASKED_PADDING_DEFAULT
+    done = queue.wait(started.json()["id"], 60)
+    assert done is not None and done.state.value == "succeeded"
 
 
 def test_a_running_edit_is_cancelled_like_any_job(queue):

@@ -1,11 +1,15 @@
-"""The framing rules without a model: A1111's resize modes and the "only masked" cut-out.
-Milliseconds each."""
+"""The framing rules without a model: A1111's resize modes and the "only masked" cut-out,
+and where they equal diffusers' VaeImageProcessor. Milliseconds each."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from imagegen.generation.framing import Cutout, Region, only_masked_region, resize_mode, resized
+from tests.support.processes import ROOT
 
 
 def stripes(size: tuple[int, int]) -> Image.Image:
@@ -99,3 +103,62 @@ def test_the_cut_out_goes_back_where_it_came_from_and_nothing_else_moves():
     outside = np.ones((64, 64), bool)
     outside[8:40, 16:48] = False
     assert (back[outside] == np.asarray(picture)[outside]).all()
+
+
+def random_masks(count: int, seed: int = 0):
+    """Masks of many shapes, each marking one random rectangle, with a padding and a size."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        width, height = (int(side) for side in rng.integers(16, 200, 2))
+        marked = np.zeros((height, width), np.uint8)
+        x1, x2 = sorted(int(x) for x in rng.integers(0, width, 2))
+        y1, y2 = sorted(int(y) for y in rng.integers(0, height, 2))
+        marked[y1 : y2 + 1, x1 : x2 + 1] = 255
+        size = (int(rng.integers(8, 300)), int(rng.integers(8, 300)))
+        yield Image.fromarray(marked, "L"), int(rng.integers(0, 40)), size
+
+
+def test_the_cut_out_box_is_diffusers_get_crop_region():
+    from diffusers.image_processor import VaeImageProcessor
+
+    for mask, padding, size in random_masks(500):
+        region = only_masked_region(mask, padding=padding, reach=0, size=size, low=8, high=4096)
+        assert region is not None
+        assert region.box == VaeImageProcessor.get_crop_region(mask, *size, pad=padding)
+
+
+@pytest.mark.parametrize(("mode", "theirs"), [(0, "default"), (1, "crop")])
+def test_resize_modes_0_and_1_are_diffusers_resize_pixel_for_pixel(mode, theirs):
+    from diffusers.image_processor import VaeImageProcessor
+
+    processor, rng = VaeImageProcessor(), np.random.default_rng(2)
+    for _ in range(20):
+        width, height, to_width, to_height = (int(side) for side in rng.integers(8, 120, 4))
+        picture = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        ours = resized(picture, (to_width, to_height), mode)
+        assert ours.tobytes() == processor.resize(picture, to_height, to_width, theirs).tobytes()
+
+
+FRAMES_A_MASK = """
+import sys
+from PIL import Image
+from imagegen.generation.edit_inputs import picture_mask
+from imagegen.generation.framing import only_masked_region
+from imagegen.generation.requests import GenerationRequest
+mask = Image.new("L", (96, 64))
+mask.paste(255, (40, 20, 50, 30))
+mask.save(sys.argv[1])
+framed = picture_mask(open(sys.argv[1], "rb").read(), size=(64, 64), resize_mode=2)
+region = only_masked_region(framed, padding=4, reach=8, size=None, low=8, high=64)
+assert region is not None
+print("torch" in sys.modules, "diffusers" in sys.modules)
+"""
+
+
+def test_framing_a_mask_as_the_web_process_does_imports_neither_torch_nor_diffusers(tmp_path):
+    """What services.edit_request runs when it takes an edit: a web replica loads no torch."""
+    run = subprocess.run(
+        [sys.executable, "-c", FRAMES_A_MASK, str(tmp_path / "mask.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert run.stdout.split() == ["False", "False"], run.stderr
