@@ -358,7 +358,6 @@ def run(args: argparse.Namespace) -> int:
         f"{fmt_ratio(ratio(cast.peak_rss_bytes, fp32))}"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "model": args.model,
             "rounds": args.rounds,
@@ -381,24 +380,13 @@ def run(args: argparse.Namespace) -> int:
             "service_peak_anon_vs_fp32": ratio(service.peak_anon_bytes, fp32),
             "plain_peak_anon_vs_fp32": ratio(plain.peak_anon_bytes, fp32),
         },
-        "summary": summary,
     }
-    written = common.write_json(f"load_{args.model}", document, args.json)
-    print(f"results written to {written}")
-    print(summary)
+    common.finish(f"load_{args.model}", machine, document, summary, args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        return run_as_child(args.child[0], args.model)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print("\ninterrupted; temp files and child processes were cleaned up", file=sys.stderr)
-        return 130
+    return common.main(parse_args, run, lambda args: run_as_child(args.child[0], args.model), argv)
 
 
 if __name__ == "__main__":

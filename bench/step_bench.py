@@ -264,7 +264,6 @@ def run(args: argparse.Namespace) -> int:
         f"plain ({plain.total_seconds:.1f} s)"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "model": args.model, "size": args.size, "steps": args.steps,
             "guidance": args.guidance, "threads": args.threads, "seed": SEED,
@@ -275,24 +274,16 @@ def run(args: argparse.Namespace) -> int:
             "service_vs_plain_step": ratio(service.median_step_seconds, plain.median_step_seconds),
             "service_vs_plain_total": ratio(service.total_seconds, plain.total_seconds),
         },
-        "summary": summary,
     }  # fmt: skip
-    written = common.write_json(f"step_{args.model}", document, args.json)
-    print(f"results written to {written}")
-    print(summary)
+    common.finish(f"step_{args.model}", machine, document, summary, args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
+    def child(args: argparse.Namespace) -> int:
         return run_as_child(args.child[0], args.model, args.size, args.steps, args.guidance)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print("\ninterrupted; temp files and child processes were cleaned up", file=sys.stderr)
-        return 130
+
+    return common.main(parse_args, run, child, argv)
 
 
 if __name__ == "__main__":
