@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="sd15", choices=["sd15"])
+    parser.add_argument("--model", default="sd15", choices=["sd15", "tiny"])
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=4)

@@ -52,10 +52,10 @@ VARIANTS = ("service", "plain")
 PROMPT = "a photo of an astronaut riding a horse on the sea at sunset, detailed"
 NEGATIVE = "blurry, low quality"
 SEED = 42
-DEFAULT_SIZE = {"sd15": 512, "sdxl": 1024}
+DEFAULT_SIZE = {"sd15": 512, "sdxl": 1024, "tiny": 128}
 PRIME_FACTOR = 2.0  # memory touched before the children: weights plus room for activations
 # SD 1.5's PNDM (PLMS) runs steps + 1 UNet calls; SDXL's Euler runs one per step.
-DEFAULT_STEPS = {"sd15": 2, "sdxl": 3}
+DEFAULT_STEPS = {"sd15": 2, "sdxl": 3, "tiny": 2}
 
 
 @dataclass
