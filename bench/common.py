@@ -286,6 +286,26 @@ def write_json(name: str, document: dict[str, Any], path: Path | None = None) ->
     return path
 
 
+def print_table(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]]) -> None:
+    """The run's table: the first column left-aligned, the figures right-aligned to their
+    widths, the last column (what each row is) as it comes."""
+
+    def line(cells: Sequence[str]) -> str:
+        first, *figures, last = cells
+        widths = [width for _, width in columns]
+        pairs = zip(figures, widths[1:-1], strict=True)
+        middle = " ".join(f"{cell:>{width}}" for cell, width in pairs)
+        return f"{first:<{widths[0]}} {middle}  {last}"
+
+    header = line([name for name, _ in columns])
+    print()
+    print(header)
+    print("-" * (len(header) + 40))
+    for row in rows:
+        print(line(row))
+    print()
+
+
 def finish(
     name: str, machine: dict[str, Any], document: dict[str, Any], summary: str, path: Path | None
 ) -> Path:

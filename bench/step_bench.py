@@ -186,22 +186,16 @@ def measure(variant: str, args: argparse.Namespace, work: Path) -> Row:
 
 
 def print_table(rows: list[Row], plain: Row) -> None:
-    header = (
-        f"{'variant':<8} {'s/step':>8} {'vs plain':>8} {'1st step':>8} {'decode s':>8} "
-        f"{'total s':>8} {'vs plain':>8} {'peak GiB':>8}  what"
-    )
-    print()
-    print(header)
-    print("-" * (len(header) + 50))
-    for r in rows:
-        print(
-            f"{r.name:<8} {r.median_step_seconds:>8.2f} "
-            f"{fmt_ratio(ratio(r.median_step_seconds, plain.median_step_seconds)):>8} "
-            f"{r.first_step_seconds:>8.2f} {r.decode_seconds:>8.2f} {r.total_seconds:>8.2f} "
-            f"{fmt_ratio(ratio(r.total_seconds, plain.total_seconds)):>8} "
-            f"{r.peak_rss_bytes / GIB:>8.2f}  {r.what}"
-        )
-    print()
+    names = ("variant", "s/step", "vs plain", "1st step", "decode s", "total s", "vs plain")
+    columns = [(name, 8) for name in names] + [("peak GiB", 8), ("what", 0)]
+    common.print_table(columns, [
+        [r.name, f"{r.median_step_seconds:.2f}",
+         fmt_ratio(ratio(r.median_step_seconds, plain.median_step_seconds)),
+         f"{r.first_step_seconds:.2f}", f"{r.decode_seconds:.2f}", f"{r.total_seconds:.2f}",
+         fmt_ratio(ratio(r.total_seconds, plain.total_seconds)), f"{r.peak_rss_bytes / GIB:.2f}",
+         r.what]
+        for r in rows
+    ])  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
