@@ -365,9 +365,15 @@ def ensure_model(name: str, log: Callable[[str], None] = print) -> Path:
     """The cached repo's path, built first when missing (minutes; SD 1.5 once, ~2 GB)."""
     spec = spec_for(name)
     if spec is TINY and not is_built(spec):
+        # Built aside and moved in whole: the suite's two workers may both ask for it at once.
         from tests.support.tiny_model import build_tiny_pipeline
 
-        build_tiny_pipeline(spec.path)
+        work = build_tiny_pipeline(TMP / f"tiny-{os.getpid()}")
+        spec.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            work.rename(spec.path)
+        except OSError:  # the other one's is in place
+            shutil.rmtree(work, ignore_errors=True)
         BUILT.mkdir(parents=True, exist_ok=True)
         spec.marker.write_text(json.dumps({"model": spec.name, "path": str(spec.path)}) + "\n")
     if not is_built(spec):
