@@ -1,5 +1,9 @@
-"""Shared plumbing of the image benchmarks: the machine line, child processes, statistics,
-and the JSON results. Not a benchmark itself.
+"""The benchmarks' one harness: the entry point, the machine/date/commit header, child
+processes, statistics, and the JSON results with the summary line. Not a benchmark itself.
+
+Every figure in docs/performance.md names its machine, date and commit, so every run prints
+and records them; a figure stands beside a baseline measured in the same run, since this
+shared machine moves by a third between runs.
 
 Heavy measurements run in a fresh child process each (`run_child`), so one variant's
 allocations, page-ins and thread pools never leak into the next one's figures, and each
@@ -16,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,21 @@ def cgroup_cpu_quota() -> str:
     return "max" if quota == "max" else f"{int(quota) / int(period):g} cpus"
 
 
+def commit() -> str:
+    """The code measured: HEAD's short hash, `+changes` when the tree differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+changes" if dirty else "")
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -85,6 +104,8 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_average_at_start": load_average(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit(),
     }
 
 
@@ -94,6 +115,7 @@ def print_machine(machine: dict[str, Any], extra: str = "") -> None:
         f"{machine['cgroup_cpu_quota']} | {machine['mem_total_gib']} GiB | "
         f"python {machine['python']}{' | ' + extra if extra else ''}"
     )
+    print(f"run: {machine['date']}, commit {machine['commit']}")
     print(
         f"load average at start: {machine['load_average_at_start']} "
         "(other work on the machine makes every figure noisy; compare ratios)"
@@ -262,6 +284,57 @@ def write_json(name: str, document: dict[str, Any], path: Path | None = None) ->
     body = {"benchmark": name, "date": datetime.now(UTC).isoformat(timespec="seconds")}
     path.write_text(json.dumps(body | document, indent=2) + "\n")
     return path
+
+
+def print_table(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]]) -> None:
+    """The run's table: the first column left-aligned, the figures right-aligned to their
+    widths, the last column (what each row is) as it comes."""
+
+    def line(cells: Sequence[str]) -> str:
+        first, *figures, last = cells
+        widths = [width for _, width in columns]
+        pairs = zip(figures, widths[1:-1], strict=True)
+        middle = " ".join(f"{cell:>{width}}" for cell, width in pairs)
+        return f"{first:<{widths[0]}} {middle}  {last}"
+
+    header = line([name for name, _ in columns])
+    print()
+    print(header)
+    print("-" * (len(header) + 40))
+    for row in rows:
+        print(line(row))
+    print()
+
+
+def finish(
+    name: str, machine: dict[str, Any], document: dict[str, Any], summary: str, path: Path | None
+) -> Path:
+    """Writes the run's JSON (the machine, its load at the end, the summary) and prints where,
+    then the one-line `summary:` every benchmark ends with."""
+    machine = machine | {"load_average_at_end": load_average()}
+    written = write_json(name, {"machine": machine} | document | {"summary": summary}, path)
+    print(f"\nresults written to {written}")
+    print(summary)
+    return written
+
+
+def main(
+    parse_args: Callable[[Sequence[str] | None], Any],
+    run: Callable[[Any], int],
+    child: Callable[[Any], int] | None = None,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """A benchmark's entry: `--child` runs one measured variant in this fresh process; else the
+    run, with SIGINT and SIGTERM raised as Interrupted so temp dirs and children are cleaned."""
+    args = parse_args(argv)
+    if child is not None and getattr(args, "child", None):
+        return child(args)
+    install_signal_handlers()
+    try:
+        return run(args)
+    except Interrupted:
+        print("\ninterrupted; the processes and temp files were cleaned up", file=sys.stderr)
+        return 130
 
 
 class Stopwatch:

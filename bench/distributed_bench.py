@@ -231,26 +231,24 @@ def run(args: argparse.Namespace) -> int:
         f"{two.poll_p99_ms:.1f} ms; idle p50 {base.idle_poll_p50_ms:.1f} vs "
         f"{one.idle_poll_p50_ms:.1f} ms | failed {sum(r.failed_jobs for r in rows)}"
     )
-    print(summary)
     document: dict[str, Any] = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {"model": args.model, "size": args.size, "steps": args.steps,
                    "jobs": args.jobs, "guidance": GUIDANCE, "quick": args.quick},
         "rows": [asdict(r) for r in rows],
-        "summary": summary,
     }  # fmt: skip
-    print(f"results: {common.write_json('distributed_bench', document)}")
+    common.finish("distributed_bench", machine, document, summary, args.json)
     return 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="sd15", choices=["sd15"])
+    parser.add_argument("--model", default="sd15", choices=["sd15", "tiny"])
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, help="where to write results")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.size, args.steps, args.idle_seconds = 2, 128, 2, 2.0
@@ -258,13 +256,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print("\ninterrupted; processes and temp files were cleaned up", file=sys.stderr)
-        return 130
+    return common.main(parse_args, run, argv=argv)
 
 
 if __name__ == "__main__":

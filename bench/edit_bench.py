@@ -664,7 +664,6 @@ def run(args: argparse.Namespace) -> int:
         + f" | run took {time.monotonic() - started:.0f} s"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "model": source.name,
             "size": source.size,
@@ -687,26 +686,13 @@ def run(args: argparse.Namespace) -> int:
         ],
         "image_difference": differences,
         "verdicts": verdicts,
-        "summary": summary,
     }
-    written = common.write_json("edit_bench", document, args.json)
-    print(f"\nresults written to {written}")
-    print(summary)
+    common.finish("edit_bench", machine, document, summary, args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        return plain_child(args)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print(
-            "\ninterrupted; the apps, the children and temp files were cleaned up", file=sys.stderr
-        )
-        return 130
+    return common.main(parse_args, run, plain_child, argv)
 
 
 if __name__ == "__main__":

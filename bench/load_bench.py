@@ -271,22 +271,15 @@ def gib(value: int | None) -> str:
 
 
 def print_table(rows: list[Row], fp32: int, plain: Row, floor: float) -> None:
-    header = (
-        f"{'variant':<18} {'seconds':>7} {'vs plain':>8} {'vs floor':>8} {'peak RSS':>8} "
-        f"{'/fp32':>6} {'anon':>6} {'/fp32':>6}  what (memory in GiB)"
-    )
-    print()
-    print(header)
-    print("-" * (len(header) + 40))
-    for row in rows:
-        print(
-            f"{row.name:<18} {row.seconds:>7.2f} "
-            f"{fmt_ratio(ratio(row.seconds, plain.seconds)):>8} "
-            f"{fmt_ratio(ratio(row.seconds, floor)):>8} {gib(row.peak_rss_bytes):>8} "
-            f"{fmt_ratio(ratio(row.peak_rss_bytes, fp32)):>6} {gib(row.peak_anon_bytes):>6} "
-            f"{fmt_ratio(ratio(row.peak_anon_bytes, fp32)):>6}  {row.what}"
-        )
-    print()
+    columns = [("variant", 18), ("seconds", 7), ("vs plain", 8), ("vs floor", 8)]
+    columns += [("peak RSS", 8), ("/fp32", 6), ("anon", 6), ("/fp32", 6)]
+    common.print_table([*columns, ("what (memory in GiB)", 0)], [
+        [row.name, f"{row.seconds:.2f}", fmt_ratio(ratio(row.seconds, plain.seconds)),
+         fmt_ratio(ratio(row.seconds, floor)), gib(row.peak_rss_bytes),
+         fmt_ratio(ratio(row.peak_rss_bytes, fp32)), gib(row.peak_anon_bytes),
+         fmt_ratio(ratio(row.peak_anon_bytes, fp32)), row.what]
+        for row in rows
+    ])  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -358,7 +351,6 @@ def run(args: argparse.Namespace) -> int:
         f"{fmt_ratio(ratio(cast.peak_rss_bytes, fp32))}"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "model": args.model,
             "rounds": args.rounds,
@@ -381,24 +373,13 @@ def run(args: argparse.Namespace) -> int:
             "service_peak_anon_vs_fp32": ratio(service.peak_anon_bytes, fp32),
             "plain_peak_anon_vs_fp32": ratio(plain.peak_anon_bytes, fp32),
         },
-        "summary": summary,
     }
-    written = common.write_json(f"load_{args.model}", document, args.json)
-    print(f"results written to {written}")
-    print(summary)
+    common.finish(f"load_{args.model}", machine, document, summary, args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        return run_as_child(args.child[0], args.model)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print("\ninterrupted; temp files and child processes were cleaned up", file=sys.stderr)
-        return 130
+    return common.main(parse_args, run, lambda args: run_as_child(args.child[0], args.model), argv)
 
 
 if __name__ == "__main__":

@@ -52,10 +52,10 @@ VARIANTS = ("service", "plain")
 PROMPT = "a photo of an astronaut riding a horse on the sea at sunset, detailed"
 NEGATIVE = "blurry, low quality"
 SEED = 42
-DEFAULT_SIZE = {"sd15": 512, "sdxl": 1024}
+DEFAULT_SIZE = {"sd15": 512, "sdxl": 1024, "tiny": 128}
 PRIME_FACTOR = 2.0  # memory touched before the children: weights plus room for activations
 # SD 1.5's PNDM (PLMS) runs steps + 1 UNet calls; SDXL's Euler runs one per step.
-DEFAULT_STEPS = {"sd15": 2, "sdxl": 3}
+DEFAULT_STEPS = {"sd15": 2, "sdxl": 3, "tiny": 2}
 
 
 @dataclass
@@ -186,22 +186,16 @@ def measure(variant: str, args: argparse.Namespace, work: Path) -> Row:
 
 
 def print_table(rows: list[Row], plain: Row) -> None:
-    header = (
-        f"{'variant':<8} {'s/step':>8} {'vs plain':>8} {'1st step':>8} {'decode s':>8} "
-        f"{'total s':>8} {'vs plain':>8} {'peak GiB':>8}  what"
-    )
-    print()
-    print(header)
-    print("-" * (len(header) + 50))
-    for r in rows:
-        print(
-            f"{r.name:<8} {r.median_step_seconds:>8.2f} "
-            f"{fmt_ratio(ratio(r.median_step_seconds, plain.median_step_seconds)):>8} "
-            f"{r.first_step_seconds:>8.2f} {r.decode_seconds:>8.2f} {r.total_seconds:>8.2f} "
-            f"{fmt_ratio(ratio(r.total_seconds, plain.total_seconds)):>8} "
-            f"{r.peak_rss_bytes / GIB:>8.2f}  {r.what}"
-        )
-    print()
+    names = ("variant", "s/step", "vs plain", "1st step", "decode s", "total s", "vs plain")
+    columns = [(name, 8) for name in names] + [("peak GiB", 8), ("what", 0)]
+    common.print_table(columns, [
+        [r.name, f"{r.median_step_seconds:.2f}",
+         fmt_ratio(ratio(r.median_step_seconds, plain.median_step_seconds)),
+         f"{r.first_step_seconds:.2f}", f"{r.decode_seconds:.2f}", f"{r.total_seconds:.2f}",
+         fmt_ratio(ratio(r.total_seconds, plain.total_seconds)), f"{r.peak_rss_bytes / GIB:.2f}",
+         r.what]
+        for r in rows
+    ])  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -264,7 +258,6 @@ def run(args: argparse.Namespace) -> int:
         f"plain ({plain.total_seconds:.1f} s)"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "model": args.model, "size": args.size, "steps": args.steps,
             "guidance": args.guidance, "threads": args.threads, "seed": SEED,
@@ -275,24 +268,16 @@ def run(args: argparse.Namespace) -> int:
             "service_vs_plain_step": ratio(service.median_step_seconds, plain.median_step_seconds),
             "service_vs_plain_total": ratio(service.total_seconds, plain.total_seconds),
         },
-        "summary": summary,
     }  # fmt: skip
-    written = common.write_json(f"step_{args.model}", document, args.json)
-    print(f"results written to {written}")
-    print(summary)
+    common.finish(f"step_{args.model}", machine, document, summary, args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
+    def child(args: argparse.Namespace) -> int:
         return run_as_child(args.child[0], args.model, args.size, args.steps, args.guidance)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print("\ninterrupted; temp files and child processes were cleaned up", file=sys.stderr)
-        return 130
+
+    return common.main(parse_args, run, child, argv)
 
 
 if __name__ == "__main__":

@@ -1111,7 +1111,6 @@ def run(args: argparse.Namespace) -> int:
         f" | run took {time.monotonic() - started:.0f} s"
     )
     document = {
-        "machine": machine | {"load_average_at_end": common.load_average()},
         "config": {
             "models": args.models, "configs": args.configs_for, "threads": args.threads,
             "steps": args.steps, "vae_tile": args.vae_tile,
@@ -1129,11 +1128,8 @@ def run(args: argparse.Namespace) -> int:
             for r in results
         ],
         "verdicts": verdicts,
-        "summary": summary,
     }  # fmt: skip
-    written = common.write_json("time_to_image", document, args.json)
-    print(f"\nresults written to {written}")
-    print(summary)
+    common.finish("time_to_image", machine, document, summary, args.json)
     return 0
 
 
@@ -1159,17 +1155,10 @@ def measure_peak(threads: int, work: Path, when: str) -> efficiency.Peak:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
+    def child(args: argparse.Namespace) -> int:
         return peak_child(args) if args.child[0] == "peak" else plain_child(args)
-    common.install_signal_handlers()
-    try:
-        return run(args)
-    except common.Interrupted:
-        print(
-            "\ninterrupted; the app, the children and temp files were cleaned up", file=sys.stderr
-        )
-        return 130
+
+    return common.main(parse_args, run, child, argv)
 
 
 if __name__ == "__main__":

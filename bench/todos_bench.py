@@ -32,7 +32,6 @@ rounds taken in turns.
 """
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -57,14 +56,8 @@ from pymongo.collection import Collection
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
-    QUIET_ENV,
-    Interrupted,
-    install_signal_handlers,
-    load_average,
-    machine_info,
-    percentile,
-)
+from bench import common  # noqa: E402
+from bench.common import QUIET_ENV, percentile  # noqa: E402
 from bench.peers.runner import express_mongoose  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 
@@ -802,8 +795,7 @@ def measure_during_generation(
 
 
 def print_header(machine: dict[str, Any], config: Config) -> None:
-    print(f"machine: nproc {machine['nproc']} | {machine['cpu']} | python {machine['python']}")
-    print(f"load average at start: {machine['load_average_at_start']}")
+    common.print_machine(machine)
     if config.generation_only:
         print(f"run: the during-generation rows only | rounds {config.generation_rounds}")
         return
@@ -908,28 +900,6 @@ def summary_line(
     )
 
 
-def write_json(
-    path: Path,
-    machine: dict[str, Any],
-    config: Config,
-    results: list[Result],
-    checks: list[dict[str, Any]],
-    rows: list[GenerationRow],
-) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    settings = asdict(config) | {"json_path": str(config.json_path)}
-    document = {
-        "benchmark": "todos",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine | {"load_average_at_end": load_average()},
-        "config": settings,
-        "results": [asdict(r) for r in results],
-        "targets": checks,
-        "during_generation": [asdict(r) for r in rows],
-    }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-
-
 # --- entry point -----------------------------------------------------------------------------
 
 
@@ -1006,49 +976,53 @@ def generation_settings(stack: ExitStack, enabled: bool) -> Iterator[dict[str, s
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    config = parse_args(argv)
-    install_signal_handlers()
-    machine = machine_info()
+def run(config: Config) -> int:
+    machine = common.machine_info()
     print_header(machine, config)
     started = time.monotonic()
     results: list[Result] = []
     rows: list[GenerationRow] = []
-    try:
-        with ExitStack() as stack:
-            extra_env = stack.enter_context(generation_settings(stack, config.during_generation))
-            print("starting the service (scripts/serve.py, embedded database)...", flush=True)
-            service = stack.enter_context(running_service(extra_env))
-            if not config.generation_only:
-                peer_url = None
-                if config.peer:
-                    peer_url = stack.enter_context(express_mongoose(
-                        service.mongo_uri(PEER_DB), free_port(), service.data_dir / "peer.log"
-                    ))  # fmt: skip
-                print(f"service at {service.base_url}, peer at {peer_url}; measuring:", flush=True)
-                results = run_benchmark(service, peer_url, config)
-            if config.during_generation:
-                print("todo latency while an image generates (a second service: GEN_NICE=0)...")
-                baseline = stack.enter_context(running_service(extra_env | {"GEN_NICE": "0"}))
-                shipped = os.environ.get("GEN_NICE") or "10"  # what the service runs with
-                rows = measure_during_generation(
-                    [GeneratingService(f"GEN_NICE={shipped}", service.base_url),
-                     GeneratingService("GEN_NICE=0", baseline.base_url)],
-                    config,
-                )  # fmt: skip
-    except Interrupted:
-        print("\ninterrupted; the service and the peer were stopped", file=sys.stderr)
-        return 130
+    with ExitStack() as stack:
+        extra_env = stack.enter_context(generation_settings(stack, config.during_generation))
+        print("starting the service (scripts/serve.py, embedded database)...", flush=True)
+        service = stack.enter_context(running_service(extra_env))
+        if not config.generation_only:
+            peer_url = None
+            if config.peer:
+                peer_url = stack.enter_context(express_mongoose(
+                    service.mongo_uri(PEER_DB), free_port(), service.data_dir / "peer.log"
+                ))  # fmt: skip
+            print(f"service at {service.base_url}, peer at {peer_url}; measuring:", flush=True)
+            results = run_benchmark(service, peer_url, config)
+        if config.during_generation:
+            print("todo latency while an image generates (a second service: GEN_NICE=0)...")
+            baseline = stack.enter_context(running_service(extra_env | {"GEN_NICE": "0"}))
+            shipped = os.environ.get("GEN_NICE") or "10"  # what the service runs with
+            rows = measure_during_generation(
+                [GeneratingService(f"GEN_NICE={shipped}", service.base_url),
+                 GeneratingService("GEN_NICE=0", baseline.base_url)],
+                config,
+            )  # fmt: skip
     checks = targets(results)
     if results:
         print_table(results)
         print_targets(checks)
     if rows:
         print_generation(rows)
-    write_json(config.json_path, machine, config, results, checks, rows)
-    print(f"results written to {config.json_path} ({time.monotonic() - started:.0f}s in all)")
-    print(summary_line(results, checks, rows))
+    document = {
+        "config": asdict(config) | {"json_path": str(config.json_path)},
+        "results": [asdict(r) for r in results],
+        "targets": checks,
+        "during_generation": [asdict(r) for r in rows],
+        "seconds": time.monotonic() - started,
+    }
+    summary = summary_line(results, checks, rows)
+    common.finish("todos", machine, document, summary, config.json_path)
     return 1 if any(r.errors for r in results) or any(r.errors for r in rows) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return common.main(parse_args, run, argv=argv)
 
 
 if __name__ == "__main__":

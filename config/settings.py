@@ -182,12 +182,6 @@ DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
     raise ImproperlyConfigured(f"DEVICE must be auto, cpu or cuda, got {DEVICE!r}")
 
-# How the weights are loaded: "streaming" (cast in chunks into one block per file, peak
-# near the fp32 size) or "diffusers" (its own loading: about 1.5x the fp32 size at the peak).
-MODEL_LOADER = env_str("MODEL_LOADER", "streaming")
-if MODEL_LOADER not in ("streaming", "diffusers"):
-    raise ImproperlyConfigured(f"MODEL_LOADER must be streaming or diffusers, got {MODEL_LOADER!r}")
-
 # The seed's rule: attention slicing on. Each slice runs torch's fused attention kernel
 # (imagegen/model/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
@@ -329,12 +323,6 @@ if JOB_STORE_MAX_CONCURRENT >= _THREADS:
 # ticks the store's clock, which counts only gaps of at most half the TTL; with every worker
 # dead those reads alone must still see a lost job's TTL pass.
 JOB_HEARTBEAT_TTL = env_float("JOB_HEARTBEAT_TTL", 30.0, minimum=3.0)
-# How a request waiting on a job learns that it changed: the store's announcements (Redis
-# pub/sub, with a read every second as the fallback), or a read every 50 ms (the way before,
-# kept to measure against: bench/job_wait_bench.py).
-JOB_WAIT = env_str("JOB_WAIT", "notify")
-if JOB_WAIT not in ("notify", "poll"):
-    raise ImproperlyConfigured(f"JOB_WAIT must be notify or poll, got {JOB_WAIT!r}")
 
 if GEN_DEFAULT_STEPS is not None and not 1 <= GEN_DEFAULT_STEPS <= GEN_MAX_STEPS:
     raise ImproperlyConfigured("GEN_DEFAULT_STEPS must be between 1 and GEN_MAX_STEPS")

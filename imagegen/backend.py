@@ -71,7 +71,6 @@ def loader() -> ModelLoader:
         compute_device(),
         LoadOptions(
             threads=torch_threads(settings.TORCH_THREADS),
-            streaming=settings.MODEL_LOADER == "streaming",
             attention_slicing=settings.ATTENTION_SLICING,
             vae_tile=settings.VAE_TILE_SIZE,
         ),
@@ -133,7 +132,7 @@ def jobs() -> JobBoard:
             keep=settings.JOBS_KEEP,
             rules=rules_from_settings(),
             timings=RedisTimings(redis_client(), measured_model(model_source())),
-            changes=ChangeFeed(listener_client()) if settings.JOB_WAIT == "notify" else None,
+            changes=ChangeFeed(listener_client()),
         )
     return JobQueue(
         loader(),

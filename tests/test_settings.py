@@ -28,7 +28,6 @@ def environment() -> Iterator[dict[str, str]]:
     ("variables", "message"),
     [
         ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu or cuda, got 'gpu'"),
-        ({"MODEL_LOADER": "fast"}, "MODEL_LOADER must be streaming or diffusers"),
         ({"PREVIEW": "full"}, "PREVIEW must be approx, tiny or off"),
         ({"PREVIEW": "tiny", "VAE_DECODER": "full"}, "PREVIEW=tiny needs VAE_DECODER=tiny"),
         ({"PREVIEW_EVERY": "0"}, "PREVIEW_EVERY"),
@@ -97,7 +96,7 @@ def test_a_bad_setting_refuses_to_start_naming_it(environment, variables, messag
 
 
 def test_the_defaults_start(environment):
-    for name in ("DEVICE", "MODEL_LOADER", "TORCH_THREADS", "GEN_QUEUE_MAX", "GEN_LOAD_TIMEOUT"):
+    for name in ("DEVICE", "TORCH_THREADS", "GEN_QUEUE_MAX", "GEN_LOAD_TIMEOUT"):
         os.environ.pop(name, None)
     settings = importlib.reload(config.settings)
     assert (settings.DEVICE, settings.GEN_QUEUE_MAX, settings.GEN_LOAD_TIMEOUT) == ("auto", 8, 300)
