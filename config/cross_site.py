@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja.parser import Parser
 from ninja.types import DictStrAny
 
-from config.auth import public_origin
+from apikeys.auth import public_origin
 from config.errors import ServiceError, error_response
 
 CHANGES_STATE = {"POST", "PUT", "PATCH", "DELETE"}

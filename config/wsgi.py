@@ -19,7 +19,7 @@ from config.chunked import ChunkedBodies  # noqa: E402
 
 application = ChunkedBodies(application, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
-from config.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
+from apikeys.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
 
 warn_if_open()
 

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Status
 from ninja.errors import ValidationError
 
-from config.auth import ADMIN, token_required
+from apikeys.auth import ADMIN, token_required
 from config.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired

@@ -32,8 +32,8 @@ from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent, T
 from ninja import Router
 from pydantic import AfterValidator, Field
 
+from apikeys.auth import owner_key, queue_limit, seen_by, token_required
 from config.asgi_bridge import REQUEST_KEY, AsgiBridge
-from config.auth import owner_key, queue_limit, seen_by, token_required
 from config.errors import FieldError, ServiceError
 from config.text import NotBlank
 from config.version import app_version

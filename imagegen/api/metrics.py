@@ -11,7 +11,7 @@ from ninja import Router
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
-from config.auth import METRICS, token_required
+from apikeys.auth import METRICS, token_required
 from imagegen.api.schemas import errors
 from imagegen.scrape import WebState
 

@@ -7,8 +7,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpRe
 from ninja import Header, Query, Router
 from ninja.errors import ValidationError
 
-from config.api import api
-from config.auth import (
+from apikeys.auth import (
     ADMIN,
     client_identity,
     open_warning,
@@ -20,6 +19,7 @@ from config.auth import (
     stream_key,
     token_required,
 )
+from config.api import api
 from config.env import parse_bool
 from config.errors import FieldError
 from config.openapi import form_request_body, png_answer

@@ -20,7 +20,7 @@ from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
 from pydantic import ValidationError as PydanticError
 
-from config.auth import (
+from apikeys.auth import (
     client_identity,
     owner_key,
     queue_limit,

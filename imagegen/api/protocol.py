@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
+from apikeys.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
 from config.errors import FieldError
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord

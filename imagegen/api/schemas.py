@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from config.auth import sees_owners
+from apikeys.auth import sees_owners
 from config.errors import FieldError
 from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
