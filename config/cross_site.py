@@ -19,7 +19,7 @@ from ninja.parser import Parser
 from ninja.types import DictStrAny
 
 from apikeys.auth import public_origin
-from config.errors import ServiceError, error_response
+from core.errors import ServiceError, error_response
 
 CHANGES_STATE = {"POST", "PUT", "PATCH", "DELETE"}
 # Sec-Fetch-Site values of a request the user or this origin made ("none": typed, bookmarked).

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from core.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
@@ -39,19 +39,18 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # django-prometheus' pair brackets the rest, so the HTTP families time all of it.
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
-    "config.middleware.RequestIdMiddleware",
-    "config.middleware.AppVersionHeaderMiddleware",
+    "core.middleware.RequestIdMiddleware",
+    "core.middleware.AppVersionHeaderMiddleware",
     # X-Frame-Options: DENY (Django's default value) on every answer, the shaped errors'
     # too: no page frames ours.
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "config.middleware.ErrorShapeMiddleware",
-    "config.middleware.HeadAsGetMiddleware",
+    "core.middleware.ErrorShapeMiddleware",
+    "core.middleware.HeadAsGetMiddleware",
     "config.cross_site.CrossSiteMiddleware",
-    "config.middleware.DatabaseBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "config.metrics.RouteMetricsMiddleware",
+    "core.metrics.RouteMetricsMiddleware",
 ]
 
 # Ninja serves /todo and /todo/ as different routes; redirecting would turn a
@@ -71,9 +70,9 @@ TEMPLATES = [
 
 # A full todo batch (1000 items of 40 + 1000 characters) JSON-escaped is about 13 MB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
-# File parts count too (config.uploads): Django's limit above leaves them out.
+# File parts count too (core.uploads): Django's limit above leaves them out.
 FILE_UPLOAD_HANDLERS = [
-    "config.uploads.BodyLimit",
+    "core.uploads.BodyLimit",
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
@@ -120,7 +119,7 @@ for _proxy in env_list("TRUSTED_PROXIES", []):
 # --- todos -----------------------------------------------------------------------------
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
 # How long a request waits for an unreachable database before answering 503; all of a todo
-# request's database work must end within five times this (config.middleware).
+# request's database work must end within five times this (todos.middleware).
 MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
 # Todo requests that may wait on the database at once; the rest get 503 at once, so an
 # outage never holds every worker thread (gunicorn's threads less four, by default).
@@ -357,7 +356,7 @@ if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
 
 # "text" (the default): one readable line per record; "json": one JSON object per line, with
 # the request's id, route, status and duration and the job and worker when known
-# (config.logs.JsonFormatter), for a log search (Log Analytics, Loki) to query by field.
+# (core.logs.JsonFormatter), for a log search (Log Analytics, Loki) to query by field.
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
@@ -393,9 +392,9 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "config.logs.JsonFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
-    "filters": {"expected_answers": {"()": "config.logs.ExpectedAnswers"}},
+    "filters": {"expected_answers": {"()": "core.logs.ExpectedAnswers"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

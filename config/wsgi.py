@@ -6,7 +6,7 @@ from wsgiref.types import WSGIApplication
 
 from django.core.wsgi import get_wsgi_application
 
-from config.file_modes import keep_new_files_private
+from core.file_modes import keep_new_files_private
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
@@ -15,7 +15,7 @@ application: WSGIApplication = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402
 
-from config.chunked import ChunkedBodies  # noqa: E402
+from core.chunked import ChunkedBodies  # noqa: E402
 
 application = ChunkedBodies(application, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 

@@ -3,7 +3,7 @@ route's protocol (config/errors.py)."""
 
 import redis
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 
 
 class ModelNotPulled(ServiceError):

@@ -34,9 +34,9 @@ from pydantic import AfterValidator, Field
 
 from apikeys.auth import owner_key, queue_limit, seen_by, token_required
 from config.asgi_bridge import REQUEST_KEY, AsgiBridge
-from config.errors import FieldError, ServiceError
-from config.text import NotBlank
-from config.version import app_version
+from core.errors import FieldError, ServiceError
+from core.text import NotBlank
+from core.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size

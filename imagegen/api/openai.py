@@ -27,9 +27,9 @@ from apikeys.auth import (
     stream_key,
     token_required,
 )
-from config.errors import FieldError
-from config.openapi import form_request_body, plain_optional
-from config.text import NOT_BLANK, NotBlank
+from core.errors import FieldError
+from core.openapi import form_request_body, plain_optional
+from core.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
 from imagegen.api.protocol import admit, run_for_client, signed_image_link

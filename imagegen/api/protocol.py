@@ -14,7 +14,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from apikeys.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest

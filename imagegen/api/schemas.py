@@ -23,10 +23,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from apikeys.auth import sees_owners
-from config.errors import FieldError
-from config.openapi import plain_optional
-from config.text import NOT_BLANK, NotBlank, is_blank
-from config.timestamps import iso_ms
+from core.errors import FieldError
+from core.openapi import plain_optional
+from core.text import NOT_BLANK, NotBlank, is_blank
+from core.timestamps import iso_ms
 from imagegen import selectors
 from imagegen.generation.edits import (
     EDIT_ONLY,

@@ -29,7 +29,7 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
-from config.errors import FieldError, ServiceError
+from core.errors import FieldError, ServiceError
 from imagegen.generation.framing import (
     JUST_RESIZE,
     ONLY_MASKED_PADDING_MAX,

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from apikeys.auth import protected
-from config.version import app_version
+from core.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
 from imagegen.backend import is_distributed

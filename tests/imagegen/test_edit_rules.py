@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen.generation import edits
 from imagegen.generation.edits import check_inputs, pipeline_strength, steps_run, working_size
 from imagegen.generation.masks import blurred_mask, pasted_back, within

@@ -26,7 +26,7 @@ from mcp_types import CallToolResult
 from PIL import Image
 
 from config.asgi_bridge import LifespanFailed
-from config.errors import ServiceError
+from core.errors import ServiceError
 from imagegen import backend, services
 from imagegen.api import mcp
 from imagegen.api.mcp import WAIT_FALSE
