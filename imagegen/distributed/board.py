@@ -62,7 +62,7 @@ class RedisJobBoard:
 
     @cached_property
     def _celery(self):
-        from config.celery import app
+        from imagegen.distributed.celery_app import app
 
         return app
 
