@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from config.threads import gunicorn_threads
 from core.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
@@ -121,11 +122,12 @@ MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
 # How long a request waits for an unreachable database before answering 503; all of a todo
 # request's database work must end within five times this (todos.middleware).
 MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
+# The worker's request threads: gunicorn's real count in a gunicorn worker (config/threads.py),
+# else GUNICORN_THREADS. The bounds below are kept under it.
+_THREADS = gunicorn_threads() or env_int("GUNICORN_THREADS", 16, minimum=1)
 # Todo requests that may wait on the database at once; the rest get 503 at once, so an
 # outage never holds every worker thread (gunicorn's threads less four, by default).
-TODO_MAX_CONCURRENT = env_int(
-    "TODO_MAX_CONCURRENT", max(1, env_int("GUNICORN_THREADS", 16, minimum=1) - 4), minimum=1
-)
+TODO_MAX_CONCURRENT = env_int("TODO_MAX_CONCURRENT", max(1, _THREADS - 4), minimum=1)
 # GET /todos without `limit` answers at most this many, the rest through its Link header.
 TODO_LIST_MAX = env_int("TODO_LIST_MAX", 1000, minimum=1, maximum=1000)
 
@@ -270,7 +272,6 @@ IMAGE_URL_TTL = env_int("IMAGE_URL_TTL", 3600, minimum=1)
 # Event streams of jobs (GET /jobs/<id>/events). Each open stream holds one of gunicorn's
 # threads for its whole life, so their number is bounded below the thread count (the next
 # client gets 503 + Retry-After): /health and the other routes always keep threads.
-_THREADS = env_int("GUNICORN_THREADS", 16, minimum=1)
 EVENT_STREAMS_MAX = env_int("EVENT_STREAMS_MAX", max(1, _THREADS // 4), minimum=1)
 if EVENT_STREAMS_MAX >= _THREADS:
     raise ImproperlyConfigured(

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-log = logging.getLogger("config.api")
+log = logging.getLogger("config.api")  # the name log searches know these lines by
 
 NOT_FOUND = "Not Found"
 

@@ -13,7 +13,7 @@ from core.errors import NOT_FOUND, error_response
 from core.logs import is_queue_poll
 from core.version import app_version
 
-request_log = logging.getLogger("config.requests")
+request_log = logging.getLogger("config.requests")  # the name log searches know
 
 
 class RequestIdMiddleware:

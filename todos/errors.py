@@ -20,7 +20,7 @@ from core.errors import (
 from core.logs import first_part
 from todos import metrics
 
-log = logging.getLogger("config.api")
+log = logging.getLogger("config.api")  # the name log searches know these lines by
 
 
 class IdRequired(ServiceError):

@@ -15,7 +15,7 @@ from core.errors import ErrorShape, error_response, register_error_shape
 from core.logs import first_part
 from imagegen.errors import JobStoreBusy
 
-log = logging.getLogger("config.api")
+log = logging.getLogger("config.api")  # the name log searches know these lines by
 
 # OpenAI's error `code` by status, as its API writes them (the SDK picks its exception
 # class by status alone).
