@@ -19,7 +19,7 @@ def main() -> None:
     use_one_arena()
     from core.file_modes import keep_new_files_private
 
-    keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
+    keep_new_files_private()  # files 0600, folders 0700 (core/file_modes.py)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

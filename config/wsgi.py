@@ -17,7 +17,7 @@ from imagegen.model.malloc_arena import use_one_arena
 # service gets it.
 use_one_arena()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
+keep_new_files_private()  # files 0600, folders 0700 (core/file_modes.py)
 # What gunicorn calls: Django's handler, then the same wrapped in ChunkedBodies.
 application: WSGIApplication = get_wsgi_application()
 

@@ -4,7 +4,7 @@ engine send, translated into the service's own request and answered in OpenAI's 
 A thin translator: the generation is services.generation_run_shared, the same queue and
 jobs as POST /generate; an edit is services.edit_request, the same rules as POST /generate's
 image part, with OpenAI's mask (transparent repaints) turned into the service's own (white
-repaints) on the way in; errors take OpenAI's shape in config/errors.py (by path).
+repaints) on the way in; errors take OpenAI's shape (imagegen/api/errors.py).
 """
 
 import base64
