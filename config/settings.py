@@ -10,8 +10,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.threads import gunicorn_threads
 from core.env import env_bool, env_float, env_int, env_list, env_str
-from imagegen.generation.previews import PREVIEW_METHODS, TINY
-from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
 from imagegen.model.decoder import default_decoder, parse_decoder
 from imagegen.model.inpaint import parse_inpaint
@@ -171,11 +169,8 @@ VAE_DECODER = parse_decoder(
 # Live previews of a running job (imagegen/generation/previews.py): "approx" (a linear map of
 # the latents, the default), "tiny" (the tiny decoder: needs VAE_DECODER=tiny) or "off". Made
 # after every PREVIEW_EVERY steps, at least PREVIEW_SECONDS apart.
+# Checked by the imagegen app when it is ready (imagegen/checks.py).
 PREVIEW = env_str("PREVIEW", "approx")
-if PREVIEW not in PREVIEW_METHODS:
-    raise ImproperlyConfigured(f"PREVIEW must be approx, tiny or off, got {PREVIEW!r}")
-if PREVIEW == TINY and not VAE_DECODER.tiny:
-    raise ImproperlyConfigured("PREVIEW=tiny needs VAE_DECODER=tiny (the decoder it uses)")
 PREVIEW_EVERY = env_int("PREVIEW_EVERY", 1, minimum=1)
 PREVIEW_SECONDS = env_float("PREVIEW_SECONDS", 1.0, minimum=0)
 
@@ -231,12 +226,8 @@ GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1, maximum=500)
 GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", None)
 GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0, minimum=0)
+# One of the named schedulers (checked by the imagegen app: imagegen/checks.py).
 GEN_DEFAULT_SCHEDULER = env_str("GEN_DEFAULT_SCHEDULER", "") or None
-if GEN_DEFAULT_SCHEDULER is not None and GEN_DEFAULT_SCHEDULER not in SCHEDULERS:
-    raise ImproperlyConfigured(
-        f"GEN_DEFAULT_SCHEDULER must be one of {', '.join(SCHEDULERS)}, "
-        f"got {GEN_DEFAULT_SCHEDULER!r}"
-    )
 # Sent steps and guidance above these are lowered to them (and reported), not refused.
 # Unset: the preset's maximum (none without a preset).
 GEN_STEPS_CAP = env_int("GEN_STEPS_CAP", None, minimum=1)
