@@ -17,9 +17,9 @@ def main() -> None:
     from imagegen.model.malloc_arena import use_one_arena
 
     use_one_arena()
-    from config.file_modes import keep_new_files_private
+    from core.file_modes import keep_new_files_private
 
-    keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
+    keep_new_files_private()  # files 0600, folders 0700 (core/file_modes.py)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

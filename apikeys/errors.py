@@ -1,6 +1,6 @@
 """What the key services refuse, each naming the field and the rule."""
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 
 
 class KeyRefused(Exception):

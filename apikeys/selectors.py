@@ -13,7 +13,7 @@ from django.conf import settings
 
 from apikeys import secret_form
 from apikeys.documents import ApiKey, keys_collection
-from config.timestamps import utc_now
+from core.timestamps import utc_now
 
 LAST_USED_EVERY = timedelta(minutes=1)
 

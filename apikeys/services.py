@@ -10,7 +10,7 @@ from apikeys import secret_form
 from apikeys.documents import NAME_MAX, SCOPES, ApiKey, keys_collection
 from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
 from apikeys.secret_form import webhook_signing_secret
-from config.timestamps import utc_now
+from core.timestamps import utc_now
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
-from config.logs import is_queue_poll
+from core.logs import is_queue_poll
 
 
 class AccessLog(Logger):

@@ -1,34 +1,27 @@
-"""The project's one NinjaAPI: each app adds its routers; every exception becomes an answer here."""
+"""The project's one NinjaAPI: each app adds its routers and the handlers of its own
+exceptions (config/urls.py); the exceptions every app shares become answers here, in the
+error shape the path's app registered (core.errors)."""
 
-import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404, HttpRequest, HttpResponse
-from kombu.exceptions import OperationalError
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.openapi.schema import OpenAPISchema
-from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeoutError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from config import metrics
 from config.cross_site import JsonOnlyParser
-from config.errors import (
-    DATABASE_UNREACHABLE,
+from core.errors import (
     NOT_FOUND,
     FieldError,
     ServiceError,
     error_response,
-    takes_basic_auth,
+    shape_of,
+    unexpected_error,
 )
-from config.logs import first_part
-from config.openapi import declare_method_not_allowed
-from config.version import app_version
-
-log = logging.getLogger(__name__)
+from core.openapi import declare_method_not_allowed
+from core.version import app_version
 
 
 class ProjectAPI(NinjaAPI):
@@ -96,12 +89,7 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         details = [{"field": "body", "message": "must be a JSON document"}]
         return error_response(request, 400, _describe(details), details=details)
     if exc.status_code == 401:
-        message = "A valid 'Authorization: Bearer <token>' is required"
-        if takes_basic_auth(request.path):  # webuiapi and A1111 front ends send Basic
-            message = (
-                "A valid 'Authorization: Bearer <token>' (or Basic, with the token as the "
-                "password) is required"
-            )
+        message = shape_of(request.path).unauthorized_message  # the A1111 routes' names Basic
         response = error_response(request, 401, message)
         # Bearer alone, even where Basic is taken: a Basic challenge makes a browser ask for
         # a password and then send it with every request to this host, another site's too.
@@ -118,68 +106,12 @@ def on_field_error(request: HttpRequest, exc: FieldError) -> HttpResponse:
 
 @api.exception_handler(ServiceError)
 def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-    message = exc.message
-    if exc.may_follow_a_queued_job and is_generating(request):
-        message = f"{message}. {MAY_HAVE_QUEUED}"
-    return error_response(request, exc.status, message, retry_after=exc.retry_after)
+    return error_response(request, exc.status, exc.message, retry_after=exc.retry_after)
 
 
 @api.exception_handler(Http404)
 def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(request, 404, NOT_FOUND)
-
-
-WRITES = {"POST", "PUT", "PATCH", "DELETE"}
-UNCONFIRMED = (
-    "The database did not confirm this write in time: it may or may not have been saved. "
-    "Check before sending it again, or send it again with the same Idempotency-Key"
-)
-
-
-@api.exception_handler(PyMongoError)
-def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
-    """A database that does not answer in time is a 503. A write that never left this
-    process (no server to send it to) can simply be retried; one that was sent may have
-    been applied, and the answer must not tell the client to just try again (its retry
-    would then meet its own todo as a duplicate)."""
-    if not (exc.timeout or isinstance(exc, ConnectionFailure)):
-        return on_unexpected(request, exc)
-    log.warning("database unreachable: %s", first_part(exc))
-    metrics.TODO_REFUSED.labels(reason="unreachable").inc()
-    sent = not isinstance(exc, ServerSelectionTimeoutError)
-    message = UNCONFIRMED if sent and request.method in WRITES else DATABASE_UNREACHABLE
-    return error_response(request, 503, message, retry_after=5)
-
-
-JOB_STORE_UNREACHABLE = "The job store (Redis) is unreachable; try again shortly"
-# The routes that queue generations: a request of theirs cut off by the outage may have
-# queued its job, which then runs on. The same Idempotency-Key on the retry joins that job
-# (imagegen.services) instead of running it twice.
-GENERATING = (
-    "/generate", "/v1/images/generations", "/v1/images/edits", "/sdapi/v1/txt2img",
-    "/sdapi/v1/img2img",
-)  # fmt: skip
-MAY_HAVE_QUEUED = (
-    "The job may have been queued already: send the request again with the same "
-    "Idempotency-Key to join that job instead of running it twice"
-)
-GENERATION_UNCONFIRMED = f"{JOB_STORE_UNREACHABLE}. {MAY_HAVE_QUEUED}"
-
-
-def is_generating(request: HttpRequest) -> bool:
-    return request.method == "POST" and request.path in GENERATING
-
-
-@api.exception_handler(RedisConnectionError)
-@api.exception_handler(RedisTimeoutError)
-@api.exception_handler(OperationalError)
-def on_job_store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    """Distributed mode's Redis (the jobs and the broker) not answering: a 503 the client
-    may retry, as for the todos' database; the connections come back by themselves when
-    Redis does, so the service needs no restart."""
-    log.warning("job store unreachable: %s", first_part(exc))
-    message = GENERATION_UNCONFIRMED if is_generating(request) else JOB_STORE_UNREACHABLE
-    return error_response(request, 503, message, retry_after=5)
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -203,5 +135,4 @@ def on_too_many_files(request: HttpRequest, exc: TooManyFilesSent) -> HttpRespon
 
 @api.exception_handler(Exception)
 def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    log.exception("unhandled error on %s %s", request.method, request.path)
-    return error_response(request, 500, "Internal server error")
+    return unexpected_error(request, exc)

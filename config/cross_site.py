@@ -18,8 +18,8 @@ from django.http import HttpRequest, HttpResponse
 from ninja.parser import Parser
 from ninja.types import DictStrAny
 
-from config.auth import public_origin
-from config.errors import ServiceError, error_response
+from apikeys.auth import public_origin
+from core.errors import ServiceError, error_response
 
 CHANGES_STATE = {"POST", "PUT", "PATCH", "DELETE"}
 # Sec-Fetch-Site values of a request the user or this origin made ("none": typed, bookmarked).

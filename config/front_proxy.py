@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.env import env_float, env_int, env_list, env_str
-from config.errors import openai_error
+from core.env import env_float, env_int, env_list, env_str
+from imagegen.api.errors import openai_error
 
 GUNICORN = [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"]
 # Beyond the longest a response may rightly take to start or to go quiet (a synchronous
@@ -209,7 +209,7 @@ http {{
 
 
 def too_large_bodies() -> str:
-    """The proxy's 413 in the service's own shape for each path (config/errors.py): the todo
+    """The proxy's 413 in the service's own shape for each path (core/errors.py): the todo
     envelope, OpenAI's error, the image service's error; as an nginx map on the path."""
     todo = json.dumps({"data": None, "error": {"message": TOO_LARGE}})
     openai = json.dumps({"error": openai_error(413, TOO_LARGE, None)})

@@ -29,15 +29,3 @@ errorlog = "-"
 wsgi_app = "config.wsgi:application"
 # The control socket lives in $HOME and collides between instances; nothing here uses it.
 control_socket_disable = True
-
-
-def post_fork(server, worker) -> None:
-    """In the worker before its threads start: they all allocate from the main malloc arena,
-    so the generation thread keeps the pages it frees (imagegen/model/malloc_arena.py). And
-    before the application is loaded: GUNICORN_THREADS is made the worker's real thread
-    count (`--threads` or GUNICORN_CMD_ARGS may say otherwise), so the bounds the settings
-    keep below it (EVENT_STREAMS_MAX, SYNC_WAITERS_MAX, ...) are below the real one."""
-    from imagegen.model.malloc_arena import use_one_arena
-
-    use_one_arena()
-    os.environ["GUNICORN_THREADS"] = str(worker.cfg.threads)

@@ -8,9 +8,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
-from imagegen.generation.previews import PREVIEW_METHODS, TINY
-from imagegen.generation.schedulers import SCHEDULERS
+from config.threads import gunicorn_threads
+from core.env import env_bool, env_float, env_int, env_list, env_str
 from imagegen.model.adapters import DEFAULT_MODEL_ID, default_adapters, parse_adapters
 from imagegen.model.decoder import default_decoder, parse_decoder
 from imagegen.model.inpaint import parse_inpaint
@@ -39,19 +38,18 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # django-prometheus' pair brackets the rest, so the HTTP families time all of it.
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
-    "config.middleware.RequestIdMiddleware",
-    "config.middleware.AppVersionHeaderMiddleware",
+    "core.middleware.RequestIdMiddleware",
+    "core.middleware.AppVersionHeaderMiddleware",
     # X-Frame-Options: DENY (Django's default value) on every answer, the shaped errors'
     # too: no page frames ours.
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "config.middleware.ErrorShapeMiddleware",
-    "config.middleware.HeadAsGetMiddleware",
+    "core.middleware.ErrorShapeMiddleware",
+    "core.middleware.HeadAsGetMiddleware",
     "config.cross_site.CrossSiteMiddleware",
-    "config.middleware.DatabaseBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "config.metrics.RouteMetricsMiddleware",
+    "core.metrics.RouteMetricsMiddleware",
 ]
 
 # Ninja serves /todo and /todo/ as different routes; redirecting would turn a
@@ -71,9 +69,9 @@ TEMPLATES = [
 
 # A full todo batch (1000 items of 40 + 1000 characters) JSON-escaped is about 13 MB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
-# File parts count too (config.uploads): Django's limit above leaves them out.
+# File parts count too (core.uploads): Django's limit above leaves them out.
 FILE_UPLOAD_HANDLERS = [
-    "config.uploads.BodyLimit",
+    "core.uploads.BodyLimit",
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
@@ -120,13 +118,14 @@ for _proxy in env_list("TRUSTED_PROXIES", []):
 # --- todos -----------------------------------------------------------------------------
 MONGODB_URI = env_str("MONGODB_URI", "mongodb://127.0.0.1:27017/todos")
 # How long a request waits for an unreachable database before answering 503; all of a todo
-# request's database work must end within five times this (config.middleware).
+# request's database work must end within five times this (todos.middleware).
 MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
+# The worker's request threads: gunicorn's real count in a gunicorn worker (config/threads.py),
+# else GUNICORN_THREADS. The bounds below are kept under it.
+_THREADS = gunicorn_threads() or env_int("GUNICORN_THREADS", 16, minimum=1)
 # Todo requests that may wait on the database at once; the rest get 503 at once, so an
 # outage never holds every worker thread (gunicorn's threads less four, by default).
-TODO_MAX_CONCURRENT = env_int(
-    "TODO_MAX_CONCURRENT", max(1, env_int("GUNICORN_THREADS", 16, minimum=1) - 4), minimum=1
-)
+TODO_MAX_CONCURRENT = env_int("TODO_MAX_CONCURRENT", max(1, _THREADS - 4), minimum=1)
 # GET /todos without `limit` answers at most this many, the rest through its Link header.
 TODO_LIST_MAX = env_int("TODO_LIST_MAX", 1000, minimum=1, maximum=1000)
 
@@ -170,11 +169,8 @@ VAE_DECODER = parse_decoder(
 # Live previews of a running job (imagegen/generation/previews.py): "approx" (a linear map of
 # the latents, the default), "tiny" (the tiny decoder: needs VAE_DECODER=tiny) or "off". Made
 # after every PREVIEW_EVERY steps, at least PREVIEW_SECONDS apart.
+# Checked by the imagegen app when it is ready (imagegen/checks.py).
 PREVIEW = env_str("PREVIEW", "approx")
-if PREVIEW not in PREVIEW_METHODS:
-    raise ImproperlyConfigured(f"PREVIEW must be approx, tiny or off, got {PREVIEW!r}")
-if PREVIEW == TINY and not VAE_DECODER.tiny:
-    raise ImproperlyConfigured("PREVIEW=tiny needs VAE_DECODER=tiny (the decoder it uses)")
 PREVIEW_EVERY = env_int("PREVIEW_EVERY", 1, minimum=1)
 PREVIEW_SECONDS = env_float("PREVIEW_SECONDS", 1.0, minimum=0)
 
@@ -224,12 +220,8 @@ GEN_DEFAULT_STEPS = env_int("GEN_DEFAULT_STEPS", None, minimum=1)
 GEN_MAX_STEPS = env_int("GEN_MAX_STEPS", 100, minimum=1, maximum=500)
 GEN_DEFAULT_GUIDANCE = env_float("GEN_DEFAULT_GUIDANCE", None)
 GEN_MAX_GUIDANCE = env_float("GEN_MAX_GUIDANCE", 30.0, minimum=0)
+# One of the named schedulers (checked by the imagegen app: imagegen/checks.py).
 GEN_DEFAULT_SCHEDULER = env_str("GEN_DEFAULT_SCHEDULER", "") or None
-if GEN_DEFAULT_SCHEDULER is not None and GEN_DEFAULT_SCHEDULER not in SCHEDULERS:
-    raise ImproperlyConfigured(
-        f"GEN_DEFAULT_SCHEDULER must be one of {', '.join(SCHEDULERS)}, "
-        f"got {GEN_DEFAULT_SCHEDULER!r}"
-    )
 # Sent steps and guidance above these are lowered to them (and reported), not refused.
 # Unset: the preset's maximum (none without a preset).
 GEN_STEPS_CAP = env_int("GEN_STEPS_CAP", None, minimum=1)
@@ -265,7 +257,6 @@ IMAGE_URL_TTL = env_int("IMAGE_URL_TTL", 3600, minimum=1)
 # Event streams of jobs (GET /jobs/<id>/events). Each open stream holds one of gunicorn's
 # threads for its whole life, so their number is bounded below the thread count (the next
 # client gets 503 + Retry-After): /health and the other routes always keep threads.
-_THREADS = env_int("GUNICORN_THREADS", 16, minimum=1)
 EVENT_STREAMS_MAX = env_int("EVENT_STREAMS_MAX", max(1, _THREADS // 4), minimum=1)
 if EVENT_STREAMS_MAX >= _THREADS:
     raise ImproperlyConfigured(
@@ -345,7 +336,7 @@ if GEN_MIN_SIDE % 8 or GEN_MAX_SIDE % 8 or GEN_MIN_SIDE > GEN_MAX_SIDE:
 
 # "text" (the default): one readable line per record; "json": one JSON object per line, with
 # the request's id, route, status and duration and the job and worker when known
-# (config.logs.JsonFormatter), for a log search (Log Analytics, Loki) to query by field.
+# (core.logs.JsonFormatter), for a log search (Log Analytics, Loki) to query by field.
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
@@ -381,9 +372,9 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "config.logs.JsonFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
-    "filters": {"expected_answers": {"()": "config.logs.ExpectedAnswers"}},
+    "filters": {"expected_answers": {"()": "core.logs.ExpectedAnswers"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

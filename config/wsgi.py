@@ -1,4 +1,6 @@
-"""WSGI entry point for gunicorn (see scripts/serve and the Dockerfile)."""
+"""WSGI entry point for gunicorn (scripts/serve, the Dockerfile, or a plain
+`gunicorn config.wsgi`): everything the service needs at start happens here or in the
+settings, none of it in gunicorn's hooks."""
 
 import logging
 import os
@@ -6,20 +8,26 @@ from wsgiref.types import WSGIApplication
 
 from django.core.wsgi import get_wsgi_application
 
-from config.file_modes import keep_new_files_private
+from core.file_modes import keep_new_files_private
+from imagegen.model.malloc_arena import use_one_arena
 
+# Before the application starts any thread (the job queue's, gunicorn's request threads):
+# they all allocate from the main malloc arena, so the generation thread keeps the pages it
+# frees (imagegen/model/malloc_arena.py). Here, not in a gunicorn hook, so any start of the
+# service gets it.
+use_one_arena()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-keep_new_files_private()  # files 0600, folders 0700 (config/file_modes.py)
+keep_new_files_private()  # files 0600, folders 0700 (core/file_modes.py)
 # What gunicorn calls: Django's handler, then the same wrapped in ChunkedBodies.
 application: WSGIApplication = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402
 
-from config.chunked import ChunkedBodies  # noqa: E402
+from core.chunked import ChunkedBodies  # noqa: E402
 
 application = ChunkedBodies(application, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
-from config.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
+from apikeys.auth import warn_if_open  # noqa: E402  (needs the settings loaded above)
 
 warn_if_open()
 

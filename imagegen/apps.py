@@ -17,9 +17,14 @@ class ImagegenConfig(AppConfig):
     name = "imagegen"
 
     def ready(self) -> None:
+        from imagegen.checks import refuse_bad_settings
+
+        refuse_bad_settings()  # before anything is built from them
         from imagegen import backend
+        from imagegen.api.errors import register_error_shapes
         from imagegen.model.device import compute_device
 
+        register_error_shapes()
         compute_device()  # resolved once at start, so /health never waits on it
         backend.jobs()  # the process's backend exists before any request thread
         if serves_requests():

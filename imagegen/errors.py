@@ -1,9 +1,9 @@
 """What the image service can refuse; config/api.py turns each into the error shape of the
-route's protocol (config/errors.py)."""
+route's protocol (imagegen/api/errors.py)."""
 
 import redis
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 
 
 class ModelNotPulled(ServiceError):

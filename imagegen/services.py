@@ -19,10 +19,9 @@ from typing import NamedTuple, ParamSpec, TypeVar
 from django.conf import settings
 
 from apikeys.selectors import Caller, key_webhook_secret
-from config import metrics
-from config.errors import FieldError, ServiceError
-from config.request_context import current_surface
-from imagegen import backend, selectors
+from core.errors import FieldError, ServiceError
+from core.request_context import current_surface
+from imagegen import backend, metrics, selectors
 from imagegen.errors import (
     BatchTimeout,
     EventStreamsBusy,

@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from config.env import parse_bool  # noqa: E402
-from config.file_modes import keep_new_files_private  # noqa: E402
+from core.env import parse_bool  # noqa: E402
+from core.file_modes import keep_new_files_private  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 from scripts.running_service import running_service  # noqa: E402
 

@@ -41,9 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from config.file_modes import keep_new_files_private  # noqa: E402
 from config.front_proxy import wanted as front_proxy_wanted  # noqa: E402
 from config.gunicorn import bind  # noqa: E402
+from core.file_modes import keep_new_files_private  # noqa: E402
 from scripts.embedded_mongo import EmbeddedMongo, EmbeddedMongoError  # noqa: E402
 from scripts.running_service import write_record  # noqa: E402
 

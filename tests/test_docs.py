@@ -19,7 +19,7 @@ CONFIGURATION = DOCS / "configuration.md"
 PYTHON_READERS = [
     "config/settings.py",
     "config/gunicorn.py",
-    "config/celery.py",
+    "imagegen/distributed/celery_app.py",
     "config/front_proxy.py",
     "scripts/serve.py",
     "scripts/manage.py",

@@ -1,31 +1,24 @@
-"""The import graph of config/, imagegen/ and todos/ is a tree of layers: api -> services and
-selectors -> backend -> distributed -> generation -> model. A lower module that reaches up
-(the model's loader asking for the distributed model, as it once did) makes a circle, and
-every change to either side then drags the other along. Read from the source with ast, every
-import counted, the ones inside functions too."""
+"""The import graph of the project is a tree of layers: config (the wiring) over the apps,
+imagegen and todos (which never import each other), over apikeys, over core (the shared
+kernel); inside imagegen, api -> services and selectors -> backend -> distributed ->
+generation -> model. A lower module that reaches up (the model's loader asking for the
+distributed model, as it once did) makes a circle, and every change to either side then drags
+the other along. import-linter holds the layers and the absence of circles (pyproject.toml's
+contracts, run by ./scripts/test); the tests here show that it fails when a layer is crossed,
+and hold the rules that are not layers."""
 
-import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import ROOT
 
-PACKAGES = ("apikeys", "config", "imagegen", "todos")
-
-# Lower number = lower layer. A module may import its own layer or a lower one.
-LAYERS = {
-    "imagegen.model": 0,
-    "imagegen.generation": 1,
-    "imagegen.webhooks": 1,
-    "imagegen.distributed": 2,
-    "imagegen.backend": 3,
-    "imagegen.services": 4,
-    "imagegen.selectors": 4,
-    "imagegen.api": 5,
-    "imagegen.ui": 5,
-}
+PACKAGES = ("apikeys", "config", "core", "imagegen", "todos")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def module_name(path: Path) -> str:
@@ -42,85 +35,53 @@ def project_modules() -> dict[str, Path]:
     }
 
 
-def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules this file imports (`from a import b` counts a.b when b is a
-    module of its own, else a)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-        else:
-            continue
-        for name in names:
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
-            if name:
-                found.add(name)
-    found.discard(module_name(path))
-    return found
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-logo", "--no-cache"], cwd=root, capture_output=True,
+        text=True, timeout=300, check=False, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = project_modules()
-    graph = {name: imports_of(path, modules) for name, path in modules.items()}
-    for name in graph:  # a package's __init__ is not an edge of its own modules
-        graph[name] = {other for other in graph[name] if not name.startswith(other + ".")}
-    return graph
+def test_the_contracts_hold():
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 kept, 0 broken" in run.stdout
 
 
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for other in graph.get(node, ()):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in on_stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def layer(module: str) -> int | None:
-    for prefix, number in LAYERS.items():
-        if module == prefix or module.startswith(prefix + "."):
-            return number
-    return None
-
-
-def test_no_import_circle_anywhere():
-    assert circles(import_graph()) == []
-
-
-def test_no_module_imports_a_layer_above_its_own():
-    upward = []
-    for module, imported in import_graph().items():
-        mine = layer(module)
-        for other in imported:
-            theirs = layer(other)
-            if mine is not None and theirs is not None and theirs > mine:
-                upward.append(f"{module} -> {other}")
-    assert upward == []
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        # core reaching up into the configuration
+        ("core/text.py", "import config.settings", "config > imagegen | todos > apikeys > core"),
+        # one app importing the other
+        ("todos/selectors.py", "import imagegen.errors", "config > imagegen | todos"),
+        # apikeys reaching up into an app
+        ("apikeys/errors.py", "import todos.errors", "config > imagegen | todos"),
+        # an app reaching up into the wiring
+        ("imagegen/errors.py", "import config.urls", "config > imagegen | todos"),
+        # the model asking for the distributed mode, inside a function
+        (
+            "imagegen/model/device.py",
+            "def _up():\n    from imagegen.distributed import board",
+            "imagegen: api, ui, management",
+        ),
+        # a circle between two modules no layer names
+        ("todos/selectors.py", "import todos.api", "no import circle"),
+    ],
+)
+def test_lint_imports_fails_when_a_layer_is_crossed(tmp_path, module, line, contract):
+    """A copy of the project with one import added where its layer forbids it."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    target = tmp_path / module
+    target.write_text(target.read_text() + "\n" + line + "\n")
+    run = lint_imports(tmp_path)
+    assert run.returncode != 0, run.stdout
+    broken = [part for part in run.stdout.split("\n") if part.endswith("BROKEN")]
+    assert any(contract in part for part in broken), run.stdout
 
 
 def test_only_the_backend_chooses_the_job_mode():
@@ -134,18 +95,13 @@ def test_only_the_backend_chooses_the_job_mode():
         or 'env_str("JOB_BROKER_URL"' in path.read_text()
     )
     assert readers == [
-        "config.celery",
         "config.settings",
         "config.wsgi",
         "imagegen.backend",
+        "imagegen.distributed.celery_app",
         "imagegen.distributed.connection",
         "imagegen.management.commands.run_worker",
     ]
-
-
-def test_the_circle_finder_finds_a_circle():
-    """The check above can fail: a graph with a circle is reported."""
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 BUILD_BACKEND = """
@@ -174,3 +130,17 @@ def test_the_test_command_type_checks_and_ends_with_the_slowest_tests():
     assert 'if ! report="$(mypy 2>&1)"; then echo "$report" >&2; exit 1; fi' in script
     command = 'exec python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"'
     assert command in script
+
+
+LINT_IMPORTS_LINE = "lint-imports --no-logo"
+DUPLICATE_CODE_LINE = (
+    "pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 --ignore-imports=y "
+    "--ignore-docstrings=y --ignore-comments=y config core imagegen todos apikeys"
+)
+
+
+def test_the_test_command_checks_the_layers_and_repeated_code():
+    """./scripts/test runs import-linter's contracts and pylint's duplicate-code check."""
+    script = (ROOT / "scripts" / "test").read_text().splitlines()
+    assert LINT_IMPORTS_LINE in script
+    assert DUPLICATE_CODE_LINE in script

@@ -1,15 +1,20 @@
 """Settings that cannot work stop the service at start, naming the variable and the rule
-(config/settings.py is executed again here with the bad environment)."""
+(config/settings.py is executed again here with the bad environment, then judged by the
+imagegen app's own checks, as its start does)."""
 
 import importlib
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import config.settings
+from imagegen.checks import refuse_bad_settings
+from tests.support.processes import ROOT
 
 
 @pytest.fixture
@@ -92,7 +97,20 @@ def environment() -> Iterator[dict[str, str]]:
 def test_a_bad_setting_refuses_to_start_naming_it(environment, variables, message):
     os.environ.update(variables)
     with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
-        importlib.reload(config.settings)
+        refuse_bad_settings(importlib.reload(config.settings))
+
+
+def test_a_setting_the_imagegen_app_judges_stops_the_start():
+    """The imagegen app checks its own settings when it is ready: a process that starts
+    Django (gunicorn's worker, a management command) stops there, naming the variable."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "SECRET_KEY": "x",
+           "PREVIEW": "full", "DEVICE": "cpu"}  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "ImproperlyConfigured: PREVIEW must be approx, tiny or off, got 'full'" in run.stderr
 
 
 def test_the_defaults_start(environment):

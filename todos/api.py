@@ -11,11 +11,12 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Status
 from ninja.errors import ValidationError
 
-from config.auth import ADMIN, token_required
-from config.version import app_version
+from apikeys.auth import ADMIN, token_required
+from core.version import app_version
 from todos import selectors, services
 from todos.errors import IdRequired
 from todos.idempotency import idempotency_key
+from todos.middleware import database_budget
 from todos.schemas import (
     DeletedCountEnvelope,
     ErrorEnvelope,
@@ -27,7 +28,10 @@ from todos.schemas import (
     VersionEnvelope,
 )
 
+# The version at / touches no database; every other todo route runs within its budget.
+version_router = Router(tags=["todos"])
 router = Router(tags=["todos"])
+router.add_decorator(database_budget, mode="view")
 
 ERRORS = {400: ErrorEnvelope, 404: ErrorEnvelope, 409: ErrorEnvelope, 503: ErrorEnvelope}
 # Writes answer 401 when API_TOKEN is set, and 413 for a body over MAX_BODY_BYTES.
@@ -44,7 +48,7 @@ def mark_replay(response: HttpResponse, replayed: bool) -> None:
         response["Idempotent-Replayed"] = "true"
 
 
-@router.get("/", response={200: VersionEnvelope}, summary="Application version")
+@version_router.get("/", response={200: VersionEnvelope}, summary="Application version")
 def version(request: HttpRequest):
     return ok({"version": app_version()})
 

@@ -6,5 +6,7 @@ class TodosConfig(AppConfig):
 
     def ready(self) -> None:
         from todos.connection import connect_database
+        from todos.errors import register_error_shapes
 
+        register_error_shapes()
         connect_database()

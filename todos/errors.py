@@ -1,6 +1,26 @@
-"""What the todo services can refuse; config/api.py turns each into its HTTP answer."""
+"""What the todo services can refuse, the todo envelope every todo answer's error is
+written in, and the answer to a database that does not answer."""
 
-from config.errors import ServiceError
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from pymongo.errors import ConnectionFailure, PyMongoError, ServerSelectionTimeoutError
+
+from core.errors import (
+    ERROR_MESSAGE_SCHEMA,
+    NOT_FOUND,
+    ErrorShape,
+    ServiceError,
+    error_response,
+    register_error_shape,
+    unexpected_error,
+)
+from core.logs import first_part
+from todos import metrics
+
+log = logging.getLogger("config.api")  # the name log searches know these lines by
 
 
 class IdRequired(ServiceError):
@@ -40,3 +60,58 @@ class IdempotencyKeyReused(ServiceError):
     message = (
         "This Idempotency-Key was already used for a different request; use a new key for new todos"
     )
+
+
+class TodoEnvelope(ErrorShape):
+    """`{"data": null, "error": {"message", "details"?}}`, and the seed's exact body for
+    unmatched todo paths: `{"data": null, "error": "Not Found"}`."""
+
+    openapi_content = {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["data", "error"],
+                "properties": {"data": {"type": "null"}, "error": ERROR_MESSAGE_SCHEMA},
+            }
+        }
+    }
+
+    def body(self, status: int, message: str, details: list[dict[str, str]] | None) -> dict:
+        body = super().body(status, message, details)
+        if status == 404 and message == NOT_FOUND:
+            return {"data": None, "error": NOT_FOUND}
+        return {"data": None, **body}
+
+
+def register_error_shapes() -> None:
+    """The todo service's paths: its version at /, /todo and /todos and below them."""
+    register_error_shape(
+        TodoEnvelope(), paths=("/", "/todo", "/todos"), prefixes=("/todo/", "/todos/")
+    )
+
+
+DATABASE_UNREACHABLE = "The database is unreachable; try again shortly"
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+UNCONFIRMED = (
+    "The database did not confirm this write in time: it may or may not have been saved. "
+    "Check before sending it again, or send it again with the same Idempotency-Key"
+)
+
+
+def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
+    """A database that does not answer in time is a 503. A write that never left this
+    process (no server to send it to) can simply be retried; one that was sent may have
+    been applied, and the answer must not tell the client to just try again (its retry
+    would then meet its own todo as a duplicate)."""
+    if not (exc.timeout or isinstance(exc, ConnectionFailure)):
+        return unexpected_error(request, exc)
+    log.warning("database unreachable: %s", first_part(exc))
+    metrics.TODO_REFUSED.labels(reason="unreachable").inc()
+    sent = not isinstance(exc, ServerSelectionTimeoutError)
+    message = UNCONFIRMED if sent and request.method in WRITES else DATABASE_UNREACHABLE
+    return error_response(request, 503, message, retry_after=5)
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Callable[[HttpRequest, Any], HttpResponse]] = {
+    PyMongoError: on_database_error
+}

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
-from config.text import NOT_BLANK, NotBlank
-from config.timestamps import iso_ms
+from core.text import NOT_BLANK, NotBlank
+from core.timestamps import iso_ms
 from todos.cursors import Cursor
 from todos.documents import DESCRIPTION_MAX, TITLE_MAX
 
@@ -57,7 +57,7 @@ class TodoListQuery(BaseModel):
 
 
 def timestamp_text(moment: datetime | None) -> str | None:
-    """config.timestamps.iso_ms's form, four times faster for what the todo reads decode to.
+    """core.timestamps.iso_ms's form, four times faster for what the todo reads decode to.
 
     The driver gives naive UTC datetimes there (see todos.documents.todos_collection), and C's
     `isoformat` writes them at millisecond precision, truncated like iso_ms, in 0.6 us where

@@ -14,7 +14,7 @@ from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from config.timestamps import utc_now
+from core.timestamps import utc_now
 from todos import idempotency
 from todos.documents import todos_collection
 from todos.errors import IdempotencyKeyReused, TitleDuplicated, TitleTaken, TodoNotFound

@@ -22,8 +22,8 @@ from ninja.errors import ValidationError
 from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
-from config.auth import client_identity, request_caller, token_or_basic_required
-from config.version import app_version
+from apikeys.auth import client_identity, request_caller, token_or_basic_required
+from core.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors

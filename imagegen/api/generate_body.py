@@ -15,7 +15,7 @@ from ninja.errors import ValidationError
 from ninja.params.models import Form, FormModel
 from pydantic import BaseModel
 
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen.api.protocol import NOT_BASE64, decode_base64
 
 JSON_TYPE = "application/json"

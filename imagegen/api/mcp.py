@@ -8,7 +8,7 @@ generation that waits reports its progress as MCP progress notifications and is 
 synchronous request (a SYNC_WAITERS_MAX place held while it waits, refused at once past its
 estimate, cancelled at GEN_SYNC_TIMEOUT).
 
-The SDK's server is an ASGI app; config/asgi_bridge.py answers it from this Django route.
+The SDK's server is an ASGI app; core/asgi_bridge.py answers it from this Django route.
 It runs stateless (each POST on its own, no session kept), so any web replica or gunicorn
 worker can answer any call.
 """
@@ -32,11 +32,11 @@ from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent, T
 from ninja import Router
 from pydantic import AfterValidator, Field
 
-from config.asgi_bridge import REQUEST_KEY, AsgiBridge
-from config.auth import owner_key, queue_limit, seen_by, token_required
-from config.errors import FieldError, ServiceError
-from config.text import NotBlank
-from config.version import app_version
+from apikeys.auth import owner_key, queue_limit, seen_by, token_required
+from core.asgi_bridge import REQUEST_KEY, AsgiBridge
+from core.errors import FieldError, ServiceError
+from core.text import NotBlank
+from core.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
@@ -96,7 +96,7 @@ JobId = Annotated[str, Field(description="a job's id, as generate_image or edit_
 
 
 def django_request(ctx: Context) -> HttpRequest:
-    """The Django request this call came in on (config.asgi_bridge), authenticated by the
+    """The Django request this call came in on (core.asgi_bridge), authenticated by the
     route: whose jobs and images the call sees, and its origin for links."""
     request = ctx.request_context.request
     return request.scope["wsgi_environ"][REQUEST_KEY]  # type: ignore[union-attr]

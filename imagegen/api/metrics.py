@@ -1,5 +1,6 @@
-"""GET /metrics: the whole process's Prometheus families (config.metrics, django-prometheus'
-HTTP ones, and the state read at scrape time, imagegen.scrape) in Prometheus' text format.
+"""GET /metrics: the whole process's Prometheus families (imagegen.metrics, todos.metrics,
+django-prometheus' HTTP ones, and the state read at scrape time, imagegen.scrape) in
+Prometheus' text format.
 With API_TOKEN set it needs the token, like the other routes that cost nothing but tell a lot
 (Prometheus sends it with its scrape config's `authorization`); with named keys, an admin key
 or a key of --scope metrics, never an ordinary one (it tells about every key's use)."""
@@ -11,7 +12,7 @@ from ninja import Router
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
-from config.auth import METRICS, token_required
+from apikeys.auth import METRICS, token_required
 from imagegen.api.schemas import errors
 from imagegen.scrape import WebState
 

@@ -4,11 +4,11 @@ from typing import Annotated
 
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import reverse
 from ninja import Header, Query, Router
 from ninja.errors import ValidationError
 
-from config.api import api
-from config.auth import (
+from apikeys.auth import (
     ADMIN,
     client_identity,
     open_warning,
@@ -20,10 +20,10 @@ from config.auth import (
     stream_key,
     token_required,
 )
-from config.env import parse_bool
-from config.errors import FieldError
-from config.openapi import form_request_body, png_answer
-from config.version import app_version
+from core.env import parse_bool
+from core.errors import FieldError
+from core.openapi import form_request_body, png_answer
+from core.version import app_version
 from imagegen import selectors, services
 from imagegen.api import generate_body
 from imagegen.api.generate_body import FormOrJson
@@ -61,7 +61,7 @@ def health(request: HttpRequest):
     return {"status": "healthy", "device": compute_device(), "version": app_version()}
 
 
-def route_entries() -> list[RouteEntry]:
+def route_entries(docs: str, openapi: str) -> list[RouteEntry]:
     """This router's routes as declared (their summaries), so the index cannot drift from
     them, and the API's documentation routes."""
     entries = [
@@ -73,21 +73,22 @@ def route_entries() -> list[RouteEntry]:
     ]
     return [
         *entries,
-        RouteEntry(
-            method="GET", path=str(api.docs_url), description="interactive API documentation"
-        ),
-        RouteEntry(method="GET", path=str(api.openapi_url), description="OpenAPI schema"),
+        RouteEntry(method="GET", path=docs, description="interactive API documentation"),
+        RouteEntry(method="GET", path=openapi, description="OpenAPI schema"),
     ]
 
 
 @router.get("/api", response=ApiIndex, summary="This index: the routes and generation rules")
 def index(request: HttpRequest):
+    # The documentation routes of the API that serves this one (config.api).
+    namespace = request.resolver_match.namespace if request.resolver_match else ""
+    docs, openapi = reverse(f"{namespace}:openapi-view"), reverse(f"{namespace}:openapi-json")
     return ApiIndex(
         service="imagegen",
         version=app_version(),
-        docs=str(api.docs_url),
-        openapi=str(api.openapi_url),
-        routes=route_entries(),
+        docs=docs,
+        openapi=openapi,
+        routes=route_entries(docs, openapi),
         generation=GenerationInForce.model_validate(selectors.generation_rules()),
         open=open_warning() is not None,
         warning=open_warning(),

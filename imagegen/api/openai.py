@@ -4,7 +4,7 @@ engine send, translated into the service's own request and answered in OpenAI's 
 A thin translator: the generation is services.generation_run_shared, the same queue and
 jobs as POST /generate; an edit is services.edit_request, the same rules as POST /generate's
 image part, with OpenAI's mask (transparent repaints) turned into the service's own (white
-repaints) on the way in; errors take OpenAI's shape in config/errors.py (by path).
+repaints) on the way in; errors take OpenAI's shape (imagegen/api/errors.py).
 """
 
 import base64
@@ -20,16 +20,16 @@ from PIL import ImageOps
 from pydantic import ConfigDict, field_validator
 from pydantic import ValidationError as PydanticError
 
-from config.auth import (
+from apikeys.auth import (
     client_identity,
     owner_key,
     queue_limit,
     stream_key,
     token_required,
 )
-from config.errors import FieldError
-from config.openapi import form_request_body, plain_optional
-from config.text import NOT_BLANK, NotBlank
+from core.errors import FieldError
+from core.openapi import form_request_body, plain_optional
+from core.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
 from imagegen.api.protocol import admit, run_for_client, signed_image_link

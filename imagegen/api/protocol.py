@@ -13,8 +13,8 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.http import HttpRequest
 
-from config.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
-from config.errors import FieldError
+from apikeys.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
+from core.errors import FieldError
 from imagegen import selectors, services
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.requests import GenerationRequest

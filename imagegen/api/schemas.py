@@ -22,11 +22,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from config.auth import sees_owners
-from config.errors import FieldError
-from config.openapi import plain_optional
-from config.text import NOT_BLANK, NotBlank, is_blank
-from config.timestamps import iso_ms
+from apikeys.auth import sees_owners
+from core.errors import FieldError
+from core.openapi import plain_optional
+from core.text import NOT_BLANK, NotBlank, is_blank
+from core.timestamps import iso_ms
 from imagegen import selectors
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView

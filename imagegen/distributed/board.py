@@ -18,7 +18,7 @@ from functools import cached_property
 import redis
 from kombu.exceptions import OperationalError
 
-from config import metrics
+from imagegen import metrics
 from imagegen.distributed.changes import FALLBACK_SECONDS, ChangeFeed
 from imagegen.distributed.shared_model import live_workers
 from imagegen.distributed.store import JobStore
@@ -63,7 +63,7 @@ class RedisJobBoard:
 
     @cached_property
     def _celery(self):
-        from config.celery import app
+        from imagegen.distributed.celery_app import app
 
         return app
 

@@ -37,7 +37,7 @@ from redis.connection import (
 )
 from redis.retry import Retry
 
-from config import metrics
+from imagegen import metrics
 from imagegen.errors import JobStoreBusy
 
 T = TypeVar("T")

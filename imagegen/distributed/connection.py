@@ -64,7 +64,7 @@ def wake_a_worker(job_id: str) -> None:
     head of the queue, and the next job's message runs it."""
     from kombu.exceptions import OperationalError
 
-    from config.celery import app
+    from imagegen.distributed.celery_app import app
 
     try:
         app.send_task("imagegen.run_next_job", args=[job_id])

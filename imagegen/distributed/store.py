@@ -45,9 +45,9 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
-from config import metrics
-from config.errors import ServiceError
-from config.request_context import current_request_id, is_request_id
+from core.errors import ServiceError
+from core.request_context import current_request_id, is_request_id
+from imagegen import metrics
 from imagegen.errors import KeyQueueLimit, WorkerLost
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord

@@ -6,7 +6,7 @@ job runs is the store's order (a cancelled job's message runs the next one, or n
 
 import logging
 
-from config.celery import app
+from imagegen.distributed.celery_app import app
 from imagegen.distributed.worker import get_runtime
 
 log = logging.getLogger(__name__)

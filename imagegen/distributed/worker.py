@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from config.request_context import job_scope
+from core.request_context import job_scope
 from imagegen.distributed.store import (
     IDLE,
     PULLS,

@@ -17,7 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from config.errors import FieldError, ServiceError
+from core.errors import FieldError, ServiceError
 from imagegen.generation.framing import Cutout, resized
 from imagegen.generation.parameters import steps_run
 from imagegen.generation.requests import EditParameters, EditRequest

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from config import metrics
-from config.errors import ServiceError
+from core.errors import ServiceError
+from imagegen import metrics
 from imagegen.errors import ModelLoading
 from imagegen.generation.edit_inputs import EditInputs, prepared_inputs
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
@@ -81,7 +81,7 @@ def run_job(
     stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
     a ServiceError (its message and status kept for the waiting request) or any other error
     (logged here, its first line for the client). Counted here, in either mode: the time it
-    waited and ran, each step and the decode (config.metrics); how it ended is counted where
+    waited and ran, each step and the decode (imagegen.metrics); how it ended is counted where
     the outcome is kept (a worker's run found lost keeps none: count_finished)."""
     metrics.QUEUE_SECONDS.observe(queued_seconds)
     started = time.monotonic()

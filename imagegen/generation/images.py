@@ -31,7 +31,7 @@ from pydantic import (
     model_serializer,
 )
 
-from config.timestamps import iso_ms
+from core.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
 from imagegen.generation.requests import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
@@ -100,7 +100,7 @@ class JobView:
     # Grows with every change a client can see (state, phase, position, each step, each
     # preview), for waiting on changes (wait_change).
     revision: int = 0
-    # The X-Request-ID of the request that queued it (config.request_context).
+    # The X-Request-ID of the request that queued it (core.request_context).
     request_id: str | None = None
     # The step of the latest preview (0: none yet); its image is read apart (JobBoard.preview),
     # so a list of jobs never carries images.

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from config import metrics, request_context
-from config.errors import ServiceError
-from config.timestamps import utc_now
+from core import request_context
+from core.errors import ServiceError
+from core.timestamps import utc_now
+from imagegen import metrics
 from imagegen.errors import JobFinished, KeyQueueLimit, QueueFull
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
@@ -65,7 +66,7 @@ class Job:
     # client_identity; the n images of one request share a batch). None on the native routes.
     owner: str | None = None
     batch: str | None = None
-    # The X-Request-ID of the request that queued it (config.request_context): its log
+    # The X-Request-ID of the request that queued it (core.request_context): its log
     # lines carry it, so one id follows a request into its job.
     request_id: str | None = None
     # The name of the API key that submitted it (config.auth): its jobs and images are that

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen.generation import framing
 from imagegen.generation.framing import JUST_RESIZE, Region
 from imagegen.generation.presets import Adjustment

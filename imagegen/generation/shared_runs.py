@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 
 # Queues the jobs of a new run under the ids given (chosen by the registry: new_job_ids).
 Submit = Callable[[list[str]], None]

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from config.timestamps import iso_ms, utc_now
+from core.timestamps import iso_ms, utc_now
 from imagegen.atomic_files import copy_atomically, is_partial, write_atomically
 
 MANIFEST_NAME = ".manifest.json"

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from config.auth import protected
-from config.version import app_version
+from apikeys.auth import protected
+from core.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
 from imagegen.backend import is_distributed

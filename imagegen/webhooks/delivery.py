@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from config import metrics
-from config.timestamps import iso_ms
+from core.timestamps import iso_ms
+from imagegen import metrics
 from imagegen.generation.job_board import FINISHED, JobBoard, JobView
 from imagegen.webhooks.addresses import Allowance, UrlRefused
 from imagegen.webhooks.outbox import Delivery, Outbox, Watch, delivery_id

@@ -19,7 +19,7 @@ import redis
 from PIL import Image
 from prometheus_client import REGISTRY
 
-from config.request_context import request_scope
+from core.request_context import request_scope
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.changes import ChangeFeed
@@ -114,7 +114,7 @@ def reachable_for(store: JobStore, seconds: float) -> None:
 
 
 def finished_count(outcome: str) -> float:
-    """imagegen_jobs_finished_total{outcome} of this process (config.metrics)."""
+    """imagegen_jobs_finished_total{outcome} of this process (imagegen.metrics)."""
     value = REGISTRY.get_sample_value("imagegen_jobs_finished_total", {"outcome": outcome})
     return value or 0.0
 

@@ -146,7 +146,7 @@ def test_the_404_of_an_unknown_job_says_what_keeps_jobs_in_each_mode(settings):
 def test_a_job_message_published_to_a_frozen_store_gives_up(redis_server, settings):
     """Celery's Redis transport waits forever for a reply by default: a publish between the
     job's store write and Redis freezing would hold its request as long as Redis is frozen."""
-    from config.celery import app
+    from imagegen.distributed.celery_app import app
 
     options, retry = app.conf.broker_transport_options, app.conf.task_publish_retry
     assert retry is False  # kombu's retry reconnects to the frozen Redis and waits again

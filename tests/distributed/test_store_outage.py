@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from config.api import GENERATION_UNCONFIRMED, JOB_STORE_UNREACHABLE, MAY_HAVE_QUEUED
+from imagegen.api.errors import GENERATION_UNCONFIRMED, JOB_STORE_UNREACHABLE, MAY_HAVE_QUEUED
 from imagegen.errors import JobStoreBusy
 from tests.support.distributed import Stack
 from tests.support.local_hub import LocalHub

@@ -39,9 +39,9 @@ from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance, status_code_conformance
 from schemathesis.transport.serialization import Binary
 
-from config.errors import FieldError
-from config.text import NOT_BLANK
-from config.text import is_blank as text_is_blank
+from core.errors import FieldError
+from core.text import NOT_BLANK
+from core.text import is_blank as text_is_blank
 from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
 from imagegen.api.protocol import NOT_BASE64

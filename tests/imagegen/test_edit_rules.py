@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen.generation import edit_inputs as edits
 from imagegen.generation.edit_inputs import check_inputs, pipeline_strength
 from imagegen.generation.masks import blurred_mask, pasted_back, within

@@ -17,8 +17,8 @@ import redis
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 
-from config.api import on_job_store_error, on_service_error
-from config.errors import ServiceError
+from config.urls import api
+from core.errors import ServiceError
 from imagegen import backend, services
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
@@ -97,9 +97,8 @@ def unet_raises(loader: ModelLoader) -> Iterator[None]:
 
 def answers(error: Exception, method: str = "post") -> dict[str, HttpResponse]:
     """The answer to `error` on each route, as the project's handlers make it."""
-    handler = on_service_error if isinstance(error, ServiceError) else on_job_store_error
     factory = RequestFactory()
-    return {path: handler(getattr(factory, method)(path), error) for path in ROUTES}
+    return {path: api.on_exception(getattr(factory, method)(path), error) for path in ROUTES}
 
 
 def finished(mode: Mode, job_id: str) -> JobView:
@@ -153,15 +152,15 @@ def test_the_job_store_unreachable_is_503_and_a_generation_is_told_to_retry_with
         assert answer.status_code == 503 and int(answer["Retry-After"]) > 0, path
         assert "send the request again with the same Idempotency-Key" in answer.content.decode()
     assert answers(unreachable.value)["/v1/images/generations"]["x-should-retry"] == "true"
-    read = on_job_store_error(RequestFactory().get("/jobs"), unreachable.value)
+    read = api.on_exception(RequestFactory().get("/jobs"), unreachable.value)
     assert read.status_code == 503 and b"Idempotency-Key" not in read.content  # nothing queued
 
 
 def test_a_store_too_busy_after_a_generation_was_queued_says_to_retry_with_its_key():
-    # JobStoreBusy is a ServiceError and a redis ConnectionError: its handler is the former's.
+    # JobStoreBusy is a ServiceError and a redis ConnectionError: its handler is its own.
     busy = JobStoreBusy()
     for path, answer in answers(busy).items():
         assert answer.status_code == 503 and int(answer["Retry-After"]) > 0, path
         assert "send the request again with the same Idempotency-Key" in answer.content.decode()
-    read = on_service_error(RequestFactory().get("/jobs"), busy)
+    read = api.on_exception(RequestFactory().get("/jobs"), busy)
     assert read.status_code == 503 and b"Idempotency-Key" not in read.content

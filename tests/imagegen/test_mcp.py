@@ -25,8 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from PIL import Image
 
-from config.asgi_bridge import LifespanFailed
-from config.errors import ServiceError
+from core.asgi_bridge import LifespanFailed
+from core.errors import ServiceError
 from imagegen import backend, services
 from imagegen.api import mcp
 from imagegen.api.mcp import WAIT_FALSE

@@ -17,8 +17,8 @@ from django.test import Client, RequestFactory
 from PIL import Image
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from config.api import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen import backend
+from imagegen.api.errors import MAY_HAVE_QUEUED, on_job_store_error
 from imagegen.generation.edit_inputs import MARKS_NOTHING
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import config.settings
 from imagegen.backend import rules_from_settings
+from imagegen.checks import refuse_bad_settings
 from imagegen.generation.parameters import with_defaults
 from imagegen.generation.presets import Adjustment, generation_rules, preset_for
 from imagegen.generation.requests import GenerationRequest
@@ -200,7 +201,7 @@ def environment() -> Iterator[None]:
 def test_a_bad_generation_setting_refuses_to_start(environment, variables, message):
     os.environ.update(variables)
     with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
-        importlib.reload(config.settings)
+        refuse_bad_settings(importlib.reload(config.settings))
 
 
 def test_unset_defaults_are_none_so_the_preset_decides(environment):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from config import metrics
+from imagegen import metrics
 from imagegen.api.webhook_events import event_data
 from imagegen.distributed.webhook_outbox import RedisOutbox
 from imagegen.generation.job_board import JobProgress, JobState, JobView

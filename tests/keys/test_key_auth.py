@@ -140,10 +140,10 @@ def test_the_page_asks_for_a_key_when_only_named_keys_are_on(client, settings) -
 def test_only_a_service_with_neither_token_nor_keys_warns_that_it_is_open(
     settings, caplog, token: str, keys: bool, warned: bool
 ) -> None:
-    from config.auth import warn_if_open
+    from apikeys.auth import warn_if_open
 
     settings.API_TOKEN, settings.API_KEYS, settings.DEBUG = token, keys, False
-    with caplog.at_level("INFO", logger="config.auth"):
+    with caplog.at_level("INFO", logger="apikeys.auth"):
         warn_if_open()
     assert ("API_TOKEN is not set and API_KEYS is off" in caplog.text) is warned
 
@@ -164,8 +164,8 @@ def test_only_an_admin_is_told_whose_each_job_is_and_only_with_named_keys(
     """What decides `owner` in answers (docs/keys.md, "What a key sees")."""
     from django.http import HttpRequest
 
+    from apikeys.auth import sees_owners
     from apikeys.selectors import TOKEN_CALLER, Caller
-    from config.auth import sees_owners
 
     settings.API_KEYS = keys
     request = HttpRequest()

@@ -8,7 +8,7 @@ import pytest
 from apikeys import selectors, services
 from apikeys.documents import keys_collection
 from apikeys.errors import BadKeyField, KeyNameTaken, KeyNotFound
-from config.timestamps import utc_now
+from core.timestamps import utc_now
 from tests.support.commands import run_command
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from apikeys import selectors
 from apikeys.documents import keys_collection
-from config.errors import FieldError
+from core.errors import FieldError
 from imagegen import services
 from tests.support.commands import run_command
 

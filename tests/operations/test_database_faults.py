@@ -15,10 +15,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.api import UNCONFIRMED
-from config.errors import DATABASE_UNREACHABLE as UNREACHABLE
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.processes import AppServer, free_port
+from todos.errors import DATABASE_UNREACHABLE as UNREACHABLE
+from todos.errors import UNCONFIRMED
 
 TIMEOUT_MS = 400
 BOUND = 5 * TIMEOUT_MS / 1000  # docs/configuration.md: a hung database, 5x MONGODB_TIMEOUT_MS

@@ -99,7 +99,7 @@ def test_an_expected_503_is_logged_as_one_warning_line_not_an_error(start_app):
 
 
 def test_a_file_part_past_the_limit_is_413_on_every_route_that_takes_one(start_app):
-    """Django's own limit leaves file parts out; MAX_BODY_BYTES counts them (config.uploads),
+    """Django's own limit leaves file parts out; MAX_BODY_BYTES counts them (core.uploads),
     so an image of any size is refused before it is read, in each route's error shape."""
     app = start_app(MAX_BODY_BYTES="4096")
     big = {"image": ("in.png", b"\x89PNG" + b"x" * 200_000, "image/png")}

@@ -18,9 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo.errors import ServerSelectionTimeoutError
 
-from config import request_context
-from config.api import on_database_error
-from config.logs import JsonFormatter
+from core import request_context
+from core.logs import JsonFormatter
 from imagegen.distributed.connection import store_client
 from imagegen.errors import JobFinished
 from imagegen.generation.jobs import JobQueue
@@ -29,6 +28,7 @@ from imagegen.model.loader import ModelLoader
 from imagegen.scrape import WorkerState
 from tests.support.loaders import pulled_loader, serve
 from tests.support.processes import ROOT, free_port
+from todos.errors import on_database_error
 
 Samples = dict[tuple[str, frozenset], float]
 
@@ -265,7 +265,7 @@ def test_a_jobs_log_lines_carry_its_id_and_its_requests_in_process(queue):
 def test_the_size_label_is_one_of_a_fixed_handful_whatever_sizes_are_sent():
     """Any multiple of 8 per side is allowed (tens of thousands of sizes): each is counted
     with the square nearest in pixels, and a common square is itself."""
-    from config.metrics import SIZE_CLASSES, image_size
+    from imagegen.metrics import SIZE_CLASSES, image_size
 
     labels = {image_size(w, h) for w in range(64, 2049, 8) for h in range(64, 2049, 40)}
     assert labels == {f"{side}x{side}" for side in SIZE_CLASSES}

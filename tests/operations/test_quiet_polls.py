@@ -11,7 +11,7 @@ import requests
 from django.http import HttpResponse
 from django.test import RequestFactory
 
-from config.middleware import RequestIdMiddleware
+from core.middleware import RequestIdMiddleware
 from tests.support.processes import AppServer
 
 POLL = "/jobs?unfinished=true&limit=200"

@@ -1,5 +1,5 @@
 """X-Request-ID and LOG_FORMAT=json in process: which ids are kept, that every answer echoes
-one, and what a JSON log line holds (config.request_context, config.logs.JsonFormatter)."""
+one, and what a JSON log line holds (core.request_context, core.logs.JsonFormatter)."""
 
 import json
 import logging
@@ -7,8 +7,8 @@ import logging
 import pytest
 from django.test import Client
 
-from config import request_context
-from config.logs import JsonFormatter
+from core import request_context
+from core.logs import JsonFormatter
 
 
 @pytest.mark.parametrize(

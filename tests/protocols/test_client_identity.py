@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory, override_settings
 
 import config.settings
-from config.auth import client_address, client_identity, public_origin
+from apikeys.auth import client_address, client_identity, public_origin
 
 PROXIES = [ipaddress.ip_network("10.0.0.0/16"), ipaddress.ip_network("127.0.0.1")]
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from config.timestamps import utc_now
+from core.timestamps import utc_now
 from todos import selectors, services
 from todos.documents import todos_collection
 from todos.errors import TodoNotFound

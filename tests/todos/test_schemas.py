@@ -7,7 +7,7 @@ import pytest
 from bson import ObjectId
 from bson.codec_options import CodecOptions
 
-from config.timestamps import iso_ms
+from core.timestamps import iso_ms
 from todos.documents import Todo
 from todos.schemas import TodoOut, timestamp_text
 

@@ -18,7 +18,7 @@ from apikeys.services import (
     key_update,
     key_webhook_secret,
 )
-from config.timestamps import iso_ms
+from core.timestamps import iso_ms
 
 
 class Command(BaseCommand):

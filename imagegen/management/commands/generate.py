@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
 
-from config.errors import ServiceError
+from core.errors import ServiceError
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm
 from imagegen.generation.parameters import steps_running

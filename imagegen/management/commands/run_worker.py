@@ -43,8 +43,8 @@ class Command(BaseCommand):
                 "JOB_BROKER_URL is not set: without it the web process runs the jobs itself "
                 "and no worker is needed"
             )
-        from config.celery import QUEUE, app
         from imagegen.distributed import tasks  # noqa: F401  (registers the task)
+        from imagegen.distributed.celery_app import QUEUE, app
 
         name = options["name"] or default_worker_name()
         runtime = worker_runtime(name)

@@ -16,8 +16,8 @@ from typing import Any, cast
 from a2wsgi import ASGIMiddleware
 from django.http import HttpRequest, StreamingHttpResponse
 
-REQUEST_KEY = "config.asgi_bridge.request"  # the Django request, in the app's scope's environ
-TASK_KEY = "config.asgi_bridge.task"  # the app's task answering it
+REQUEST_KEY = "core.asgi_bridge.request"  # the Django request, in the app's scope's environ
+TASK_KEY = "core.asgi_bridge.task"  # the app's task answering it
 STARTUP_SECONDS = 30
 # How long a finished answer waits for the app's own task to end before leaving it.
 AFTER_ANSWER_SECONDS = 5.0

@@ -1,27 +1,24 @@
 """Cross-cutting response concerns: the version header and error shapes for unmatched routes."""
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
 
-import mongoengine
-import pymongo
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from config import metrics, request_context
-from config.errors import NOT_FOUND, error_response, is_todo_path
-from config.logs import is_queue_poll
-from config.version import app_version
+from core import request_context
+from core.errors import NOT_FOUND, error_response
+from core.logs import is_queue_poll
+from core.version import app_version
 
-request_log = logging.getLogger("config.requests")
+request_log = logging.getLogger("config.requests")  # the name log searches know
 
 
 class RequestIdMiddleware:
     """Every answer carries X-Request-ID: the client's or proxy's when valid
-    (config.request_context), else a new one, so one id follows a request from the ingress
+    (core.request_context), else a new one, so one id follows a request from the ingress
     into the logs, the job it queues and the worker that runs it. With LOG_FORMAT=json each
     request also ends with one log line (route, status, duration), which gunicorn's text
     access log cannot give a log search."""
@@ -110,41 +107,3 @@ class HeadAsGetMiddleware:
             return self.get_response(request)
         finally:
             request.method = "HEAD"
-
-
-class DatabaseBudgetMiddleware:
-    """Bounds what a database outage can cost. Every todo request gets one deadline for all
-    of its database work (pymongo's client-side operation timeout: a transaction's retries
-    included, which otherwise go on for 120 s), and at most TODO_MAX_CONCURRENT of them wait on
-    the database at once; the next gets 503 at once. So neither a request nor all of the
-    worker's threads can be held by a dead database: /health and the image routes keep theirs."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-        self.deadline = settings.MONGODB_TIMEOUT_MS * 5 / 1000
-        self.slots = threading.BoundedSemaphore(settings.TODO_MAX_CONCURRENT)
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path == "/" or not is_todo_path(request.path):
-            return self.get_response(request)
-        if not self.slots.acquire(blocking=False):
-            metrics.TODO_REFUSED.labels(reason="busy").inc()
-            return error_response(
-                request, 503, "Too many todo requests are waiting for the database; try again "
-                "shortly", retry_after=5,
-            )  # fmt: skip
-        try:
-            # With no server known (down, or not reached yet) the request gets MONGODB_TIMEOUT_MS
-            # in all: inside pymongo.timeout() server selection waits the whole deadline,
-            # ignoring serverSelectionTimeoutMS, so a database that is down would otherwise cost
-            # every todo request five times what the setting says before its 503.
-            budget = self.deadline if database_known() else settings.MONGODB_TIMEOUT_MS / 1000
-            with pymongo.timeout(budget):
-                return self.get_response(request)
-        finally:
-            self.slots.release()
-
-
-def database_known() -> bool:
-    """Whether pymongo knows a server to write to now (free: its last view of the topology)."""
-    return mongoengine.get_connection().topology_description.has_writable_server()

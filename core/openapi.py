@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from config.errors import is_todo_path
+from core.errors import shape_of
 
 
 def plain_optional(schema: dict[str, Any]) -> None:
@@ -63,11 +63,12 @@ METHOD_NOT_ALLOWED = "another method than this path takes: the Allow header list
 
 
 def declare_method_not_allowed(schema: dict[str, Any]) -> None:
-    """Adds the 405 every path answers to a method it does not take (config.middleware), in
+    """Adds the 405 every path answers to a method it does not take (core.middleware), in
     the error shape of the path's own routes (the todo envelope, the image service's or
-    OpenAI's error object): the shape of the operation's first declared 4xx answer."""
+    OpenAI's error object): the shape of the operation's first declared 4xx answer, else
+    the one its app registered (/health; the todos' version at /)."""
     for path, operations in schema.get("paths", {}).items():
-        fallback = _TODO_ERROR if is_todo_path(path) else _PLAIN_ERROR
+        fallback = shape_of(path).openapi_content
         for operation in operations.values():
             responses = operation.get("responses", {})
             shaped = next(
@@ -76,25 +77,3 @@ def declare_method_not_allowed(schema: dict[str, Any]) -> None:
             content = shaped["content"] if shaped and "content" in shaped else fallback
             if 405 not in responses and "405" not in responses:
                 responses[405] = {"description": METHOD_NOT_ALLOWED, "content": content}
-
-
-# The error shapes of routes that declare no other error (/health; the todos' version at /).
-_MESSAGE = {
-    "type": "object",
-    "required": ["message"],
-    "properties": {"message": {"type": "string"}},
-}
-_PLAIN_ERROR = {
-    "application/json": {
-        "schema": {"type": "object", "required": ["error"], "properties": {"error": _MESSAGE}}
-    }
-}
-_TODO_ERROR = {
-    "application/json": {
-        "schema": {
-            "type": "object",
-            "required": ["data", "error"],
-            "properties": {"data": {"type": "null"}, "error": _MESSAGE},
-        }
-    }
-}

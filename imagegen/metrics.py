@@ -1,4 +1,4 @@
-"""The service's Prometheus metric families, all in one place, so the names an operator's
+"""The image service's Prometheus metric families, in one place, so the names an operator's
 dashboards and alerts use are listed once (docs/metrics.md lists the same).
 
 They live in prometheus_client's default registry, which django-prometheus' HTTP families
@@ -9,17 +9,13 @@ Prometheus adds up replicas and workers by their `instance` label.
 
 The gauges that describe state (the queue, the model) are not kept here: they are read when
 a scrape asks (imagegen.api.metrics, the worker command's collector), so they cannot drift
-from what GET /jobs and GET /model/status say. This module imports nothing of the project,
-so every layer may count into it.
+from what GET /jobs and GET /model/status say. This module imports only core
+(the kernel), so every layer of imagegen may count into it.
 """
 
 import math
 
-from django_prometheus.middleware import PrometheusAfterMiddleware
-from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
-
-# No `_created` series: one more line per series that no dashboard here reads.
-disable_created_metrics()
+from core.metrics import Counter, Gauge, Histogram
 
 # Seconds: a tiny model's step is milliseconds, SDXL's on a CPU tens of seconds.
 _STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
@@ -60,12 +56,6 @@ DECODE_SECONDS = Histogram(
 EVENT_STREAMS_OPEN = Gauge(
     "imagegen_event_streams_open", "Job event streams (GET /jobs/<id>/events) open now"
 )
-TODO_REFUSED = Counter(
-    "todos_requests_refused_database",
-    "Todo requests answered 503 for the database: `busy` (TODO_MAX_CONCURRENT already "
-    "waiting) or `unreachable` (no answer in time)",
-    ["reason"],
-)
 WEBHOOK_EVENTS = Counter(
     "imagegen_webhook_events",
     "Webhook events made (a watched job ended), by type (job.succeeded, ...)",
@@ -97,16 +87,3 @@ def image_size(width: int, height: int) -> str:
     pixels = width * height
     side = min(SIZE_CLASSES, key=lambda s: abs(math.log(pixels / (s * s))))
     return f"{side}x{side}"
-
-
-class RouteMetricsMiddleware(PrometheusAfterMiddleware):
-    """django-prometheus' HTTP families labelled by route template (`/jobs/<job_id>`)
-    instead of view name: every Ninja route of the project is named by its function, which
-    says less than its path, and an unmatched path stays `<unnamed view>`, so no label grows
-    with the ids clients send."""
-
-    def _get_view_name(self, request):
-        match = getattr(request, "resolver_match", None)
-        if match is None or match.route is None:
-            return "<unnamed view>"
-        return "/" + match.route

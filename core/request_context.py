@@ -1,6 +1,6 @@
 """What a log line knows about the work it is part of: the request's id, its route, the job
 and the worker running it. Kept in context variables so any module logs with them without
-passing them along (config.logs' JSON formatter reads them), and so a job carries its
+passing them along (core.logs' JSON formatter reads them), and so a job carries its
 request's id from the web process into its record and into the worker's log lines.
 
 An X-Request-ID from a client or proxy is kept when it is 1 to 128 characters of letters,

@@ -10,7 +10,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from config import request_context
+from core import request_context
 
 EXPECTED_STATUSES = {503, 504}
 
@@ -36,7 +36,7 @@ class JsonFormatter(logging.Formatter):
     """LOG_FORMAT=json: one JSON object per line, for a log search to query by field. Always
     time (UTC, ISO 8601), level, logger and message; request_id, route, status, duration,
     job_id and worker when known, from the record's `extra` or the context of the request or
-    job it was logged in (config.request_context); an exception's traceback as `exception`."""
+    job it was logged in (core.request_context); an exception's traceback as `exception`."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
