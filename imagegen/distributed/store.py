@@ -48,10 +48,11 @@ from redis.commands.core import Script
 from config import metrics
 from config.errors import ServiceError
 from config.request_context import current_request_id, is_request_id
-from imagegen.errors import KeyQueueLimit, WorkerLost
+from imagegen.errors import QueueFull, WorkerLost
+from imagegen.generation import queue_policy
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
+from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView, job_progress
 from imagegen.generation.previews import Preview
 from imagegen.generation.render import GenerationRequest
 from imagegen.generation.stored_ids import is_job_id, is_key_name
@@ -66,12 +67,9 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
         "clock",
     )
 )  # fmt: skip
-# The fair order (imagegen.generation.job_board.fair_round): each key's latest round, and the
-# round of the job claimed last.
+# The fair order (queue_policy.fair_round): each key's latest round, and the round of the job
+# claimed last. A queued job's score is its place (queue_policy.order).
 ROUNDS, SERVED = PREFIX + "rounds", PREFIX + "served"
-# A queued job's score: its round x ROUND_SPAN + its sequence number (mod ROUND_SPAN, which
-# orders only jobs of one round, one a key): by round, then by arrival.
-ROUND_SPAN = 1_000_000
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
 # for its own reasons (out of memory, a node taken away); twice in a row points at the job.
@@ -144,72 +142,40 @@ local function bump_queued(prefix, queued)
 end
 """
 
-# The key's limit first (ARGV[7], 0: none): its jobs queued or running, counted from the
-# list of unfinished jobs in the step that queues this one, so requests of one key at the
-# same instant cannot pass it together on any replica; -1 when reached. Then the bound:
-# jobs waiting beyond the ones idle workers are about to take (a job queued while a worker
-# is idle is about to run, not waiting), as the in-process queue counts. Workers whose
-# heartbeat is gone are not idle, whatever they said last.
-_SUBMIT = """
-local prefix, id, queue_max, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local owner, span, key_limit = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-if key_limit > 0 then
-  local mine = 0
-  for _, other in ipairs(redis.call('LRANGE', prefix .. 'unfinished', 0, -1)) do
-    local job = prefix .. 'job:' .. other
-    local state = redis.call('HGET', job, 'state')
-    if (state == 'queued' or state == 'running') and redis.call('HGET', job, 'key') == owner then
-      mine = mine + 1
-    end
-  end
-  if mine >= key_limit then
-    return -1
-  end
-end
-local idle = 0
+# What the queue's policy (imagegen.generation.queue_policy) decides a submit on, read in one
+# step under WATCH (JobStore.add): the waiting jobs and their places, the idle workers (those
+# whose heartbeat is gone apart: they are not idle, whatever they said last), the keys of the
+# unfinished jobs, the submitting key's latest round, the round served, the last arrival, and
+# the remembered jobs oldest first with their states ('' for a hash gone). Reads only.
+_QUEUE_STATE = """
+local prefix, owner = ARGV[1], ARGV[2]
+local live, dead = 0, {}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('EXISTS', prefix .. 'worker:' .. name) == 1 then
-    idle = idle + 1
+    live = live + 1
   else
-    redis.call('SREM', KEYS[4], name)
+    table.insert(dead, name)
   end
 end
-if redis.call('ZCARD', KEYS[1]) - idle >= queue_max then
-  return 0
+local keys = {}
+for _, other in ipairs(redis.call('LRANGE', KEYS[7], 0, -1)) do
+  table.insert(keys, redis.call('HGET', prefix .. 'job:' .. other, 'key') or '')
 end
-local seq = redis.call('INCR', KEYS[3])
--- fair_round: one job of each key with waiting jobs a round; never a round gone by.
-local round = math.max(tonumber(redis.call('GET', KEYS[6]) or '0'),
-                       tonumber(redis.call('HGET', KEYS[5], owner) or '0')) + 1
-redis.call('HSET', KEYS[5], owner, round)
-local score = round * span + seq % span
-redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'score', score, 'rev', 1,
-           unpack(ARGV, 8))
-redis.call('ZADD', KEYS[1], score, id)
-redis.call('ZADD', KEYS[2], seq, id)
--- The jobs it passed move down one place.
-for _, other in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. score, '+inf')) do
-  redis.call('HINCRBY', prefix .. 'job:' .. other, 'rev', 1)
+local recent = {}
+for _, other in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  table.insert(recent, other)
+  table.insert(recent, redis.call('HGET', prefix .. 'job:' .. other, 'state') or '')
 end
-redis.call('RPUSH', prefix .. 'unfinished', id)
-local finished = 0
-for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
-  local state = redis.call('HGET', prefix .. 'job:' .. other, 'state')
-  if state == 'succeeded' or state == 'failed' or state == 'cancelled' or not state then
-    finished = finished + 1
-    if finished > keep or not state then
-      redis.call('ZREM', KEYS[2], other)
-      redis.call('DEL', prefix .. 'job:' .. other, prefix .. 'job:' .. other .. ':preview')
-    end
-  end
-end
-return 1
+return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), live, dead, keys,
+        redis.call('HGET', KEYS[5], owner) or '0', redis.call('GET', KEYS[6]) or '0',
+        redis.call('GET', KEYS[3]) or '0', recent}
 """
 
 # A worker takes the first waiting job, whichever message woke it: the queue's order is
-# this set's (by round across keys, then by arrival: _SUBMIT), so positions are exact with
-# any number of workers. A job run again keeps its place (its score): it is among the first.
-# The round it was in becomes the one served. Answers the job's id and its attempt number.
+# this set's (each score the place queue_policy.order gave the job: JobStore.add), so
+# positions are exact with any number of workers. A job run again keeps its place (its
+# score): it is among the first. The round it was in (queue_policy.round_of) becomes the one
+# served. Answers the job's id and its attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
@@ -498,7 +464,7 @@ class JobStore:
         self.redis = client
         self.heartbeat_ttl = heartbeat_ttl
         self.wake = wake
-        self._submit = client.register_script(_SUBMIT)
+        self._queue_state = client.register_script(_QUEUE_STATE)
         # Every transition a waiting client can see is announced (_announce), and only such
         # a transition: a claim that took nothing or a sweep that found nothing lost is no
         # news. Every reader of a running job sweeps, so an announced empty sweep would wake
@@ -552,8 +518,13 @@ class JobStore:
         queue_max: int,
         keep: int,
     ) -> bool:
-        """Queues the job unless the shared queue is full (False) or `key` has `key_limit`
-        jobs queued or running (KeyQueueLimit), both counted in the step that queues it."""
+        """Queues the job, or refuses it with nothing written (queue_policy.admit): False when
+        the shared queue is full, KeyQueueLimit for a key at its limit. The queue's policy
+        decides on the shared queue as read under WATCH, and its decision is written in one
+        MULTI only if nothing it read changed meanwhile (another replica's submit, a claim, a
+        finish): else it decides again on what is there now. So requests of one key at the
+        same instant cannot pass its limit together on any replica, and every write stays one
+        atomic step."""
         fields: dict[str, str | int] = {
             "id": job_id,
             "request": request.model_dump_json(),
@@ -567,14 +538,66 @@ class JobStore:
             "steps": 0,
             "request_id": current_request_id() or "",  # its X-Request-ID, for the logs
         }
-        flat = [item for pair in fields.items() for item in pair]
-        keys = [QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED]
-        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, key_limit or 0, *flat]
-        added = self._submit(keys=keys, args=args)
-        if added == -1:
-            assert key_limit is not None  # only a limit refuses so
-            raise KeyQueueLimit(key_limit, 1)
-        return bool(added)
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED)
+                    state = self._queue_state(
+                        keys=[QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED],
+                        args=[PREFIX, key or ""],
+                        client=pipe,
+                    )
+                    self._queue_job(pipe, job_id, fields, state, key, key_limit, queue_max, keep)
+                    return True
+                except QueueFull:
+                    return False
+                except redis.WatchError:
+                    continue  # the queue moved under this decision: decide again
+
+    def _queue_job(
+        self,
+        pipe: Any,
+        job_id: str,
+        fields: dict[str, str | int],
+        state: list[Any],
+        key: str | None,
+        key_limit: int | None,
+        queue_max: int,
+        keep: int,
+    ) -> None:
+        """Applies the queue's policy to the state read (_QUEUE_STATE) and writes its decision
+        in one MULTI on the watching `pipe` (WatchError when anything read has changed)."""
+        queued, idle, dead, keys, round_text, served, arrival, recent = state
+        queue_policy.admit(
+            key_jobs=queue_policy.key_jobs((decoded(k) for k in keys), key),
+            key_limit=key_limit,
+            waiting=queue_policy.waiting_jobs(len(queued) // 2, int(idle)),
+            queue_max=queue_max,
+        )
+        arrival = int(arrival) + 1
+        rounds = {key or "": int(round_text)}
+        round_ = queue_policy.fair_round(rounds, key, served=int(served))
+        place = queue_policy.order(round_, arrival)
+        passed = [decoded(queued[i]) for i in range(0, len(queued), 2)
+                  if float(queued[i + 1]) > place]  # fmt: skip
+        states = [(decoded(recent[i]), decoded(recent[i + 1])) for i in range(0, len(recent), 2)]
+        gone = [other for other, found in states if not found]
+        finished = [other for other, found in states if found in FINISHED]
+        pipe.multi()
+        pipe.set(SEQUENCE, arrival)
+        pipe.hset(ROUNDS, key or "", round_)
+        pipe.hset(job_key(job_id), mapping={"seq": arrival, "score": place, "rev": 1, **fields})
+        pipe.zadd(QUEUED, {job_id: place})
+        pipe.zadd(RECENT, {job_id: arrival})
+        for other in passed:  # the jobs it passed move down one place
+            pipe.hincrby(job_key(other), "rev", 1)
+        pipe.rpush(UNFINISHED, job_id)
+        for other in gone + queue_policy.forget(finished, keep):
+            pipe.zrem(RECENT, other)
+            pipe.delete(job_key(other), preview_key(other))
+        if dead:
+            pipe.srem(IDLE, *dead)
+        pipe.execute()
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
@@ -680,7 +703,7 @@ class JobStore:
             now = now_text()
             keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
             claimed = self._claim(
-                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN]
+                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, queue_policy.ROUND_SPAN]
             )
             if claimed is None:
                 return None
