@@ -204,11 +204,18 @@ return {id, #attempts}
 )
 
 # Whether the job is running the given attempt (ARGV[1]): a worker found lost but only slow
-# is told to stop, and nothing it writes lands on the job's next run or its outcome.
+# is told to stop, and nothing it writes lands on the job's next run or its outcome; and
+# whether a cancel was asked for (1) or not (0).
 _CURRENT = """
 local function current(key, attempt)
   return redis.call('HGET', key, 'state') == 'running'
     and redis.call('HGET', key, 'attempt') == attempt
+end
+local function cancel_asked(key)
+  if redis.call('HGET', key, 'cancel') == '1' then
+    return 1
+  end
+  return 0
 end
 """
 
@@ -224,10 +231,7 @@ if #ARGV > 1 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 end
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
-if redis.call('HGET', KEYS[1], 'cancel') == '1' then
-  return 1
-end
-return 0
+return cancel_asked(KEYS[1])
 """
 )
 
@@ -259,10 +263,7 @@ if not current(KEYS[1], ARGV[2]) then
   return -1
 end
 redis.call('ZADD', KEYS[2], reach, ARGV[1])
-if redis.call('HGET', KEYS[1], 'cancel') == '1' then
-  return 1
-end
-return 0
+return cancel_asked(KEYS[1])
 """
 )
 
