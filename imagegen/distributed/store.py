@@ -5,14 +5,18 @@ Why Redis and not Celery's result backend or the MongoDB of the todos: Redis is 
 broker (one more service would be one more thing to run and to lose), and a job's life needs
 what a result backend lacks: transitions that check the state they start from (a cancel racing
 a worker's claim, two replicas finding the same worker lost), a per-job revision for waiting
-on changes, a heartbeat per running job, and the queue's bound checked and
-taken in one step. Each transition is one Lua script, which Redis runs atomically.
+on changes, a heartbeat per running job, and the queue's rules (imagegen.generation.
+queue_policy) checked and applied in one step. Each transition is one Lua script, which Redis
+runs atomically; a submit is the policy's decision on the queue read under WATCH, written in
+one MULTI that Redis refuses if anything read changed meanwhile (JobStore.add).
 
 Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
 change a client can see, `attempt` and `attempts` its runs: each worker that took it);
 `job:<id>:preview` its latest live preview and an OpenAI stream's partial images (preview_key);
-`queued` the waiting jobs in submission order (a sorted set by a sequence number: `ZRANK` is
-the position); `recent` every remembered job in the same order; `running` the running jobs,
+`queued` the waiting jobs in the queue's order (a sorted set by each job's place,
+queue_policy.order: fair turns across keys, then arrival; `ZRANK` is the position);
+`sequence` the last arrival; `rounds` each key's latest round and `served` the round of the
+job claimed last (queue_policy.fair_round); `recent` every remembered job in arrival order; `running` the running jobs,
 scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
 `worker:<name>` a worker's own heartbeat and model state; `idle` the workers waiting for
 work; `pull` the count of pulls asked for, which every worker follows; `unfinished` a list
@@ -451,8 +455,8 @@ class Claimed:
 
 class JobStore:
     """The atomic reads and transitions of jobs in Redis; the web board and the workers both
-    go through it. `wake` sends a worker the message that makes it take the oldest waiting
-    job (connection.wake_a_worker): a job found lost and queued again needs one, as a new
+    go through it. `wake` sends a worker the message that makes it take the job whose
+    turn is next (connection.wake_a_worker): a job found lost and queued again needs one, as a new
     job does; without it (tests) such a job waits for the next message."""
 
     def __init__(
@@ -674,7 +678,7 @@ class JobStore:
                 self.wake(job_id)
         return handled
 
-    def oldest_queued(self) -> str | None:
+    def next_queued(self) -> str | None:
         """The job at the head of the queue: the next one a worker takes."""
         head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
         return decoded(head[0]) if head else None
@@ -696,9 +700,9 @@ class JobStore:
     # -- the worker side --------------------------------------------------------------------
 
     def claim(self, worker: str) -> Claimed | None:
-        """Takes the oldest waiting job for this worker (running, with its heartbeat). A job
-        whose stored fields are not what a web replica writes (a forged one: an id, a key or
-        an input digest of another form, a request that does not validate) is failed
+        """Takes the job whose turn is next for this worker (running, with its heartbeat).
+        A job whose stored fields are not what a web replica writes (a forged one: an id, a
+        key or an input digest of another form, a request that does not validate) is failed
         unread, and the next one taken: nothing of it names a file."""
         while True:
             now = now_text()
