@@ -16,13 +16,13 @@ change a client can see, `attempt` and `attempts` its runs: each worker that too
 `queued` the waiting jobs in the queue's order (a sorted set by each job's place,
 queue_policy.order: fair turns across keys, then arrival; `ZRANK` is the position);
 `sequence` the last arrival; `rounds` each key's latest round and `served` the round of the
-job claimed last (queue_policy.fair_round); `recent` every remembered job in arrival order; `running` the running jobs,
-scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
-`worker:<name>` a worker's own heartbeat and model state; `idle` the workers waiting for
-work; `pull` the count of pulls asked for, which every worker follows; `unfinished` a list
-with one entry per queued or running job, the length KEDA scales the workers on (Celery's own
-list holds only the waiting messages: scaling on it would remove workers in the middle of
-their jobs).
+job claimed last (queue_policy.fair_round); `recent` every remembered job in arrival order;
+`running` the running jobs, scored by the store's reachable time at their last heartbeat;
+`clock` that reachable time; `worker:<name>` a worker's own heartbeat and model state; `idle`
+the workers waiting for work; `pull` the count of pulls asked for, which every worker
+follows; `unfinished` a list with one entry per queued or running job, the length KEDA scales
+the workers on (Celery's own list holds only the waiting messages: scaling on it would remove
+workers in the middle of their jobs).
 
 Why a clock of its own and not a TTL key per running job: a heartbeat missing while the
 store itself was away (restarted, frozen, unreachable) says nothing about the worker, and a
