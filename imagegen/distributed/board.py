@@ -95,7 +95,7 @@ class RedisJobBoard:
         ):
             raise QueueFull()
         try:
-            # A wake-up call for one worker: it runs the oldest waiting job, whichever.
+            # A wake-up call for one worker: it runs the job whose turn is next, whichever.
             self._celery.send_task("imagegen.run_next_job", args=[job_id])
         except (OperationalError, redis.RedisError):
             self.jobs.forget(job_id)

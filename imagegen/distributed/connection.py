@@ -59,7 +59,7 @@ def listener_client() -> redis.Redis:
 
 
 def wake_a_worker(job_id: str) -> None:
-    """The message that makes one worker take the oldest waiting job, for a job queued again
+    """The message that makes one worker take the job whose turn is next, for a job queued again
     after its worker was lost. Not sent (Redis away again): the job keeps its place at the
     head of the queue, and the next job's message runs it."""
     from kombu.exceptions import OperationalError

@@ -15,7 +15,7 @@ import redis
 from redis.lock import Lock
 
 from imagegen.distributed.store import decoded
-from imagegen.generation.shared_runs import SharedRun, Submit, Unfinished, new_job_ids, refused
+from imagegen.generation.shared_runs import RunRegistry, SharedRun
 
 RUN = "imagegen:run:{key}"
 WAITERS = "imagegen:run-waiters:{token}"
@@ -30,51 +30,41 @@ return 0
 """
 
 
-class RedisRuns:
+class RedisRuns(RunRegistry):
+    """The registry of every replica: one request at a time per key (a Redis lock), so two
+    replicas never both submit for the same request. A new run is written, with its expiry,
+    before its jobs are queued (shared_runs' docstring)."""
+
     def __init__(self, client: redis.Redis, ttl_seconds: int) -> None:
         self.client = client
         self.ttl = ttl_seconds
         self._delete_if_current = client.register_script(_DELETE_IF_CURRENT)
 
-    def join_or_submit(
-        self,
-        key: str,
-        submit: Submit,
-        unfinished: Unfinished,
-        *,
-        count: int = 1,
-        keep: bool = False,
-    ) -> SharedRun:
-        """As LocalRuns.join_or_submit, for every replica: one request at a time per key
-        (a Redis lock), so two replicas never both submit for the same request. A new run
-        is written, with its expiry, before its jobs are queued (shared_runs' docstring)."""
-        run_key = RUN.format(key=key)
-        with self._locked(key):
-            stored = self.client.hgetall(run_key)
-            run = None
-            if stored:
-                jobs = json.loads(stored[b"jobs"])
-                run = SharedRun(key, jobs, decoded(stored[b"token"]), kept=keep)
-            if run is None or not unfinished(run.jobs):
-                run = SharedRun(key, new_job_ids(count), kept=keep)
-                with self.client.pipeline() as pipe:  # MULTI: both fields and the expiry
-                    pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
-                    pipe.expire(run_key, self.ttl)
-                    pipe.execute()
-                try:
-                    submit(run.jobs)
-                except Exception as error:
-                    if refused(error):  # nothing queued: nothing for a retry to join
-                        self._delete_if_current(keys=[run_key], args=[run.token])
-                    raise
-            with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
-                waiters = WAITERS.format(token=run.token)
-                # One call a line: redis-py types a pipeline's commands as the client's.
-                pipe.incr(waiters)
-                pipe.expire(waiters, self.ttl)
-                pipe.expire(run_key, self.ttl)
-                pipe.execute()
-        return run
+    def _find(self, key: str, keep: bool) -> SharedRun | None:
+        stored = self.client.hgetall(RUN.format(key=key))
+        if not stored:
+            return None
+        jobs = json.loads(stored[b"jobs"])
+        return SharedRun(key, jobs, decoded(stored[b"token"]), kept=keep)
+
+    def _register(self, run: SharedRun) -> None:
+        run_key = RUN.format(key=run.key)
+        with self.client.pipeline() as pipe:  # MULTI: both fields and the expiry
+            pipe.hset(run_key, mapping={"token": run.token, "jobs": json.dumps(run.jobs)})
+            pipe.expire(run_key, self.ttl)
+            pipe.execute()
+
+    def _withdraw(self, run: SharedRun) -> None:
+        self._delete_if_current(keys=[RUN.format(key=run.key)], args=[run.token])
+
+    def _join(self, run: SharedRun) -> None:
+        with self.client.pipeline() as pipe:  # MULTI: all of it, expiry included, or none
+            waiters = WAITERS.format(token=run.token)
+            # One call a line: redis-py types a pipeline's commands as the client's.
+            pipe.incr(waiters)
+            pipe.expire(waiters, self.ttl)
+            pipe.expire(RUN.format(key=run.key), self.ttl)
+            pipe.execute()
 
     def leave(self, run: SharedRun) -> bool:
         """Under the key's lock too: a twin joining on another replica between the count's

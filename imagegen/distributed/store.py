@@ -5,20 +5,24 @@ Why Redis and not Celery's result backend or the MongoDB of the todos: Redis is 
 broker (one more service would be one more thing to run and to lose), and a job's life needs
 what a result backend lacks: transitions that check the state they start from (a cancel racing
 a worker's claim, two replicas finding the same worker lost), a per-job revision for waiting
-on changes, a heartbeat per running job, and the queue's bound checked and
-taken in one step. Each transition is one Lua script, which Redis runs atomically.
+on changes, a heartbeat per running job, and the queue's rules (imagegen.generation.
+queue_policy) checked and applied in one step. Each transition is one Lua script, which Redis
+runs atomically; a submit is the policy's decision on the queue read under WATCH, written in
+one MULTI that Redis refuses if anything read changed meanwhile (JobStore.add).
 
 Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
 change a client can see, `attempt` and `attempts` its runs: each worker that took it);
 `job:<id>:preview` its latest live preview and an OpenAI stream's partial images (preview_key);
-`queued` the waiting jobs in submission order (a sorted set by a sequence number: `ZRANK` is
-the position); `recent` every remembered job in the same order; `running` the running jobs,
-scored by the store's reachable time at their last heartbeat; `clock` that reachable time;
-`worker:<name>` a worker's own heartbeat and model state; `idle` the workers waiting for
-work; `pull` the count of pulls asked for, which every worker follows; `unfinished` a list
-with one entry per queued or running job, the length KEDA scales the workers on (Celery's own
-list holds only the waiting messages: scaling on it would remove workers in the middle of
-their jobs).
+`queued` the waiting jobs in the queue's order (a sorted set by each job's place,
+queue_policy.order: fair turns across keys, then arrival; `ZRANK` is the position);
+`sequence` the last arrival; `rounds` each key's latest round and `served` the round of the
+job claimed last (queue_policy.fair_round); `recent` every remembered job in arrival order;
+`running` the running jobs, scored by the store's reachable time at their last heartbeat;
+`clock` that reachable time; `worker:<name>` a worker's own heartbeat and model state; `idle`
+the workers waiting for work; `pull` the count of pulls asked for, which every worker
+follows; `unfinished` a list with one entry per queued or running job, the length KEDA scales
+the workers on (Celery's own list holds only the waiting messages: scaling on it would remove
+workers in the middle of their jobs).
 
 Why a clock of its own and not a TTL key per running job: a heartbeat missing while the
 store itself was away (restarted, frozen, unreachable) says nothing about the worker, and a
@@ -48,10 +52,11 @@ from redis.commands.core import Script
 from core.errors import ServiceError
 from core.request_context import current_request_id, is_request_id
 from imagegen import metrics
-from imagegen.errors import KeyQueueLimit, WorkerLost
+from imagegen.errors import QueueFull, WorkerLost
+from imagegen.generation import queue_policy
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
-from imagegen.generation.job_board import CANCELLING, JobState, JobView, job_progress
+from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView, job_progress
 from imagegen.generation.previews import Preview
 from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.stored_ids import is_job_id, is_key_name
@@ -66,12 +71,9 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
         "clock",
     )
 )  # fmt: skip
-# The fair order (imagegen.generation.job_board.fair_round): each key's latest round, and the
-# round of the job claimed last.
+# The fair order (queue_policy.fair_round): each key's latest round, and the round of the job
+# claimed last. A queued job's score is its place (queue_policy.order).
 ROUNDS, SERVED = PREFIX + "rounds", PREFIX + "served"
-# A queued job's score: its round x ROUND_SPAN + its sequence number (mod ROUND_SPAN, which
-# orders only jobs of one round, one a key): by round, then by arrival.
-ROUND_SPAN = 1_000_000
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 # A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
 # for its own reasons (out of memory, a node taken away); twice in a row points at the job.
@@ -144,72 +146,40 @@ local function bump_queued(prefix, queued)
 end
 """
 
-# The key's limit first (ARGV[7], 0: none): its jobs queued or running, counted from the
-# list of unfinished jobs in the step that queues this one, so requests of one key at the
-# same instant cannot pass it together on any replica; -1 when reached. Then the bound:
-# jobs waiting beyond the ones idle workers are about to take (a job queued while a worker
-# is idle is about to run, not waiting), as the in-process queue counts. Workers whose
-# heartbeat is gone are not idle, whatever they said last.
-_SUBMIT = """
-local prefix, id, queue_max, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local owner, span, key_limit = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-if key_limit > 0 then
-  local mine = 0
-  for _, other in ipairs(redis.call('LRANGE', prefix .. 'unfinished', 0, -1)) do
-    local job = prefix .. 'job:' .. other
-    local state = redis.call('HGET', job, 'state')
-    if (state == 'queued' or state == 'running') and redis.call('HGET', job, 'key') == owner then
-      mine = mine + 1
-    end
-  end
-  if mine >= key_limit then
-    return -1
-  end
-end
-local idle = 0
+# What the queue's policy (imagegen.generation.queue_policy) decides a submit on, read in one
+# step under WATCH (JobStore.add): the waiting jobs and their places, the idle workers (those
+# whose heartbeat is gone apart: they are not idle, whatever they said last), the keys of the
+# unfinished jobs, the submitting key's latest round, the round served, the last arrival, and
+# the remembered jobs oldest first with their states ('' for a hash gone). Reads only.
+_QUEUE_STATE = """
+local prefix, owner = ARGV[1], ARGV[2]
+local live, dead = 0, {}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('EXISTS', prefix .. 'worker:' .. name) == 1 then
-    idle = idle + 1
+    live = live + 1
   else
-    redis.call('SREM', KEYS[4], name)
+    table.insert(dead, name)
   end
 end
-if redis.call('ZCARD', KEYS[1]) - idle >= queue_max then
-  return 0
+local keys = {}
+for _, other in ipairs(redis.call('LRANGE', KEYS[7], 0, -1)) do
+  table.insert(keys, redis.call('HGET', prefix .. 'job:' .. other, 'key') or '')
 end
-local seq = redis.call('INCR', KEYS[3])
--- fair_round: one job of each key with waiting jobs a round; never a round gone by.
-local round = math.max(tonumber(redis.call('GET', KEYS[6]) or '0'),
-                       tonumber(redis.call('HGET', KEYS[5], owner) or '0')) + 1
-redis.call('HSET', KEYS[5], owner, round)
-local score = round * span + seq % span
-redis.call('HSET', prefix .. 'job:' .. id, 'seq', seq, 'score', score, 'rev', 1,
-           unpack(ARGV, 8))
-redis.call('ZADD', KEYS[1], score, id)
-redis.call('ZADD', KEYS[2], seq, id)
--- The jobs it passed move down one place.
-for _, other in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. score, '+inf')) do
-  redis.call('HINCRBY', prefix .. 'job:' .. other, 'rev', 1)
+local recent = {}
+for _, other in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  table.insert(recent, other)
+  table.insert(recent, redis.call('HGET', prefix .. 'job:' .. other, 'state') or '')
 end
-redis.call('RPUSH', prefix .. 'unfinished', id)
-local finished = 0
-for _, other in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, -1)) do
-  local state = redis.call('HGET', prefix .. 'job:' .. other, 'state')
-  if state == 'succeeded' or state == 'failed' or state == 'cancelled' or not state then
-    finished = finished + 1
-    if finished > keep or not state then
-      redis.call('ZREM', KEYS[2], other)
-      redis.call('DEL', prefix .. 'job:' .. other, prefix .. 'job:' .. other .. ':preview')
-    end
-  end
-end
-return 1
+return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), live, dead, keys,
+        redis.call('HGET', KEYS[5], owner) or '0', redis.call('GET', KEYS[6]) or '0',
+        redis.call('GET', KEYS[3]) or '0', recent}
 """
 
 # A worker takes the first waiting job, whichever message woke it: the queue's order is
-# this set's (by round across keys, then by arrival: _SUBMIT), so positions are exact with
-# any number of workers. A job run again keeps its place (its score): it is among the first.
-# The round it was in becomes the one served. Answers the job's id and its attempt number.
+# this set's (each score the place queue_policy.order gave the job: JobStore.add), so
+# positions are exact with any number of workers. A job run again keeps its place (its
+# score): it is among the first. The round it was in (queue_policy.round_of) becomes the one
+# served. Answers the job's id and its attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
@@ -238,11 +208,18 @@ return {id, #attempts}
 )
 
 # Whether the job is running the given attempt (ARGV[1]): a worker found lost but only slow
-# is told to stop, and nothing it writes lands on the job's next run or its outcome.
+# is told to stop, and nothing it writes lands on the job's next run or its outcome; and
+# whether a cancel was asked for (1) or not (0).
 _CURRENT = """
 local function current(key, attempt)
   return redis.call('HGET', key, 'state') == 'running'
     and redis.call('HGET', key, 'attempt') == attempt
+end
+local function cancel_asked(key)
+  if redis.call('HGET', key, 'cancel') == '1' then
+    return 1
+  end
+  return 0
 end
 """
 
@@ -258,10 +235,7 @@ if #ARGV > 1 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 end
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
-if redis.call('HGET', KEYS[1], 'cancel') == '1' then
-  return 1
-end
-return 0
+return cancel_asked(KEYS[1])
 """
 )
 
@@ -293,10 +267,7 @@ if not current(KEYS[1], ARGV[2]) then
   return -1
 end
 redis.call('ZADD', KEYS[2], reach, ARGV[1])
-if redis.call('HGET', KEYS[1], 'cancel') == '1' then
-  return 1
-end
-return 0
+return cancel_asked(KEYS[1])
 """
 )
 
@@ -484,8 +455,8 @@ class Claimed:
 
 class JobStore:
     """The atomic reads and transitions of jobs in Redis; the web board and the workers both
-    go through it. `wake` sends a worker the message that makes it take the oldest waiting
-    job (connection.wake_a_worker): a job found lost and queued again needs one, as a new
+    go through it. `wake` sends a worker the message that makes it take the job whose
+    turn is next (connection.wake_a_worker): a job found lost and queued again needs one, as a new
     job does; without it (tests) such a job waits for the next message."""
 
     def __init__(
@@ -498,7 +469,7 @@ class JobStore:
         self.redis = client
         self.heartbeat_ttl = heartbeat_ttl
         self.wake = wake
-        self._submit = client.register_script(_SUBMIT)
+        self._queue_state = client.register_script(_QUEUE_STATE)
         # Every transition a waiting client can see is announced (_announce), and only such
         # a transition: a claim that took nothing or a sweep that found nothing lost is no
         # news. Every reader of a running job sweeps, so an announced empty sweep would wake
@@ -552,8 +523,13 @@ class JobStore:
         queue_max: int,
         keep: int,
     ) -> bool:
-        """Queues the job unless the shared queue is full (False) or `key` has `key_limit`
-        jobs queued or running (KeyQueueLimit), both counted in the step that queues it."""
+        """Queues the job, or refuses it with nothing written (queue_policy.admit): False when
+        the shared queue is full, KeyQueueLimit for a key at its limit. The queue's policy
+        decides on the shared queue as read under WATCH, and its decision is written in one
+        MULTI only if nothing it read changed meanwhile (another replica's submit, a claim, a
+        finish): else it decides again on what is there now. So requests of one key at the
+        same instant cannot pass its limit together on any replica, and every write stays one
+        atomic step."""
         fields: dict[str, str | int] = {
             "id": job_id,
             "request": request.model_dump_json(),
@@ -567,14 +543,66 @@ class JobStore:
             "steps": 0,
             "request_id": current_request_id() or "",  # its X-Request-ID, for the logs
         }
-        flat = [item for pair in fields.items() for item in pair]
-        keys = [QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED]
-        args = [PREFIX, job_id, queue_max, keep, key or "", ROUND_SPAN, key_limit or 0, *flat]
-        added = self._submit(keys=keys, args=args)
-        if added == -1:
-            assert key_limit is not None  # only a limit refuses so
-            raise KeyQueueLimit(key_limit, 1)
-        return bool(added)
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED)
+                    state = self._queue_state(
+                        keys=[QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED],
+                        args=[PREFIX, key or ""],
+                        client=pipe,
+                    )
+                    self._queue_job(pipe, job_id, fields, state, key, key_limit, queue_max, keep)
+                    return True
+                except QueueFull:
+                    return False
+                except redis.WatchError:
+                    continue  # the queue moved under this decision: decide again
+
+    def _queue_job(
+        self,
+        pipe: Any,
+        job_id: str,
+        fields: dict[str, str | int],
+        state: list[Any],
+        key: str | None,
+        key_limit: int | None,
+        queue_max: int,
+        keep: int,
+    ) -> None:
+        """Applies the queue's policy to the state read (_QUEUE_STATE) and writes its decision
+        in one MULTI on the watching `pipe` (WatchError when anything read has changed)."""
+        queued, idle, dead, keys, round_text, served, arrival, recent = state
+        queue_policy.admit(
+            key_jobs=queue_policy.key_jobs((decoded(k) for k in keys), key),
+            key_limit=key_limit,
+            waiting=queue_policy.waiting_jobs(len(queued) // 2, int(idle)),
+            queue_max=queue_max,
+        )
+        arrival = int(arrival) + 1
+        rounds = {key or "": int(round_text)}
+        round_ = queue_policy.fair_round(rounds, key, served=int(served))
+        place = queue_policy.order(round_, arrival)
+        passed = [decoded(queued[i]) for i in range(0, len(queued), 2)
+                  if float(queued[i + 1]) > place]  # fmt: skip
+        states = [(decoded(recent[i]), decoded(recent[i + 1])) for i in range(0, len(recent), 2)]
+        gone = [other for other, found in states if not found]
+        finished = [other for other, found in states if found in FINISHED]
+        pipe.multi()
+        pipe.set(SEQUENCE, arrival)
+        pipe.hset(ROUNDS, key or "", round_)
+        pipe.hset(job_key(job_id), mapping={"seq": arrival, "score": place, "rev": 1, **fields})
+        pipe.zadd(QUEUED, {job_id: place})
+        pipe.zadd(RECENT, {job_id: arrival})
+        for other in passed:  # the jobs it passed move down one place
+            pipe.hincrby(job_key(other), "rev", 1)
+        pipe.rpush(UNFINISHED, job_id)
+        for other in gone + queue_policy.forget(finished, keep):
+            pipe.zrem(RECENT, other)
+            pipe.delete(job_key(other), preview_key(other))
+        if dead:
+            pipe.srem(IDLE, *dead)
+        pipe.execute()
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent (it would never run)."""
@@ -650,7 +678,7 @@ class JobStore:
                 self.wake(job_id)
         return handled
 
-    def oldest_queued(self) -> str | None:
+    def next_queued(self) -> str | None:
         """The job at the head of the queue: the next one a worker takes."""
         head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
         return decoded(head[0]) if head else None
@@ -672,15 +700,15 @@ class JobStore:
     # -- the worker side --------------------------------------------------------------------
 
     def claim(self, worker: str) -> Claimed | None:
-        """Takes the oldest waiting job for this worker (running, with its heartbeat). A job
-        whose stored fields are not what a web replica writes (a forged one: an id, a key or
-        an input digest of another form, a request that does not validate) is failed
+        """Takes the job whose turn is next for this worker (running, with its heartbeat).
+        A job whose stored fields are not what a web replica writes (a forged one: an id, a
+        key or an input digest of another form, a request that does not validate) is failed
         unread, and the next one taken: nothing of it names a file."""
         while True:
             now = now_text()
             keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
             claimed = self._claim(
-                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, ROUND_SPAN]
+                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, queue_policy.ROUND_SPAN]
             )
             if claimed is None:
                 return None

@@ -1,9 +1,10 @@
 """A Celery worker process of distributed mode: one pipeline, one job at a time.
 
-Each message wakes the worker to run the oldest waiting job (imagegen.distributed.store's
-claim); the generation itself is the in-process queue's (imagegen.generation.execution), its
-progress written to the store at every step end (one small Redis call, which also tells the
-worker whether a cancel was asked for).
+Each message wakes the worker to run the job whose turn is next (the queue's order:
+imagegen.generation.queue_policy; imagegen.distributed.store's claim); the generation itself
+is the in-process queue's (imagegen.generation.execution), its progress written to the
+store at every step end (one small Redis call, which also tells the worker whether a cancel
+was asked for).
 
 A thread beats while the process lives, every JOB_HEARTBEAT_TTL / 3 seconds at most once a
 second: it refreshes this worker's key (its model state, for GET /model/status, with
@@ -216,7 +217,7 @@ class WorkerRuntime:
         without persistence) or the consumer has stopped taking any: Celery's Redis consumer
         can stop for good when the broker goes away in the middle of an ack (seen here with
         Redis stopped and frozen; celery#10205), and the job would wait forever."""
-        head = self.store.oldest_queued()
+        head = self.store.next_queued()
         if head is None or head != self.waiting_seen:
             self.waiting_seen, self.waiting_beats = head, 0
             return
@@ -236,7 +237,7 @@ class WorkerRuntime:
     # -- one job ------------------------------------------------------------------------------
 
     def run_next_job(self) -> str | None:
-        """Runs the oldest waiting job, if any is left (a cancelled one's message finds
+        """Runs the job whose turn is next, if any is left (a cancelled one's message finds
         none); returns its id. One at a time in this process, however it was started."""
         with self._one_job:
             return self._run_next_job()

@@ -107,20 +107,6 @@ class JobView:
     preview_step: int = 0
 
 
-def fair_round(rounds: dict[str, int], key: str | None, *, served: int) -> int:
-    """The round a new job of API key `key` runs in, recorded in `rounds` (each key's latest
-    round). The queue takes jobs by round, then by arrival: one job of each key with waiting
-    jobs a round, so a key's batch of 8 does not make every other key wait behind all 8.
-    A key whose jobs are all done starts at the round after the one running (`served`), never
-    in rounds gone by. Both boards order their queue by it (the distributed one in Redis:
-    imagegen.distributed.store), so the positions they report are the order jobs run in.
-    Jobs of no key (an open service) share one turn."""
-    name = key or ""
-    found = max(served, rounds.get(name, 0)) + 1
-    rounds[name] = found
-    return found
-
-
 def ahead_of(view: JobView) -> Ahead | None:
     """What a job leaves to do before a request submitted now (imagegen.generation.estimates):
     all of it while it waits, its steps to go and its decode while it runs; nothing once it is

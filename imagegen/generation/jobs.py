@@ -29,7 +29,8 @@ from core import request_context
 from core.errors import ServiceError
 from core.timestamps import utc_now
 from imagegen import metrics
-from imagegen.errors import JobFinished, KeyQueueLimit, QueueFull
+from imagegen.errors import JobFinished
+from imagegen.generation import queue_policy
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageRecord, ImageStore
@@ -40,7 +41,6 @@ from imagegen.generation.job_board import (
     JobState,
     JobView,
     ahead_of,
-    fair_round,
     job_progress,
 )
 from imagegen.generation.parameters import with_defaults
@@ -72,9 +72,8 @@ class Job:
     # The name of the API key that submitted it (config.auth): its jobs and images are that
     # key's own. None on an open service.
     key: str | None = None
-    # Its round among the keys with waiting jobs (fair_round): the queue's order is by round,
-    # then by arrival.
-    round: int = 0
+    # Its place in the queue (queue_policy.order: by round among the keys, then by arrival).
+    place: int = 0
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -136,8 +135,9 @@ class JobQueue:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._worker: threading.Thread | None = None
         self._running: Job | None = None
-        self._rounds: dict[str, int] = {}  # each key's latest round (fair_round)
+        self._rounds: dict[str, int] = {}  # each key's latest round (queue_policy.fair_round)
         self._served = 0  # the round of the job that started last
+        self._arrivals = 0  # jobs queued so far: the order within a round
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
         # The model's work counted at its load, the estimate before any image (GEN_THROUGHPUT:
         # its pace).
@@ -167,11 +167,17 @@ class JobQueue:
         if job_id is not None:
             job.id = job_id
         with self._lock:
-            if key_limit is not None and self._unfinished_of(key) >= key_limit:
-                raise KeyQueueLimit(key_limit, 1)
-            if self._waiting() >= self.queue_max:
-                raise QueueFull()
-            job.round = fair_round(self._rounds, job.key, served=self._served)
+            queue_policy.admit(
+                key_jobs=queue_policy.key_jobs(
+                    (j.key for j in self._jobs.values() if j.state not in FINISHED), key
+                ),
+                key_limit=key_limit,
+                waiting=queue_policy.waiting_jobs(len(self._queued), int(self._running is None)),
+                queue_max=self.queue_max,
+            )
+            self._arrivals += 1
+            round_ = queue_policy.fair_round(self._rounds, job.key, served=self._served)
+            job.place = queue_policy.order(round_, self._arrivals)
             self._enqueue(job)
             self._jobs[job.id] = job
             self._forget_old_jobs()
@@ -206,10 +212,6 @@ class JobQueue:
         with self._lock:
             jobs = [job for job in reversed(self._jobs.values()) if job.state not in FINISHED]
             return [self.view(job) for job in jobs]
-
-    def _unfinished_of(self, key: str | None) -> int:
-        """Key `key`'s jobs queued or running; the caller holds the lock."""
-        return sum(1 for job in self._jobs.values() if job.key == key and job.state not in FINISHED)
 
     def client_jobs(self, client: str) -> list[JobView]:
         """The jobs `client`'s protocol requests submitted, oldest first."""
@@ -292,12 +294,9 @@ class JobQueue:
         self._lock.notify_all()
 
     def _enqueue(self, job: Job) -> None:
-        """Places a job after every job of an earlier or the same round: behind its own key's
-        earlier jobs, ahead of another key's later ones. The jobs it passes move down one
-        place (their revisions grow with it). Lock held."""
-        place = len(self._queued)
-        while place > 0 and self._queued[place - 1].round > job.round:
-            place -= 1
+        """Places a job where the queue's order puts it (queue_policy.place_in). The jobs it
+        passes move down one place (their revisions grow with it). Lock held."""
+        place = queue_policy.place_in([queued.place for queued in self._queued], job.place)
         self._queued.insert(place, job)
         for behind in list(self._queued)[place + 1 :]:
             self._changed(behind)
@@ -308,11 +307,6 @@ class JobQueue:
         self._queued.remove(job)
         for behind in list(self._queued)[place:]:
             self._changed(behind)
-
-    def _waiting(self) -> int:
-        """Jobs waiting behind the running one (a job queued while the worker is idle is
-        about to run, not waiting). Called with the lock held."""
-        return len(self._queued) - (self._running is None)
 
     # -- the worker -----------------------------------------------------------------------
 
@@ -328,7 +322,7 @@ class JobQueue:
                 while not self._queued:
                     self._lock.wait()
                 job = self._running = self._queued[0]
-                self._served = max(self._served, job.round)
+                self._served = max(self._served, queue_policy.round_of(job.place))
                 self._leave_queue(job)
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
@@ -376,10 +370,10 @@ class JobQueue:
         job.done.set()
 
     def _forget_old_jobs(self) -> None:
-        """Keeps the `keep` newest finished jobs (unfinished ones are never forgotten)."""
-        finished = [j for j in self._jobs.values() if j.state in FINISHED]
-        for job in finished[: max(0, len(finished) - self.keep)]:
-            del self._jobs[job.id]
+        """Drops the finished jobs the queue's policy forgets (queue_policy.forget)."""
+        finished = [j.id for j in self._jobs.values() if j.state in FINISHED]
+        for job_id in queue_policy.forget(finished, self.keep):
+            del self._jobs[job_id]
 
 
 @dataclass

@@ -17,9 +17,10 @@ queued; had none been queued, the ids name no job and the retry queues anew."""
 import secrets
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from core.errors import ServiceError
 
@@ -52,33 +53,9 @@ class SharedRun:
     kept: bool = False  # registered with an Idempotency-Key: outlives its waiters (above)
 
 
-class RunRegistry(Protocol):
-    """mypy checks both (LocalRuns, RedisRuns) against it where imagegen.backend.runs()
-    returns them."""
-
-    def join_or_submit(
-        self,
-        key: str,
-        submit: Submit,
-        unfinished: Unfinished,
-        *,
-        count: int = 1,
-        keep: bool = False,
-    ) -> SharedRun: ...
-
-    def leave(self, run: SharedRun) -> bool: ...
-
-
-class LocalRuns:
-    """The registry of one process (the in-process job queue). Kept runs are forgotten
-    `ttl_seconds` after their last join, as RedisRuns' keys expire."""
-
-    def __init__(self, ttl_seconds: float = 3600) -> None:
-        self.ttl = ttl_seconds
-        self._lock = threading.Lock()
-        self._current: dict[str, SharedRun] = {}
-        self._waiters: dict[str, int] = {}  # by run token
-        self._expires: dict[str, float] = {}  # kept runs without waiters, by key
+class RunRegistry(ABC):
+    """A registry of runs: this process's (LocalRuns) or every replica's (RedisRuns). The
+    join-or-submit rule is written here once; each registry only stores."""
 
     def join_or_submit(
         self,
@@ -91,25 +68,77 @@ class LocalRuns:
     ) -> SharedRun:
         """Joins the key's run while `unfinished` says its jobs may be joined, else submits a
         new one of `count` jobs, registered first (the module's docstring); `keep`: the run
-        outlives its waiters (an Idempotency-Key's)."""
-        with self._lock:
-            self._forget_expired()
-            run = self._current.get(key)
+        outlives its waiters (an Idempotency-Key's). One request at a time per key, so two
+        requests never both submit for the same key."""
+        with self._locked(key):
+            run = self._find(key, keep)
             if run is None or not unfinished(run.jobs):
-                run = self._current[key] = SharedRun(key, new_job_ids(count), kept=keep)
-                self._expires[key] = time.monotonic() + self.ttl
+                run = SharedRun(key, new_job_ids(count), kept=keep)
+                self._register(run)
                 try:
                     submit(run.jobs)
                 except Exception as error:
-                    if refused(error):
-                        del self._current[key], self._expires[key]
+                    if refused(error):  # nothing queued: nothing for a retry to join
+                        self._withdraw(run)
                     raise
-            self._waiters[run.token] = self._waiters.get(run.token, 0) + 1
-            self._expires[key] = time.monotonic() + self.ttl
+            self._join(run)
             return run
 
+    @abstractmethod
     def leave(self, run: SharedRun) -> bool:
         """One request stops waiting; True when it was the last one."""
+
+    @abstractmethod
+    def _locked(self, key: str) -> AbstractContextManager[object]:
+        """Held while one request joins or submits for `key`."""
+
+    @abstractmethod
+    def _find(self, key: str, keep: bool) -> SharedRun | None:
+        """The key's registered run, if any."""
+
+    @abstractmethod
+    def _register(self, run: SharedRun) -> None:
+        """Registers a new run as the key's, before its jobs are queued."""
+
+    @abstractmethod
+    def _withdraw(self, run: SharedRun) -> None:
+        """Unregisters a run whose jobs were refused, if it is still the key's."""
+
+    @abstractmethod
+    def _join(self, run: SharedRun) -> None:
+        """Counts one more waiter of `run`, and renews its expiry."""
+
+
+class LocalRuns(RunRegistry):
+    """The registry of one process (the in-process job queue). Kept runs are forgotten
+    `ttl_seconds` after their last join, as RedisRuns' keys expire."""
+
+    def __init__(self, ttl_seconds: float = 3600) -> None:
+        self.ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._current: dict[str, SharedRun] = {}
+        self._waiters: dict[str, int] = {}  # by run token
+        self._expires: dict[str, float] = {}  # kept runs without waiters, by key
+
+    def _locked(self, key: str) -> threading.Lock:
+        return self._lock
+
+    def _find(self, key: str, keep: bool) -> SharedRun | None:
+        self._forget_expired()
+        return self._current.get(key)
+
+    def _register(self, run: SharedRun) -> None:
+        self._current[run.key] = run
+        self._expires[run.key] = time.monotonic() + self.ttl
+
+    def _withdraw(self, run: SharedRun) -> None:
+        del self._current[run.key], self._expires[run.key]
+
+    def _join(self, run: SharedRun) -> None:
+        self._waiters[run.token] = self._waiters.get(run.token, 0) + 1
+        self._expires[run.key] = time.monotonic() + self.ttl
+
+    def leave(self, run: SharedRun) -> bool:
         with self._lock:
             self._waiters[run.token] -= 1
             if self._waiters[run.token]:
