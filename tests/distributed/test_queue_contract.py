@@ -20,7 +20,7 @@ from imagegen.errors import KeyQueueLimit, QueueFull
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard, JobState, JobView
 from imagegen.generation.jobs import JobQueue
-from imagegen.generation.render import GenerationRequest
+from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.distributed.test_job_store import redis_server  # noqa: F401 (the module's Redis)
 from tests.support.distributed import RedisServer
