@@ -13,6 +13,7 @@ import requests
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.distributed import RedisServer
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import (
     PULL_TIMEOUT,
@@ -54,6 +55,13 @@ def mongo(work_dir: Path) -> Iterator[EmbeddedMongo]:
 def app(mongo: EmbeddedMongo, work_dir: Path) -> Iterator[AppServer]:
     env = {"MONGODB_URI": mongo.uri(), "DATA_DIR": str(work_dir / "data")}
     with AppServer(env, work_dir / "app.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server of each module's own (its keys are the module's alone)."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
         yield server
 
 

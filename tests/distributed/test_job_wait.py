@@ -42,4 +42,8 @@ def test_a_replica_following_a_job_is_subscribed_and_told_of_its_next_step(tmp_p
             step = next(events)
             assert step.name == "step" and step.data["step"] == 1
             assert time.monotonic() - sent < 0.5  # at the announcement, not a second later
+            # The job ends, so does its stream: gunicorn then stops with no request open
+            # (not after its graceful timeout).
+            store.finish("a", 1, state="cancelled", phase="cancelled while running")
+            assert [event.data["state"] for event in events][-1] == "cancelled"
         assert "subscription lost" not in app.log_path.read_text()

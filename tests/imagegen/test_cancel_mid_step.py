@@ -81,12 +81,6 @@ class Mode:
             finished_view(self, job_id, 60)
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
 @contextlib.contextmanager
 def in_process(loader: ModelLoader, images: Path) -> Iterator[Mode]:
     # The rules of a process configured with this model (no default LoRA, so no preset).

@@ -25,7 +25,6 @@ from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.work import count_work, measure_throughput
 from imagegen.model import loader as loader_module
 from imagegen.model.loader import ModelLoader
-from tests.support.distributed import RedisServer
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.solo_worker import solo_worker
@@ -72,12 +71,6 @@ def held_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     monkeypatch.setattr(loader_module, "load_pipeline", slow_load)
     yield release
     release.set()
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 @dataclass

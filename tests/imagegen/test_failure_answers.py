@@ -43,12 +43,6 @@ def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoa
     return pulled_loader(hub_root, tmp_path_factory.mktemp("failures"))
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
 @dataclass
 class Mode:
     jobs: JobBoard

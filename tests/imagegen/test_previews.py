@@ -31,7 +31,6 @@ from imagegen.generation.previews import (
 )
 from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
-from tests.support.distributed import RedisServer
 from tests.support.loaders import pulled_loader
 from tests.support.solo_worker import solo_worker
 
@@ -125,12 +124,6 @@ def test_previews_leave_the_latents_as_they_were():
 @pytest.fixture(scope="module")
 def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
     return pulled_loader(hub_root, tmp_path_factory.mktemp("previews"))
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 @contextlib.contextmanager

@@ -26,16 +26,9 @@ from imagegen.webhooks.addresses import Allowance, UrlRefused
 from imagegen.webhooks.delivery import Dispatcher, Policy
 from imagegen.webhooks.outbox import CLAIM_LEASE, Delivery, DiskOutbox, Outbox, Watch
 from imagegen.webhooks.sending import post
-from tests.support.distributed import RedisServer
 from tests.support.processes import free_port
 
 KINDS = ("disk", "redis")
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("outbox-redis")) as server:
-        yield server
 
 
 @pytest.fixture(params=KINDS)

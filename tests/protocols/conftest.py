@@ -88,6 +88,13 @@ def open_app(
         yield app
 
 
+@pytest.fixture
+def app(token_app: AppServer) -> Iterator[AppServer]:
+    """The token app for one test, left with nothing queued or running."""
+    yield token_app
+    settle(token_app)
+
+
 def jobs(app: AppServer, prompt: str | None = None) -> list[dict]:
     """The app's jobs (newest first), those of one prompt when given."""
     found = requests.get(app.url("/jobs"), params={"limit": 200}, headers=BEARER).json()

@@ -8,24 +8,17 @@ import io
 import json
 import re
 import threading
-from collections.abc import Iterator
 
 import pytest
 import requests
 from PIL import Image
 
-from tests.protocols.conftest import TOKEN, jobs, settle, wait_until
+from tests.protocols.conftest import TOKEN, jobs, wait_until
 from tests.support.processes import AppServer
 
 # SillyTavern's "API Auth" setting, `user:password`, sent as HTTP Basic.
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"tavern:{TOKEN}".encode()).decode()}
 LONG = {"steps": 400, "width": 128, "height": 128}  # minutes: stopped long before
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def txt2img_in_background(app: AppServer, prompt: str) -> tuple[threading.Thread, list]:

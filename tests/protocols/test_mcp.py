@@ -7,7 +7,6 @@ import base64
 import io
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,15 +15,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from PIL import Image
 
-from tests.protocols.conftest import BEARER, TOKEN, cancel, jobs, settle, start_blocker, wait_until
+from tests.protocols.conftest import BEARER, TOKEN, cancel, jobs, start_blocker, wait_until
 from tests.support.mcp_client import Progress, call_tool, tool_names
 from tests.support.processes import ROOT, AppServer
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def call(

@@ -11,7 +11,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.protocols.conftest import TOKEN, jobs, settle
+from tests.protocols.conftest import TOKEN, jobs
 from tests.support.processes import AppServer
 
 # Open WebUI's defaults: IMAGE_URL_RESPONSE_MODELS_REGEX_PATTERN, and the size it sends.
@@ -89,12 +89,6 @@ def openai_generate(app: AppServer, api_key: str, model: str, prompt: str, n: in
 def is_png(image: tuple[bytes, str], size: tuple[int, int] = (64, 64)) -> bool:
     data, content_type = image
     return content_type == "image/png" and Image.open(io.BytesIO(data)).size == size
-
-
-@pytest.fixture
-def app(token_app: AppServer):
-    yield token_app
-    settle(token_app)
 
 
 def test_the_model_list_open_webui_builds(app):

@@ -10,7 +10,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import openai
@@ -18,7 +17,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.protocols.conftest import TOKEN, cancel, jobs, settle, start_blocker, wait_until
+from tests.protocols.conftest import TOKEN, cancel, jobs, start_blocker, wait_until
 from tests.protocols.test_open_webui import URL_RESPONSE_MODELS, get_image_data
 from tests.support.processes import AppServer
 
@@ -26,12 +25,6 @@ SIZE = 64
 SQUARE = (24, 24, 40, 40)  # the mask's transparent square
 REACH = 8  # twice mask_blur's default, 4
 FAST = {"steps": 2, "guidance_scale": 0}
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def client(app: AppServer) -> openai.OpenAI:

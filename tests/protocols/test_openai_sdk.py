@@ -5,21 +5,14 @@ import base64
 import io
 import json
 import time
-from collections.abc import Iterator
 
 import openai
 import pytest
 import requests
 from PIL import Image
 
-from tests.protocols.conftest import BEARER, LINK_TTL, TOKEN, jobs, settle
+from tests.protocols.conftest import BEARER, LINK_TTL, TOKEN, jobs
 from tests.support.processes import AppServer
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def client(app: AppServer, api_key: str = TOKEN) -> openai.OpenAI:

@@ -6,7 +6,6 @@ import base64
 import io
 import json
 import threading
-from collections.abc import Iterator
 
 import pytest
 import requests
@@ -17,12 +16,6 @@ from tests.protocols.conftest import BEARER, TOKEN, jobs, settle, wait_until
 from tests.support.processes import AppServer
 
 LONG = {"steps": 400, "width": 128, "height": 128}  # a minute or more: stopped long before
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def webui(app: AppServer, username: str = "webui", password: str = TOKEN, **headers: str):

@@ -6,7 +6,6 @@ each A1111 field does in detail is tested in process (tests/imagegen/test_a1111_
 
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -26,12 +25,6 @@ from tests.support.processes import AppServer
 
 SIZE = 64
 SQUARE = (24, 24, 40, 40)  # the mask's marked square; its blurred edge reaches 8 further
-
-
-@pytest.fixture
-def app(token_app: AppServer) -> Iterator[AppServer]:
-    yield token_app
-    settle(token_app)
 
 
 def webui(app: AppServer, username: str = "webui") -> webuiapi.WebUIApi:
