@@ -27,6 +27,7 @@ from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
+from imagegen.backend import current_backend
 from imagegen.generation.edits import (
     INPUT_PIXELS_FACTOR,
     MASK_BLUR_DEFAULT,
@@ -216,7 +217,7 @@ class Img2ImgIn(Txt2ImgIn):
         if mask is not None and self.inpainting_mask_invert:
             mask = inverted(mask)
         return services.edit_request(
-            request=generation, image=image, mask=mask,
+            current_backend(), request=generation, image=image, mask=mask,
             strength=STRENGTH_DEFAULT if self.denoising_strength is None
             else self.denoising_strength,
             mask_blur=MASK_BLUR_DEFAULT if self.mask_blur is None else self.mask_blur,
@@ -428,7 +429,7 @@ def png_info_read(request: HttpRequest, payload: PngInfoIn):
 
 
 def preview_base64(job: JobView) -> str | None:
-    found = selectors.job_preview(job_id=job.id)
+    found = selectors.job_preview(current_backend(), job_id=job.id)
     return None if found is None else found.base64()
 
 
@@ -436,7 +437,7 @@ def preview_base64(job: JobView) -> str | None:
 def progress(request: HttpRequest, skip_current_image: bool = False):
     """This client's oldest request under way; zeros when it has none. `current_image`: the
     running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image."""
-    batch = selectors.client_progress(client=client_identity(request))
+    batch = selectors.client_progress(current_backend(), client=client_identity(request))
     current, count = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
     waiting = f" (queue position {current.position})" if current and current.position else ""
@@ -463,20 +464,22 @@ def progress(request: HttpRequest, skip_current_image: bool = False):
 def interrupt(request: HttpRequest):
     """Stops this client's jobs (queued ones never run; the running one stops at the model's
     next block), never another client's."""
-    services.generation_interrupt(client=client_identity(request))
+    services.generation_interrupt(current_backend(), client=client_identity(request))
     return {}
 
 
 @router.post("/skip", auth=auth, response={200: dict, **errors()})
 def skip(request: HttpRequest):
     """Stops this client's running job; the rest of its batch goes on."""
-    services.generation_interrupt(client=client_identity(request), running_only=True)
+    services.generation_interrupt(
+        current_backend(), client=client_identity(request), running_only=True
+    )
     return {}
 
 
 @router.get("/options", auth=auth, response={200: OptionsOut, **errors()})
 def options_get(request: HttpRequest):
-    status = selectors.model_status()
+    status = selectors.model_status(current_backend())
     return OptionsOut(sd_model_checkpoint=status.model_id, sd_checkpoint_hash=status.commit)
 
 
@@ -522,7 +525,7 @@ def refresh_checkpoints(request: HttpRequest):
 
 @router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
 def sd_models(request: HttpRequest):
-    status = selectors.model_status()
+    status = selectors.model_status(current_backend())
     return [
         SdModel(
             title=status.model_id,

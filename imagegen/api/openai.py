@@ -46,6 +46,7 @@ from imagegen.api.schemas import (
     size_pattern,
 )
 from imagegen.api.schemas import errors as declared_errors
+from imagegen.backend import current_backend
 from imagegen.generation.edits import (
     INPUT_PIXELS_FACTOR,
     MASK_BLUR_DEFAULT,
@@ -335,7 +336,7 @@ def images_response(
             )
             data.append(ImageDatum(url=link))
         else:
-            png = selectors.image_png(image_id=record.id).read_bytes()
+            png = selectors.image_png(current_backend(), image_id=record.id).read_bytes()
             image = encoded(png, form.output_format, form.output_compression)
             data.append(ImageDatum(b64_json=base64.b64encode(image).decode()))
     return ImagesResponse(created=int(time.time()), data=data)
@@ -377,7 +378,8 @@ def images_edits(request: HttpRequest):
     admit(request, 1 if form.stream else form.n or 1)  # before the images are decoded
     image, mask = edit_files(request)
     generation = services.edit_request(
-        request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
+        current_backend(), request=form.to_request(), image=image,
+        mask=None if mask is None else repaint_mask(mask),
         strength=STRENGTH_DEFAULT if form.strength is None else form.strength,
         mask_blur=MASK_BLUR_DEFAULT if form.mask_blur is None else form.mask_blur,
     )  # fmt: skip
@@ -423,6 +425,7 @@ class LinkQuery(Schema):
 )
 def image_by_link(request: HttpRequest, image_id: str, query: Query[LinkQuery]):
     path = selectors.image_png_by_link(
+        current_backend(),
         image_id=image_id,
         signature=query.signature,
         output_format=query.output_format,

@@ -16,6 +16,8 @@ from django.http import HttpRequest
 from config.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
 from config.errors import FieldError
 from imagegen import selectors, services
+from imagegen.api import places
+from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.render import GenerationRequest
 
@@ -62,7 +64,11 @@ def admit(request: HttpRequest, count: int) -> None:
     limit = queue_limit(request)
     if caller is not None and (limit or caller.per_minute):
         services.key_admit(
-            key=caller.name, max_queued=limit, per_minute=caller.per_minute, count=count
+            current_backend(),
+            key=caller.name,
+            max_queued=limit,
+            per_minute=caller.per_minute,
+            count=count,
         )
 
 
@@ -80,17 +86,22 @@ def run_for_client(
     edit's route runs it before decoding the images)."""
     if not admitted:
         admit(request, count)
-    return services.generation_run_shared(
-        request=generation,
-        count=count,
-        client=client_identity(request),
-        idempotency_key=request.headers.get("Idempotency-Key"),
-        timeout=settings.GEN_SYNC_TIMEOUT,
-        partial=partial,
-        key=owner_key(request),
-        key_limit=queue_limit(request),
-    )
+    backend = current_backend()
+    with places.sync_waiter_place(backend, generation):
+        return services.generation_run_shared(
+            backend,
+            request=generation,
+            count=count,
+            client=client_identity(request),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            timeout=settings.GEN_SYNC_TIMEOUT,
+            partial=partial,
+            key=owner_key(request),
+            key_limit=queue_limit(request),
+        )
 
 
 def png_base64(record: ImageRecord) -> str:
-    return base64.b64encode(selectors.image_png(image_id=record.id).read_bytes()).decode()
+    return base64.b64encode(
+        selectors.image_png(current_backend(), image_id=record.id).read_bytes()
+    ).decode()

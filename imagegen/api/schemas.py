@@ -28,6 +28,7 @@ from config.openapi import plain_optional
 from config.text import NOT_BLANK, NotBlank, is_blank
 from config.timestamps import iso_ms
 from imagegen import selectors
+from imagegen.backend import current_backend
 from imagegen.generation.edits import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
@@ -584,7 +585,7 @@ class JobOut(Schema):
 
     @staticmethod
     def resolve_webhook(job: JobView) -> dict | None:
-        return selectors.webhook_record(job_id=job.id)
+        return selectors.webhook_record(current_backend(), job_id=job.id)
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):

@@ -106,7 +106,7 @@ def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_s
     client.sadd(WORKERS, "w1")
     client.set(worker_key("w1"), json.dumps(WORKER))
     client.set("imagegen:pull", 1)
-    model = SharedModel(backend.loader(), client)
+    model = SharedModel(backend.current_backend().loader, client)
     fresh = model.status()
     assert (fresh.state, fresh.store, fresh.store_age_seconds) == ("ready", "reachable", 0)
     assert [w.name for w in fresh.workers or []] == ["w1"]
@@ -123,7 +123,7 @@ def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_s
 
 def test_model_status_of_a_store_never_reached_shows_no_worker(redis_server):
     client = store_client("redis://127.0.0.1:9/0", timeout=BUDGET, max_waiting=None)
-    status = SharedModel(backend.loader(), client).status()
+    status = SharedModel(backend.current_backend().loader, client).status()
     assert (status.state, status.store, status.workers) == ("not_started", "unreachable", [])
     assert status.store_age_seconds is not None
 
