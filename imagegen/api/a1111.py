@@ -13,7 +13,7 @@ Errors keep the image service's `{"error": {"message"}}` shape.
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -25,6 +25,7 @@ from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validat
 from config.auth import client_identity, request_caller, token_or_basic_required
 from config.version import app_version
 from imagegen import selectors, services
+from imagegen.api.bounds import AtLeast, AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
@@ -90,6 +91,10 @@ def model_titles() -> list[str]:
     return list(dict.fromkeys([settings.MODEL_ID, settings.MODEL_ID.rsplit("/", 1)[-1]]))
 
 
+# A side in pixels within GEN_MIN_SIDE to GEN_MAX_SIDE, read per request.
+Side = Annotated[int, AtLeast("GEN_MIN_SIDE"), AtMost("GEN_MAX_SIDE")]
+
+
 class Txt2ImgIn(Schema):
     """A1111's txt2img body. Every field is optional and an omitted one takes this service's
     default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size). A1111's other keys
@@ -100,17 +105,19 @@ class Txt2ImgIn(Schema):
     prompt: str | None = Field("", max_length=PROMPT_MAX)
     negative_prompt: str | None = Field("", max_length=PROMPT_MAX)
     seed: int | None = Field(-1, ge=-1, le=SEED_MAX, description="-1: random; image i: seed + i")
-    batch_size: int | None = Field(1, ge=1, le=settings.GEN_MAX_N)
-    n_iter: int | None = Field(1, ge=1, le=settings.GEN_MAX_N, description=batch_limit(
+    batch_size: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1)
+    n_iter: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1, description=batch_limit(
         settings.GEN_MAX_N))  # fmt: skip
-    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
-    cfg_scale: float | None = Field(None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False)
-    width: int | None = Field(
-        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
+    cfg_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, ge=0, allow_inf_nan=False
+    )
+    width: Side | None = Field(
+        None, multiple_of=8,
         description="omitted: the height's value, or with both omitted the model's native size",
     )  # fmt: skip
-    height: int | None = Field(
-        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+    height: Side | None = Field(
+        None, multiple_of=8,
         description="omitted: the width's value, or with both omitted the model's native size",
     )  # fmt: skip
     sampler_name: str | None = Field(None, json_schema_extra={"enum": SAMPLER_NAMES})
@@ -194,12 +201,12 @@ class Img2ImgIn(Txt2ImgIn):
     include_init_images: bool | None = Field(
         False, description="the answer's `parameters` repeat init_images and mask"
     )
-    width: int | None = Field(
-        None, ge=1, le=settings.GEN_MAX_SIDE,
+    width: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, ge=1,
         description="omitted: the height's value, or with both omitted the input's size",
     )  # fmt: skip
-    height: int | None = Field(
-        None, ge=1, le=settings.GEN_MAX_SIDE,
+    height: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, ge=1,
         description="omitted: the width's value, or with both omitted the input's size",
     )  # fmt: skip
 

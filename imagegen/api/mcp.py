@@ -39,6 +39,7 @@ from config.text import NotBlank
 from config.version import app_version
 from imagegen import selectors, services
 from imagegen.api import places
+from imagegen.api.bounds import AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
 from imagegen.backend import current_backend
@@ -71,12 +72,12 @@ Size = Annotated[
     ),
 ]
 Steps = Annotated[
-    int | None,
-    Field(ge=1, le=settings.GEN_MAX_STEPS, description="default the model's preset"),
+    Annotated[int, AtMost("GEN_MAX_STEPS")] | None,
+    Field(ge=1, description="default the model's preset"),
 ]
 Guidance = Annotated[
-    float | None,
-    Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False, description="default: preset"),
+    Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None,
+    Field(ge=0, allow_inf_nan=False, description="default: preset"),
 ]
 Seed = Annotated[int | None, Field(ge=0, le=SEED_MAX, description="default: a random one")]
 Wait = Annotated[

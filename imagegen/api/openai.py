@@ -31,6 +31,7 @@ from config.errors import FieldError
 from config.openapi import form_request_body, plain_optional
 from config.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
+from imagegen.api.bounds import AtMost
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
 from imagegen.api.protocol import admit, run_for_client, signed_image_link
 from imagegen.api.schemas import (
@@ -129,7 +130,7 @@ class ImageGenerationIn(Schema):
         min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
     )
     model: str | None = Field(None, description="any name; the configured model answers")
-    n: int | None = Field(None, ge=1, le=settings.GEN_MAX_N, description="default 1")
+    n: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(None, ge=1, description="default 1")
     size: str | None = Field(
         None,
         json_schema_extra=_size_schema,
@@ -143,9 +144,9 @@ class ImageGenerationIn(Schema):
     output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
     output_compression: int | None = Field(None, ge=0, le=100, description=OUTPUT_COMPRESSION)
     negative_prompt: str | None = Field(None, max_length=PROMPT_MAX)
-    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
-    guidance_scale: float | None = Field(
-        None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False
+    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
+    guidance_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, ge=0, allow_inf_nan=False
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
     stream: bool | None = Field(None, description=STREAM)
@@ -178,7 +179,7 @@ class ImageEditForm(Schema):
     model: Annotated[str | None, *Optional] = Field(
         None, description="any name; the configured model answers"
     )
-    n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
+    n: Annotated[Annotated[int, Field(ge=1), AtMost("GEN_MAX_N"), Integer] | None, *Optional] = (
         Field(None, description="default 1")
     )
     size: Annotated[str | None, BlankIsAbsent] = Field(
