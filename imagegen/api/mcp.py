@@ -195,7 +195,7 @@ async def _generated(
     the job to its image within GEN_SYNC_TIMEOUT (the job is cancelled then, as a synchronous
     request's is; it is cancelled too when the call is), else answers the queued job."""
     await _call(admit, request=request, count=1)
-    owner = {"key": owner_key(request), "key_limit": queue_limit(request)}
+    owner = {"key_name": owner_key(request), "key_limit": queue_limit(request)}
     if not wait:
         generation = await _call(prepare)
         job = await _call(

@@ -218,13 +218,14 @@ def generate(
             job = services.generation_submit(
                 current_backend(),
                 request=generation,
-                key=owner_key(request),
+                key_name=owner_key(request),
                 key_limit=queue_limit(request),
             )
         else:
             job = services.generation_submit_keyed(
                 current_backend(), request=generation, client=client_identity(request),
-                idempotency_key=key, key=owner_key(request), key_limit=queue_limit(request),
+                idempotency_key=key, key_name=owner_key(request),
+                key_limit=queue_limit(request),
             )  # fmt: skip
         if webhook is not None:
             services.webhook_watch(current_backend(), job_id=job.id, plan=webhook)
@@ -234,7 +235,7 @@ def generate(
     with places.sync_waiter_place(backend, generation):
         job, record = services.generation_run(
             backend, request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
-            client=client_identity(request), idempotency_key=key, key=owner_key(request),
+            client=client_identity(request), idempotency_key=key, key_name=owner_key(request),
             key_limit=queue_limit(request),
         )  # fmt: skip
     return png_with_headers(record, job)

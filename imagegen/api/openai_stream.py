@@ -116,7 +116,7 @@ def streamed_image(
             current_backend(),
             request=request.model_copy(update={"partial_images": partials}),
             client=client,
-            key=key,
+            key_name=key,
             key_limit=key_limit,
         )
     except Exception:

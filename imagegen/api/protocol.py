@@ -65,7 +65,7 @@ def admit(request: HttpRequest, count: int) -> None:
     if caller is not None and (limit or caller.per_minute):
         services.key_admit(
             current_backend(),
-            key=caller.name,
+            key_name=caller.name,
             max_queued=limit,
             per_minute=caller.per_minute,
             count=count,
@@ -96,7 +96,7 @@ def run_for_client(
             idempotency_key=request.headers.get("Idempotency-Key"),
             timeout=settings.GEN_SYNC_TIMEOUT,
             partial=partial,
-            key=owner_key(request),
+            key_name=owner_key(request),
             key_limit=queue_limit(request),
         )
 

@@ -8,7 +8,7 @@ imagegen.errors, which config/api.py turns into answers. One module per concern;
 names them all, so a route imports `services` alone.
 """
 
-from imagegen.services.admission import KeyOwner, key_admit
+from imagegen.services.admission import KeyQuota, key_admit
 from imagegen.services.edit_intake import edit_request
 from imagegen.services.inputs import INPUT_GRACE_SECONDS, image_delete, inputs_release
 from imagegen.services.jobs import (
@@ -37,7 +37,7 @@ __all__ = [
     "INPUT_GRACE_SECONDS",
     "NO_SECRET",
     "SYNC_WEBHOOK",
-    "KeyOwner",
+    "KeyQuota",
     "WebhookPlan",
     "edit_request",
     "generation_interrupt",

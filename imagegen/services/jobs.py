@@ -25,7 +25,7 @@ from imagegen.errors import (
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import GenerationRequest
-from imagegen.services.admission import KeyOwner
+from imagegen.services.admission import KeyQuota
 from imagegen.services.inputs import _prunes_refused_inputs
 
 
@@ -36,17 +36,17 @@ def generation_submit(
     request: GenerationRequest,
     job_id: str | None = None,
     client: str | None = None,
-    key: str | None = None,
+    key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
     """Queues a generation, or refuses it at once (nothing to load, queue full, the key's
     `key_limit` reached); `job_id`: one chosen before (a keyed run's, registered first:
     imagegen.generation.shared_runs); `client`: a protocol request's client (an OpenAI
-    stream), whose /progress then shows it, as a batch of one; `key`: the API key it belongs
-    to (config.auth), `key_limit` its --max-queued (JobBoard.submit)."""
+    stream), whose /progress then shows it, as a batch of one; `key_name`: the API key it
+    belongs to (config.auth), `key_limit` its --max-queued (JobBoard.submit)."""
     batch = None if client is None else secrets.token_hex(8)
     job = backend.jobs.submit(
-        request, job_id=job_id, owner=client, batch=batch, key=key, key_limit=key_limit
+        request, job_id=job_id, owner=client, batch=batch, key=key_name, key_limit=key_limit
     )
     metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
     return job
@@ -109,7 +109,7 @@ def generation_run(
     timeout: float | None,
     client: str = "",
     idempotency_key: str | None = None,
-    key: str | None = None,
+    key_name: str | None = None,
     key_limit: int | None = None,
 ) -> tuple[JobView, ImageRecord]:
     """A synchronous generation: submitted as a job like any other, then waited for; refused
@@ -117,12 +117,12 @@ def generation_run(
     an Idempotency-Key, a retry joins the job its first attempt queued (_keyed_job)."""
     if idempotency_key is not None:
         job, last = _keyed_job(
-            backend, request, timeout, client, idempotency_key, KeyOwner(key, key_limit),
+            backend, request, timeout, client, idempotency_key, KeyQuota(key_name, key_limit),
             wait=True,
         )  # fmt: skip
         return job, _answer(backend, job, alone=last)
     _refuse_past_timeout(backend, request, 1, timeout)
-    job = generation_submit(backend, request=request, key=key, key_limit=key_limit)
+    job = generation_submit(backend, request=request, key_name=key_name, key_limit=key_limit)
     return job, generation_result(backend, job=job, timeout=timeout)
 
 
@@ -132,7 +132,7 @@ def generation_submit_waited(
     *,
     request: GenerationRequest,
     timeout: float,
-    key: str | None = None,
+    key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
     """The job of a synchronous generation whose caller waits for it itself (an MCP tool,
@@ -140,7 +140,7 @@ def generation_submit_waited(
     of `timeout`: refused at once when it cannot finish within `timeout`, as
     generation_run refuses."""
     _refuse_past_timeout(backend, request, 1, timeout)
-    return generation_submit(backend, request=request, key=key, key_limit=key_limit)
+    return generation_submit(backend, request=request, key_name=key_name, key_limit=key_limit)
 
 
 @_prunes_refused_inputs
@@ -159,13 +159,13 @@ def generation_submit_keyed(
     request: GenerationRequest,
     client: str,
     idempotency_key: str,
-    key: str | None = None,
+    key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
     """An asynchronous POST /generate with an Idempotency-Key: its retry answers the job
     the first attempt queued (_keyed_job), not a second one."""
-    owner = KeyOwner(key, key_limit)
-    return _keyed_job(backend, request, None, client, idempotency_key, owner, wait=False)[0]
+    quota = KeyQuota(key_name, key_limit)
+    return _keyed_job(backend, request, None, client, idempotency_key, quota, wait=False)[0]
 
 
 def _keyed_job(
@@ -174,7 +174,7 @@ def _keyed_job(
     timeout: float | None,
     client: str,
     idempotency_key: str,
-    owner: KeyOwner,
+    quota: KeyQuota,
     *,
     wait: bool,
 ) -> tuple[JobView, bool]:
@@ -185,20 +185,24 @@ def _keyed_job(
     for GEN_SYNC_TIMEOUT + 60 s after its last attempt; a job that failed or was cancelled
     is queued anew (_joinable). The body does not count: the key decides alone, as under
     /v1. Returns the job (when `wait`, once finished or at `timeout`) and whether no other
-    attempt waits for it still (only then may the timeout cancel it). `owner`: the API key
+    attempt waits for it still (only then may the timeout cancel it). `quota`: the API key
     the job belongs to and its --max-queued."""
-    key = _run_key(request, 1, client, f"generate:{idempotency_key}")
+    run_key = _run_key(request, 1, client, f"generate:{idempotency_key}")
 
     def submit(job_ids: list[str]) -> None:
         if wait:
             _refuse_past_timeout(backend, request, 1, timeout)
         generation_submit(
-            backend, request=request, job_id=job_ids[0], key=owner.key, key_limit=owner.limit
+            backend,
+            request=request,
+            job_id=job_ids[0],
+            key_name=quota.key_name,
+            key_limit=quota.limit,
         )
 
     runs = backend.runs
     joinable = functools.partial(_joinable, backend)
-    run = runs.join_or_submit(key, submit=submit, unfinished=joinable, keep=True)
+    run = runs.join_or_submit(run_key, submit=submit, unfinished=joinable, keep=True)
     try:
         job = _views(backend, run.jobs)[0]
         if wait:

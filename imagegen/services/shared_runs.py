@@ -15,7 +15,7 @@ from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.render import SEED_MAX, GenerationRequest
 from imagegen.generation.shared_runs import SharedRun
-from imagegen.services.admission import KeyOwner
+from imagegen.services.admission import KeyQuota
 from imagegen.services.inputs import _prunes_refused_inputs
 from imagegen.services.jobs import (
     _failure,
@@ -41,10 +41,10 @@ def _submit_batch(
     job_ids: list[str],
     client: str,
     timeout: float | None,
-    owner: KeyOwner,
+    quota: KeyQuota,
 ) -> None:
     """A job under each id or none: refused whole when they cannot all finish within
-    `timeout`; when the queue fills part-way (or the key's --max-queued is reached: `owner`,
+    `timeout`; when the queue fills part-way (or the key's --max-queued is reached: `quota`,
     its name and limit), the ones queued are cancelled (they never run) and the request is
     refused as a whole."""
     _refuse_past_timeout(backend, request, len(job_ids), timeout)
@@ -53,8 +53,8 @@ def _submit_batch(
         for index, job_id in enumerate(job_ids):
             request_n = _nth_seed(request, index)
             jobs_queue.submit(
-                request_n, owner=client, batch=batch, job_id=job_id, key=owner.key,
-                key_limit=owner.limit,
+                request_n, owner=client, batch=batch, job_id=job_id, key=quota.key_name,
+                key_limit=quota.limit,
             )  # fmt: skip
             metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
@@ -70,12 +70,12 @@ def _submit_batch(
 
 def _join_or_submit(
     backend: Backend,
-    key: str,
+    run_key: str,
     request: GenerationRequest,
     count: int,
     client: str,
     timeout: float | None,
-    owner: KeyOwner,
+    quota: KeyQuota,
     *,
     keyed: bool,
 ) -> SharedRun:
@@ -83,18 +83,18 @@ def _join_or_submit(
     is estimated first."""
 
     def submit(job_ids: list[str]) -> None:
-        _submit_batch(backend, request, job_ids, client, timeout, owner)
+        _submit_batch(backend, request, job_ids, client, timeout, quota)
 
     if keyed:  # as POST /generate's key (_keyed_job): a retry joins its twin, even finished
         return backend.runs.join_or_submit(
-            key,
+            run_key,
             submit=submit,
             unfinished=functools.partial(_joinable, backend),
             count=count,
             keep=True,
         )
     return backend.runs.join_or_submit(
-        key,
+        run_key,
         submit=submit,
         unfinished=lambda jobs: any(_unfinished(backend, job_id) for job_id in jobs),
         count=count,
@@ -140,7 +140,7 @@ def generation_run_shared(
     idempotency_key: str | None,
     timeout: float | None,
     partial: bool = False,
-    key: str | None = None,
+    key_name: str | None = None,
     key_limit: int | None = None,
 ) -> list[ImageRecord]:
     """A synchronous request for `count` images, as the OpenAI and A1111 routes make: one
@@ -156,12 +156,12 @@ def generation_run_shared(
     request that gives up (`timeout`) cancels the jobs only if nobody else waits for them.
 
     A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
-    or with `partial` leaves its image out (A1111 answers what was finished). `key`: the
-    API key the jobs belong to, `key_limit` its --max-queued (KeyOwner)."""
+    or with `partial` leaves its image out (A1111 answers what was finished). `key_name`:
+    the API key the jobs belong to, `key_limit` its --max-queued (KeyQuota)."""
     run_key = _run_key(request, count, client, idempotency_key)
-    owner = KeyOwner(key, key_limit)
+    quota = KeyQuota(key_name, key_limit)
     run = _join_or_submit(
-        backend, run_key, request, count, client, timeout, owner, keyed=bool(idempotency_key)
+        backend, run_key, request, count, client, timeout, quota, keyed=bool(idempotency_key)
     )
     try:
         _wait(backend, run.jobs, timeout, partial=partial)
