@@ -175,7 +175,7 @@ async def _follow(ctx: Context, job: JobView, deadline: float) -> None:
     revision, reported = -1, -1.0
     while (left := deadline - time.monotonic()) > 0:
         view = await _call(
-            selectors.job_wait, job_id=job.id, after=revision,
+            selectors.job_wait, current_backend(), job_id=job.id, after=revision,
             timeout=min(left, settings.EVENT_STREAM_KEEPALIVE),
         )  # fmt: skip
         revision = view.revision
