@@ -214,7 +214,7 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
             ids,
             "client",
             timeout=None,
-            owner=services.KeyQuota(None, None),
+            quota=services.KeyQuota(None, None),
         )
     assert taken == ids[:2]
     assert [store.view(i).state for i in taken] == [JobState.CANCELLED, JobState.CANCELLED]
