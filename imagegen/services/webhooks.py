@@ -1,8 +1,8 @@
 """A job's webhook: which URL and secret, checked before the job is queued, and the
 process's senders."""
 
+import threading
 from collections.abc import Callable
-from functools import cache
 from typing import NamedTuple
 
 from django.conf import settings
@@ -70,19 +70,19 @@ def webhook_secrets(signer: str) -> list[str]:
 
 
 def webhooks_start(backend: Backend, *, describe: Callable[[JobView, Watch], dict]) -> None:
-    """The process's webhook senders, started once (imagegen.apps); they also send what a
-    stopped process left in the outbox."""
+    """The process's webhook senders, started once (imagegen.apps) on the backend it starts
+    with; they also send what a stopped process left in the outbox."""
     policy = Policy(
         allow=Allowance.parse(settings.WEBHOOK_ALLOW),
         retry_seconds=settings.WEBHOOK_RETRY_SECONDS,
         senders=settings.WEBHOOK_SENDERS,
     )
-    _dispatcher(backend, policy, describe).start()
+    with _starting:
+        if not _senders:
+            _senders.append(Dispatcher(backend.webhooks, backend.jobs, policy,
+                                       describe=describe, secrets_for=webhook_secrets))  # fmt: skip
+        _senders[0].start()
 
 
-@cache
-def _dispatcher(
-    backend: Backend, policy: Policy, describe: Callable[[JobView, Watch], dict]
-) -> Dispatcher:
-    return Dispatcher(backend.webhooks, backend.jobs, policy, describe=describe,
-                      secrets_for=webhook_secrets)  # fmt: skip
+_senders: list[Dispatcher] = []  # the process's one, once started
+_starting = threading.Lock()
