@@ -78,33 +78,64 @@ def with_power(caller: Caller | None, power: str) -> Caller | None:
     return caller
 
 
+# What an open service's routes authenticate as: not a Caller, so request_caller says None.
+OPEN = object()
+
+
 class ApiToken(HttpBearer):
+    """The token or a key as a bearer token, checked only while the service is protected
+    (API_TOKEN or API_KEYS, read at each request, so a changed setting takes effect in the
+    running process); on an open service every request passes as OPEN. The OpenAPI schema
+    names the scheme only while it is checked."""
+
     def __init__(self, power: str = USE) -> None:
         super().__init__()
         self.power = power
+
+    def __call__(self, request: HttpRequest) -> object | None:
+        if not protected():
+            return OPEN
+        return super().__call__(request)
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "openapi_security_schema" and not protected():
+            raise AttributeError(name)  # an open service documents no scheme
+        return super().__getattribute__(name)
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
         return with_power(caller_for(token), self.power)
 
 
 class ApiTokenAsPassword(HttpBasicAuth):
-    """HTTP Basic with the token or key as the password and any user name."""
+    """HTTP Basic with the token or key as the password and any user name, checked as
+    ApiToken is: only while the service is protected."""
+
+    def __call__(self, request: HttpRequest) -> object | None:
+        if not protected():
+            return OPEN
+        return super().__call__(request)
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "openapi_security_schema" and not protected():
+            raise AttributeError(name)
+        return super().__getattribute__(name)
 
     def authenticate(self, request: HttpRequest, username: str, password: str) -> Caller | None:
         return with_power(caller_for(password), USE)
 
 
-def token_required(power: str = USE) -> list[HttpBearer] | None:
-    """The `auth=` of protected routes: a token or key when either is configured, else none;
-    `power` is what the route needs of a named key (USE, ADMIN, METRICS)."""
-    return [ApiToken(power)] if protected() else None
+def token_required(power: str = USE) -> list[HttpBearer]:
+    """The `auth=` of protected routes: a token or key when either is configured at the
+    request, else none; `power` is what the route needs of a named key (USE, ADMIN,
+    METRICS)."""
+    return [ApiToken(power)]
 
 
-def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth] | None:
+def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth]:
     """The `auth=` of the protocol routes: the token or a key as a bearer token or as Basic's
     password. With neither configured nothing is checked, so the bare `Basic ` header that
     clients send when they have no credentials changes nothing."""
-    return [ApiToken(), ApiTokenAsPassword()] if protected() else None
+    return [ApiToken(), ApiTokenAsPassword()]
 
 
 def request_caller(request: HttpRequest) -> Caller | None:

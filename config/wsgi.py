@@ -43,6 +43,6 @@ if settings.PRELOAD_MODEL_CODE and not settings.JOB_BROKER_URL:
 # In distributed mode (JOB_BROKER_URL) web processes never load the model: the workers do,
 # each at its own start with WARM_START (imagegen/management/commands/run_worker.py).
 if settings.WARM_START and not settings.JOB_BROKER_URL:
-    from imagegen import backend
+    from imagegen.backend import current_backend
 
-    backend.loader().warm_start()  # in the background; /health answers meanwhile
+    current_backend().loader.warm_start()  # in the background; /health answers meanwhile

@@ -20,16 +20,19 @@ class ImagegenConfig(AppConfig):
         from imagegen.checks import refuse_bad_settings
 
         refuse_bad_settings()  # before anything is built from them
-        from imagegen import backend
         from imagegen.api.errors import register_error_shapes
         from imagegen.model.device import compute_device
 
         register_error_shapes()
         compute_device()  # resolved once at start, so /health never waits on it
-        backend.jobs()  # the process's backend exists before any request thread
         if serves_requests():
             from imagegen import services
             from imagegen.api.webhook_events import event_data
+            from imagegen.backend import build_backend, install
 
+            # The process's backend exists before any request thread; a management command
+            # builds its own on first use (current_backend), if it needs one at all.
+            backend = build_backend()
+            install(backend)
             # Beside the requests, from the start: what a stopped process left is sent too.
-            services.webhooks_start(describe=event_data)
+            services.webhooks_start(backend, describe=event_data)

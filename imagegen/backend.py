@@ -9,13 +9,17 @@ JOB_BROKER_URL and chooses a job mode.
   loaded by every worker (imagegen.distributed.shared_model), and identical requests meet in
   Redis whichever replica each reaches (imagegen.distributed.runs).
 
-Services, selectors, the apps' start-up and the management commands import this module;
+The routes take the process's Backend (current_backend) and hand it to the services and
+selectors they call; the apps' start-up and the management commands import this module;
 nothing below them does, so the layers stay a tree (api -> services/selectors -> backend ->
 distributed -> generation -> model) and a lower module never asks which mode it runs in. The
 distributed modules are imported only in that mode.
 """
 
-from functools import cache
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -62,9 +66,8 @@ def model_source() -> hub.ModelSource:
     )
 
 
-@cache
-def loader() -> ModelLoader:
-    """This process's own model: the one an in-process web process or a worker loads. A web
+def new_loader() -> ModelLoader:
+    """A process's own model: the one an in-process web process or a worker loads. A web
     process of distributed mode keeps one too, for its source and status fields only."""
     return ModelLoader(
         model_source(),
@@ -75,13 +78,6 @@ def loader() -> ModelLoader:
             vae_tile=settings.VAE_TILE_SIZE,
         ),
     )
-
-
-@cache
-def image_store() -> ImageStore:
-    """The stored images (OUTPUT_DIR): on the share in distributed mode, so every replica and
-    worker reads and writes the same ones."""
-    return ImageStore(settings.OUTPUT_DIR)
 
 
 def rules_from_settings() -> GenerationRules:
@@ -102,100 +98,123 @@ def rules_from_settings() -> GenerationRules:
     )
 
 
-@cache
-def models() -> ModelHandle:
-    """What POST /model/pull and GET /model/status act on: this process's loader, or with
-    JOB_BROKER_URL the shared model (downloaded once by a web process, loaded by every
-    worker process)."""
-    if is_distributed():
-        from imagegen.distributed.connection import redis_client
-        from imagegen.distributed.shared_model import SharedModel
-
-        return SharedModel(loader(), redis_client())
-    return loader()
-
-
-@cache
-def jobs() -> JobBoard:
-    """The process's job board; first made in ImagegenConfig.ready(), before any request
-    thread."""
-    if is_distributed():
-        from imagegen.distributed.board import RedisJobBoard
-        from imagegen.distributed.changes import ChangeFeed
-        from imagegen.distributed.connection import job_store, listener_client, redis_client
-        from imagegen.distributed.timings import RedisTimings, measured_model
-
-        return RedisJobBoard(
-            job_store(),
-            models=models(),
-            queue_max=settings.GEN_QUEUE_MAX,
-            keep=settings.JOBS_KEEP,
-            rules=rules_from_settings(),
-            timings=RedisTimings(redis_client(), measured_model(model_source())),
-            changes=ChangeFeed(listener_client()),
-        )
-    return JobQueue(
-        loader(),
-        image_store(),
-        queue_max=settings.GEN_QUEUE_MAX,
-        load_timeout=settings.GEN_LOAD_TIMEOUT,
-        keep=settings.JOBS_KEEP,
-        rules=rules_from_settings(),
-        nice=settings.GEN_NICE,
-        previews=preview_policy(),
-        throughput=settings.GEN_THROUGHPUT,
-    )
-
-
 # How long a webhook's record outlives its last possible try (in process; Redis expires them).
 RECORDS_OUTLIVE_RETRIES = 86400
 
 
-@cache
-def webhook_outbox() -> Outbox:
-    """Where webhook deliveries wait: beside the image records in process (OUTPUT_DIR), in
-    the jobs' Redis in distributed mode, so every web replica sends them."""
+@dataclass(eq=False)  # one backend is one process's: compared and hashed by identity
+class Backend:
+    """What services and selectors act on, built once (build_backend) and handed to them by
+    the routes: a test builds its own and installs it (installed), no global is patched."""
+
+    jobs: JobBoard  # the job board: this process's queue, or Redis's with workers
+    models: ModelHandle  # what POST /model/pull and GET /model/status act on
+    loader: ModelLoader  # this process's own model (its source and status in distributed)
+    runs: RunRegistry  # where identical synchronous requests meet
+    rates: RateCounter  # the API keys' per-minute image counts
+    images: ImageStore  # the stored images (OUTPUT_DIR)
+    webhooks: Outbox  # where webhook deliveries wait
+    distributed: bool = False  # JOB_BROKER_URL chose Redis and Celery workers
+    jobs_keep: int = 1000  # JOBS_KEEP, which the 404 of a forgotten job names in Redis
+
+    @property
+    def rules(self) -> GenerationRules:
+        """The defaults and caps a request meets: the board's own, which it applies."""
+        return self.jobs.rules
+
+    def job_not_found(self) -> JobNotFound:
+        """The 404 for an unknown job, saying what keeps jobs in this mode: this process, or
+        the store (Redis), which a restart without persistence empties."""
+        if self.distributed:
+            return JobNotInStore(self.jobs_keep)
+        return JobNotFound()
+
+
+def build_backend() -> Backend:
+    """The backend of this process's settings: in process, or with JOB_BROKER_URL on Redis
+    (the distributed modules are imported only then)."""
+    loader = new_loader()
+    images = ImageStore(settings.OUTPUT_DIR)
+    rules = rules_from_settings()
+    run_ttl = settings.GEN_SYNC_TIMEOUT + 60
     if is_distributed():
-        from imagegen.distributed.connection import redis_client
+        from imagegen.distributed.board import RedisJobBoard
+        from imagegen.distributed.changes import ChangeFeed
+        from imagegen.distributed.connection import job_store, listener_client, redis_client
+        from imagegen.distributed.rates import RedisRates
+        from imagegen.distributed.runs import RedisRuns
+        from imagegen.distributed.shared_model import SharedModel
+        from imagegen.distributed.timings import RedisTimings, measured_model
         from imagegen.distributed.webhook_outbox import RedisOutbox
 
-        return RedisOutbox(redis_client())
+        models: ModelHandle = SharedModel(loader, redis_client())
+        jobs: JobBoard = RedisJobBoard(
+            job_store(),
+            models=models,
+            queue_max=settings.GEN_QUEUE_MAX,
+            keep=settings.JOBS_KEEP,
+            rules=rules,
+            timings=RedisTimings(redis_client(), measured_model(model_source())),
+            changes=ChangeFeed(listener_client()),
+        )
+        return Backend(
+            jobs=jobs, models=models, loader=loader, images=images,
+            runs=RedisRuns(redis_client(), ttl_seconds=run_ttl),
+            rates=RedisRates(redis_client()),
+            webhooks=RedisOutbox(redis_client()),
+            distributed=True, jobs_keep=settings.JOBS_KEEP,
+        )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
     # The records of jobs this process's predecessors ran: their jobs are long gone.
     outbox.forget_records(older_than=settings.WEBHOOK_RETRY_SECONDS + RECORDS_OUTLIVE_RETRIES)
-    return outbox
+    jobs = JobQueue(
+        loader,
+        images,
+        queue_max=settings.GEN_QUEUE_MAX,
+        load_timeout=settings.GEN_LOAD_TIMEOUT,
+        keep=settings.JOBS_KEEP,
+        rules=rules,
+        nice=settings.GEN_NICE,
+        previews=preview_policy(),
+        throughput=settings.GEN_THROUGHPUT,
+    )
+    return Backend(
+        jobs=jobs, models=loader, loader=loader, images=images,
+        runs=LocalRuns(ttl_seconds=run_ttl), rates=LocalRates(), webhooks=outbox,
+        jobs_keep=settings.JOBS_KEEP,
+    )  # fmt: skip
 
 
-def job_not_found() -> JobNotFound:
-    """The 404 for an unknown job, saying what keeps jobs in this mode: this process, or the
-    store (Redis), which a restart without persistence empties."""
-    if is_distributed():
-        return JobNotInStore(settings.JOBS_KEEP)
-    return JobNotFound()
+_installed: Backend | None = None
+_building = threading.Lock()
 
 
-@cache
-def runs() -> RunRegistry:
-    """Where synchronous protocol requests' runs are registered: this process, or Redis for
-    every web replica in distributed mode."""
-    if is_distributed():
-        from imagegen.distributed.connection import redis_client
-        from imagegen.distributed.runs import RedisRuns
-
-        return RedisRuns(redis_client(), ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
-    return LocalRuns(ttl_seconds=settings.GEN_SYNC_TIMEOUT + 60)
+def install(backend: Backend | None) -> None:
+    """Makes `backend` the process's (None: the next current_backend() builds one)."""
+    global _installed
+    _installed = backend
 
 
-@cache
-def rates() -> RateCounter:
-    """The API keys' per-minute image counts: this process's, or Redis's for every web
-    replica in distributed mode."""
-    if is_distributed():
-        from imagegen.distributed.connection import redis_client
-        from imagegen.distributed.rates import RedisRates
+def current_backend() -> Backend:
+    """The process's backend: the routes' one accessor. Built in ImagegenConfig.ready for a
+    web process, on first use for a management command."""
+    global _installed
+    if _installed is None:
+        with _building:
+            if _installed is None:
+                _installed = build_backend()
+    return _installed
 
-        return RedisRates(redis_client())
-    return LocalRates()
+
+@contextlib.contextmanager
+def installed(backend: Backend) -> Iterator[Backend]:
+    """`backend` is the process's for the block (a test's), the one before it after."""
+    before = _installed
+    install(backend)
+    try:
+        yield backend
+    finally:
+        install(before)
 
 
 def worker_runtime(name: str) -> "WorkerRuntime":
@@ -207,8 +226,8 @@ def worker_runtime(name: str) -> "WorkerRuntime":
 
     return WorkerRuntime(
         job_store(),
-        loader(),
-        image_store(),
+        new_loader(),
+        ImageStore(settings.OUTPUT_DIR),
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         timings=RedisTimings(redis_client(), measured_model(model_source())),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from imagegen import backend
+from imagegen.backend import Backend, current_backend
 from imagegen.generation.job_board import JobState
 from imagegen.model.status import ModelStatus, State
 
@@ -50,9 +50,10 @@ class WebState(Collector):
     it whole: the scrape is how an operator sees the outage (imagegen_redis_errors_total)."""
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        backend = current_backend()
         try:
-            jobs = backend.jobs().unfinished()
-            status = backend.models().status()
+            jobs = backend.jobs.unfinished()
+            status = backend.models.status()
         except Exception as exc:  # a scrape must answer whatever fails
             log.warning("metrics: the job board or model did not answer: %s", exc)
             return []
@@ -63,15 +64,15 @@ class WebState(Collector):
                 "imagegen_jobs_running", "Jobs running now", value=len(jobs) - queued
             ),
             *_model_families(status),
-            *_webhook_families(),
+            *_webhook_families(backend),
         ]
 
 
-def _webhook_families() -> list[GaugeMetricFamily]:
+def _webhook_families(backend: Backend) -> list[GaugeMetricFamily]:
     """The webhook deliveries waiting (the deployment's, in distributed mode) and how old the
     oldest is."""
     try:
-        count, oldest = backend.webhook_outbox().pending()
+        count, oldest = backend.webhooks.pending()
     except Exception as exc:
         log.warning("metrics: the webhook outbox did not answer: %s", exc)
         return []

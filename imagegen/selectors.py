@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core import signing
 from PIL import Image
 
-from imagegen import backend
+from imagegen.backend import Backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
 from imagegen.generation.edit_inputs import input_digests
 from imagegen.generation.estimates import Estimate
@@ -34,23 +34,23 @@ class ImagePage:
     next: str | None  # the next page's path, newest first; None on the last
 
 
-def model_status() -> ModelStatus:
-    return backend.models().status()
+def model_status(backend: Backend) -> ModelStatus:
+    return backend.models.status()
 
 
-def model_download_estimate() -> int | None:
+def model_download_estimate(backend: Backend) -> int | None:
     """About how many bytes a cold pull of the configured model fetches, before any pull has
     asked the hub (imagegen.model.download_size); None when no figure is documented."""
-    return documented_download_bytes(backend.loader().source)
+    return documented_download_bytes(backend.loader.source)
 
 
-def generation_rules() -> dict[str, Any]:
+def generation_rules(backend: Backend) -> dict[str, Any]:
     """The defaults and caps a generation request meets here, and the adapters
     (MODEL_ADAPTERS) the model's preset is recognised from (GET /api and GET /model/status
     show them, so a client can see which model preset applies without sending a request)."""
-    rules = asdict(backend.jobs().rules)
+    rules = asdict(backend.jobs.rules)
     rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
-    rules["adapters"] = [asdict(adapter) for adapter in backend.loader().source.adapters]
+    rules["adapters"] = [asdict(adapter) for adapter in backend.loader.source.adapters]
     return rules
 
 
@@ -67,10 +67,12 @@ class SyncEstimate:
     about: str | None = None
 
 
-def generation_estimate(*, request: GenerationRequest, count: int, timeout: float) -> SyncEstimate:
+def generation_estimate(
+    backend: Backend, *, request: GenerationRequest, count: int, timeout: float
+) -> SyncEstimate:
     """The estimate of `count` images of `request` submitted now (imagegen.generation.
     estimates), held to GEN_SYNC_REFUSE_FACTOR x `timeout` (the synchronous wait)."""
-    found = backend.jobs().estimate(request, count=count)
+    found = backend.jobs.estimate(request, count=count)
     factor = settings.GEN_SYNC_REFUSE_FACTOR
     limit = factor * timeout if factor else None
     refused = found is not None and limit is not None and found.seconds > limit
@@ -120,45 +122,49 @@ def _breakdown(found: Estimate) -> str:
 
 def visible(owner: str | None, seen_by: str | None) -> bool:
     """Whether a job or image of API key `owner` is shown to `seen_by`: a key that is not an
-    admin (config.auth.seen_by) sees its own only; None (an admin, API_TOKEN, an open
+    admin (apikeys.auth.seen_by) sees its own only; None (an admin, API_TOKEN, an open
     service) sees everything. Another key's is answered 404, not 403: ids are not confirmed."""
     return seen_by is None or owner == seen_by
 
 
-def job_get(*, job_id: str, seen_by: str | None = None) -> JobView:
-    job = backend.jobs().lookup(job_id)
+def job_get(backend: Backend, *, job_id: str, seen_by: str | None = None) -> JobView:
+    job = backend.jobs.lookup(job_id)
     if job is None or not visible(job.key, seen_by):
         raise backend.job_not_found()
     return job
 
 
-def webhook_record(*, job_id: str) -> dict[str, Any] | None:
+def webhook_record(backend: Backend, *, job_id: str) -> dict[str, Any] | None:
     """What the job's webhook did: its receiver, event, state and each try; None when the job
     named none."""
-    return backend.webhook_outbox().record(job_id)
+    return backend.webhooks.record(job_id)
 
 
-def job_preview(*, job_id: str, partial: int | None = None) -> Preview | None:
+def job_preview(backend: Backend, *, job_id: str, partial: int | None = None) -> Preview | None:
     """The job's latest preview, or its partial image number `partial` (an OpenAI stream's);
     None before it is made (or for a job not known)."""
-    return backend.jobs().preview(job_id, partial)
+    return backend.jobs.preview(job_id, partial)
 
 
-def job_wait(*, job_id: str, after: int, timeout: float, seen_by: str | None = None) -> JobView:
+def job_wait(
+    backend: Backend, *, job_id: str, after: int, timeout: float, seen_by: str | None = None
+) -> JobView:
     """The job as soon as it changes past revision `after` (a state, a phase, its place in
     the queue, a step), or as it is after `timeout` seconds: what the event stream watches,
     so it wakes for changes instead of polling."""
-    view = backend.jobs().wait_change(job_id, after, timeout)
+    view = backend.jobs.wait_change(job_id, after, timeout)
     if view is None or not visible(view.key, seen_by):
         raise backend.job_not_found()
     return view
 
 
-def job_list(*, limit: int, unfinished: bool = False, seen_by: str | None = None) -> list[JobView]:
+def job_list(
+    backend: Backend, *, limit: int, unfinished: bool = False, seen_by: str | None = None
+) -> list[JobView]:
     """The newest jobs, or only the queued and running ones: those are read from the
     board's own list of them, so one that runs long while many newer ones finish is never
     beyond `limit`'s reach. A key's own are picked from every job remembered (JOBS_KEEP)."""
-    jobs = backend.jobs()
+    jobs = backend.jobs
     if unfinished:
         found = jobs.unfinished()
     else:
@@ -173,13 +179,18 @@ class JobPage:
 
 
 def job_page(
-    *, limit: int, before: str | None, unfinished: bool = False, seen_by: str | None = None
+    backend: Backend,
+    *,
+    limit: int,
+    before: str | None,
+    unfinished: bool = False,
+    seen_by: str | None = None,
 ) -> JobPage:
     """job_list's jobs in GET /images' paging shape: the `limit` after the job `before`, and
     the next page's path while more follow. Job ids are not ordered, so the page is cut from
     every job remembered (JOBS_KEEP) rather than by comparing ids; after a job no longer
     remembered, none is (the oldest are forgotten first): the page is empty."""
-    jobs = backend.jobs()
+    jobs = backend.jobs
     found = jobs.unfinished() if unfinished else jobs.recent(settings.JOBS_KEEP)
     found = [job for job in found if visible(job.key, seen_by)]
     if before is not None:
@@ -191,17 +202,17 @@ def job_page(
     return JobPage(items=items, next=f"{query}&before={items[-1].id}" if more else None)
 
 
-def image_get(*, image_id: str, seen_by: str | None = None) -> ImageRecord:
-    record = backend.image_store().get(image_id)
+def image_get(backend: Backend, *, image_id: str, seen_by: str | None = None) -> ImageRecord:
+    record = backend.images.get(image_id)
     if record is None or not visible(record.key, seen_by):
         raise ImageNotFound()
     return record
 
 
-def image_png(*, image_id: str, seen_by: str | None = None) -> Path:
+def image_png(backend: Backend, *, image_id: str, seen_by: str | None = None) -> Path:
     if seen_by is not None:
-        image_get(image_id=image_id, seen_by=seen_by)  # another key's: 404
-    path = backend.image_store().png_path(image_id)
+        image_get(backend, image_id=image_id, seen_by=seen_by)  # another key's: 404
+    path = backend.images.png_path(image_id)
     if not is_image_id(image_id) or not path.is_file():
         raise ImageNotFound()
     return path
@@ -210,34 +221,36 @@ def image_png(*, image_id: str, seen_by: str | None = None) -> Path:
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def image_input(*, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
+def image_input(backend: Backend, *, digest: str, seen_by: str | None = None) -> tuple[Path, str]:
     """An edit's stored input (the image or mask as sent) and its media type. A key that is
     not an admin (`seen_by`) gets only an input one of its own images or unfinished jobs
     names: another key's picture is as unknown to it as that key's images (404)."""
     if not _SHA256.match(digest):
         raise ImageNotFound()
-    path = backend.image_store().input_path(digest)
-    if not path.is_file() or not _names_input(digest, seen_by):
+    path = backend.images.input_path(digest)
+    if not path.is_file() or not _names_input(backend, digest, seen_by):
         raise ImageNotFound()
     with Image.open(path) as image:
         return path, image.get_format_mimetype() or "application/octet-stream"
 
 
-def _names_input(digest: str, seen_by: str | None) -> bool:
+def _names_input(backend: Backend, digest: str, seen_by: str | None) -> bool:
     """Whether an image or unfinished job of key `seen_by` (None: anyone) used this input.
     Its unfinished jobs first (few); then its records, read through its index as GET /images
     reads them."""
     if seen_by is None:
         return True
-    jobs = backend.jobs().unfinished()
+    jobs = backend.jobs.unfinished()
     if any(digest in input_digests(job.parameters.edit) for job in jobs if job.key == seen_by):
         return True
-    records = backend.image_store().records(key=seen_by)
+    records = backend.images.records(key=seen_by)
     return any(digest in input_digests(r.parameters.edit) for r in records)
 
 
-def image_page(*, limit: int, before: str | None, seen_by: str | None = None) -> ImagePage:
-    records = backend.image_store().page(limit=limit, before=before, key=seen_by)
+def image_page(
+    backend: Backend, *, limit: int, before: str | None, seen_by: str | None = None
+) -> ImagePage:
+    records = backend.images.page(limit=limit, before=before, key=seen_by)
     more = len(records) == limit
     return ImagePage(
         items=records,
@@ -265,6 +278,7 @@ def image_link_signature(
 
 
 def image_png_by_link(
+    backend: Backend,
     *,
     image_id: str,
     signature: str,
@@ -278,13 +292,13 @@ def image_png_by_link(
         raise ImageLinkExpired() from None
     except signing.BadSignature:
         raise ImageLinkInvalid() from None
-    return image_png(image_id=image_id)
+    return image_png(backend, image_id=image_id)
 
 
-def client_jobs(*, client: str) -> list[JobView]:
-    """The jobs this client's protocol requests submitted (config.auth.client_identity),
+def client_jobs(backend: Backend, *, client: str) -> list[JobView]:
+    """The jobs this client's protocol requests submitted (apikeys.auth.client_identity),
     oldest first, as far as the jobs are remembered (JOBS_KEEP)."""
-    return backend.jobs().client_jobs(client)
+    return backend.jobs.client_jobs(client)
 
 
 @dataclass(frozen=True)
@@ -299,8 +313,8 @@ class BatchProgress:
     interrupted: bool  # one of its jobs was cancelled or is being stopped
 
 
-def client_progress(*, client: str) -> BatchProgress:
-    mine = client_jobs(client=client)
+def client_progress(backend: Backend, *, client: str) -> BatchProgress:
+    mine = client_jobs(backend, client=client)
     batch = next((job.batch for job in mine if job.state not in FINISHED), None)
     views = [job for job in mine if batch and job.batch == batch]
     if not views:

@@ -108,7 +108,7 @@ BUILD_BACKEND = """
 import sys, django
 django.setup()
 from imagegen import backend
-backend.jobs(), backend.models(), backend.runs()
+backend.current_backend()
 print(sorted(m for m in sys.modules if m.startswith("imagegen.distributed")))
 """
 

@@ -6,14 +6,14 @@ A thin translator: txt2img is services.generation_run_shared, the same queue and
 POST /generate (a model is loaded lazily from the share, 409 without weights), and img2img
 the same after services.edit_request, the native form's edit rules; none of these routes
 loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
-and /progress reports) is config.auth.client_identity: its credential and its address.
+and /progress reports) is apikeys.auth.client_identity: its credential and its address.
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
 
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -25,8 +25,10 @@ from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validat
 from apikeys.auth import client_identity, request_caller, token_or_basic_required
 from core.version import app_version
 from imagegen import selectors, services
+from imagegen.api.bounds import AtLeast, AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
+from imagegen.backend import current_backend
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
@@ -89,6 +91,10 @@ def model_titles() -> list[str]:
     return list(dict.fromkeys([settings.MODEL_ID, settings.MODEL_ID.rsplit("/", 1)[-1]]))
 
 
+# A side in pixels within GEN_MIN_SIDE to GEN_MAX_SIDE, read per request.
+Side = Annotated[int, AtLeast("GEN_MIN_SIDE"), AtMost("GEN_MAX_SIDE")]
+
+
 class Txt2ImgIn(Schema):
     """A1111's txt2img body. Every field is optional and an omitted one takes this service's
     default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size). A1111's other keys
@@ -99,17 +105,19 @@ class Txt2ImgIn(Schema):
     prompt: str | None = Field("", max_length=PROMPT_MAX)
     negative_prompt: str | None = Field("", max_length=PROMPT_MAX)
     seed: int | None = Field(-1, ge=-1, le=SEED_MAX, description="-1: random; image i: seed + i")
-    batch_size: int | None = Field(1, ge=1, le=settings.GEN_MAX_N)
-    n_iter: int | None = Field(1, ge=1, le=settings.GEN_MAX_N, description=batch_limit(
+    batch_size: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1)
+    n_iter: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1, description=batch_limit(
         settings.GEN_MAX_N))  # fmt: skip
-    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
-    cfg_scale: float | None = Field(None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False)
-    width: int | None = Field(
-        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
+    cfg_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, ge=0, allow_inf_nan=False
+    )
+    width: Side | None = Field(
+        None, multiple_of=8,
         description="omitted: the height's value, or with both omitted the model's native size",
     )  # fmt: skip
-    height: int | None = Field(
-        None, ge=settings.GEN_MIN_SIDE, le=settings.GEN_MAX_SIDE, multiple_of=8,
+    height: Side | None = Field(
+        None, multiple_of=8,
         description="omitted: the width's value, or with both omitted the model's native size",
     )  # fmt: skip
     sampler_name: str | None = Field(None, json_schema_extra={"enum": SAMPLER_NAMES})
@@ -193,12 +201,12 @@ class Img2ImgIn(Txt2ImgIn):
     include_init_images: bool | None = Field(
         False, description="the answer's `parameters` repeat init_images and mask"
     )
-    width: int | None = Field(
-        None, ge=1, le=settings.GEN_MAX_SIDE,
+    width: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, ge=1,
         description="omitted: the height's value, or with both omitted the input's size",
     )  # fmt: skip
-    height: int | None = Field(
-        None, ge=1, le=settings.GEN_MAX_SIDE,
+    height: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, ge=1,
         description="omitted: the width's value, or with both omitted the input's size",
     )  # fmt: skip
 
@@ -216,7 +224,7 @@ class Img2ImgIn(Txt2ImgIn):
         if mask is not None and self.inpainting_mask_invert:
             mask = inverted(mask)
         return services.edit_request(
-            request=generation, image=image, mask=mask,
+            current_backend(), request=generation, image=image, mask=mask,
             strength=self.denoising_strength, mask_blur=self.mask_blur,
             resize_mode=self.resize_mode, only_masked=self.inpaint_full_res is not False,
             # A1111's API pads by 0 when it is not sent (its page, and ours, by 32).
@@ -426,7 +434,7 @@ def png_info_read(request: HttpRequest, payload: PngInfoIn):
 
 
 def preview_base64(job: JobView) -> str | None:
-    found = selectors.job_preview(job_id=job.id)
+    found = selectors.job_preview(current_backend(), job_id=job.id)
     return None if found is None else found.base64()
 
 
@@ -434,7 +442,7 @@ def preview_base64(job: JobView) -> str | None:
 def progress(request: HttpRequest, skip_current_image: bool = False):
     """This client's oldest request under way; zeros when it has none. `current_image`: the
     running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image."""
-    batch = selectors.client_progress(client=client_identity(request))
+    batch = selectors.client_progress(current_backend(), client=client_identity(request))
     current, count = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
     waiting = f" (queue position {current.position})" if current and current.position else ""
@@ -461,20 +469,22 @@ def progress(request: HttpRequest, skip_current_image: bool = False):
 def interrupt(request: HttpRequest):
     """Stops this client's jobs (queued ones never run; the running one stops at the model's
     next block), never another client's."""
-    services.generation_interrupt(client=client_identity(request))
+    services.generation_interrupt(current_backend(), client=client_identity(request))
     return {}
 
 
 @router.post("/skip", auth=auth, response={200: dict, **errors()})
 def skip(request: HttpRequest):
     """Stops this client's running job; the rest of its batch goes on."""
-    services.generation_interrupt(client=client_identity(request), running_only=True)
+    services.generation_interrupt(
+        current_backend(), client=client_identity(request), running_only=True
+    )
     return {}
 
 
 @router.get("/options", auth=auth, response={200: OptionsOut, **errors()})
 def options_get(request: HttpRequest):
-    status = selectors.model_status()
+    status = selectors.model_status(current_backend())
     return OptionsOut(sd_model_checkpoint=status.model_id, sd_checkpoint_hash=status.commit)
 
 
@@ -520,7 +530,7 @@ def refresh_checkpoints(request: HttpRequest):
 
 @router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
 def sd_models(request: HttpRequest):
-    status = selectors.model_status()
+    status = selectors.model_status(current_backend())
     return [
         SdModel(
             title=status.model_id,

@@ -38,8 +38,11 @@ from core.errors import FieldError, ServiceError
 from core.text import NotBlank
 from core.version import app_version
 from imagegen import selectors, services
+from imagegen.api import places
+from imagegen.api.bounds import AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, signed_image_link
 from imagegen.api.schemas import PROMPT_MAX, JobOut, check_size, parse_size
+from imagegen.backend import current_backend
 from imagegen.errors import PastSyncTimeout, SyncTimeout, SyncWaitersBusy
 from imagegen.generation.job_board import FINISHED, JobState, JobView
 from imagegen.generation.requests import (
@@ -72,12 +75,12 @@ Size = Annotated[
     ),
 ]
 Steps = Annotated[
-    int | None,
-    Field(ge=1, le=settings.GEN_MAX_STEPS, description="default the model's preset"),
+    Annotated[int, AtMost("GEN_MAX_STEPS")] | None,
+    Field(ge=1, description="default the model's preset"),
 ]
 Guidance = Annotated[
-    float | None,
-    Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False, description="default: preset"),
+    Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None,
+    Field(ge=0, allow_inf_nan=False, description="default: preset"),
 ]
 Seed = Annotated[int | None, Field(ge=0, le=SEED_MAX, description="default: a random one")]
 Wait = Annotated[
@@ -105,12 +108,12 @@ def django_request(ctx: Context) -> HttpRequest:
 WAIT_FALSE = " Here: call again with wait=false and follow the job with get_job."
 
 
-async def _call(function: Callable[..., T], /, **kwargs: Any) -> T:
+async def _call(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """A service or selector call, in a worker thread (they block: the job board, the store,
     Redis); the refusals it raises become the tool's error, naming the field and the rule
     (and, for the synchronous bound, what an agent does instead)."""
     try:
-        return await anyio.to_thread.run_sync(functools.partial(function, **kwargs))
+        return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
     except ServiceError as error:
         raise _tool_error(error) from None
 
@@ -175,7 +178,7 @@ async def _follow(ctx: Context, job: JobView, deadline: float) -> None:
     revision, reported = -1, -1.0
     while (left := deadline - time.monotonic()) > 0:
         view = await _call(
-            selectors.job_wait, job_id=job.id, after=revision,
+            selectors.job_wait, current_backend(), job_id=job.id, after=revision,
             timeout=min(left, settings.EVENT_STREAM_KEEPALIVE),
         )  # fmt: skip
         revision = view.revision
@@ -195,13 +198,15 @@ async def _generated(
     the job to its image within GEN_SYNC_TIMEOUT (the job is cancelled then, as a synchronous
     request's is; it is cancelled too when the call is), else answers the queued job."""
     await _call(admit, request=request, count=1)
-    owner = {"key": owner_key(request), "key_limit": queue_limit(request)}
+    owner = {"key_name": owner_key(request), "key_limit": queue_limit(request)}
     if not wait:
         generation = await _call(prepare)
-        job = await _call(services.generation_submit, request=generation, **owner)
+        job = await _call(
+            services.generation_submit, current_backend(), request=generation, **owner
+        )
         return _job_answer(job, request)
     try:
-        with services.sync_waiter_place():  # its refusal only: the rest are ToolErrors
+        with places.sync_waiter_place():  # its refusal only: the rest are ToolErrors
             return await _waited(ctx, request, await _call(prepare), owner)
     except SyncWaitersBusy as error:
         raise _tool_error(error) from None
@@ -213,8 +218,9 @@ async def _waited(
     """The waited generation's image, its progress reported on the way."""
     timeout = settings.GEN_SYNC_TIMEOUT
     deadline = time.monotonic() + timeout
-    job = await _call(services.generation_submit_waited, request=generation, timeout=timeout,
-                      **owner)  # fmt: skip
+    backend = current_backend()
+    job = await _call(services.generation_submit_waited, backend, request=generation,
+                      timeout=timeout, **owner)  # fmt: skip
     try:
         await _follow(ctx, job, deadline)
     except BaseException:  # the call was cancelled: nobody will collect the image
@@ -222,15 +228,15 @@ async def _waited(
             await anyio.to_thread.run_sync(_cancel_quietly, job.id)
         raise
     left = max(0.0, deadline - time.monotonic())
-    record = await _call(services.generation_waited_result, request=generation, job=job,
-                         timeout=left)  # fmt: skip
-    view = await _call(selectors.job_get, job_id=job.id)
+    record = await _call(services.generation_waited_result, backend, request=generation,
+                         job=job, timeout=left)  # fmt: skip
+    view = await _call(selectors.job_get, backend, job_id=job.id)
     return await anyio.to_thread.run_sync(_image_answer, replace(view, image=record), request)
 
 
 def _cancel_quietly(job_id: str) -> None:
     with contextlib.suppress(ServiceError):  # finished just now, or forgotten
-        services.job_cancel(job_id=job_id)
+        services.job_cancel(current_backend(), job_id=job_id)
 
 
 async def generate_image(
@@ -260,7 +266,9 @@ def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) 
     if image is not None:
         return decode_base64(image, field="image")
     assert image_id is not None
-    return selectors.image_png(image_id=image_id, seen_by=seen_by(request)).read_bytes()
+    return selectors.image_png(
+        current_backend(), image_id=image_id, seen_by=seen_by(request)
+    ).read_bytes()
 
 
 async def edit_image(
@@ -291,7 +299,7 @@ async def edit_image(
     def prepared() -> GenerationRequest:
         source = _edit_source(request, image, image_id)
         return services.edit_request(
-            request=GenerationRequest(
+            current_backend(), request=GenerationRequest(
                 prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
                 guidance=guidance, size=parse_size(size) if size else None, seed=seed,
             ),
@@ -305,7 +313,7 @@ async def edit_image(
 async def list_models(ctx: Context) -> CallToolResult:
     """The service's one model and its state (ready, or not_started until POST /model/pull;
     a generation loads a pulled model itself)."""
-    status = await _call(selectors.model_status)
+    status = await _call(selectors.model_status, current_backend())
     model = {"id": status.model_id, **status.model_dump(mode="json")}
     answer = {"models": [model]}
     text = json.dumps(answer, separators=(",", ":"))
@@ -315,7 +323,9 @@ async def list_models(ctx: Context) -> CallToolResult:
 async def get_job(ctx: Context, job_id: JobId) -> CallToolResult:
     """A job: its state and progress; once succeeded, its image and link."""
     request = django_request(ctx)
-    view = await _call(selectors.job_get, job_id=job_id, seen_by=seen_by(request))
+    view = await _call(
+        selectors.job_get, current_backend(), job_id=job_id, seen_by=seen_by(request)
+    )
     if view.state is JobState.SUCCEEDED and view.image is not None:
         return await anyio.to_thread.run_sync(_image_answer, view, request)
     return _job_answer(view, request)
@@ -324,7 +334,9 @@ async def get_job(ctx: Context, job_id: JobId) -> CallToolResult:
 async def cancel_job(ctx: Context, job_id: JobId) -> CallToolResult:
     """Cancels a job: a queued one never runs, a running one stops within seconds."""
     request = django_request(ctx)
-    view = await _call(services.job_cancel, job_id=job_id, seen_by=seen_by(request))
+    view = await _call(
+        services.job_cancel, current_backend(), job_id=job_id, seen_by=seen_by(request)
+    )
     return _job_answer(view, request)
 
 

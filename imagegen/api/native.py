@@ -25,7 +25,7 @@ from core.errors import FieldError
 from core.openapi import form_request_body, png_answer
 from core.version import app_version
 from imagegen import selectors, services
-from imagegen.api import generate_body
+from imagegen.api import generate_body, places
 from imagegen.api.generate_body import FormOrJson
 from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
@@ -43,6 +43,7 @@ from imagegen.api.schemas import (
     RouteEntry,
     errors,
 )
+from imagegen.backend import current_backend
 from imagegen.errors import JobNotFound, PreviewNotYet
 from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
@@ -89,7 +90,7 @@ def index(request: HttpRequest):
         docs=docs,
         openapi=openapi,
         routes=route_entries(docs, openapi),
-        generation=GenerationInForce.model_validate(selectors.generation_rules()),
+        generation=GenerationInForce.model_validate(selectors.generation_rules(current_backend())),
         open=open_warning() is not None,
         warning=open_warning(),
     )
@@ -97,8 +98,10 @@ def index(request: HttpRequest):
 
 def status_answer() -> ModelStatusOut:
     """The model's status with the generation rules in force beside it."""
-    status = selectors.model_status().model_dump()
-    return ModelStatusOut.model_validate({**status, "generation": selectors.generation_rules()})
+    status = selectors.model_status(current_backend()).model_dump()
+    return ModelStatusOut.model_validate(
+        {**status, "generation": selectors.generation_rules(current_backend())}
+    )
 
 
 @router.get("/model/status", response=ModelStatusOut, summary="Model state of this process")
@@ -113,7 +116,7 @@ def model_status(request: HttpRequest):
     summary="Download (cold) or skip (warm) and load the model, in the background",
 )
 def model_pull(request: HttpRequest):
-    started = services.model_pull()
+    started = services.model_pull(current_backend())
     return (202 if started else 200), status_answer()
 
 
@@ -141,7 +144,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     scheduler by A1111's name, as the record says), X-Adjusted names what was changed from
     what the client sent (`steps 20->4, guidance 7->1`)."""
     png = HttpResponse(
-        selectors.image_png(image_id=record.id).read_bytes(), content_type="image/png"
+        selectors.image_png(current_backend(), image_id=record.id).read_bytes(),
+        content_type="image/png",
     )
     parameters = record.parameters
     png["X-Seed"] = str(parameters.seed)
@@ -214,22 +218,28 @@ def generate(
     if run_async:
         if key is None:
             job = services.generation_submit(
-                request=generation, key=owner_key(request), key_limit=queue_limit(request)
+                current_backend(),
+                request=generation,
+                key_name=owner_key(request),
+                key_limit=queue_limit(request),
             )
         else:
             job = services.generation_submit_keyed(
-                request=generation, client=client_identity(request), idempotency_key=key,
-                key=owner_key(request), key_limit=queue_limit(request),
+                current_backend(), request=generation, client=client_identity(request),
+                idempotency_key=key, key_name=owner_key(request),
+                key_limit=queue_limit(request),
             )  # fmt: skip
         if webhook is not None:
-            services.webhook_watch(job_id=job.id, plan=webhook)
+            services.webhook_watch(current_backend(), job_id=job.id, plan=webhook)
         response["Location"] = f"/jobs/{job.id}"  # Ninja copies these headers to the answer
-        return 202, selectors.job_get(job_id=job.id)
-    job, record = services.generation_run(
-        request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
-        client=client_identity(request), idempotency_key=key, key=owner_key(request),
-        key_limit=queue_limit(request),
-    )  # fmt: skip
+        return 202, selectors.job_get(current_backend(), job_id=job.id)
+    backend = current_backend()
+    with places.sync_waiter_place(backend, generation):
+        job, record = services.generation_run(
+            backend, request=generation, timeout=settings.GEN_SYNC_TIMEOUT,
+            client=client_identity(request), idempotency_key=key, key_name=owner_key(request),
+            key_limit=queue_limit(request),
+        )  # fmt: skip
     return png_with_headers(record, job)
 
 
@@ -246,8 +256,8 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     if image is None:
         return form.to_request()
     return services.edit_request(
-        request=form.to_request(), image=image, mask=mask, strength=form.strength,
-        mask_blur=form.mask_blur, resize_mode=form.resize_mode,
+        current_backend(), request=form.to_request(), image=image, mask=mask,
+        strength=form.strength, mask_blur=form.mask_blur, resize_mode=form.resize_mode,
         only_masked=bool(form.only_masked), only_masked_padding=form.only_masked_padding,
     )  # fmt: skip
 
@@ -260,7 +270,10 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
 )
 def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
     verdict = selectors.generation_estimate(
-        request=query.to_request(), count=query.n or 1, timeout=settings.GEN_SYNC_TIMEOUT
+        current_backend(),
+        request=query.to_request(),
+        count=query.n or 1,
+        timeout=settings.GEN_SYNC_TIMEOUT,
     )
     return EstimateOut.of(verdict)
 
@@ -292,8 +305,10 @@ def job_list(
 ):
     scope = seen_by(request)
     if paged or before is not None:  # the bare list stays for the clients that read it
-        return selectors.job_page(limit=limit, before=before, unfinished=unfinished, seen_by=scope)
-    return selectors.job_list(limit=limit, unfinished=unfinished, seen_by=scope)
+        return selectors.job_page(
+            current_backend(), limit=limit, before=before, unfinished=unfinished, seen_by=scope
+        )
+    return selectors.job_list(current_backend(), limit=limit, unfinished=unfinished, seen_by=scope)
 
 
 @router.get(
@@ -303,7 +318,7 @@ def job_list(
     summary="One job: state, queue position, progress, result",
 )
 def job_get(request: HttpRequest, job_id: str):
-    return selectors.job_get(job_id=job_id, seen_by=seen_by(request))
+    return selectors.job_get(current_backend(), job_id=job_id, seen_by=seen_by(request))
 
 
 EVENT_STREAM_DOC = {
@@ -346,16 +361,19 @@ def job_events(
     ),
 ):  # fmt: skip
     scope = seen_by(request)
-    selectors.job_get(job_id=job_id, seen_by=scope)  # 404 before a place is taken
+    # 404 before a place is taken
+    selectors.job_get(current_backend(), job_id=job_id, seen_by=scope)
     seen = events.Seen.from_event_id(last_event_id) if last_event_id else None
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.META.get("REQUEST_METHOD") == "HEAD":  # the headers only; no place held
         return StreamingHttpResponse([], content_type="text/event-stream", headers=headers)
-    give_back = services.event_stream_place(stream_key(request))
+    give_back = places.event_stream_place(stream_key(request))
 
     def wait(after: int, timeout: float) -> JobView | None:
         try:
-            return selectors.job_wait(job_id=job_id, after=after, timeout=timeout, seen_by=scope)
+            return selectors.job_wait(
+                current_backend(), job_id=job_id, after=after, timeout=timeout, seen_by=scope
+            )
         except JobNotFound:
             return None
 
@@ -363,7 +381,7 @@ def job_events(
         wait=wait, seen=seen, describe=lambda view: job_json(view, request),
         life=settings.EVENT_STREAM_SECONDS,
         keepalive=settings.EVENT_STREAM_KEEPALIVE,
-        preview=lambda: selectors.job_preview(job_id=job_id),
+        preview=lambda: selectors.job_preview(current_backend(), job_id=job_id),
     )  # fmt: skip
     body = events.ClosingStream(chunks, give_back)
     return StreamingHttpResponse(body, content_type="text/event-stream", headers=headers)
@@ -379,8 +397,10 @@ def job_events(
                    "format": "binary"}}}}}},
 )  # fmt: skip
 def job_preview(request: HttpRequest, job_id: str):
-    selectors.job_get(job_id=job_id, seen_by=seen_by(request))  # unknown, or another key's
-    found = selectors.job_preview(job_id=job_id)
+    selectors.job_get(
+        current_backend(), job_id=job_id, seen_by=seen_by(request)
+    )  # unknown, or another key's
+    found = selectors.job_preview(current_backend(), job_id=job_id)
     if found is None:
         raise PreviewNotYet()
     response = HttpResponse(found.data, content_type=found.media_type)
@@ -396,7 +416,7 @@ def job_preview(request: HttpRequest, job_id: str):
     summary="Cancel a job: a queued one never runs, a running one stops at the next block",
 )
 def job_cancel(request: HttpRequest, job_id: str):
-    return services.job_cancel(job_id=job_id, seen_by=seen_by(request))
+    return services.job_cancel(current_backend(), job_id=job_id, seen_by=seen_by(request))
 
 
 @router.post(
@@ -406,7 +426,7 @@ def job_cancel(request: HttpRequest, job_id: str):
     summary="Cancel a job (as DELETE /jobs/{job_id}, for clients that cannot send DELETE)",
 )
 def job_cancel_post(request: HttpRequest, job_id: str):
-    return services.job_cancel(job_id=job_id, seen_by=seen_by(request))
+    return services.job_cancel(current_backend(), job_id=job_id, seen_by=seen_by(request))
 
 
 @router.get(
@@ -420,7 +440,9 @@ def image_list(
     limit: int = Query(20, ge=1, le=100),
     before: str | None = Query(None, description="the last id of the previous page"),
 ):
-    return selectors.image_page(limit=limit, before=before, seen_by=seen_by(request))
+    return selectors.image_page(
+        current_backend(), limit=limit, before=before, seen_by=seen_by(request)
+    )
 
 
 @router.get(
@@ -438,7 +460,9 @@ def image_list(
     },
 )
 def image_input(request: HttpRequest, digest: str):
-    path, media_type = selectors.image_input(digest=digest, seen_by=seen_by(request))
+    path, media_type = selectors.image_input(
+        current_backend(), digest=digest, seen_by=seen_by(request)
+    )
     return FileResponse(path.open("rb"), content_type=media_type)
 
 
@@ -450,7 +474,7 @@ def image_input(request: HttpRequest, digest: str):
     openapi_extra=png_answer("the PNG"),
 )
 def image_png(request: HttpRequest, image_id: str):
-    path = selectors.image_png(image_id=image_id, seen_by=seen_by(request))
+    path = selectors.image_png(current_backend(), image_id=image_id, seen_by=seen_by(request))
     return FileResponse(path.open("rb"), content_type="image/png")
 
 
@@ -461,7 +485,7 @@ def image_png(request: HttpRequest, image_id: str):
     summary="One stored image's record: its parameters and timings",
 )
 def image_get(request: HttpRequest, image_id: str):
-    return selectors.image_get(image_id=image_id, seen_by=seen_by(request))
+    return selectors.image_get(current_backend(), image_id=image_id, seen_by=seen_by(request))
 
 
 @router.delete(
@@ -471,4 +495,4 @@ def image_get(request: HttpRequest, image_id: str):
     summary="Delete one stored image (its PNG and its record); answers the record removed",
 )
 def image_delete(request: HttpRequest, image_id: str):
-    return services.image_delete(image_id=image_id, seen_by=seen_by(request))
+    return services.image_delete(current_backend(), image_id=image_id, seen_by=seen_by(request))

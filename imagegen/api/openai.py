@@ -31,6 +31,7 @@ from core.errors import FieldError
 from core.openapi import form_request_body, plain_optional
 from core.text import NOT_BLANK, NotBlank
 from imagegen import selectors, services
+from imagegen.api.bounds import AtMost
 from imagegen.api.openai_stream import EDIT, GENERATION, streamed_image
 from imagegen.api.protocol import admit, run_for_client, signed_image_link
 from imagegen.api.schemas import (
@@ -46,6 +47,7 @@ from imagegen.api.schemas import (
     size_pattern,
 )
 from imagegen.api.schemas import errors as declared_errors
+from imagegen.backend import current_backend
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.output_formats import MEDIA_TYPES, OutputFormat, encoded
@@ -128,7 +130,7 @@ class ImageGenerationIn(Schema):
         min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
     )
     model: str | None = Field(None, description="any name; the configured model answers")
-    n: int | None = Field(None, ge=1, le=settings.GEN_MAX_N, description="default 1")
+    n: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(None, ge=1, description="default 1")
     size: str | None = Field(
         None,
         json_schema_extra=_size_schema,
@@ -142,9 +144,9 @@ class ImageGenerationIn(Schema):
     output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
     output_compression: int | None = Field(None, ge=0, le=100, description=OUTPUT_COMPRESSION)
     negative_prompt: str | None = Field(None, max_length=PROMPT_MAX)
-    steps: int | None = Field(None, ge=1, le=settings.GEN_MAX_STEPS)
-    guidance_scale: float | None = Field(
-        None, ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False
+    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
+    guidance_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, ge=0, allow_inf_nan=False
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
     stream: bool | None = Field(None, description=STREAM)
@@ -177,7 +179,7 @@ class ImageEditForm(Schema):
     model: Annotated[str | None, *Optional] = Field(
         None, description="any name; the configured model answers"
     )
-    n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
+    n: Annotated[Annotated[int, Field(ge=1), AtMost("GEN_MAX_N"), Integer] | None, *Optional] = (
         Field(None, description="default 1")
     )
     size: Annotated[str | None, BlankIsAbsent] = Field(
@@ -335,7 +337,7 @@ def images_response(
             )
             data.append(ImageDatum(url=link))
         else:
-            png = selectors.image_png(image_id=record.id).read_bytes()
+            png = selectors.image_png(current_backend(), image_id=record.id).read_bytes()
             image = encoded(png, form.output_format, form.output_compression)
             data.append(ImageDatum(b64_json=base64.b64encode(image).decode()))
     return ImagesResponse(created=int(time.time()), data=data)
@@ -377,7 +379,8 @@ def images_edits(request: HttpRequest):
     admit(request, 1 if form.stream else form.n or 1)  # before the images are decoded
     image, mask = edit_files(request)
     generation = services.edit_request(
-        request=form.to_request(), image=image, mask=None if mask is None else repaint_mask(mask),
+        current_backend(), request=form.to_request(), image=image,
+        mask=None if mask is None else repaint_mask(mask),
         strength=form.strength, mask_blur=form.mask_blur,
     )  # fmt: skip
     if form.stream:
@@ -422,6 +425,7 @@ class LinkQuery(Schema):
 )
 def image_by_link(request: HttpRequest, image_id: str, query: Query[LinkQuery]):
     path = selectors.image_png_by_link(
+        current_backend(),
         image_id=image_id,
         signature=query.signature,
         output_format=query.output_format,

@@ -22,6 +22,8 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 
 from imagegen import selectors, services
+from imagegen.api import places
+from imagegen.backend import current_backend
 from imagegen.errors import JobNotFound
 from imagegen.generation.events import ClosingStream
 from imagegen.generation.job_board import FINISHED, JobState
@@ -58,7 +60,9 @@ def image_events(
     revision, index = -1, 0
     while True:
         try:
-            view = selectors.job_wait(job_id=job_id, after=revision, timeout=keepalive)
+            view = selectors.job_wait(
+                current_backend(), job_id=job_id, after=revision, timeout=keepalive
+            )
         except JobNotFound:
             yield sse("error", {"type": "error", "error": {"message": "the job is gone"}})
             return
@@ -66,7 +70,9 @@ def image_events(
             yield b": keep-alive\n\n"
             continue
         revision = view.revision
-        while index < partials and (found := selectors.job_preview(job_id=job_id, partial=index)):
+        while index < partials and (
+            found := selectors.job_preview(current_backend(), job_id=job_id, partial=index)
+        ):
             data = converted(found.data, output_format, compression)
             yield sse(f"{prefix}.partial_image", {
                 "type": f"{prefix}.partial_image", "b64_json": base64.b64encode(data).decode(),
@@ -75,7 +81,7 @@ def image_events(
             })  # fmt: skip
             index += 1
         if view.state is JobState.SUCCEEDED and view.image is not None:
-            png = selectors.image_png(image_id=view.image.id).read_bytes()
+            png = selectors.image_png(current_backend(), image_id=view.image.id).read_bytes()
             data = encoded(png, output_format, compression)
             size = f"{view.image.parameters.width}x{view.image.parameters.height}"
             yield sse(f"{prefix}.completed", {
@@ -104,12 +110,13 @@ def streamed_image(
     """Submits the job (refused at once, as JSON, when it cannot be queued), then streams it;
     the stream holds one of EVENT_STREAMS_MAX places while open (and of its `stream_key`'s
     KEY_STREAMS_MAX)."""
-    give_back: Callable[[], None] = services.event_stream_place(stream_key)
+    give_back: Callable[[], None] = places.event_stream_place(stream_key)
     try:
         job = services.generation_submit(
+            current_backend(),
             request=request.model_copy(update={"partial_images": partials}),
             client=client,
-            key=key,
+            key_name=key,
             key_limit=key_limit,
         )
     except Exception:

@@ -2,7 +2,7 @@
 images through the shared runs, and an image as the base64 text both protocols answer with.
 
 Each protocol module keeps only its own shapes; the call into the service is written once, so
-who "this client" is (config.auth.client_identity), which header names a retry
+who "this client" is (apikeys.auth.client_identity), which header names a retry
 (Idempotency-Key) and how long a request waits (GEN_SYNC_TIMEOUT) cannot differ between them.
 """
 
@@ -16,6 +16,8 @@ from django.http import HttpRequest
 from apikeys.auth import client_identity, owner_key, public_origin, queue_limit, request_caller
 from core.errors import FieldError
 from imagegen import selectors, services
+from imagegen.api import places
+from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.requests import GenerationRequest
 
@@ -56,13 +58,17 @@ def signed_image_link(
 
 def admit(request: HttpRequest, count: int) -> None:
     """Refuses with 429 a generating request of an API key past its `--max-queued` (or its
-    share of the queue: config.auth.queue_limit) or `--per-minute` (services.key_admit);
+    share of the queue: apikeys.auth.queue_limit) or `--per-minute` (services.key_admit);
     every generating route calls it first, before an edit's images are decoded."""
     caller = request_caller(request)
     limit = queue_limit(request)
     if caller is not None and (limit or caller.per_minute):
         services.key_admit(
-            key=caller.name, max_queued=limit, per_minute=caller.per_minute, count=count
+            current_backend(),
+            key_name=caller.name,
+            max_queued=limit,
+            per_minute=caller.per_minute,
+            count=count,
         )
 
 
@@ -80,17 +86,22 @@ def run_for_client(
     edit's route runs it before decoding the images)."""
     if not admitted:
         admit(request, count)
-    return services.generation_run_shared(
-        request=generation,
-        count=count,
-        client=client_identity(request),
-        idempotency_key=request.headers.get("Idempotency-Key"),
-        timeout=settings.GEN_SYNC_TIMEOUT,
-        partial=partial,
-        key=owner_key(request),
-        key_limit=queue_limit(request),
-    )
+    backend = current_backend()
+    with places.sync_waiter_place(backend, generation):
+        return services.generation_run_shared(
+            backend,
+            request=generation,
+            count=count,
+            client=client_identity(request),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            timeout=settings.GEN_SYNC_TIMEOUT,
+            partial=partial,
+            key_name=owner_key(request),
+            key_limit=queue_limit(request),
+        )
 
 
 def png_base64(record: ImageRecord) -> str:
-    return base64.b64encode(selectors.image_png(image_id=record.id).read_bytes()).decode()
+    return base64.b64encode(
+        selectors.image_png(current_backend(), image_id=record.id).read_bytes()
+    ).decode()

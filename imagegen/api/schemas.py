@@ -28,6 +28,8 @@ from core.openapi import plain_optional
 from core.text import NOT_BLANK, NotBlank, is_blank
 from core.timestamps import iso_ms
 from imagegen import selectors
+from imagegen.api.bounds import AtMost
+from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
@@ -143,10 +145,10 @@ Integer = BeforeValidator(_ascii_integer)
 Number = BeforeValidator(_ascii_number)
 # The bounded steps and guidance of POST /generate, and of the estimate that asks about it.
 OptionalSteps = Annotated[
-    Annotated[int, Field(ge=1, le=settings.GEN_MAX_STEPS), Integer] | None, *Optional
+    Annotated[int, Field(ge=1), AtMost("GEN_MAX_STEPS"), Integer] | None, *Optional
 ]
 OptionalGuidance = Annotated[
-    Annotated[float, Field(ge=0, le=settings.GEN_MAX_GUIDANCE, allow_inf_nan=False), Number] | None,
+    Annotated[float, Field(ge=0, allow_inf_nan=False), AtMost("GEN_MAX_GUIDANCE"), Number] | None,
     *Optional,
 ]
 
@@ -317,7 +319,7 @@ class EstimateQuery(Schema):
         default=None, json_schema_extra=_size_schema, description="as POST /generate; default "
         "the model's native size"
     )  # fmt: skip
-    n: Annotated[Annotated[int, Field(ge=1, le=settings.GEN_MAX_N), Integer] | None, *Optional] = (
+    n: Annotated[Annotated[int, Field(ge=1), AtMost("GEN_MAX_N"), Integer] | None, *Optional] = (
         Field(default=None, description="images of one request (OpenAI's n); default 1")
     )
     image_size: Annotated[
@@ -588,7 +590,7 @@ class JobOut(Schema):
 
     @staticmethod
     def resolve_webhook(job: JobView) -> dict | None:
-        return selectors.webhook_record(job_id=job.id)
+        return selectors.webhook_record(current_backend(), job_id=job.id)
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):

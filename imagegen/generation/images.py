@@ -97,7 +97,7 @@ class ImageRecord(BaseModel):
     parameters: GenerationParameters
     device: str
     timings: dict[str, float]
-    # The API key that made it (config.auth), whose own it is; absent on an open service.
+    # The API key that made it (apikeys.auth), whose own it is; absent on an open service.
     key: str | None = None
 
     # Records and answers as before keys existed when there is none: no `key` at all.

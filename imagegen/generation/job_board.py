@@ -95,7 +95,7 @@ class JobView:
     # (the protocol routes' lookups), and the error a synchronous request raises for it.
     owner: str | None = None
     batch: str | None = None
-    key: str | None = None  # the API key that submitted it (config.auth); None when open
+    key: str | None = None  # the API key that submitted it (apikeys.auth); None when open
     failure: ServiceError | None = None
     # Grows with every change a client can see (state, phase, position, each step, each
     # preview), for waiting on changes (wait_change).

@@ -62,14 +62,14 @@ class Job:
 
     request: GenerationRequest
     id: str = field(default_factory=lambda: secrets.token_hex(8))
-    # Who submitted it and with which other jobs, for the protocol routes (config.auth's
+    # Who submitted it and with which other jobs, for the protocol routes (apikeys.auth's
     # client_identity; the n images of one request share a batch). None on the native routes.
     owner: str | None = None
     batch: str | None = None
     # The X-Request-ID of the request that queued it (core.request_context): its log
     # lines carry it, so one id follows a request into its job.
     request_id: str | None = None
-    # The name of the API key that submitted it (config.auth): its jobs and images are that
+    # The name of the API key that submitted it (apikeys.auth): its jobs and images are that
     # key's own. None on an open service.
     key: str | None = None
     # Its place in the queue (queue_policy.order: by round among the keys, then by arrival).

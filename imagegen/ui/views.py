@@ -14,7 +14,7 @@ from apikeys.auth import protected
 from core.version import app_version
 from imagegen import selectors
 from imagegen.api.schemas import PROMPT_MAX
-from imagegen.backend import is_distributed
+from imagegen.backend import current_backend, is_distributed
 from imagegen.generation.requests import (
     MASK_BLUR_DEFAULT,
     MASK_BLUR_MAX,
@@ -40,7 +40,7 @@ def _sizes(low: int, high: int) -> list[str]:
 
 
 def page(request: HttpRequest) -> HttpResponse:
-    rules = selectors.generation_rules()
+    rules = selectors.generation_rules(current_backend())
     allowed = rules["schedulers"] or list(SCHEDULERS)
     form = {
         "prompt_max": PROMPT_MAX,
@@ -74,7 +74,7 @@ def page(request: HttpRequest) -> HttpResponse:
         "countMax": settings.GEN_MAX_N,
         "seedMax": SEED_MAX,
         # What Pull fetches, said before it is pressed; /model/status's own figure once known.
-        "pullBytes": selectors.model_download_estimate(),
+        "pullBytes": selectors.model_download_estimate(current_backend()),
     }
     response = render(
         request, "ui/index.html", {"form": form, "config": config, "version": app_version()}

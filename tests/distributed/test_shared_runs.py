@@ -116,7 +116,10 @@ def test_in_redis_every_key_expires_after_the_last_join(redis_server):
 
 
 def test_a_job_the_store_forgot_counts_as_finished_so_a_twin_queues_anew():
-    assert services._unfinished("a-job-nobody-knows") is False
+    from imagegen.backend import current_backend
+    from imagegen.services.shared_runs import _unfinished
+
+    assert _unfinished(current_backend(), "a-job-nobody-knows") is False
 
 
 def test_a_kept_run_outlives_its_last_waiter_so_a_retry_with_its_key_joins_it(runs):
@@ -185,6 +188,7 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
     from imagegen.generation.job_board import JobState
     from imagegen.generation.requests import GenerationRequest
     from imagegen.generation.shared_runs import new_job_ids
+    from imagegen.services.shared_runs import _submit_batch
 
     client = redis_server.client()
     client.flushdb()
@@ -200,12 +204,17 @@ def test_a_batch_cut_off_part_way_leaves_no_job_to_run_for_nobody(redis_server, 
             raise redis.TimeoutError("the store took it and its answer was lost")
 
     monkeypatch.setattr(board, "submit", submit)
-    monkeypatch.setattr(backend, "jobs", lambda: board)
+    monkeypatch.setattr(backend.current_backend(), "jobs", board)
     ids = new_job_ids(3)
     request = GenerationRequest(prompt="q", steps=2, guidance=0.0, seed=1, size=(64, 64))
     with pytest.raises(redis.TimeoutError):
-        services._submit_batch(
-            request, ids, "client", timeout=None, owner=services.KeyOwner(None, None)
+        _submit_batch(
+            backend.current_backend(),
+            request,
+            ids,
+            "client",
+            timeout=None,
+            quota=services.KeyQuota(None, None),
         )
     assert taken == ids[:2]
     assert [store.view(i).state for i in taken] == [JobState.CANCELLED, JobState.CANCELLED]

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import kombu
 import pytest
@@ -106,7 +107,7 @@ def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_s
     client.sadd(WORKERS, "w1")
     client.set(worker_key("w1"), json.dumps(WORKER))
     client.set("imagegen:pull", 1)
-    model = SharedModel(backend.loader(), client)
+    model = SharedModel(backend.current_backend().loader, client)
     fresh = model.status()
     assert (fresh.state, fresh.store, fresh.store_age_seconds) == ("ready", "reachable", 0)
     assert [w.name for w in fresh.workers or []] == ["w1"]
@@ -123,18 +124,17 @@ def test_model_status_answers_what_it_last_saw_while_the_store_is_frozen(redis_s
 
 def test_model_status_of_a_store_never_reached_shows_no_worker(redis_server):
     client = store_client("redis://127.0.0.1:9/0", timeout=BUDGET, max_waiting=None)
-    status = SharedModel(backend.loader(), client).status()
+    status = SharedModel(backend.current_backend().loader, client).status()
     assert (status.state, status.store, status.workers) == ("not_started", "unreachable", [])
     assert status.store_age_seconds is not None
 
 
-def test_the_404_of_an_unknown_job_says_what_keeps_jobs_in_each_mode(settings):
-    settings.JOB_BROKER_URL = ""
-    assert backend.job_not_found().message == (
+def test_the_404_of_an_unknown_job_says_what_keeps_jobs_in_each_mode():
+    in_process = replace(backend.current_backend(), distributed=False)
+    assert in_process.job_not_found().message == (
         "No such job (jobs are kept while this process runs)"
     )
-    settings.JOB_BROKER_URL, settings.JOBS_KEEP = "redis://127.0.0.1:6379/0", 37
-    error = backend.job_not_found()
+    error = replace(in_process, distributed=True, jobs_keep=37).job_not_found()
     assert isinstance(error, JobNotFound) and error.status == 404
     assert "while this process runs" not in error.message
     assert "keeps every unfinished job and the newest 37 finished ones, JOBS_KEEP" in (

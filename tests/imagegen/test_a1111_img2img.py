@@ -207,13 +207,13 @@ def test_a_bad_img2img_is_a_400_naming_the_field_with_nothing_stored_or_queued(
 ):
     from imagegen.generation.images import ImageStore
 
-    monkeypatch.setattr(backend, "image_store", lambda: ImageStore(tmp_path))
+    monkeypatch.setattr(backend.current_backend(), "images", ImageStore(tmp_path))
     answer = img2img(**{"init_images": [b64(noise())], **body})
     assert answer.status_code == 400, answer.content
     details = {d["field"]: d["message"] for d in answer.json()["error"]["details"]}
     assert rule in details[field], details
     assert list(tmp_path.iterdir()) == []
-    assert backend.jobs().recent(1) == []
+    assert backend.current_backend().jobs.recent(1) == []
 
 
 def test_png_info_of_what_is_not_an_image_is_a_400_naming_it():

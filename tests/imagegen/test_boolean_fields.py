@@ -28,7 +28,7 @@ def test_a_form_flag_that_is_not_a_boolean_is_a_400_naming_it(path, fields, quer
     error = response.json()["error"]
     assert field in (error.get("param"), *[d["field"] for d in error["details"]])
     assert "boolean" in error["message"]
-    assert backend.jobs().recent(1) == []
+    assert backend.current_backend().jobs.recent(1) == []
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_a_json_flag_that_is_not_a_boolean_is_a_400_naming_it(path, body, field)
     assert response.status_code in (400, 422), response.content
     assert field in response.content.decode()
     assert "boolean" in response.content.decode()
-    assert backend.jobs().recent(1) == []
+    assert backend.current_backend().jobs.recent(1) == []
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_async_no_or_empty_stays_synchronous(value):
 
 
 def test_an_edit_with_async_maybe_stores_no_input(tmp_path, monkeypatch):
-    monkeypatch.setattr(backend, "image_store", lambda: ImageStore(tmp_path))
+    monkeypatch.setattr(backend.current_backend(), "images", ImageStore(tmp_path))
     image = SimpleUploadedFile("in.png", png((64, 64)), "image/png")
     response = Client().post(NATIVE, {"prompt": "a cat", "async": "maybe", "image": image})
     assert response.status_code == 400, response.content

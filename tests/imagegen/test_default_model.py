@@ -21,7 +21,7 @@ import pytest
 import torch
 from django.test import Client, override_settings
 
-from imagegen.backend import loader, rules_from_settings
+from imagegen.backend import current_backend, rules_from_settings
 from imagegen.model.adapters import Adapter
 from tests.support.commands import as_a_process_with, settings_of
 from tests.support.local_hub import LocalHub
@@ -207,7 +207,7 @@ def test_a_pull_of_the_defaults_fetches_the_lora_with_the_model_and_a_prompt_get
             "scheduler Euler a->Euler SGM Uniform, steps 20->4, guidance 7->1"
         )
         assert status["decoder"] == {"kind": "tiny", "repo": TAESDXL_REPO}
-        pipe = loader().pipeline(timeout=1)
+        pipe = current_backend().loader.pipeline(timeout=1)
         decoder = type(pipe.vae).__name__
         dtypes = {p.dtype for part in (pipe.unet, pipe.text_encoder_2) for p in part.parameters()}
         vae_slicing_and_tiling = (pipe.vae.use_slicing, pipe.vae.use_tiling)

@@ -78,5 +78,5 @@ def test_the_page_carries_the_figure_for_pulls_label(settings, monkeypatch, tmp_
     assert settings.MODEL_ID == DEFAULT_MODEL_ID and settings.MODEL_VARIANT == "fp16"
     assert page_config()["pullBytes"] == SHIPPED_BYTES
     other = ModelLoader(default_source(tmp_path, model_id=SD_REPO), "cpu")
-    monkeypatch.setattr(backend, "loader", lambda: other)
+    monkeypatch.setattr(backend.current_backend(), "loader", other)
     assert page_config()["pullBytes"] is None  # the page: "the size shows once it starts"

@@ -370,7 +370,7 @@ def test_a_refused_edit_leaves_no_input_behind(queue, tmp_path: Path, monkeypatc
 def test_an_orphan_input_goes_at_the_next_prune_once_ten_minutes_old(queue, tmp_path: Path):
     """An input nothing names (left by a crash) is removed with the next image deleted or
     edit refused once INPUT_GRACE_SECONDS old; a younger one may be on its way to a job."""
-    store = backend.image_store()
+    store = backend.current_backend().images
     old, young = store.save_input(b"old orphan"), store.save_input(b"young orphan")
     aged = time.time() - services.INPUT_GRACE_SECONDS - 1
     os.utime(store.input_path(old), (aged, aged))
@@ -381,7 +381,7 @@ def test_an_orphan_input_goes_at_the_next_prune_once_ten_minutes_old(queue, tmp_
 
 def test_deleting_a_text_to_image_image_reads_no_record_for_inputs(queue, monkeypatch):
     """The prune reads every record on the share: only an edit's delete needs it."""
-    store = backend.image_store()
+    store = backend.current_backend().images
     store.save_input(b"an input nothing names")  # so there is something it could prune
     made = Client().post("/generate", {"prompt": "plain", "steps": "2", "size": "64x64"})
     assert made.status_code == 200, made.content

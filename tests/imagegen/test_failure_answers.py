@@ -20,6 +20,7 @@ from django.test import RequestFactory, override_settings
 from config.urls import api
 from core.errors import ServiceError
 from imagegen import backend, services
+from imagegen.backend import current_backend
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
@@ -75,7 +76,7 @@ def mode(
     else:
         made = distributed(loader, tmp_path / "images", request.getfixturevalue("redis_server"))
     with made as mode:
-        monkeypatch.setattr(backend, "jobs", lambda: mode.jobs)  # what the services call
+        monkeypatch.setattr(backend.current_backend(), "jobs", mode.jobs)  # what the services call
         yield mode
 
 
@@ -104,7 +105,7 @@ def finished(mode: Mode, job_id: str) -> JobView:
 def test_a_generation_that_raised_is_500_without_retry_after_in_both_modes(mode, unet_raises):
     job = finished(mode, mode.submit(REQUEST))
     with pytest.raises(JobFailed) as failed:
-        services.generation_result(job=job, timeout=10)
+        services.generation_result(current_backend(), job=job, timeout=10)
     assert failed.value.status == 500 and failed.value.retry_after is None
     assert "the UNet raised" in failed.value.message
     native, openai = answers(failed.value).values()
@@ -121,7 +122,7 @@ def test_a_job_whose_worker_was_lost_is_503_with_retry_after(redis_server, monke
         store, models=None, queue_max=4, keep=20, rules=None,
         timings=RedisTimings(client, "test-model"),
     )  # fmt: skip
-    monkeypatch.setattr(backend, "jobs", lambda: board)
+    monkeypatch.setattr(backend.current_backend(), "jobs", board)
     assert store.add("a", REQUEST, owner=None, batch=None, queue_max=4, keep=20)
     for worker in ("w1", "w2"):  # each dies under it: it runs once more, then fails
         assert store.claim(worker).job_id == "a"
@@ -131,7 +132,7 @@ def test_a_job_whose_worker_was_lost_is_503_with_retry_after(redis_server, monke
             time.sleep(0.1)
         store.sweep()
     with pytest.raises(ServiceError) as lost:
-        services.generation_result(job=board.lookup("a"), timeout=5)
+        services.generation_result(current_backend(), job=board.lookup("a"), timeout=5)
     assert lost.value.status == 503 and lost.value.retry_after
     assert "worker lost: job a" in lost.value.message
     for answer in answers(lost.value).values():

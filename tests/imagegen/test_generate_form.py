@@ -65,7 +65,7 @@ def test_each_bad_field_is_a_400_naming_field_and_rule(fields, field, rule):
     details = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
     assert rule in details[field]
     assert field in response.json()["error"]["message"]
-    assert backend.jobs().recent(1) == []  # refused before anything was queued
+    assert backend.current_backend().jobs.recent(1) == []  # refused before anything was queued
 
 
 def test_several_bad_fields_are_each_named():
@@ -193,14 +193,14 @@ def bomb(side: int) -> bytes:
 def test_a_bad_edit_is_a_400_naming_field_and_rule_with_nothing_written(
     parts, fields, field, rule, settings, tmp_path: Path, monkeypatch
 ):
-    monkeypatch.setattr(backend, "image_store", lambda: ImageStore(tmp_path))
+    monkeypatch.setattr(backend.current_backend(), "images", ImageStore(tmp_path))
     files = {name: upload(data) for name, data in parts.items()}
     response = Client().post("/generate", {"prompt": "fine", **fields, **files})
     assert response.status_code == 400, response.content
     details = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
     assert rule in details[field], details
     assert list(tmp_path.iterdir()) == []  # no input stored
-    assert backend.jobs().recent(1) == []  # nothing queued
+    assert backend.current_backend().jobs.recent(1) == []  # nothing queued
 
 
 def test_two_images_are_refused_naming_the_part():

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from imagegen import backend, services
+from imagegen.backend import current_backend
 from imagegen.errors import ImageNotFound
 from imagegen.generation.images import ImageStore
 from tests.imagegen.test_image_store import PARAMETERS, png
@@ -16,7 +17,7 @@ from tests.imagegen.test_image_store import PARAMETERS, png
 def store(tmp_path, monkeypatch) -> ImageStore:
     """This process's image store (OUTPUT_DIR) in a folder of the test's own."""
     images = ImageStore(tmp_path)
-    monkeypatch.setattr(backend, "image_store", lambda: images)
+    monkeypatch.setattr(backend.current_backend(), "images", images)
     return images
 
 
@@ -24,12 +25,14 @@ def test_a_deleted_image_is_gone_from_disk_listing_and_records(store, tmp_path):
     kept = store.save(png(), PARAMETERS, device="cpu", timings={})
     doomed = store.save(png(), PARAMETERS, device="cpu", timings={})
 
-    assert services.image_delete(image_id=doomed.id) == doomed  # the record it removed
+    assert (
+        services.image_delete(current_backend(), image_id=doomed.id) == doomed
+    )  # the record it removed
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{kept.id}.json", f"{kept.id}.png"]
     assert store.get(doomed.id) is None
     assert [r.id for r in store.page(limit=10)] == [kept.id]
     with pytest.raises(ImageNotFound):  # a second delete finds nothing
-        services.image_delete(image_id=doomed.id)
+        services.image_delete(current_backend(), image_id=doomed.id)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +41,7 @@ def test_a_deleted_image_is_gone_from_disk_listing_and_records(store, tmp_path):
 def test_an_unknown_or_malformed_id_is_image_not_found_and_touches_nothing(store, image_id):
     kept = store.save(png(), PARAMETERS, device="cpu", timings={})
     with pytest.raises(ImageNotFound) as refused:
-        services.image_delete(image_id=image_id)
+        services.image_delete(current_backend(), image_id=image_id)
     assert refused.value.status == 404 and refused.value.message == "No such image"
     assert store.get(kept.id) == kept and store.png_path(kept.id).is_file()
 
@@ -57,7 +60,7 @@ def test_the_record_goes_first_so_a_listing_never_shows_one_without_its_png(stor
 
     monkeypatch.setattr(type(png_path), "unlink", crash_on_png)
     with pytest.raises(OSError):
-        services.image_delete(image_id=image.id)
+        services.image_delete(current_backend(), image_id=image.id)
     monkeypatch.undo()
     assert store.page(limit=10) == [] and png_path.is_file()
 
@@ -77,7 +80,7 @@ def test_of_two_deletes_at_once_one_removes_and_the_other_is_not_found(store, mo
 
     def delete() -> None:
         try:
-            answers.append(services.image_delete(image_id=image.id))
+            answers.append(services.image_delete(current_backend(), image_id=image.id))
         except ImageNotFound as error:
             answers.append(error)
 

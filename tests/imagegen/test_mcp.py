@@ -27,8 +27,8 @@ from PIL import Image
 
 from core.asgi_bridge import LifespanFailed
 from core.errors import ServiceError
-from imagegen import backend, services
-from imagegen.api import mcp
+from imagegen import backend
+from imagegen.api import mcp, places
 from imagegen.api.mcp import WAIT_FALSE
 from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
@@ -251,9 +251,9 @@ def test_get_and_delete_are_refused_with_405_and_the_client_goes_on_without_a_st
 def one_waiter_place(settings) -> Iterator[None]:
     """SYNC_WAITERS_MAX 1, its places made anew for the test and again after it."""
     settings.SYNC_WAITERS_MAX = 1
-    services._waiter_places.cache_clear()
+    places._waiter_places.cache_clear()
     yield
-    services._waiter_places.cache_clear()
+    places._waiter_places.cache_clear()
 
 
 def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
@@ -271,7 +271,7 @@ def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
         while not [job for job in queue.recent(10) if job.parameters.prompt == "mcp waiter"]:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        with pytest.raises(SyncWaitersBusy), services.sync_waiter_place():
+        with pytest.raises(SyncWaitersBusy), places.sync_waiter_place():
             pass  # the waiting call holds the one place
         text = error_text(call("generate_image", {"prompt": "mcp refused", "size": "64x64"}))
         assert "SYNC_WAITERS_MAX" in text and "retry in 5 s" in text, text
@@ -285,7 +285,7 @@ def test_a_waiting_call_holds_a_sync_waiter_place_and_past_the_bound_is_refused(
             with contextlib.suppress(ServiceError):
                 queue.cancel(job.id)
         waiting.join(60)
-    with services.sync_waiter_place():  # given back when the wait ended
+    with places.sync_waiter_place():  # given back when the wait ended
         pass
 
 
@@ -298,7 +298,7 @@ def test_a_waited_edit_past_gen_sync_timeout_leaves_no_input_stored(queue, setti
     sent = base64.b64encode(picture.getvalue()).decode()
     text = error_text(call("edit_image", {"prompt": "mcp late edit", "image": sent}))
     assert "No image within GEN_SYNC_TIMEOUT" in text, text
-    inputs = backend.image_store().root / "inputs"
+    inputs = backend.current_backend().images.root / "inputs"
     assert not inputs.exists() or list(inputs.iterdir()) == []
     queue.cancel(blocker.id)
 

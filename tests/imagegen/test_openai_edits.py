@@ -226,7 +226,7 @@ def truncated() -> bytes:
 def test_a_bad_edit_is_a_400_naming_field_and_rule_with_nothing_written(
     parts, fields, field, rule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(backend, "image_store", lambda: ImageStore(tmp_path))
+    monkeypatch.setattr(backend.current_backend(), "images", ImageStore(tmp_path))
     sent = {"image": encode(source_image()), **parts} if field != "image" else parts
     files = {name: part(data) for name, data in sent.items()}
     response = Client().post("/v1/images/edits", {"prompt": "fine", **fields, **files})
@@ -235,7 +235,7 @@ def test_a_bad_edit_is_a_400_naming_field_and_rule_with_nothing_written(
     assert (error["type"], error["param"]) == ("invalid_request_error", field)
     assert rule in error["message"]
     assert list(tmp_path.iterdir()) == []  # no input stored
-    assert backend.jobs().recent(1) == []  # nothing queued
+    assert backend.current_backend().jobs.recent(1) == []  # nothing queued
 
 
 @pytest.mark.parametrize("format", ["jpeg", "webp"])

@@ -28,6 +28,7 @@ from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressRep
 from PIL import Image
 
 from imagegen import selectors, services
+from imagegen.backend import current_backend
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.generation.requests import GenerationRequest
 from imagegen.model import share
@@ -151,8 +152,8 @@ def start_loader(
 def generate(prompt: str, size: tuple[int, int] | None = None) -> bytes:
     """POST /generate's service call (synchronous); the PNG it answers."""
     request = GenerationRequest(prompt=prompt, size=size)
-    _, record = services.generation_run(request=request, timeout=120)
-    return selectors.image_png(image_id=record.id).read_bytes()
+    _, record = services.generation_run(current_backend(), request=request, timeout=120)
+    return selectors.image_png(current_backend(), image_id=record.id).read_bytes()
 
 
 def pulled(loader: ModelLoader) -> dict:
@@ -185,7 +186,7 @@ def test_concurrent_pulls_share_one_download(start_loader, hub):
 
     def pull() -> None:
         barrier.wait()
-        started.append(services.model_pull())  # 202 when True, 200 when False
+        started.append(services.model_pull(current_backend()))  # 202 when True, 200 when False
 
     threads = [threading.Thread(target=pull) for _ in range(8)]
     for thread in threads:
@@ -256,8 +257,8 @@ def test_failed_on_hub_error_then_a_new_pull_recovers(start_loader, hub):
     assert status.error in refused.value.message
 
     hub.fail_status = None
-    assert services.model_pull() is True  # 202
-    retry = selectors.model_status()  # the pull's answer
+    assert services.model_pull(current_backend()) is True  # 202
+    retry = selectors.model_status(current_backend())  # the pull's answer
     assert retry.state == "downloading" and retry.error is None
     assert wait_for(loader, {"ready", "failed"}) == "ready"
     assert loader.status().error is None

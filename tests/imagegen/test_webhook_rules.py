@@ -83,7 +83,7 @@ def test_a_webhook_to_a_private_address_is_a_400_naming_the_field_and_rule(setti
     assert "WEBHOOK_ALLOW" in details["webhook_url"]
     details = refusal(generate(Client(), webhook_url="gopher://93.184.216.34/"))
     assert "http or https" in details["webhook_url"]
-    assert backend.jobs().recent(1) == []  # refused before anything was queued
+    assert backend.current_backend().jobs.recent(1) == []  # refused before anything was queued
 
 
 def test_a_webhook_with_no_secret_configured_is_a_400_naming_webhook_secret(settings) -> None:
@@ -91,7 +91,7 @@ def test_a_webhook_with_no_secret_configured_is_a_400_naming_webhook_secret(sett
     settings.WEBHOOK_ALLOW = ["127.0.0.1"]
     details = refusal(generate(Client(), webhook_url="http://127.0.0.1:9/hook"))
     assert "WEBHOOK_SECRET" in details["webhook_url"]
-    assert backend.jobs().recent(1) == []
+    assert backend.current_backend().jobs.recent(1) == []
 
 
 def test_a_synchronous_request_naming_a_webhook_is_refused(settings) -> None:

@@ -191,10 +191,11 @@ def test_a_failed_job_store_call_is_counted_once_its_retries_are_spent():
 def test_a_scrape_answers_even_when_the_job_board_does_not(monkeypatch, caplog):
     from imagegen import backend
 
-    def unreachable():
-        raise redis.ConnectionError("away")
+    class Unreachable:
+        def unfinished(self):
+            raise redis.ConnectionError("away")
 
-    monkeypatch.setattr(backend, "jobs", unreachable)
+    monkeypatch.setattr(backend.current_backend(), "jobs", Unreachable())
     with caplog.at_level(logging.WARNING):
         samples = scrape(Client())
     assert ("imagegen_jobs_queued", frozenset()) not in samples

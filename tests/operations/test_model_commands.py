@@ -232,4 +232,4 @@ def test_run_command_answers_as_the_real_process(model_env, share):
 
     assert share != settings.MODEL_DIR
     assert backend.model_source().model_dir == settings.MODEL_DIR
-    assert backend.loader().source.model_dir == settings.MODEL_DIR
+    assert backend.current_backend().loader.source.model_dir == settings.MODEL_DIR

@@ -1,5 +1,5 @@
 """Who a client is, and which forwarded headers are believed: in-process, on Django's own
-request objects (config.auth)."""
+request objects (apikeys.auth)."""
 
 import importlib
 import ipaddress

@@ -96,21 +96,13 @@ def settings_of(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def cached_builders() -> list[Any]:
-    """The process-wide objects built once from the settings: the backend's builders (model
-    loader, image store, model handle, job board, run registry), the compute device, the
-    event-stream places and, where distributed mode was imported, its Redis connections."""
-    from imagegen import backend, services
+    """The process-wide objects built once from the settings: the compute device, the
+    thread places and, where distributed mode was imported, its Redis connections (the
+    backend is installed, not cached: start_afresh builds it anew)."""
+    from imagegen.api import places
     from imagegen.model import device
 
-    builders = [
-        backend.loader,
-        backend.image_store,
-        backend.models,
-        backend.jobs,
-        backend.runs,
-        device.compute_device,
-        services._stream_places,
-    ]
+    builders = [device.compute_device, places._stream_places, places._waiter_places]
     connection = sys.modules.get("imagegen.distributed.connection")
     if connection is not None:
         builders += [connection.redis_client, connection.listener_client, connection.job_store]
@@ -123,8 +115,11 @@ def start_afresh() -> None:
     does. (The job board made before keeps its idle generation thread, if it had one.)"""
     from django.apps import apps
 
+    from imagegen import backend
+
     for builder in cached_builders():
         builder.cache_clear()
+    backend.install(None)
     apps.get_app_config("imagegen").ready()
 
 

@@ -7,14 +7,18 @@ import pytest
 from django.test import override_settings
 
 from imagegen import backend
+from imagegen.backend import Backend
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
+from imagegen.generation.rates import LocalRates
+from imagegen.generation.shared_runs import LocalRuns
 from imagegen.model.adapters import parse_adapters
 from imagegen.model.decoder import parse_decoder
 from imagegen.model.hub import ModelSource
 from imagegen.model.inpaint import parse_inpaint
 from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import LoadOptions
+from imagegen.webhooks.outbox import DiskOutbox
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO
 
@@ -52,22 +56,13 @@ def wait_for(loader: ModelLoader, states: set[str], timeout: float = 60) -> str:
     return state
 
 
-def serve(
-    loader: ModelLoader,
-    images: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    *,
-    load_timeout: float = 60,
-    throughput: float = 0.0,
-) -> JobQueue:
-    """Makes `loader` this process's model for imagegen.services and imagegen.selectors, as
-    an in-process web process's backend is: backend.loader() and backend.models() answer
-    it, backend.jobs() a JobQueue on it (GEN_LOAD_TIMEOUT: `load_timeout`; the generation
-    rules the app has under model_service_env: its MODEL_ID and MODEL_ADAPTERS,
-    GEN_DEFAULT_STEPS=2; GEN_THROUGHPUT: `throughput`), backend.image_store() the images in
-    `images`. What a route answers
-    is then the service call's return value or its ServiceError (config/api.py turns that
-    into the status, message and Retry-After)."""
+def local_backend(
+    loader: ModelLoader, images: Path, *, load_timeout: float = 60, throughput: float = 0.0
+) -> Backend:
+    """An in-process web process's backend on `loader`: its model, a JobQueue on it
+    (GEN_LOAD_TIMEOUT: `load_timeout`; the generation rules the app has under
+    model_service_env: its MODEL_ID and MODEL_ADAPTERS, GEN_DEFAULT_STEPS=2; GEN_THROUGHPUT:
+    `throughput`), the images in `images`, its own runs, rates and webhook outbox."""
     with override_settings(
         MODEL_ID=loader.source.model_id,
         MODEL_ADAPTERS=loader.source.adapters,
@@ -77,11 +72,35 @@ def serve(
     store = ImageStore(images)
     queue = JobQueue(loader, store, queue_max=2, load_timeout=load_timeout, keep=10, rules=rules,
                      throughput=throughput)  # fmt: skip
-    monkeypatch.setattr(backend, "loader", lambda: loader)
-    monkeypatch.setattr(backend, "models", lambda: loader)
-    monkeypatch.setattr(backend, "jobs", lambda: queue)
-    monkeypatch.setattr(backend, "image_store", lambda: store)
-    return queue
+    return Backend(
+        jobs=queue, models=loader, loader=loader, images=store, runs=LocalRuns(ttl_seconds=60),
+        rates=LocalRates(), webhooks=DiskOutbox(images / "webhooks"),
+    )  # fmt: skip
+
+
+def install(built: Backend, monkeypatch: pytest.MonkeyPatch) -> Backend:
+    """`built` is the process's backend (what the routes hand the services) until the test
+    ends; the one before it after."""
+    monkeypatch.setattr(backend, "_installed", built)
+    return built
+
+
+def serve(
+    loader: ModelLoader,
+    images: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    load_timeout: float = 60,
+    throughput: float = 0.0,
+) -> JobQueue:
+    """Makes `loader` this process's model for the routes, imagegen.services and
+    imagegen.selectors: a backend built on it (local_backend) installed for the test. What a
+    route answers is then the service call's return value or its ServiceError (config/api.py
+    turns that into the status, message and Retry-After). Answers the backend's JobQueue."""
+    built = local_backend(loader, images, load_timeout=load_timeout, throughput=throughput)
+    install(built, monkeypatch)
+    assert isinstance(built.jobs, JobQueue)
+    return built.jobs
 
 
 def pulled_loader(hub_root: Path, work: Path) -> ModelLoader:

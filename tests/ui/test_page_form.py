@@ -23,7 +23,7 @@ def base_model(settings, monkeypatch):
     """The rules of a process configured for the base model as it is (MODEL_ADAPTERS set
     to empty: no preset), in this process."""
     settings.MODEL_ADAPTERS = ()
-    monkeypatch.setattr(backend.jobs(), "rules", rules_from_settings())
+    monkeypatch.setattr(backend.current_backend().jobs, "rules", rules_from_settings())
 
 
 def test_the_form_offers_the_apis_bounds_and_every_scheduler(settings, base_model):
@@ -42,7 +42,7 @@ def turbo(settings, monkeypatch):
     """The rules of a process configured for SDXL-Turbo (its preset; another MODEL_ID than
     the default has no default adapter), in this process."""
     settings.MODEL_ID, settings.MODEL_ADAPTERS = "stabilityai/sdxl-turbo", ()
-    monkeypatch.setattr(backend.jobs(), "rules", rules_from_settings())
+    monkeypatch.setattr(backend.current_backend().jobs, "rules", rules_from_settings())
 
 
 def test_a_model_preset_narrows_the_schedulers_and_sets_the_defaults(turbo):

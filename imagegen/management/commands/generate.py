@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from core.errors import ServiceError
 from imagegen import selectors, services
 from imagegen.api.schemas import GenerateForm
+from imagegen.backend import current_backend
 from imagegen.generation.parameters import steps_running
 from imagegen.generation.requests import MASK_BLUR_DEFAULT, STRENGTH_DEFAULT, GenerationRequest
 
@@ -48,10 +49,12 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         try:
             request = self._edit(request, options)
-            _job, record = services.generation_run(request=request, timeout=None)
+            _job, record = services.generation_run(current_backend(), request=request, timeout=None)
         except ServiceError as error:
             raise CommandError(error.message) from None
-        options["out"].write_bytes(selectors.image_png(image_id=record.id).read_bytes())
+        options["out"].write_bytes(
+            selectors.image_png(current_backend(), image_id=record.id).read_bytes()
+        )
         p = record.parameters
         ran = (
             f"{p.steps} steps"
@@ -78,6 +81,6 @@ class Command(BaseCommand):
         except OSError as error:
             raise CommandError(f"cannot read {error.filename}: {error.strerror}") from None
         return services.edit_request(
-            request=request, image=image, mask=mask,
+            current_backend(), request=request, image=image, mask=mask,
             strength=options["strength"], mask_blur=options["mask_blur"],
         )  # fmt: skip

@@ -1,0 +1,60 @@
+"""What the image service does on request: pull the model, take an edit's inputs, admit a
+key's images, run generations, cancel them, tell webhooks.
+
+Routes of every protocol (the native form API, the OpenAI and AUTOMATIC1111 adapters, the
+page, MCP) call these with the process's Backend, so each rule (the queue's bound, the
+synchronous wait and its timeout, what a finished job answers) lives here once. They raise
+imagegen.errors, which config/api.py turns into answers. One module per concern; this one
+names them all, so a route imports `services` alone.
+"""
+
+from imagegen.services.admission import KeyQuota, key_admit
+from imagegen.services.edit_intake import edit_request
+from imagegen.services.inputs import INPUT_GRACE_SECONDS, image_delete, inputs_release
+from imagegen.services.jobs import (
+    generation_interrupt,
+    generation_result,
+    generation_run,
+    generation_submit,
+    generation_submit_keyed,
+    generation_submit_waited,
+    generation_waited_result,
+    job_cancel,
+)
+from imagegen.services.models import model_pull
+from imagegen.services.shared_runs import generation_run_shared
+from imagegen.services.webhooks import (
+    NO_SECRET,
+    SYNC_WEBHOOK,
+    WebhookPlan,
+    webhook_plan,
+    webhook_secrets,
+    webhook_watch,
+    webhooks_start,
+)
+
+__all__ = [
+    "INPUT_GRACE_SECONDS",
+    "NO_SECRET",
+    "SYNC_WEBHOOK",
+    "KeyQuota",
+    "WebhookPlan",
+    "edit_request",
+    "generation_interrupt",
+    "generation_result",
+    "generation_run",
+    "generation_run_shared",
+    "generation_submit",
+    "generation_submit_keyed",
+    "generation_submit_waited",
+    "generation_waited_result",
+    "image_delete",
+    "inputs_release",
+    "job_cancel",
+    "key_admit",
+    "model_pull",
+    "webhook_plan",
+    "webhook_secrets",
+    "webhook_watch",
+    "webhooks_start",
+]
