@@ -105,12 +105,13 @@ class Txt2ImgIn(Schema):
     prompt: str | None = Field("", max_length=PROMPT_MAX)
     negative_prompt: str | None = Field("", max_length=PROMPT_MAX)
     seed: int | None = Field(-1, ge=-1, le=SEED_MAX, description="-1: random; image i: seed + i")
-    batch_size: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1)
-    n_iter: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(1, ge=1, description=batch_limit(
-        settings.GEN_MAX_N))  # fmt: skip
-    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
-    cfg_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
-        None, ge=0, allow_inf_nan=False
+    batch_size: Annotated[int, Field(ge=1), AtMost("GEN_MAX_N")] | None = Field(1)
+    n_iter: Annotated[int, Field(ge=1), AtMost("GEN_MAX_N")] | None = Field(
+        1, description=batch_limit(settings.GEN_MAX_N)
+    )
+    steps: Annotated[int, Field(ge=1), AtMost("GEN_MAX_STEPS")] | None = Field(None)
+    cfg_scale: Annotated[float, Field(ge=0), AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, allow_inf_nan=False
     )
     width: Side | None = Field(
         None, multiple_of=8,
@@ -201,13 +202,11 @@ class Img2ImgIn(Txt2ImgIn):
     include_init_images: bool | None = Field(
         False, description="the answer's `parameters` repeat init_images and mask"
     )
-    width: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
-        None, ge=1,
-        description="omitted: the height's value, or with both omitted the input's size",
+    width: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, description="omitted: the height's value, or with both omitted the input's size",
     )  # fmt: skip
-    height: Annotated[int, AtMost("GEN_MAX_SIDE")] | None = Field(
-        None, ge=1,
-        description="omitted: the width's value, or with both omitted the input's size",
+    height: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+        None, description="omitted: the width's value, or with both omitted the input's size",
     )  # fmt: skip
 
     def to_edit(self) -> GenerationRequest:

@@ -130,7 +130,9 @@ class ImageGenerationIn(Schema):
         min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
     )
     model: str | None = Field(None, description="any name; the configured model answers")
-    n: Annotated[int, AtMost("GEN_MAX_N")] | None = Field(None, ge=1, description="default 1")
+    n: Annotated[int, Field(ge=1), AtMost("GEN_MAX_N")] | None = Field(
+        None, description="default 1"
+    )
     size: str | None = Field(
         None,
         json_schema_extra=_size_schema,
@@ -144,9 +146,9 @@ class ImageGenerationIn(Schema):
     output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
     output_compression: int | None = Field(None, ge=0, le=100, description=OUTPUT_COMPRESSION)
     negative_prompt: str | None = Field(None, max_length=PROMPT_MAX)
-    steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(None, ge=1)
-    guidance_scale: Annotated[float, AtMost("GEN_MAX_GUIDANCE")] | None = Field(
-        None, ge=0, allow_inf_nan=False
+    steps: Annotated[int, Field(ge=1), AtMost("GEN_MAX_STEPS")] | None = Field(None)
+    guidance_scale: Annotated[float, Field(ge=0), AtMost("GEN_MAX_GUIDANCE")] | None = Field(
+        None, allow_inf_nan=False
     )
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="image i gets seed + i")
     stream: bool | None = Field(None, description=STREAM)

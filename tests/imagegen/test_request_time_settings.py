@@ -65,3 +65,22 @@ def test_a_token_set_in_process_is_asked_for_at_the_next_request(settings):
     assert schema["paths"]["/jobs"]["get"]["security"] == [{"ApiToken": []}]
     settings.API_TOKEN = ""
     assert Client().get("/jobs").status_code == 200  # open again
+
+
+def test_every_bounded_body_field_shows_both_its_bounds_in_the_schema(settings):
+    """A fixed lower bound beside a setting's upper one: both as JSON Schema keywords
+    (`minimum`, `maximum`), which clients and the schema fuzzer read."""
+    settings.GEN_MAX_STEPS = 77
+    schemas = Client().get("/api/openapi.json").json()["components"]["schemas"]
+    fields = {
+        ("ImageGenerationIn", "steps"): (1, 77),
+        ("ImageGenerationIn", "n"): (1, settings.GEN_MAX_N),
+        ("ImageGenerationIn", "guidance_scale"): (0, settings.GEN_MAX_GUIDANCE),
+        ("Txt2ImgIn", "steps"): (1, 77),
+        ("Txt2ImgIn", "n_iter"): (1, settings.GEN_MAX_N),
+        ("Img2ImgIn", "width"): (1, settings.GEN_MAX_SIDE),
+    }
+    for (schema, field), (low, high) in fields.items():
+        shown = schemas[schema]["properties"][field]
+        number = next(s for s in shown.get("anyOf", [shown]) if s.get("type") != "null")
+        assert (number.get("minimum"), number.get("maximum")) == (low, high), (schema, field)
