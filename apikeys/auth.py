@@ -140,7 +140,7 @@ def token_or_basic_required() -> list[HttpBearer | HttpBasicAuth]:
 
 def request_caller(request: HttpRequest) -> Caller | None:
     """The caller a protected route authenticated; None on an open service (everyone is
-    everyone's, as before keys)."""
+    everyone's)."""
     auth = getattr(request, "auth", None)
     return auth if isinstance(auth, Caller) else None
 

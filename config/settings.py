@@ -178,7 +178,7 @@ DEVICE = env_str("DEVICE", "auto")
 if DEVICE not in ("auto", "cpu", "cuda"):
     raise ImproperlyConfigured(f"DEVICE must be auto, cpu or cuda, got {DEVICE!r}")
 
-# The seed's rule: attention slicing on. Each slice runs torch's fused attention kernel
+# The contract's rule: attention slicing on. Each slice runs torch's fused attention kernel
 # (imagegen/model/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
 # The full VAE decodes in tiles of this many pixels (where the model's own tiles are larger),
@@ -199,7 +199,8 @@ if _vae_tile != "auto":
 PRELOAD_MODEL_CODE = env_bool("PRELOAD_MODEL_CODE", True)
 
 # Load the model from the share when the service starts (if a complete copy is there), so the
-# first request after a restart does not wait for the load. Off: the seed's not_started.
+# first request after a restart does not wait for the load. Off: not_started until a pull or
+# a generation.
 WARM_START = env_bool("WARM_START", False)
 
 # torch's CPU threads: "auto" = the container's CPU quota (cgroup), not the host's count.
@@ -239,7 +240,7 @@ GEN_SYNC_TIMEOUT = env_int("GEN_SYNC_TIMEOUT", 230, minimum=1)
 # A synchronous request whose estimate (from the steps and decodes measured here, the jobs
 # ahead included) is past this many times GEN_SYNC_TIMEOUT is refused at once with a 400
 # saying so, instead of a 504 after GEN_SYNC_TIMEOUT (imagegen/generation/estimates.py).
-# 0: never refused; every synchronous request waits its GEN_SYNC_TIMEOUT out, as before.
+# 0: never refused; every synchronous request waits its GEN_SYNC_TIMEOUT out.
 GEN_SYNC_REFUSE_FACTOR = env_float("GEN_SYNC_REFUSE_FACTOR", 1.25, minimum=0)
 # The FLOP/s the estimate before any image divides the model's counted work by
 # (imagegen/generation/work.py); 0: measured on the model's device in about a second, at its load.

@@ -50,7 +50,7 @@ def copy_atomically(
     raising: the target is then left as it was."""
     with _replacing(target) as temporary:
         # copyfile: the kernel copies (sendfile), with no buffer in this process; a Python
-        # loop over 16 MiB chunks took twice as long (bench/pull_bench.py).
+        # loop over 16 MiB chunks took twice as long (docs/performance.md).
         shutil.copyfile(source, temporary)
         if verify is not None:
             verify(temporary)

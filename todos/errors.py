@@ -63,7 +63,7 @@ class IdempotencyKeyReused(ServiceError):
 
 
 class TodoEnvelope(ErrorShape):
-    """`{"data": null, "error": {"message", "details"?}}`, and the seed's exact body for
+    """`{"data": null, "error": {"message", "details"?}}`, and the contract's exact body for
     unmatched todo paths: `{"data": null, "error": "Not Found"}`."""
 
     openapi_content = {

@@ -1,4 +1,4 @@
-"""POST /generate's body: the seed's form (urlencoded or multipart), or the same fields as one
+"""POST /generate's body: the contract's form (urlencoded or multipart), or the same fields as one
 JSON object (`Content-Type: application/json`), as /v1 and /sdapi take theirs.
 
 Both go through the same schema, so the rules and the answers are the same. JSON values are

@@ -509,7 +509,7 @@ def owner_for(key: str | None, context: dict | None) -> str | None:
 
 
 def without_absent_owner(data: Any) -> Any:
-    """Answers to everyone but an admin stay as before keys had owners: no `owner` at all."""
+    """Answers to everyone but an admin carry no `owner` at all."""
     if isinstance(data, dict) and data.get("owner") is None:
         data.pop("owner", None)
     return data

@@ -34,8 +34,8 @@ from imagegen.model.status import ModelHandle
 
 log = logging.getLogger(__name__)
 
-# How often a waiting request looks at its job again with JOB_WAIT=poll (the way before the
-# change feed, kept to measure against: bench/job_wait_bench.py).
+# How often a waiting request looks at its job again on a board built without a change feed
+# (a store alone, as the store's own tests build it).
 POLL_SECONDS = 0.05
 
 
@@ -57,8 +57,8 @@ class RedisJobBoard:
         self.queue_max = queue_max
         self.keep = keep
         self.rules = rules
-        # Waiting requests wake on the store's announcements (JOB_WAIT=notify, the default);
-        # None: each polls every POLL_SECONDS (JOB_WAIT=poll).
+        # Waiting requests wake on the store's announcements (the backend always gives a
+        # feed); None: each polls every POLL_SECONDS.
         self.changes = changes
 
     @cached_property
@@ -165,8 +165,8 @@ class RedisJobBoard:
     ) -> JobView | None:
         """Reads the job until `done` (or it is unknown, or `timeout` ran out): after each
         announcement of a change to it (with `queue_moves`, of the queue's too), and at least
-        every FALLBACK_SECONDS (each read also notices a lost worker); with JOB_WAIT=poll
-        every POLL_SECONDS instead."""
+        every FALLBACK_SECONDS (each read also notices a lost worker); without a feed every
+        POLL_SECONDS instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = POLL_SECONDS if self.changes is None else FALLBACK_SECONDS
         with contextlib.ExitStack() as stack:

@@ -7,8 +7,8 @@ never holds every gunicorn thread and /health keeps one.
 Why redis-py's own socket timeouts are not enough: they bound each read and each connect, not
 a call. A call that times out disconnects and retries; against a frozen Redis the TCP connect
 succeeds (the kernel answers for it), and the handshake, the health check and the command then
-each wait the whole socket timeout again: a frozen Redis held requests as long as it was frozen
-(issue 25). Here each of those steps gets only what is left of the call's budget, and no retry
+each wait the whole socket timeout again, so a frozen Redis would hold requests as long as it
+is frozen. Here each of those steps gets only what is left of the call's budget, and no retry
 starts once it is spent.
 
 Why per call and not one deadline per request (as the todos' pymongo.timeout): job requests

@@ -1,7 +1,7 @@
 """The ModelHandle of a web process in distributed mode (imagegen.model.status): the model of
 the deployment as that process sees it, the share and every worker process's own model state.
 
-Each worker is a process in the seed's sense: `not_started` when it starts, even on a warm
+Each worker is a process in the contract's sense: `not_started` when it starts, even on a warm
 share, until a pull reaches it or its first job loads the model from the share. A pull is
 downloaded once, here in the web process (lock-free onto the share, as in the in-process
 mode; web processes never load the model), then counted in the store, and every running

@@ -61,7 +61,7 @@ class GenerationParameters(BaseModel):
     # An edit's inputs and strength (imagegen.generation.requests); absent: text-to-image.
     edit: EditParameters | None = None
 
-    # Text-to-image answers, records and PNGs as before edits existed: no `edit` key at all.
+    # Text-to-image answers, records and PNGs carry no `edit` key at all.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
@@ -100,7 +100,7 @@ class ImageRecord(BaseModel):
     # The API key that made it (apikeys.auth), whose own it is; absent on an open service.
     key: str | None = None
 
-    # Records and answers as before keys existed when there is none: no `key` at all.
+    # Records and answers of an open service carry no `key` at all.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         data = handler(self)

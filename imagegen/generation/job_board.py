@@ -120,7 +120,7 @@ def ahead_of(view: JobView) -> Ahead | None:
 
 class JobBoard(Protocol):
     """The job calls of a web process, in either job mode. mypy checks both boards (JobQueue,
-    RedisJobBoard) against it where imagegen.backend.jobs() returns them."""
+    RedisJobBoard) against it where the Backend (imagegen.backend) holds them."""
 
     @property
     def rules(self) -> GenerationRules:

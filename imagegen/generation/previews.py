@@ -1,6 +1,6 @@
 """Live previews: the picture as it forms, made from the latents after a denoising step.
 
-A person watching a CPU generation of minutes wants to see the seed's picture early (and
+A person watching a CPU generation of minutes wants to see the picture early (and
 cancel a bad one after the first step, not after the whole image). The full VAE's decode
 costs as much as several steps, so a preview is made one of two cheap ways (PREVIEW):
 

@@ -28,5 +28,5 @@ def lower_this_thread(by: int) -> None:
     try:
         now = os.getpriority(os.PRIO_PROCESS, thread)
         os.setpriority(os.PRIO_PROCESS, thread, min(LOWEST, now + by))
-    except OSError as exc:  # e.g. a seccomp profile that refuses it: generate as before
+    except OSError as exc:  # e.g. a seccomp profile that refuses it: generate at the same priority
         log.warning("GEN_NICE: the generating thread keeps its priority: %s", exc)

@@ -91,7 +91,7 @@ def stoppable_modules(pipe: Any) -> list[Any]:
     decoder itself, once per tile), never a single layer (a convolution, a linear), and
     never a ModuleList, which holds modules but is never called. On SDXL at 1024x1024 that
     is 389 points a UNet call, and the longest stretch between two was 4.3 s in the UNet and
-    3.4 s in a decoder tile on 2 busy vCPU (bench/cancel_bound_bench.py, docs/image-api.md):
+    3.4 s in a decoder tile on 2 busy vCPU (docs/performance.md, docs/image-api.md):
     the most a cancel waits. A
     pipeline without those attributes gets no points there: its step ends stay."""
     from torch import nn

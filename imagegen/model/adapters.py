@@ -129,7 +129,7 @@ def parse_adapters(raw: str) -> tuple[Adapter, ...]:
 # B.A (up to 2 x 118 MB for SD 1.5's largest convolution), on top of the adapter's weights
 # (0.27 GB for SD 1.5's LCM-LoRA, 6 % of the model). Fused into the UNet before the text
 # encoders and the VAE are loaded, a part at a time, none of it raises the load's peak
-# (bench/adapter_bench.py measures it).
+# (docs/performance.md has the figure).
 #
 # The fuse frees thousands of tensors smaller than glibc malloc's mmap threshold (32 MB at
 # most): their pages would stay with the process, unused by the components loaded next (each

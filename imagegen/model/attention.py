@@ -1,6 +1,6 @@
 """Attention slicing with torch's fused attention kernel in each slice.
 
-The seed asks for attention slicing. diffusers' SlicedAttnProcessor computes each slice the
+The contract asks for attention slicing. diffusers' SlicedAttnProcessor computes each slice the
 old way: a baddbmm for the full (tokens x tokens) score matrix, a softmax, a bmm. At
 512x512 that is a 4096 x 4096 matrix per head, written and read again, and on a CPU it
 makes a SD 1.5 step about 1.4x slower than diffusers' default processor, which calls

@@ -1,6 +1,6 @@
 """VAE_DECODER: which autoencoder turns the latents into pixels.
 
-`full` is the pipeline's own VAE, with slicing and tiling, as the seed says.
+`full` is the pipeline's own VAE, with slicing and tiling, as the contract says.
 `tiny` is a tiny autoencoder (TAESD, diffusers' `AutoencoderTiny`): a few MB instead of
 hundreds, and a decode that costs a fraction of the full VAE's, at some cost in fine detail.
 It is pulled like the adapters, from its own hub repo (VAE_DECODER_REPO, by default the one

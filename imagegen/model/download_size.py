@@ -13,7 +13,7 @@ from imagegen.model.hub import ModelSource
 
 # SDXL base's fp16 files that diffusers reads (imagegen.model.hub.wanted_files), as a pull's
 # `bytes_total` reported them (docs/image-api.md's status example; 6.94 GB in
-# bench/pull_bench.py --model sdxl, docs/azure.md).
+# a measured pull, docs/azure.md).
 SDXL_BASE_FP16_BYTES = 6_938_040_682
 # The default LoRA file (a rank-64 SDXL LoRA in fp16) as the hub lists it: 394 MB.
 LIGHTNING_4STEP_LORA_BYTES = 394_000_000

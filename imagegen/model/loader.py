@@ -128,7 +128,7 @@ class ModelLoader:
     def warm_start(self) -> bool:
         """WARM_START: loads the model from the share at process start, when a complete copy
         is there, so the first request after a restart does not pay the load. Off by default:
-        then a new process stays `not_started` until a pull or a generation, as the seed says."""
+        a new process stays `not_started` until a pull or a generation (the contract)."""
         if self.source.complete_manifest() is None:
             return False
         with self._lock:

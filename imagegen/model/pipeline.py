@@ -1,6 +1,6 @@
 """Builds the diffusers pipeline from the share, with every load knob in one place.
 
-The seed's rules: fp32 weights from safetensors, on the device, with attention slicing and
+The contract's rules: fp32 weights from safetensors, on the device, with attention slicing and
 VAE slicing and tiling to fit memory. No accelerate offload helper: on a CPU-only host
 `enable_model_cpu_offload` fails ("requires accelerator, but not found").
 
@@ -29,8 +29,8 @@ class LoadOptions:
     """The settings that change how (not what) the pipeline is built; see docs/configuration.md."""
 
     threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.model.cpu)
-    streaming: bool = True  # MODEL_LOADER=streaming: imagegen.model.weights, peak near fp32 size
-    attention_slicing: bool = True  # ATTENTION_SLICING: the seed's rule, on by default
+    streaming: bool = True  # imagegen.model.weights, peak near fp32 size; off: diffusers' own
+    attention_slicing: bool = True  # ATTENTION_SLICING: the contract's rule, on by default
     # (each slice computed by torch's fused kernel: imagegen.model.attention)
     # VAE_TILE_SIZE: the full VAE's decode tiles in pixels; 0: diffusers'; None (auto): from
     # the memory limit and the weights (imagegen.model.memory.vae_tile_for)
@@ -84,7 +84,7 @@ def load_pipeline(
         variant=variant,
     )
     if adapters:
-        if "unet" not in components:  # loaded by diffusers (MODEL_LOADER=diffusers)
+        if "unet" not in components:  # loaded by diffusers (streaming off)
             lora.fuse_into_unet(type(pipe), pipe.unet, adapters)
         lora.fuse_into_text_encoders(pipe, adapters)
     pipe.to(device)
@@ -120,10 +120,10 @@ def load_unet(
     adapters: Sequence[tuple[Adapter, Path]] = (),
 ):
     """The UNet in `path`'s `unet` folder, built as load_pipeline builds a pipeline's: fp32
-    from safetensors (`variant` where the folder has it), streamed unless MODEL_LOADER says
-    diffusers, the adapters fused in (`pipeline_class`'s LoRA conversion), attention sliced
-    (each slice on torch's fused kernel), on `device`. For a UNet that replaces the loaded
-    pipeline's (imagegen.model.unets): the pipeline's other components stay as they are."""
+    from safetensors (`variant` where the folder has it), streamed (diffusers' own loading
+    when `streaming` is off), the adapters fused in (`pipeline_class`'s LoRA conversion),
+    attention sliced (each slice on torch's fused kernel), on `device`. For a UNet that
+    replaces the loaded pipeline's (imagegen.model.unets): its other components stay."""
     import torch
     from diffusers import UNet2DConditionModel
 
@@ -139,7 +139,7 @@ def load_unet(
         unet = load_component(
             path, "unet", "diffusers", class_name, variant=variant, dtype=torch.float32
         )
-    if unet is None:  # MODEL_LOADER=diffusers, or names the streaming loader does not map
+    if unet is None:  # streaming off, or names the streaming loader does not map
         unet = UNet2DConditionModel.from_pretrained(
             path, subfolder="unet", dtype=torch.float32, use_safetensors=True,
             local_files_only=True, variant=variant,

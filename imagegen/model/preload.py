@@ -4,7 +4,7 @@ Loading a pipeline for the first time imports about 1,600 modules (diffusers' pi
 models, transformers' CLIP, accelerate, and through them torch._dynamo and sympy). An import
 holds the GIL through each unmarshal and module body, for up to 200 ms at a time, so done
 during a load in the worker they stalled /health past the platform's probe budget
-(bench/overhead_bench.py). Done here, they cost a few seconds of start-up instead, while the
+(docs/performance.md). Done here, they cost a few seconds of start-up instead, while the
 worker is not yet answering.
 """
 

@@ -7,7 +7,7 @@ private or missing repo, a hub in trouble, a full disk), and each has one thing 
 or the offline demo, HF_TOKEN, MODEL_ID, free space. So the model's status `error` says that,
 for every client at once (/model/status, the page, the gate, a refused /generate), and keeps
 the raw cause at its end, so nothing an operator could search for is lost. A failure of
-another kind keeps the raw cause alone, as before.
+another kind keeps the raw cause alone.
 """
 
 import errno

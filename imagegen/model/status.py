@@ -67,7 +67,7 @@ class WorkerModel(BaseModel):
 
 
 class ModelStatus(BaseModel):
-    """The seed's model status object (state, device, model_path) and what an operator
+    """The contract's model status object (state, device, model_path) and what an operator
     needs beside it; answered by GET /model/status as it is."""
 
     state: str = Field(description="not_started, downloading, loading, ready or failed")
@@ -113,7 +113,7 @@ class ModelStatus(BaseModel):
 
 class ModelHandle(Protocol):
     """What POST /model/pull, GET /model/status and a job's submission act on. mypy checks
-    both (ModelLoader, SharedModel) against it where imagegen.backend.models() returns them."""
+    both (ModelLoader, SharedModel) against it where the Backend (imagegen.backend) holds them."""
 
     def pull(self) -> bool:
         """Starts acquiring and loading the model; False when it is ready already."""

@@ -1,4 +1,4 @@
-"""The post-deployment gate, in the seed's order: (a) the application itself answers, not a
+"""The post-deployment gate, in the contract's order: (a) the application itself answers, not a
 placeholder; (b) /health succeeds; (c) POST /model/pull; (d) /model/status reaches `ready`.
 
 Every failure ends the gate at once with its own exit code and one line of diagnosis.
@@ -59,7 +59,7 @@ class GateTimings:
 
 
 def looks_like_placeholder(client: ServiceClient, status: int, body: str) -> bool:
-    """The seed's static file server: / is 200 while application routes are 404 HTML."""
+    """The contract's static file server: / is 200 while application routes are 404 HTML."""
     if status != 404 or PLACEHOLDER_MARK not in body:
         return False
     try:

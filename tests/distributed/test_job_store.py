@@ -474,7 +474,7 @@ def test_the_workers_timings_and_the_shared_queue_make_every_replicas_estimate(s
 
 @pytest.fixture
 def notified(store: JobStore, redis_server: RedisServer) -> Iterator[RedisJobBoard]:
-    """The board as JOB_WAIT=notify builds it: waits wake on the store's announcements. Its
+    """The board as the backend builds it: waits wake on the store's announcements. Its
     running jobs are not lost while a test waits (JOB_HEARTBEAT_TTL's default)."""
     timings = RedisTimings(store.redis, "test-model")
     changes = ChangeFeed(redis_server.client())
@@ -554,7 +554,7 @@ def test_with_job_wait_poll_a_waiting_request_reads_every_50_ms(board):
     store.claim("w1")
     reads = job_reads(store)
     board.wait("a", timeout=0.8)  # within the TTL (1 s here): still running
-    assert job_reads(store) - reads >= 12  # the baseline bench/job_wait_bench.py measures
+    assert job_reads(store) - reads >= 12  # a read every POLL_SECONDS
 
 
 def test_announcements_reach_waiting_requests_again_after_redis_restarts(redis_server):

@@ -1,8 +1,8 @@
-"""The web replica under gunicorn waits on the job store's announcements (JOB_WAIT's default,
-notify): a request following a job holds one subscription of its process to the store's
+"""The web replica under gunicorn waits on the job store's announcements (its change
+feed): a request following a job holds one subscription of its process to the store's
 channel and learns of a change at once, with a real redis-server and no worker (the job's
 transitions are the store's own calls). How the waiting itself behaves, in process:
-tests/distributed/test_job_store.py; what it costs: bench/job_wait_bench.py."""
+tests/distributed/test_job_store.py; what it costs: docs/performance.md."""
 
 import time
 from pathlib import Path

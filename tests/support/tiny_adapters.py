@@ -6,7 +6,7 @@ The LoRAs come in the two layouts the hub's few-step LoRAs ship in: kohya's
 LCM-LoRA, Hyper-SD, SDXL-Lightning) and diffusers'/peft's
 (`unet.<module.path>.lora_A.weight`, `.lora_B.weight`; diffusers' training scripts). Their
 layers and shapes are what peft makes for LCM-LoRA's target modules on the UNet (see
-`random_lora`), so bench/adapter_bench.py builds its full-size LoRA with the same code.
+`random_lora`).
 
 The tiny decoders are served under the real repo names (madebyollin/taesd, taesdxl), so
 the service's default choice is what the tests exercise; each repo also carries the files
