@@ -1,7 +1,7 @@
-"""Defaults that follow the model, over HTTP: an app whose MODEL_ID is stabilityai/sdxl-turbo
-answers a bare prompt with SDXL-Turbo's 1 step, no guidance and its trailing Euler a, and
-holds a request chosen for another model (webuiapi's 20 steps, CFG 7, "Euler a") to what
-the model can use, saying so in X-Adjusted, the job and the record.
+"""Defaults that follow the model, over HTTP to the app served from this process: an app whose
+MODEL_ID is stabilityai/sdxl-turbo answers a bare prompt with SDXL-Turbo's 1 step, no guidance
+and its trailing Euler a, and holds a request chosen for another model (webuiapi's 20 steps,
+CFG 7, "Euler a") to what the model can use, saying so in X-Adjusted, the job and the record.
 
 The repository is the tests' tiny random SDXL pipeline served by the local hub under the id
 stabilityai/sdxl-turbo: the service recognises the model by the id it is configured with
@@ -13,24 +13,23 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.support.model_service import ready_app
-from tests.support.processes import AppServer
+from tests.support.in_process import LoopbackApp, ready_here
 from tests.support.tiny_model import build_tiny_pipeline
 
 TURBO = "stabilityai/sdxl-turbo"
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
     hub_root = tmp_path_factory.mktemp("turbo-hub")
     build_tiny_pipeline(hub_root / TURBO, layout="sdxl")
     work = tmp_path_factory.mktemp("turbo")
     # GEN_DEFAULT_STEPS empty: unset, so the preset decides (the test env sets 2 otherwise).
-    with ready_app(hub_root, work, MODEL_ID=TURBO, GEN_DEFAULT_STEPS="") as server:
+    with ready_here(hub_root, work, MODEL_ID=TURBO, GEN_DEFAULT_STEPS="") as server:
         yield server
 
 
-def generate(app: AppServer, **fields: str) -> requests.Response:
+def generate(app: LoopbackApp, **fields: str) -> requests.Response:
     response = requests.post(app.url("/generate"), data=fields, timeout=120)
     assert response.status_code == 200, response.text
     return response

@@ -13,8 +13,8 @@ import requests
 from PIL import Image
 
 from imagegen.generation.schedulers import A1111_NAMES, NAMES
-from tests.support.model_service import MODES, ready_in_mode
-from tests.support.processes import AppServer
+from tests.support.in_process import Served, ready_in_either_mode
+from tests.support.model_service import MODES
 
 # GEN_SYNC_TIMEOUT here: lowered so that a request is refused past an estimate of 125 s,
 # still far above what the other requests of the module take on a busy machine.
@@ -24,16 +24,17 @@ SYNC_TIMEOUT = 100
 @pytest.fixture(scope="module", params=MODES)
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
-    """Every test here runs in both modes: in process, and distributed (a web replica of these
-    settings on the session's shared Redis and worker)."""
+) -> Iterator[Served]:
+    """Every test here runs in both modes: in process (served from this process, no gunicorn),
+    and distributed (a web replica of these settings on the session's shared Redis and
+    worker)."""
     work = tmp_path_factory.mktemp(f"generate-{request.param}")
     env = {"GEN_QUEUE_MAX": "1", "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT)}
-    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
+    with ready_in_either_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 
-def generate(app: AppServer, **fields: str) -> requests.Response:
+def generate(app: Served, **fields: str) -> requests.Response:
     return requests.post(app.url("/generate"), data=fields, timeout=120)
 
 

@@ -1,23 +1,26 @@
-"""GET /jobs/<id>/events over HTTP, against the app under gunicorn on the tiny pipeline: the
-events' order, one event per step and per change of state, position or phase, the stream
-ending after the final state and before EVENT_STREAM_SECONDS, resuming with Last-Event-ID,
-and the bound on open streams, which keeps /health answering."""
+"""GET /jobs/<id>/events over HTTP on the tiny pipeline, in process (the app served from this
+process) and distributed (a web replica under gunicorn): the events' order, one event per step
+and per change of state, position or phase, the stream ending after the final state and before
+EVENT_STREAM_SECONDS, resuming with Last-Event-ID, and the bound on open streams, which keeps
+/health answering (under gunicorn's bounded threads in the distributed run)."""
 
 import io
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 from PIL import Image
 
 from imagegen.generation.job_board import CANCELLING
+from tests.support import sse
+from tests.support.in_process import Served, ready_in_either_mode
 from tests.support.jobs import cancel_all
-from tests.support.model_service import MODES, ready_in_mode
-from tests.support.processes import AppServer
-from tests.support.sse import Event, open_stream, read_events
+from tests.support.model_service import MODES
+from tests.support.sse import Event, open_stream
 
 STREAMS_MAX = 2
 STREAM_SECONDS = 3
@@ -28,7 +31,7 @@ FINAL = {"succeeded", "failed", "cancelled"}
 @pytest.fixture(scope="module", params=MODES)
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
+) -> Iterator[Served]:
     """Every test here runs in both modes: in process, and distributed (Redis, a worker),
     where the stream waits on the shared store's revisions."""
     env = {
@@ -38,24 +41,40 @@ def app(
         "EVENT_STREAM_KEEPALIVE": "0.5",
     }
     work = tmp_path_factory.mktemp(f"events-{request.param}")
-    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
+    with ready_in_either_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 
 @pytest.fixture(autouse=True)
-def idle_queue(app: AppServer) -> Iterator[None]:
+def idle_queue(app: Served) -> Iterator[None]:
     """Each test ends with no job queued or running (and so with no stream left open)."""
     yield
     cancel_all(app)
 
 
-def submit(app: AppServer, **fields: str) -> str:
+class _AsBytesArrive:
+    """A response read as its bytes arrive, as a browser's EventSource reads: the server served
+    here sends a stream without chunks, which requests would otherwise read 512 bytes at a time
+    (an event would wait for the next ones)."""
+
+    def __init__(self, response: requests.Response) -> None:
+        self.response = response
+
+    def iter_lines(self, **kwargs: Any) -> Iterator[Any]:
+        return self.response.iter_lines(chunk_size=1, **kwargs)
+
+
+def read_events(response: requests.Response) -> Iterator[Event]:
+    return sse.read_events(_AsBytesArrive(response))  # type: ignore[arg-type]
+
+
+def submit(app: Served, **fields: str) -> str:
     response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
     assert response.status_code == 202, response.text
     return response.json()["id"]
 
 
-def events_of(app: AppServer, job_id: str, last_event_id: str | None = None) -> list[Event]:
+def events_of(app: Served, job_id: str, last_event_id: str | None = None) -> list[Event]:
     """Every event of one stream, read until the server ends it."""
     with open_stream(app.url(f"/jobs/{job_id}/events"), last_event_id=last_event_id) as response:
         assert response.status_code == 200, response.text
@@ -70,7 +89,7 @@ def last_event_id(events: list[Event]) -> str | None:
     return next((event.id for event in reversed(events) if event.id is not None), None)
 
 
-def follow(app: AppServer, job_id: str, timeout: float = 120) -> list[list[Event]]:
+def follow(app: Served, job_id: str, timeout: float = 120) -> list[list[Event]]:
     """The job's events from the start to its final state, one list per stream: each stream
     the server ends is resumed with the last id received, as a client does."""
     streams: list[list[Event]] = []
@@ -83,7 +102,7 @@ def follow(app: AppServer, job_id: str, timeout: float = 120) -> list[list[Event
     return streams
 
 
-def wait_running(app: AppServer, job_id: str, min_step: int = 1) -> None:
+def wait_running(app: Served, job_id: str, min_step: int = 1) -> None:
     deadline = time.monotonic() + 60
     while True:
         job = requests.get(app.url(f"/jobs/{job_id}")).json()
@@ -186,7 +205,7 @@ def test_a_finished_job_streams_its_final_state_once_and_nothing_after_its_id(ap
     assert events_of(app, job_id, last_event_id=again[0].id) == []
 
 
-def follow_live(app: AppServer, job_id: str, seen: list[Event], timeout: float = 120) -> None:
+def follow_live(app: Served, job_id: str, seen: list[Event], timeout: float = 120) -> None:
     """`follow`, appending each event to `seen` as it arrives (another thread watches it)."""
     last_id = None
     deadline = time.monotonic() + timeout

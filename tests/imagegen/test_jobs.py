@@ -14,9 +14,9 @@ import pytest
 import requests
 from PIL import Image
 
+from tests.support.in_process import Served, ready_in_either_mode
 from tests.support.jobs import cancel_all, finished, job, wait_until
-from tests.support.model_service import MODES, SD_REPO, ready_in_mode
-from tests.support.processes import AppServer
+from tests.support.model_service import MODES, SD_REPO
 
 QUEUE_MAX = 3
 LONG = {"prompt": "a long one", "steps": "400", "size": "128x128"}  # seconds on any machine
@@ -28,9 +28,10 @@ SYNC_TIMEOUT = 5
 @pytest.fixture(scope="module", params=MODES)
 def app(
     request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
-    """Every test here runs in both modes: in process, and distributed (a web replica of these
-    settings on the session's shared Redis and worker)."""
+) -> Iterator[Served]:
+    """Every test here runs in both modes: in process (served from this process, no gunicorn),
+    and distributed (a web replica of these settings on the session's shared Redis and
+    worker)."""
     env = {
         "GEN_QUEUE_MAX": str(QUEUE_MAX),
         "GEN_MAX_STEPS": "500",
@@ -40,18 +41,18 @@ def app(
         "GEN_SYNC_REFUSE_FACTOR": "0",
     }
     work = tmp_path_factory.mktemp(f"jobs-{request.param}")
-    with ready_in_mode(request, request.param, hub_root, work, **env) as server:
+    with ready_in_either_mode(request, request.param, hub_root, work, **env) as server:
         yield server
 
 
 @pytest.fixture(autouse=True)
-def idle_queue(app: AppServer) -> Iterator[None]:
+def idle_queue(app: Served) -> Iterator[None]:
     """Each test starts and ends with no job queued or running."""
     yield
     cancel_all(app)
 
 
-def submit(app: AppServer, **fields: str) -> dict:
+def submit(app: Served, **fields: str) -> dict:
     started = time.monotonic()
     response = requests.post(app.url("/generate"), data={**fields, "async": "true"})
     assert time.monotonic() - started < 2  # no request waits for a generation

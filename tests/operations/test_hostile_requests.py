@@ -1,8 +1,16 @@
-"""Odd and hostile requests through gunicorn: each gets an answer in the service's own error
-shape (never a 500 or gunicorn's HTML), and bodies sent chunked are read like any other."""
+"""Odd and hostile requests through gunicorn (chunked bodies, which gunicorn de-chunks) or in
+process (what the app alone decides): each gets an answer in the service's own error shape
+(never a 500 or gunicorn's HTML), and bodies sent chunked are read like any other."""
+
+import io
+import logging
 
 import requests
+from django.conf import settings
+from django.test import override_settings
 
+from core.logs import ExpectedAnswers
+from tests.support.in_process import loopback, settings_for, todos_here
 from tests.support.processes import AppServer, free_port
 
 
@@ -86,29 +94,40 @@ def test_a_5000_character_id_is_a_404_in_each_service_shape(app: AppServer):
     assert todo.json() == {"data": None, "error": {"message": "Todo not found"}}
 
 
-def test_an_expected_503_is_logged_as_one_warning_line_not_an_error(start_app):
-    app = start_app(
-        MONGODB_URI=f"mongodb://127.0.0.1:{free_port()}/todos", MONGODB_TIMEOUT_MS="300"
-    )
-    assert requests.get(app.url("/todos"), timeout=10).status_code == 503
-    log = app.log_tail(200)
-    warnings = [line for line in log.splitlines() if "database unreachable" in line]
+def test_an_expected_503_is_logged_as_one_warning_line_not_an_error():
+    """In process, through a handler made as LOGGING's console handler is (its format and its
+    filter): what a service's log shows of a request the database could not answer."""
+    log = io.StringIO()
+    console = logging.StreamHandler(log)
+    console.setFormatter(logging.Formatter(settings.LOGGING["formatters"]["plain"]["format"]))
+    console.addFilter(ExpectedAnswers())
+    root = logging.getLogger()
+    root.addHandler(console)
+    unreachable = f"mongodb://127.0.0.1:{free_port()}/todos"
+    try:
+        with override_settings(MONGODB_TIMEOUT_MS=300), todos_here(unreachable) as app:
+            assert requests.get(app.url("/todos"), timeout=10).status_code == 503
+    finally:
+        root.removeHandler(console)
+    text = log.getvalue()
+    warnings = [line for line in text.splitlines() if "database unreachable" in line]
     assert len(warnings) == 1 and " WARNING " in warnings[0]
-    assert "Topology Description" not in log
-    assert " ERROR " not in log and "Traceback" not in log
+    assert "Topology Description" not in text
+    assert " ERROR " not in text and "Traceback" not in text
 
 
-def test_a_file_part_past_the_limit_is_413_on_every_route_that_takes_one(start_app):
+def test_a_file_part_past_the_limit_is_413_on_every_route_that_takes_one():
     """Django's own limit leaves file parts out; MAX_BODY_BYTES counts them (core.uploads),
-    so an image of any size is refused before it is read, in each route's error shape."""
-    app = start_app(MAX_BODY_BYTES="4096")
+    so an image of any size is refused before it is read, in each route's error shape. In
+    process: the limit is read per request."""
     big = {"image": ("in.png", b"\x89PNG" + b"x" * 200_000, "image/png")}
-    for path in ("/generate", "/v1/images/edits"):
-        response = requests.post(app.url(path), data={"prompt": "p"}, files=big, timeout=30)
-        assert response.status_code == 413, (path, response.text)
-        assert "too large" in response.text, path
-    small = requests.post(
-        app.url("/generate"), data={"prompt": "p", "steps": "0"},
-        files={"image": ("in.png", b"x" * 100, "image/png")}, timeout=30,
-    )  # fmt: skip
+    with override_settings(**settings_for({"MAX_BODY_BYTES": "4096"})), loopback() as base_url:
+        for path in ("/generate", "/v1/images/edits"):
+            response = requests.post(base_url + path, data={"prompt": "p"}, files=big, timeout=30)
+            assert response.status_code == 413, (path, response.text)
+            assert "too large" in response.text, path
+        small = requests.post(
+            base_url + "/generate", data={"prompt": "p", "steps": "0"},
+            files={"image": ("in.png", b"x" * 100, "image/png")}, timeout=30,
+        )  # fmt: skip
     assert small.status_code == 400  # under the limit: read, and refused for what it is

@@ -7,18 +7,23 @@ import pytest
 import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
-from tests.support.processes import AppServer, free_port
+from tests.support.in_process import todos_here
+from tests.support.processes import free_port
 
 
 @pytest.fixture(scope="module", params=["replica set", "standalone"])
 def app(request, tmp_path_factory):
-    """Both ways a batch stays whole: a transaction on a replica set, pending-then-commit on a
-    standalone server (which has no transactions)."""
+    """Both ways a batch stays whole: a transaction on a replica set (the suite's database),
+    pending-then-commit on a standalone server (which has no transactions). The app is served
+    from this process, its requests on threads of their own, so they race as under gunicorn."""
+    if request.param == "replica set":
+        with todos_here(request.getfixturevalue("mongo").uri("races")) as server:
+            yield server
+        return
     work = tmp_path_factory.mktemp("races")
-    standalone = request.param == "standalone"
     with (
-        EmbeddedMongo(work / "mongo", port=free_port(), standalone=standalone) as mongo,
-        AppServer({"MONGODB_URI": mongo.uri()}, work / "app.log") as server,
+        EmbeddedMongo(work / "mongo", port=free_port(), standalone=True) as mongo,
+        todos_here(mongo.uri()) as server,
     ):
         yield server
 
