@@ -1,20 +1,24 @@
-"""Named keys at the door, end to end under gunicorn: taken wherever API_TOKEN is (Bearer,
-A1111's Basic password), refused by every replica once revoked, and, with MongoDB
-unreachable, a 503 for a key while API_TOKEN and /health go on without the database."""
+"""Named keys at the door, in process against the real key store, over HTTP to this
+process's app: taken wherever API_TOKEN is (Bearer, A1111's Basic password), refused at once
+once revoked by another process (manage.py keys) or rotated, and, with MongoDB unreachable, a
+503 for a key while API_TOKEN and /health go on without the database."""
 
+import logging
 import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import mongoengine
 import pytest
 import requests
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.commands import manage
+from tests.support.in_process_app import LoopbackApp, in_process_app
 from tests.support.key_database import connected_database
-from tests.support.processes import AppServer
+from todos.connection import connect_database
 
 TOKEN = "the-api-token-of-the-environment"
 UNREACHABLE = "mongodb://127.0.0.1:9/keys"
@@ -22,35 +26,39 @@ UNREACHABLE = "mongodb://127.0.0.1:9/keys"
 
 @pytest.fixture(scope="module")
 def db_uri(mongo: EmbeddedMongo) -> Iterator[str]:
-    """The module's database, this process's MongoEngine connected to it (to make keys)."""
+    """The module's database, this process's MongoEngine connected to it (the app's key
+    lookups and the keys the tests make)."""
     with connected_database(mongo, "keys") as uri:
         yield uri
 
 
-def _app(work: Path, name: str, **env: str) -> AppServer:
-    base = {"DATA_DIR": str(work / "data"), "OUTPUT_DIR": str(work / "images"), "API_KEYS": "1"}
-    return AppServer({**base, **env}, work / f"{name}.log")
-
-
 @pytest.fixture(scope="module")
-def replicas(db_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[AppServer]]:
-    work = tmp_path_factory.mktemp("keys-replicas")
-    apps = [_app(work, f"app-{n}", MONGODB_URI=db_uri, API_TOKEN=TOKEN) for n in range(2)]
-    for app in apps:
-        app.launch()
-    try:
-        yield [app.wait_ready() for app in apps]
-    finally:
-        for app in apps:
-            app.stop()
+def app(
+    db_uri: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoopbackApp]:
+    """The app with API_TOKEN and named keys on (no model: none of these routes needs one)."""
+    work = tmp_path_factory.mktemp("keys-auth")
+    with in_process_app(hub_root, work, pulled=False, API_KEYS=True, API_TOKEN=TOKEN) as served:
+        yield served
+
+
+@pytest.fixture
+def unreachable(db_uri: str, settings) -> Iterator[None]:
+    """This process's key store is a MongoDB nobody answers on (300 ms to give up)."""
+    settings.MONGODB_URI, settings.MONGODB_TIMEOUT_MS = UNREACHABLE, 300
+    mongoengine.disconnect()
+    connect_database()
+    yield
+    mongoengine.disconnect()
+    settings.MONGODB_URI = db_uri
+    connect_database()
 
 
 def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-def test_a_key_opens_what_the_token_opens_in_the_same_places(replicas: list[AppServer]) -> None:
-    app = replicas[0]
+def test_a_key_opens_what_the_token_opens_in_the_same_places(app: LoopbackApp) -> None:
     secret = services.key_create(name=f"k{uuid.uuid4().hex[:6]}").secret
     assert requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10).status_code == 200
     assert requests.get(app.url("/v1/models"), headers=bearer(secret), timeout=10).ok
@@ -64,67 +72,61 @@ def test_a_key_opens_what_the_token_opens_in_the_same_places(replicas: list[AppS
     assert refused.status_code == 401
 
 
-def test_a_revoked_key_is_refused_on_another_replica_at_once(
-    replicas: list[AppServer], db_uri: str
-) -> None:
+def test_a_key_revoked_by_another_process_is_refused_at_once(app: LoopbackApp, db_uri: str) -> None:
+    """The app took the key a moment before: nothing of it is kept between requests."""
     name = f"k{uuid.uuid4().hex[:6]}"
     secret = services.key_create(name=name).secret
-    for app in replicas:
-        assert requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10).ok
+    assert requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10).ok
     revoked = manage("keys", "revoke", name, env={"MONGODB_URI": db_uri})
     assert revoked.returncode == 0, revoked.stderr
     # No wait: each request reads its key (apikeys.selectors).
-    refused = requests.get(replicas[1].url("/jobs"), headers=bearer(secret), timeout=10)
+    refused = requests.get(app.url("/jobs"), headers=bearer(secret), timeout=10)
     assert refused.status_code == 401
 
 
-def test_a_rotated_key_is_refused_on_another_replica_at_once(replicas: list[AppServer]) -> None:
+def test_a_rotated_key_is_refused_at_once(app: LoopbackApp) -> None:
     name = f"k{uuid.uuid4().hex[:6]}"
     old = services.key_create(name=name).secret
-    assert requests.get(replicas[1].url("/jobs"), headers=bearer(old), timeout=10).ok
+    assert requests.get(app.url("/jobs"), headers=bearer(old), timeout=10).ok
     new = services.key_rotate(name=name).secret
-    assert (
-        requests.get(replicas[1].url("/jobs"), headers=bearer(old), timeout=10).status_code == 401
-    )
-    assert requests.get(replicas[1].url("/jobs"), headers=bearer(new), timeout=10).ok
+    assert requests.get(app.url("/jobs"), headers=bearer(old), timeout=10).status_code == 401
+    assert requests.get(app.url("/jobs"), headers=bearer(new), timeout=10).ok
 
 
-def test_no_secret_in_the_logs_or_the_answers(replicas: list[AppServer]) -> None:
+def test_no_secret_in_the_logs_or_the_answers(app: LoopbackApp, caplog) -> None:
+    """What the app logs of each request (the access log's line is gunicorn's, of the path
+    and Basic's user name only: tests/operations/test_access_log.py)."""
     secret = services.key_create(name=f"k{uuid.uuid4().hex[:6]}").secret
-    answers = [
-        requests.get(app.url(path), headers=bearer(secret), timeout=10)
-        for app in replicas
-        for path in ("/jobs", "/v1/models", "/api", "/nowhere")
-    ]
-    answers.append(requests.get(replicas[0].url("/jobs"), headers=bearer(secret + "x"), timeout=10))
+    with caplog.at_level(logging.DEBUG):
+        answers = [
+            requests.get(app.url(path), headers=bearer(secret), timeout=10)
+            for path in ("/jobs", "/v1/models", "/api", "/nowhere")
+        ]
+        answers.append(requests.get(app.url("/jobs"), headers=bearer(secret + "x"), timeout=10))
     random_part = secret.rsplit("_", 1)[1]
     for answer in answers:
         assert random_part not in answer.text
         assert random_part not in str(answer.headers)
-    for app in replicas:
-        assert random_part not in app.log_path.read_text(errors="replace")
+    assert caplog.records  # the requests were logged, the secret not
+    assert random_part not in caplog.text
 
 
 def test_with_the_database_unreachable_a_key_gets_503_and_the_token_still_works(
-    tmp_path: Path,
+    app: LoopbackApp, unreachable: None
 ) -> None:
-    env = {"MONGODB_URI": UNREACHABLE, "MONGODB_TIMEOUT_MS": "300", "API_TOKEN": TOKEN}
-    with _app(tmp_path, "app", **env) as app:
-        assert requests.get(app.url("/health"), timeout=10).ok
-        assert requests.get(app.url("/jobs"), headers=bearer(TOKEN), timeout=10).ok
-        key = "igk_0123456789ab_" + "x" * 43
-        for answer in (
-            requests.get(app.url("/jobs"), headers=bearer(key), timeout=10),
-            requests.get(app.url("/sdapi/v1/sd-models"), auth=("a", key), timeout=10),
-            requests.get(app.url("/v1/models"), headers=bearer(key), timeout=10),
-        ):
-            assert answer.status_code == 503, answer.text
-            assert answer.headers["Retry-After"] == "5"
-            assert "key store (MongoDB) is unreachable" in answer.text
-        # Not of a key's form: refused without asking the database.
-        assert (
-            requests.get(app.url("/jobs"), headers=bearer("guess"), timeout=10).status_code == 401
-        )
+    assert requests.get(app.url("/health"), timeout=10).ok
+    assert requests.get(app.url("/jobs"), headers=bearer(TOKEN), timeout=10).ok
+    key = "igk_0123456789ab_" + "x" * 43
+    for answer in (
+        requests.get(app.url("/jobs"), headers=bearer(key), timeout=10),
+        requests.get(app.url("/sdapi/v1/sd-models"), auth=("a", key), timeout=10),
+        requests.get(app.url("/v1/models"), headers=bearer(key), timeout=10),
+    ):
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "5"
+        assert "key store (MongoDB) is unreachable" in answer.text
+    # Not of a key's form: refused without asking the database.
+    assert requests.get(app.url("/jobs"), headers=bearer("guess"), timeout=10).status_code == 401
 
 
 def test_the_page_asks_for_a_key_when_only_named_keys_are_on(client, settings) -> None:

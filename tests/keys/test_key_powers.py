@@ -1,7 +1,8 @@
-"""What each kind of key may call, route by route, under gunicorn with API_TOKEN and named
-keys on: an ordinary key every route but the admin's own (pulling the model, /metrics,
-deleting every todo: 403), a key of --scope metrics /metrics alone, an admin everything; and
-the deployment gate's pull, made with API_TOKEN, passes with keys on (docs/keys.md)."""
+"""What each kind of key may call, route by route, in process (the app on a loopback
+port) with API_TOKEN and named keys on: an ordinary key every route but the admin's own
+(pulling the model, /metrics, deleting every todo: 403), a key of --scope metrics /metrics
+alone, an admin everything; and the deployment gate's pull, made with API_TOKEN, passes with
+keys on (docs/keys.md)."""
 
 import re
 import time
@@ -14,10 +15,9 @@ import requests
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.commands import manage
+from tests.support.in_process_app import LoopbackApp, in_process_app
 from tests.support.key_database import connected_database
-from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env, wait_for_state
-from tests.support.processes import AppServer
+from tests.support.model_service import wait_for_state
 
 TOKEN = "the-api-token-of-the-environment"
 # What an ordinary key may not call (docs/keys.md, "What a key may call").
@@ -56,29 +56,22 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def app(
     secrets: dict[str, str], hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
+) -> Iterator[LoopbackApp]:
+    """The model not pulled yet (the gate pulls it); every key made without its own limit
+    has KEY_DEFAULT_PER_MINUTE's (no test here generates but frank)."""
     work = tmp_path_factory.mktemp("powers")
-    with LocalHub(hub_root) as hub:
-        env = {
-            **model_service_env(hub.url, work / "share", work),
-            "DATA_DIR": str(work / "data"),
-            "API_KEYS": "1",
-            "API_TOKEN": TOKEN,
-            "MONGODB_URI": secrets["uri"],
-            # Every key made without its own limit has it (no test here generates but frank).
-            "KEY_DEFAULT_PER_MINUTE": "1",
-        }
-        with AppServer(env, work / "app.log") as server:
-            yield server
+    with in_process_app(hub_root, work, pulled=False, API_KEYS=True, API_TOKEN=TOKEN,
+                        KEY_DEFAULT_PER_MINUTE=1) as served:  # fmt: skip
+        yield served
 
 
-def call(app: AppServer, method: str, path: str, secret: str | None) -> requests.Response:
+def call(app: LoopbackApp, method: str, path: str, secret: str | None) -> requests.Response:
     headers = {"Authorization": f"Bearer {secret}"} if secret else {}
     return requests.request(method, app.url(path), headers=headers, timeout=30)
 
 
 def test_an_ordinary_key_may_call_every_route_but_the_admins(
-    app: AppServer, secrets: dict[str, str]
+    app: LoopbackApp, secrets: dict[str, str]
 ) -> None:
     routes = every_route()
     assert set(routes) >= ADMIN_ROUTES
@@ -92,7 +85,7 @@ def test_an_ordinary_key_may_call_every_route_but_the_admins(
 
 
 def test_a_metrics_key_reads_metrics_and_nothing_that_needs_a_key(
-    app: AppServer, secrets: dict[str, str]
+    app: LoopbackApp, secrets: dict[str, str]
 ) -> None:
     scraped = requests.get(
         app.url("/metrics"), headers={"Authorization": f"Bearer {secrets['prometheus']}"}
@@ -108,7 +101,7 @@ def test_a_metrics_key_reads_metrics_and_nothing_that_needs_a_key(
 
 
 def test_the_gate_pulls_with_api_token_while_keys_are_on_and_admins_may_pull(
-    app: AppServer, secrets: dict[str, str]
+    app: LoopbackApp, secrets: dict[str, str]
 ) -> None:
     """The contract's deployment order: the gate's pull is made with API_TOKEN (an admin)."""
     fast = ["--interval", "0.2", "--health-timeout", "20", "--timeout", "90"]
@@ -124,7 +117,7 @@ def test_the_gate_pulls_with_api_token_while_keys_are_on_and_admins_may_pull(
 
 
 def test_server_paths_are_whole_to_admins_and_relative_to_the_share_to_other_keys(
-    app: AppServer, secrets: dict[str, str]
+    app: LoopbackApp, secrets: dict[str, str]
 ) -> None:
     """/sdapi/v1/sd-models' filename; /model/status' model_path keeps the contract's shape."""
     model_path = requests.get(app.url("/model/status"), timeout=30).json()["model_path"]
@@ -139,7 +132,7 @@ def test_server_paths_are_whole_to_admins_and_relative_to_the_share_to_other_key
 
 
 def test_a_key_made_without_limits_has_the_deployments_default(
-    app: AppServer, secrets: dict[str, str]
+    app: LoopbackApp, secrets: dict[str, str]
 ) -> None:
     """KEY_DEFAULT_PER_MINUTE=1 in the service's environment: frank, made with no limit of
     its own, may start one image a minute; API_TOKEN is never limited."""

@@ -2,7 +2,7 @@
 lists only its own images and jobs, another key's id answers 404 (to read, to cancel, its
 PNG), the admin sees both, and a signed image link works whoever fetches it. A key's limits
 give the SDK a RateLimitError while other keys get through, on every replica (distributed
-mode runs two web replicas here)."""
+mode runs two web replicas here; in process, this process's app on a loopback port)."""
 
 import hashlib
 import io
@@ -22,10 +22,10 @@ from PIL import Image
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.in_process_app import in_process_app
 from tests.support.key_database import connected_database
-from tests.support.local_hub import LocalHub
 from tests.support.mcp_client import call_tool
-from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
+from tests.support.model_service import MODES
 from tests.support.processes import AppServer
 
 
@@ -51,7 +51,8 @@ def apps(
     hub_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[AppServer]]:
-    """The module's app in process; in distributed mode two web replicas of one stack."""
+    """The module's app in process (this process's, on a loopback port); in distributed mode
+    two web replicas of one stack."""
     env = {
         "API_KEYS": "1",
         "MONGODB_URI": secrets["uri"],
@@ -69,16 +70,10 @@ def apps(
         ):
             yield [one, two]
         return
-    with LocalHub(hub_root) as hub:
-        base = model_service_env(hub.url, work / "share", work)
-        with AppServer({**base, **env}, work / "app.log") as app:
-            pulled = requests.post(app.url("/model/pull"), headers=as_(secrets["root"]))
-            assert pulled.status_code == 202, pulled.text
-            assert (
-                wait_for_state(app, {"ready", "failed"}, PULL_TIMEOUT["in-process"])["state"]
-                == "ready"
-            )
-            yield [app]
+    # This process's MongoEngine is on the module's database already (secrets).
+    with in_process_app(hub_root, work, API_KEYS=True, GEN_MAX_STEPS=500,
+                        GEN_SYNC_REFUSE_FACTOR=0) as served:  # fmt: skip
+        yield [served]
 
 
 @pytest.fixture

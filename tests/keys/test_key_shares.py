@@ -15,10 +15,10 @@ from PIL import Image
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.in_process_app import in_process_app
 from tests.support.key_database import connected_database
-from tests.support.local_hub import LocalHub
 from tests.support.mcp_client import call_tool
-from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
+from tests.support.model_service import MODES
 from tests.support.processes import AppServer
 from tests.support.sse import open_stream
 
@@ -59,14 +59,13 @@ def app(
         with request.getfixturevalue("shared_stack").replica(work / "web.log", **env) as web:
             yield web
         return
-    with LocalHub(hub_root) as hub:
-        base = model_service_env(hub.url, work / "share", work)
-        with AppServer({**base, **env}, work / "app.log") as server:
-            pulled = requests.post(server.url("/model/pull"), headers=as_("shares-token"))
-            assert pulled.status_code == 202, pulled.text
-            timeout = PULL_TIMEOUT["in-process"]
-            assert wait_for_state(server, {"ready", "failed"}, timeout)["state"] == "ready"
-            yield server
+    # In process: this process's app on a loopback port, its MongoEngine on the module's
+    # database already (secrets).
+    overrides = {"API_KEYS": True, "API_TOKEN": "shares-token", "GEN_MAX_STEPS": 500,
+                 "GEN_QUEUE_MAX": 4, "KEY_QUEUE_SHARE": 50, "EVENT_STREAMS_MAX": 3,
+                 "KEY_STREAMS_MAX": 1}  # fmt: skip
+    with in_process_app(hub_root, work, **overrides) as served:
+        yield served
 
 
 def as_(secret: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""The MCP SDK's own client against /mcp on the app under gunicorn with API_TOKEN set, as a
-desktop agent connects to it (docs/protocols.md): it lists the tools, generates an image with
+"""The MCP SDK's own client against /mcp on the app with API_TOKEN set (this process's, on a
+loopback port; a web replica in distributed mode), as a desktop agent connects to it
+(docs/protocols.md): it lists the tools, generates an image with
 progress on the way, cancels a job; without the token it is refused. In process, every tool
 and the synchronous bound: tests/imagegen/test_mcp.py."""
 
@@ -96,9 +97,12 @@ def test_without_the_token_mcp_is_refused(app):
 
 
 @pytest.mark.both_modes
-def test_a_client_gone_while_waiting_has_its_job_cancelled(app):
+def test_a_client_gone_while_waiting_has_its_job_cancelled(gunicorn_app):
     """As an ASGI server would: the call is cancelled when its client goes away, and with it
-    the job nobody will collect (found at the first progress written after it left)."""
+    the job nobody will collect (found at the first progress written after it left). Under
+    gunicorn, whose write to the gone client fails at once (Django's test server in this
+    process notices only when the job ends)."""
+    app = gunicorn_app
     blocker = start_blocker(app, "mcp blocker gone")
     body = {
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",

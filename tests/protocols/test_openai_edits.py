@@ -1,8 +1,9 @@
 """The openai SDK's images.edit, unchanged, and a replay of Open WebUI's edit request, against
-the app under gunicorn: the kept pixels, the repainted area, the size, the same bytes for the
-same seed, one image per request, bad parts refused (and the next edit fine), an identical
-request joining its twin's job, and LibreChat's JPEG/WebP answers. The rules in detail, in
-process: tests/imagegen/test_openai_edits.py."""
+the app over HTTP (this process's, on a loopback port; a web replica in distributed mode):
+the kept pixels, the repainted area, the size, the same bytes for the same seed, one image per
+request, bad parts refused (and the next edit fine), an identical request joining its twin's
+job, and LibreChat's JPEG/WebP answers. The rules in detail, in process:
+tests/imagegen/test_openai_edits.py."""
 
 import base64
 import io

@@ -1,4 +1,4 @@
-"""webuiapi's img2img and png_info, unchanged, against the service under gunicorn: with and
+"""webuiapi's img2img and png_info, unchanged, against the service over HTTP: with and
 without `mask_image` (the kept pixels exact, the repainted area changed, the size, the same
 seed giving the same picture), in both job modes; /progress and /interrupt and /skip over an
 img2img job; png-info reading back what was made; an identical retry joining its twin. What
