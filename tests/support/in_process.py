@@ -8,11 +8,12 @@ settings (served_here, ready_here, ready_in_either_mode), or on a database (todo
 import os
 import runpy
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from wsgiref.util import is_hop_by_hop
 
 import httpx2
 import mongoengine
@@ -51,12 +52,26 @@ class _QuietHandler(WSGIRequestHandler):
         """The test's own assertions say what went wrong; no access line per request."""
 
 
+def without_hop_by_hop(app: Callable) -> Callable:
+    """`app` with the hop-by-hop headers of its answers dropped, as gunicorn drops them (the
+    MCP route's streams say `Connection: keep-alive`, which wsgiref refuses)."""
+
+    def wrapped(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            kept = [(name, value) for name, value in headers if not is_hop_by_hop(name)]
+            return start_response(status, kept, *exc_info)
+
+        return app(environ, start)
+
+    return wrapped
+
+
 @contextmanager
 def loopback() -> Iterator[str]:
     """The app on a free 127.0.0.1 port, served from threads of this process (Django's own
-    test server); yields its base URL."""
+    test server), its answers framed as gunicorn frames them; yields its base URL."""
     server = ThreadedWSGIServer(("127.0.0.1", 0), _QuietHandler, allow_reuse_address=False)
-    server.set_app(WSGIHandler())
+    server.set_app(without_hop_by_hop(WSGIHandler()))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -5,78 +5,24 @@ port. It answers `url` and `base_url` as an AppServer does, so
 the real clients (the openai SDK, webuiapi, the MCP client, requests) talk HTTP to it, and no
 gunicorn is started."""
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from wsgiref.util import is_hop_by_hop
 
-import pytest
 from django.conf import settings
-from django.core.handlers.wsgi import WSGIHandler
-from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test import override_settings
 
-from imagegen import backend
-from imagegen.backend import Backend, preview_policy, rules_from_settings
+from imagegen.backend import Backend, installed, preview_policy, rules_from_settings
 from imagegen.generation.images import ImageStore
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.rates import LocalRates
 from imagegen.generation.shared_runs import LocalRuns
 from imagegen.webhooks.outbox import DiskOutbox
-from tests.support.in_process import _QuietHandler
+from tests.support.in_process import LoopbackApp, loopback
 from tests.support.loaders import new_loader, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO
-
-
-@dataclass
-class LoopbackApp:
-    """This process's app on a loopback port: where it answers, and the settings it runs
-    with (as strings, as an AppServer's env)."""
-
-    base_url: str
-    env: dict[str, str] = field(default_factory=dict)
-
-    def url(self, path: str) -> str:
-        return self.base_url + path
-
-    def log_tail(self) -> str:
-        """Its log is this process's: pytest shows it with the failure."""
-        return ""
-
-
-def without_hop_by_hop(app: Callable) -> Callable:
-    """`app` with the hop-by-hop headers of its answers dropped, as gunicorn drops them (the
-    MCP route's streams say `Connection: keep-alive`, which wsgiref refuses)."""
-
-    def wrapped(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-            kept = [(name, value) for name, value in headers if not is_hop_by_hop(name)]
-            return start_response(status, kept, *exc_info)
-
-        return app(environ, start)
-
-    return wrapped
-
-
-@contextmanager
-def served_on_loopback() -> Iterator[str]:
-    """The app on a free 127.0.0.1 port, from threads of this process (Django's own test
-    server, as tests/support/in_process.py `loopback`), its answers framed as gunicorn frames
-    them (without_hop_by_hop); yields its base URL."""
-    server = ThreadedWSGIServer(("127.0.0.1", 0), _QuietHandler, allow_reuse_address=False)
-    server.set_app(without_hop_by_hop(WSGIHandler()))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 def built_backend(loader: Any, images: Path) -> Backend:
@@ -111,17 +57,17 @@ def in_process_app(
     with (
         LocalHub(hub_root) as hub,
         override_settings(**{"HF_ENDPOINT": hub.url, **defaults, **overrides}),
-        pytest.MonkeyPatch.context() as patch,
     ):
         loader = new_loader(hub, share, work / "cache")
         if pulled:
             assert loader.pull()
             assert wait_for(loader, {"ready", "failed"}) == "ready", loader.status()
         built = built_backend(loader, images)
-        patch.setattr(backend, "_installed", built)
         try:
-            with served_on_loopback() as base_url:
-                yield LoopbackApp(base_url, {"OUTPUT_DIR": str(images), "MODEL_DIR": str(share)})
+            with installed(built), loopback() as base_url:
+                yield LoopbackApp(
+                    base_url, built, env={"OUTPUT_DIR": str(images), "MODEL_DIR": str(share)}
+                )
         finally:  # nothing of the module's goes on running under the next one's tests
             for job in built.jobs.unfinished():
                 built.jobs.cancel(job.id)
