@@ -20,6 +20,7 @@ scratch share as a complete pull leaves it (no hub, no download):
 
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/distributed_bench.py
     .venv/bin/python bench/distributed_bench.py --quick   # 2 jobs, 128x128, 2 steps
+    .venv/bin/python bench/distributed_bench.py --smoke   # tiny SD, 1 job of 1 step, 64x64: tests
 """
 
 from __future__ import annotations
@@ -187,13 +188,13 @@ def distributed(work: Path, env: dict[str, str], workers: int, args) -> Row:
                 {**env, "TORCH_THREADS": "auto"}, work / f"worker-{workers}-{n}.log",
                 f"bench{workers}-{n}", prefix=prefix,
             )  # fmt: skip
-            started.append(worker)
-            worker.start(300)
+            started.append(worker.launch())
         a = AppServer({**env, "PRELOAD_MODEL_CODE": "0"}, work / f"web-a-{workers}.log")
         b = AppServer({**env, "PRELOAD_MODEL_CODE": "0"}, work / f"web-b-{workers}.log")
-        started += [a, b]
-        a.start(120)
-        b.start(120)
+        started += [a.launch(), b.launch()]
+        # Started together, waited for in turn: start-up is not what is measured.
+        for process in started:
+            process.wait_ready(300 if isinstance(process, WorkerProcess) else 120)
         pull_and_wait(a, workers)
         label = f"distributed, {workers} worker{'s' if workers > 1 else ''}"
         return run_jobs(label, a, b, args)
@@ -213,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
         env = base_env(work, spec_for(args.model).repo_id)
         print(
             f"{args.model} {args.size}x{args.size}, {args.steps} steps, guidance {GUIDANCE}, "
-            f"{args.jobs} async jobs per mode{' | quick' if args.quick else ''}",
+            f"{args.jobs} async jobs per mode{' | quick' if args.quick else ''}"
+            f"{' | smoke' if args.smoke else ''}",
             flush=True,
         )
         rows = [in_process(work, env, args)]
@@ -233,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
     )
     document: dict[str, Any] = {
         "config": {"model": args.model, "size": args.size, "steps": args.steps,
-                   "jobs": args.jobs, "guidance": GUIDANCE, "quick": args.quick},
+                   "jobs": args.jobs, "guidance": GUIDANCE, "quick": args.quick,
+                   "smoke": args.smoke},
         "rows": [asdict(r) for r in rows],
     }  # fmt: skip
     common.finish("distributed_bench", machine, document, summary, args.json)
@@ -248,10 +251,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tests' tiny SD, 1 job of 1 step at 64x64 per mode: proves the run end to end "
+        "in the least time, measures nothing",
+    )
     parser.add_argument("--json", type=Path, help="where to write results")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.size, args.steps, args.idle_seconds = 2, 128, 2, 2.0
+    if args.smoke:
+        args.model, args.jobs, args.size, args.steps, args.idle_seconds = "tiny", 1, 64, 1, 0.2
     return args
 
 

@@ -41,6 +41,7 @@ Run it alone on the machine (SDXL in fp32 is about 14 GB; one pipeline at a time
 
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/edit_bench.py   # about 15 minutes
     .venv/bin/python bench/edit_bench.py --quick   # the tests' tiny SDXL at 256x256: a smoke run
+    .venv/bin/python bench/edit_bench.py --smoke   # the same at 64x64, img2img only: tests/bench/
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ MASK_BLUR = 4  # the service's default (A1111's), sent by no one here
 PRESET = {"steps": 4, "guidance": 0.0, "scheduler": "Euler SGM Uniform"}  # what ships
 EDIT_STEPS = max(1, int(PRESET["steps"] * STRENGTH))
 QUICK_HUB = CACHE / "quick-hub"
+SMOKE_SIDE = 64  # the service's smallest image
 TARGETS = {"edit_vs_plain": 1.05, "peak_vs_text_to_image": 1.05, "only_masked_vs_inpaint": 0.35}
 
 
@@ -558,6 +560,12 @@ def print_comparisons(rows: list[dict[str, Any]]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tests' tiny SDXL: a smoke run")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--quick at 64x64, img2img only (the service beside plain diffusers): proves the "
+        "run end to end in the least time, measures nothing",
+    )
     parser.add_argument("--hub", type=Path, default=QUICK_HUB, help="--quick: where its repos go")
     parser.add_argument("--cases", default=",".join(CASES), help=f"some of {','.join(CASES)}")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
@@ -575,6 +583,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("case", "model-path", "lora", "decoder", "image", "mask", "work"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick, args.cases = True, IMG2IMG.name
     if args.quiet_load is None:
         args.quiet_load = 1e9 if args.quick else 0.5
     unknown = set(args.cases.split(",")) - set(CASES)
@@ -621,6 +631,8 @@ def run(args: argparse.Namespace) -> int:
     machine = common.machine_info()
     common.print_machine(machine, f"torch threads {args.threads}")
     source = quick_source(args.hub) if args.quick else full_source()
+    if args.smoke:
+        source = replace(source, size=SMOKE_SIDE)
     args.size = source.size
     fp32 = fp32_bytes(source.model)
     common.check_memory(int(1.3 * fp32) + 2 * GIB, args.force)
@@ -668,6 +680,7 @@ def run(args: argparse.Namespace) -> int:
             "model": source.name,
             "size": source.size,
             "quick": args.quick,
+            "smoke": args.smoke,
             "threads": args.threads,
             "prompt": PROMPT,
             "seed": SEED,

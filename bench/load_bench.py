@@ -24,6 +24,7 @@ memory is far slower than reuse and would penalise whichever load ran first
 
     .venv/bin/python bench/load_bench.py                 # SD 1.5, 3 rounds, ~3 min on 2 cores
     .venv/bin/python bench/load_bench.py --quick         # 1 round
+    .venv/bin/python bench/load_bench.py --smoke         # the tests' tiny SD, 1 round: tests/bench/
     .venv/bin/python bench/load_bench.py --model sdxl    # SDXL: ~7 GB cache, ~21 GiB free RAM
 """
 
@@ -291,9 +292,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tests' tiny SD, one round, no priming: proves the run end to end in the "
+        "least time, measures nothing",
+    )
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=1, metavar="VARIANT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.quick, args.no_prime = "tiny", True, True
     args.rounds = args.rounds or (1 if args.quick else 3)
     if args.rounds < 1:
         parser.error("--rounds must be positive")
@@ -356,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "primed": not args.no_prime,
             "quick": args.quick,
+            "smoke": args.smoke,
         },
         "model": {
             "repo_id": spec_for(args.model).repo_id,

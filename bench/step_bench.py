@@ -18,6 +18,7 @@ is touched once before the children run (see bench.common.prime_memory).
 
     .venv/bin/python bench/step_bench.py                 # SD 1.5, 512x512, 3 steps (~5 min)
     .venv/bin/python bench/step_bench.py --quick         # SD 1.5, 256x256, 2 steps
+    .venv/bin/python bench/step_bench.py --smoke         # the tests' tiny SD, 64x64: tests/bench/
     .venv/bin/python bench/step_bench.py --model sdxl    # SDXL 1024x1024, 3 steps: long, ~23 GiB
 """
 
@@ -211,9 +212,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tests' tiny SD at 64x64, 2 steps, 1 thread: proves the run end to end in "
+        "the least time, measures nothing",
+    )
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=1, metavar="VARIANT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.quick, args.threads = "tiny", True, 1
     native = DEFAULT_SIZE[args.model]
     args.size = args.size or (native // 2 if args.quick else native)
     args.steps = args.steps or (2 if args.quick else DEFAULT_STEPS[args.model])
@@ -261,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         "config": {
             "model": args.model, "size": args.size, "steps": args.steps,
             "guidance": args.guidance, "threads": args.threads, "seed": SEED,
-            "quick": args.quick, "prompt": PROMPT, "negative_prompt": NEGATIVE,
+            "quick": args.quick, "smoke": args.smoke, "prompt": PROMPT, "negative_prompt": NEGATIVE,
         },
         "results": [asdict(r) for r in rows],
         "ratios": {

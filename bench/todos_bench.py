@@ -29,6 +29,7 @@ rounds taken in turns.
     .venv/bin/python bench/todos_bench.py --during-generation   # plus about 8 min (2 GB model)
     .venv/bin/python bench/todos_bench.py --generation-only     # only those rows
     .venv/bin/python bench/todos_bench.py --quick               # a smaller run
+    .venv/bin/python bench/todos_bench.py --smoke               # the smallest run: tests/bench/
 """
 
 import argparse
@@ -151,6 +152,7 @@ class Config:
     generation_steps: int
     json_path: Path
     quick: bool
+    smoke: bool = False
 
 
 # --- the service -----------------------------------------------------------------------------
@@ -484,7 +486,8 @@ def measure_get(run: Run, created: dict[str, list[str]]) -> None:
 def list_requests(config: Config, size: int) -> tuple[int, int]:
     """(requests, warm-up) for a list of `size`: fewer for long lists, each costs more."""
     scale = max(1, size // 200)
-    return max(50, config.requests // scale), max(config.concurrency, config.warmup // scale)
+    least = config.requests if config.smoke else 50
+    return max(least, config.requests // scale), max(config.concurrency, config.warmup // scale)
 
 
 def measure_list(run: Run, size: int) -> None:
@@ -508,7 +511,7 @@ def warm_up(run: Run) -> None:
     """Every route of each server, untimed, before anything is measured: V8 compiles the
     peer's hot paths after some thousand calls (its first 2,000 creates ran at 0.9x of the
     next 2,000), and both servers fill their connection pools."""
-    count = 200 if run.config.quick else 1000
+    count = run.config.requests if run.config.smoke else 200 if run.config.quick else 1000
     for _kind, base_url in run.servers():
         created: list[str] = []
         run_load(titles("warm", count), http_create(base_url, created), requests.Session, 8)
@@ -804,6 +807,7 @@ def print_header(machine: dict[str, Any], config: Config) -> None:
         f"(fewer for long lists) | lists of {', '.join(map(str, config.list_sizes))} todos | "
         f"warm-up {config.warmup} | rounds {config.rounds} | peer "
         f"{'Express + Mongoose' if config.peer else 'off'}{' | quick' if config.quick else ''}"
+        f"{' | smoke' if config.smoke else ''}"
     )
 
 
@@ -930,7 +934,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--steps", type=int, default=4, help="generation steps (4)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="20 requests per operation at concurrency 2, a list of 10, no peer, as many to warm "
+        "up: proves the run end to end in the least time, measures nothing",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick, args.no_peer = True, True
+        args.requests, args.concurrency, args.list_sizes = 20, 2, "10"
     count = args.requests or (300 if args.quick else 2000)
     try:
         sizes = tuple(int(size) for size in args.list_sizes.split(","))
@@ -955,6 +968,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         generation_steps=args.steps,
         json_path=args.json,
         quick=args.quick,
+        smoke=args.smoke,
     )
 
 

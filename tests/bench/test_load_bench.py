@@ -1,4 +1,4 @@
-"""bench/load_bench.py's quick run on the tests' tiny SD: the service's loader, plain
+"""bench/load_bench.py's smoke run on the tests' tiny SD: the service's loader, plain
 diffusers and the read + cast floor, each in a fresh child, in the same run."""
 
 import json
@@ -11,9 +11,9 @@ from tests.bench.harness import check_run
 
 
 @pytest.mark.slow
-def test_the_quick_run_loads_beside_plain_diffusers_and_the_floor(tmp_path: Path, capsys):
+def test_the_smoke_run_loads_beside_plain_diffusers_and_the_floor(tmp_path: Path, capsys):
     out = tmp_path / "load.json"
-    assert main(["--quick", "--model", "tiny", "--json", str(out)]) == 0
+    assert main(["--smoke", "--json", str(out)]) == 0
     document = json.loads(out.read_text())
     check_run(document, capsys.readouterr().out, "load_tiny")
     rows = {row["name"]: row for row in document["results"]}

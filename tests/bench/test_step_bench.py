@@ -1,4 +1,4 @@
-"""bench/step_bench.py's quick run on the tests' tiny SD: the service's pipeline and plain
+"""bench/step_bench.py's smoke run on the tests' tiny SD: the service's pipeline and plain
 diffusers, each in a fresh child, timed per UNet call in the same run."""
 
 import json
@@ -11,9 +11,9 @@ from tests.bench.harness import check_run
 
 
 @pytest.mark.slow
-def test_the_quick_run_times_a_step_beside_plain_diffusers(tmp_path: Path, capsys):
+def test_the_smoke_run_times_a_step_beside_plain_diffusers(tmp_path: Path, capsys):
     out = tmp_path / "step.json"
-    assert main(["--quick", "--model", "tiny", "--threads", "1", "--json", str(out)]) == 0
+    assert main(["--smoke", "--json", str(out)]) == 0
     document = json.loads(out.read_text())
     check_run(document, capsys.readouterr().out, "step_tiny")
     service, plain = document["results"]

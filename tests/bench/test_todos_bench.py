@@ -1,6 +1,6 @@
-"""bench/todos_bench.py's quick run, small: the service started as ./scripts/serve starts it,
-each operation beside its floors (one pymongo call, one bare HTTP round trip) in the same
-run. The Express + Mongoose peer is left out here: it needs Node and its packages."""
+"""bench/todos_bench.py's smoke run: the service started as ./scripts/serve starts it, each
+operation beside its floors (one pymongo call, one bare HTTP round trip) in the same run.
+The Express + Mongoose peer is left out here: it needs Node and its packages."""
 
 import json
 from pathlib import Path
@@ -12,10 +12,9 @@ from tests.bench.harness import check_run
 
 
 @pytest.mark.slow
-def test_the_quick_run_measures_each_operation_beside_its_floors(tmp_path: Path, capsys):
+def test_the_smoke_run_measures_each_operation_beside_its_floors(tmp_path: Path, capsys):
     out = tmp_path / "todos.json"
-    argv = ["--quick", "--no-peer", "--requests", "40", "--concurrency", "2", "--list-sizes", "10"]
-    assert main([*argv, "--json", str(out)]) == 0
+    assert main(["--smoke", "--json", str(out)]) == 0
     document = json.loads(out.read_text())
     check_run(document, capsys.readouterr().out, "todos")
     service = {r["name"]: r for r in document["results"] if r["kind"] == "service"}

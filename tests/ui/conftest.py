@@ -62,7 +62,9 @@ def wait_until_loaded(app: AppServer, timeout: float = 300) -> dict:
 @contextmanager
 def pulled_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
     """An app of its own with the tiny model pulled (with the token when it has one); the
-    pull may take minutes on a loaded machine."""
+    pull may take minutes on a loaded machine. Killed at the end, not stopped: the tests are
+    over and nothing waits for an answer, so a graceful stop would only wait out whatever is
+    still open (a job's webhook tries, a stream)."""
     headers = {"Authorization": f"Bearer {env['API_TOKEN']}"} if "API_TOKEN" in env else {}
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
@@ -73,7 +75,7 @@ def pulled_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
             assert wait_until_loaded(app)["state"] == "ready", app.log_tail()
             yield app
         finally:
-            app.stop()
+            app.kill()
 
 
 @pytest.fixture(scope="package")

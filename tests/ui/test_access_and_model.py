@@ -104,7 +104,8 @@ def test_a_refusal_answered_after_a_new_token_was_given_retries_with_it(new_page
     assert page.evaluate("sessionStorage.getItem('imagegen.token')") == TOKEN
 
 
-def test_the_model_panel_shows_the_state_and_pulls(new_page, start_app, hub):
+def test_the_model_panel_shows_the_state_and_pulls(start_app, hub, new_page):
+    # The pages (new_page) close before the apps stop: no open request to wait out.
     app = start_app()
     page = new_page()
     page.goto(app.url("/ui/"))

@@ -96,7 +96,7 @@ def fresh_app(hub_root: Path, tmp_path: Path):
         yield app
 
 
-def test_after_the_first_image_the_estimate_is_the_measured_one(new_page, fresh_app):
+def test_after_the_first_image_the_estimate_is_the_measured_one(fresh_app, new_page):
     """Before any image the page shows the model's counted work; once its first image is
     made, the measured figures, without any field touched."""
     page = new_page()

@@ -30,7 +30,7 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppServer]:
         yield replica
 
 
-def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps_it(new_page, app):
+def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps_it(app, new_page):
     page = open_ui(new_page, app)
     try:
         fill(page, prompt=PROMPT, steps="400", size="128x128")
