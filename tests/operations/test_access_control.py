@@ -1,16 +1,35 @@
-"""API_TOKEN: writes and compute need the bearer token; probes and reads stay open."""
+"""API_TOKEN: writes and compute need the bearer token; probes and reads stay open. One
+closed service answers every refusal (a refused request changes nothing); the accepted pull,
+which starts the model's download, gets a service of its own."""
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import model_service_env
+from tests.support.processes import AppServer
 
 TOKEN = "s3cret-token"
 
 
-@pytest.fixture
-def app(start_app, mongo: EmbeddedMongo):
-    return start_app(API_TOKEN=TOKEN, MONGODB_URI=mongo.uri())
+@pytest.fixture(scope="module")
+def app(
+    hub_root: Path, mongo: EmbeddedMongo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
+    work = tmp_path_factory.mktemp("closed")
+    (work / "share").mkdir()
+    with LocalHub(hub_root) as hub:
+        env = {
+            **model_service_env(hub.url, work / "share", work),
+            "API_TOKEN": TOKEN,
+            "MONGODB_URI": mongo.uri(),
+        }
+        with AppServer(env, work / "app.log") as server:
+            yield server
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -40,7 +59,8 @@ def test_probes_and_status_stay_open(app):
     assert index["open"] is False and index["warning"] is None
 
 
-def test_the_right_token_is_accepted(app):
+def test_the_right_token_is_accepted(start_app, mongo: EmbeddedMongo):
+    app = start_app(API_TOKEN=TOKEN, MONGODB_URI=mongo.uri())
     response = requests.post(app.url("/model/pull"), headers=bearer(TOKEN))
     assert response.status_code == 202
 

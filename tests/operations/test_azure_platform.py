@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from imagegen.ops.platform import DEFAULT_TIMEOUT
-from tests.support.commands import manage
+from tests.support.commands import Result, run_command
 from tests.support.fake_az import PROFILE_SIZES, FakeAz, replicas_per_node
 from tests.support.keda import RedisListScaler
 from tests.support.processes import ROOT
@@ -83,19 +83,21 @@ def service():
         yield scripted
 
 
-def gate(base_url: str, fake: FakeAz, *extra: str) -> subprocess.CompletedProcess:
-    return manage("gate", "--base-url", base_url, *FAST, *PLATFORM, *extra, env=fake.env)
+def gate(base_url: str, fake: FakeAz, *extra: str) -> Result:
+    """manage.py gate with the platform step, run in this process (run_command answers what
+    the process would); the fake `az` it calls is a process of its own, as the real one is."""
+    return run_command("gate", "--base-url", base_url, *FAST, *PLATFORM, *extra, env=fake.env)
 
 
-def assert_platform_failure(result: subprocess.CompletedProcess, text: str) -> None:
+def assert_platform_failure(result: Result, text: str) -> None:
     assert result.returncode == 15, (result.stdout, result.stderr)
     assert result.stderr.startswith("gate: FAILED: ") and text in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # no traceback
 
 
-def test_fake_az_control_plane_command_override_is_removed(start_app, fake):
+def test_fake_az_control_plane_command_override_is_removed(service, fake):
     fake.seed_app(deployed_spec(PLACEHOLDER))
-    result = gate(start_app().base_url, fake, "--platform-timeout", "60")
+    result = gate(service.base_url, fake, "--platform-timeout", "60")
     assert result.returncode == 0, result.stderr
     assert "overrides the command" in result.stdout
     (applied,) = fake.applied()
@@ -234,7 +236,7 @@ def startup_window(spec: dict) -> float:
 def test_the_platform_timeout_outlasts_the_startup_probe_and_is_in_help():
     # The probe's window twice over: room for a node start and a multi-GB pull besides.
     assert 2 * startup_window(deployed_spec()) <= DEFAULT_TIMEOUT
-    result = manage("gate", "--help")
+    result = run_command("gate", "--help")
     assert "--platform-timeout" in result.stdout
     assert "(default 1200; polled every --interval)" in " ".join(result.stdout.split())
 

@@ -44,7 +44,9 @@ def timed(method: str, url: str, **kwargs) -> tuple[requests.Response, float]:
     return response, time.monotonic() - started
 
 
-def test_a_frozen_database_bounds_every_todo_request_and_spares_health(stack):
+def test_a_frozen_database_bounds_every_todo_request_spares_health_and_tells_a_sent_write(
+    stack,
+):
     mongo, app = stack
     os.kill(mongo.process.pid, signal.SIGSTOP)
     answers: list[tuple[requests.Response, float]] = []
@@ -83,11 +85,11 @@ def test_a_frozen_database_bounds_every_todo_request_and_spares_health(stack):
     told_busy = sum(r.json()["error"]["message"] == busy for r, _ in answers)
     assert refused.get("busy", 0) == told_busy
     assert refused.get("unreachable", 0) == 16 - told_busy
+    assert_a_write_sent_is_unconfirmed_and_a_read_unreachable(app)
 
 
-def test_a_write_sent_to_a_frozen_database_is_answered_as_unconfirmed(stack):
-    mongo, app = stack
-    os.kill(mongo.process.pid, signal.SIGSTOP)
+def assert_a_write_sent_is_unconfirmed_and_a_read_unreachable(app: AppServer) -> None:
+    """One write sent to the frozen database, alone, and one read."""
     response, seconds = timed("POST", app.url("/todo"), json={"todo": {"title": "in doubt"}})
     assert response.status_code == 503 and seconds < BOUND + SLACK
     assert response.json()["error"]["message"] == UNCONFIRMED  # not "try again shortly"

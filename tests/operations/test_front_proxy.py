@@ -101,12 +101,19 @@ def app_env(mongo: EmbeddedMongo, tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_slow_clients_hold_no_thread_behind_the_proxy(mongo: EmbeddedMongo, tmp_path: Path):
+def test_slow_clients_hold_no_thread_behind_the_proxy_and_sigterm_stops_it_cleanly(
+    mongo: EmbeddedMongo, tmp_path: Path
+):
     app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / "app.log")
-    with app, SlowClients(app.port, headers=THREADS + 1, bodies=THREADS + 1):
-        for _ in range(3):
-            times = answer_times(app.base_url)
-            assert max(times.values()) < ANSWER_WITHIN, times
+    with app:
+        with SlowClients(app.port, headers=THREADS + 1, bodies=THREADS + 1):
+            for _ in range(3):
+                times = answer_times(app.base_url)
+                assert max(times.values()) < ANSWER_WITHIN, times
+        assert app.process is not None
+        assert requests.get(app.url("/health"), timeout=10).json()["status"] == "healthy"
+        app.process.send_signal(signal.SIGTERM)
+        assert app.process.wait(60) == 0  # both stopped cleanly: success
 
 
 def test_the_same_slow_clients_hold_every_thread_of_gunicorn_alone(
@@ -314,14 +321,6 @@ def test_the_container_starts_the_proxy_for_the_web_role_only():
     start = (ROOT / "scripts" / "start").read_text()
     assert "web) exec python -m config.front_proxy ;;" in start
     assert "worker) exec python manage.py run_worker ;;" in start
-
-
-def test_a_proxied_service_answers_health_and_stops_on_sigterm(mongo, tmp_path: Path):
-    app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / "app.log").start()
-    assert app.process is not None
-    assert requests.get(app.url("/health"), timeout=10).json()["status"] == "healthy"
-    app.process.send_signal(signal.SIGTERM)
-    assert app.process.wait(60) == 0  # both stopped cleanly: success
 
 
 def test_the_image_command_puts_the_proxy_in_front_beyond_loopback(tmp_path: Path):

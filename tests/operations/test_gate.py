@@ -1,7 +1,9 @@
 """manage.py gate against real processes: the app under gunicorn, a placeholder http.server,
 a closed port, a failing hub, a slow download, and a scripted service for what the app does
 only by accident (a silent pull, flapping or restarting status); each ends with its own exit
-code."""
+code. A cold and warm deployment runs the gate as its own process; the rest run the same
+command in this process (run_command), which answers the same exit code and output without
+a Python start each."""
 
 import re
 import subprocess
@@ -10,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support.commands import manage
+from tests.support.commands import Result, manage, run_command
 from tests.support.processes import ROOT, free_port, wait_for_http
 from tests.support.scripted_service import DROP, HANG, Reply, ScriptedService, model_state
 
@@ -18,7 +20,13 @@ FAST = ["--interval", "0.2", "--health-timeout", "20", "--timeout", "60"]
 
 
 def gate(base_url: str, *extra: str, env: dict[str, str] | None = None):
+    """The gate as an operator runs it: a process of its own."""
     return manage("gate", "--base-url", base_url, *FAST, *extra, env=env)
+
+
+def gate_here(base_url: str, *extra: str):
+    """The same command line run in this process."""
+    return run_command("gate", "--base-url", base_url, *FAST, *extra)
 
 
 def test_cold_then_warm_deployment_passes(start_app, hub):
@@ -59,7 +67,7 @@ def placeholder(tmp_path):
 
 def test_a_placeholder_file_server_fails_at_step_a(placeholder):
     started = time.monotonic()
-    result = gate(placeholder)
+    result = gate_here(placeholder)
     assert result.returncode == 10
     assert "container command was overridden" in result.stderr
     assert "image's own command" in result.stderr
@@ -67,7 +75,7 @@ def test_a_placeholder_file_server_fails_at_step_a(placeholder):
 
 
 def test_nothing_listening_is_a_health_timeout():
-    result = manage(
+    result = run_command(
         "gate", "--base-url", f"http://127.0.0.1:{free_port()}", "--health-timeout", "2"
     )
     assert result.returncode == 11
@@ -78,7 +86,7 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
     hub.fail_status = 500
     app = start_app()
     started = time.monotonic()
-    result = gate(app.base_url, "--timeout", "600")
+    result = gate_here(app.base_url, "--timeout", "600")
     assert result.returncode == 13
     assert "the model failed" in result.stderr and "500" in result.stderr
     # /model/status's error, as a person reads it: what happened, what to do, the raw cause.
@@ -89,17 +97,17 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
 
 def test_a_load_slower_than_the_timeout_is_a_ready_timeout(start_app, hub):
     hub.throttle_bytes_per_sec = 100_000
-    result = gate(start_app().base_url, "--timeout", "2")
+    result = gate_here(start_app().base_url, "--timeout", "2")
     assert result.returncode == 14
     assert "not ready within 2s (last state: downloading)" in result.stderr
 
 
 def test_a_refused_pull_is_its_own_failure(start_app):
     app = start_app(API_TOKEN="right-token")
-    result = gate(app.base_url, "--token", "wrong-token")
+    result = gate_here(app.base_url, "--token", "wrong-token")
     assert result.returncode == 12
     assert "POST /model/pull answered 401" in result.stderr
-    assert gate(app.base_url, "--token", "right-token").returncode == 0
+    assert gate_here(app.base_url, "--token", "right-token").returncode == 0
 
 
 # -- against a scripted service: what the real app shows only by accident -------------------
@@ -111,15 +119,15 @@ ACCEPTING = {
 }
 
 
-def scripted_gate(script: dict, *extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def scripted_gate(script: dict, *extra: str) -> tuple[Result, list[str]]:
     """Runs the gate against a scripted service (1 s per request); returns the gate's result
     and the requests the service received."""
     with ScriptedService({**ACCEPTING, **script}) as service:
-        result = gate(service.base_url, "--request-timeout", "1", *extra)
+        result = gate_here(service.base_url, "--request-timeout", "1", *extra)
     return result, service.requests
 
 
-def assert_one_line_failure(result: subprocess.CompletedProcess, code: int, text: str) -> None:
+def assert_one_line_failure(result: Result, code: int, text: str) -> None:
     assert result.returncode == code, (result.stdout, result.stderr)
     assert result.stderr.startswith("gate: FAILED: ") and text in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # no traceback
@@ -179,7 +187,7 @@ def documented_exit_codes() -> dict[int, str]:
 def test_help_lists_every_exit_code_the_docs_promise_with_its_meaning():
     promised = documented_exit_codes()
     assert sorted(promised) == [0, 10, 11, 12, 13, 14, 15]
-    result = manage("gate", "--help")
+    result = run_command("gate", "--help")
     assert result.returncode == 0, result.stderr
     listing = result.stdout.split("exit codes:", 1)[1]
     listed = dict(re.findall(r"^  (\d+) +(.+?)(?=^  \d|\Z)", listing, flags=re.M | re.S))
