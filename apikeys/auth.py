@@ -82,43 +82,36 @@ def with_power(caller: Caller | None, power: str) -> Caller | None:
 OPEN = object()
 
 
-class ApiToken(HttpBearer):
-    """The token or a key as a bearer token, checked only while the service is protected
-    (API_TOKEN or API_KEYS, read at each request, so a changed setting takes effect in the
-    running process); on an open service every request passes as OPEN. The OpenAPI schema
-    names the scheme only while it is checked."""
-
-    def __init__(self, power: str = USE) -> None:
-        super().__init__()
-        self.power = power
+class _WhileProtected:
+    """Checks its scheme only while the service is protected (API_TOKEN or API_KEYS, read at
+    each request, so a changed setting takes effect in the running process); on an open
+    service every request passes as OPEN. The OpenAPI schema names the scheme only while it
+    is checked."""
 
     def __call__(self, request: HttpRequest) -> object | None:
         if not protected():
             return OPEN
-        return super().__call__(request)
+        return super().__call__(request)  # type: ignore[misc]
 
     def __getattribute__(self, name: str) -> object:
         if name == "openapi_security_schema" and not protected():
             raise AttributeError(name)  # an open service documents no scheme
         return super().__getattribute__(name)
 
+
+class ApiToken(_WhileProtected, HttpBearer):
+    """The token or a key as a bearer token."""
+
+    def __init__(self, power: str = USE) -> None:
+        super().__init__()
+        self.power = power
+
     def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
         return with_power(caller_for(token), self.power)
 
 
-class ApiTokenAsPassword(HttpBasicAuth):
-    """HTTP Basic with the token or key as the password and any user name, checked as
-    ApiToken is: only while the service is protected."""
-
-    def __call__(self, request: HttpRequest) -> object | None:
-        if not protected():
-            return OPEN
-        return super().__call__(request)
-
-    def __getattribute__(self, name: str) -> object:
-        if name == "openapi_security_schema" and not protected():
-            raise AttributeError(name)
-        return super().__getattribute__(name)
+class ApiTokenAsPassword(_WhileProtected, HttpBasicAuth):
+    """HTTP Basic with the token or key as the password and any user name."""
 
     def authenticate(self, request: HttpRequest, username: str, password: str) -> Caller | None:
         return with_power(caller_for(password), USE)
