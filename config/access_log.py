@@ -10,13 +10,13 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
-from core.logs import is_queue_poll
+from core.logs import is_quiet_poll
 
 
 class AccessLog(Logger):
     def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
         quiet = (
-            is_queue_poll(
+            is_quiet_poll(
                 environ.get("REQUEST_METHOD", ""),
                 environ.get("PATH_INFO", ""),
                 environ.get("QUERY_STRING", ""),

@@ -20,10 +20,20 @@ class ExpectedAnswers(logging.Filter):
         return getattr(record, "status_code", None) not in EXPECTED_STATUSES
 
 
-def is_queue_poll(method: str, path: str, query: str) -> bool:
-    """The page's queue poll (GET /jobs?unfinished=true, every second while a job runs): its
-    lines would bury every other request, so they are logged at debug only."""
-    return method == "GET" and path == "/jobs" and "unfinished=true" in query.lower()
+# The polls an app's page repeats every second or so (method, path, a part of the query),
+# registered by the app when it is ready: their lines would bury every other request, so
+# they are logged at debug only.
+_QUIET_POLLS: set[tuple[str, str, str]] = set()
+
+
+def register_quiet_poll(method: str, path: str, query_part: str) -> None:
+    _QUIET_POLLS.add((method, path, query_part.lower()))
+
+
+def is_quiet_poll(method: str, path: str, query: str) -> bool:
+    """A registered page poll (register_quiet_poll)."""
+    query = query.lower()
+    return any(method == m and path == p and part in query for m, p, part in _QUIET_POLLS)
 
 
 def first_part(error: BaseException) -> str:

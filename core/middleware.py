@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 
 from core import request_context
 from core.errors import NOT_FOUND, error_response
-from core.logs import is_queue_poll
+from core.logs import is_quiet_poll
 from core.version import app_version
 
 request_log = logging.getLogger("config.requests")  # the name log searches know
@@ -37,7 +37,7 @@ class RequestIdMiddleware:
             response[request_context.REQUEST_ID_HEADER] = rid
             if self.log_requests:
                 query = request.META.get("QUERY_STRING", "")
-                poll = is_queue_poll(request.method or "", request.path, query)
+                poll = is_quiet_poll(request.method or "", request.path, query)
                 poll = poll and response.status_code < 400  # the page's poll: debug only
                 request_log.log(
                     logging.DEBUG if poll else logging.INFO,

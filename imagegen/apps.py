@@ -20,10 +20,13 @@ class ImagegenConfig(AppConfig):
         from imagegen.checks import refuse_bad_settings
 
         refuse_bad_settings()  # before anything is built from them
+        from core.logs import register_quiet_poll
         from imagegen.api.errors import register_error_shapes
         from imagegen.model.device import compute_device
 
         register_error_shapes()
+        # The page's queue poll, every second while a job runs: logged at debug only.
+        register_quiet_poll("GET", "/jobs", "unfinished=true")
         compute_device()  # resolved once at start, so /health never waits on it
         if serves_requests():
             from imagegen import services
