@@ -30,6 +30,12 @@ from tests.support.tiny_model import build_tiny_pipeline
 PACKAGE_GROUPS = ("tests/protocols", "tests/ui")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.support.end_to_end import EndToEndCount
+
+    config.pluginmanager.register(EndToEndCount(config), "end_to_end")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """./scripts/test runs two pytest-xdist workers (--dist loadgroup): each module, or each
     package of PACKAGE_GROUPS, runs whole on one worker, so its module- or package-scoped

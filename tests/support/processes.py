@@ -34,6 +34,14 @@ def wait_for_http(url: str, timeout: float, process: subprocess.Popen | None = N
             time.sleep(0.1)
 
 
+# The job modes of the apps launched while the running test runs (tests/support/end_to_end.py).
+launched_modes: set[str] = set()
+
+
+def job_mode(env: dict[str, str]) -> str:
+    return "distributed" if env.get("JOB_BROKER_URL") else "in-process"
+
+
 class AppServer:
     """The service under gunicorn with the project's own gunicorn config."""
 
@@ -63,6 +71,7 @@ class AppServer:
 
     def launch(self) -> "AppServer":
         """Starts the process without waiting for it (several start at once: Stack)."""
+        launched_modes.add(job_mode(self.env))
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"],
