@@ -163,6 +163,8 @@ class BudgetRetry(Retry):
 
         try:
             return super().call_with_retry(do, fail, retryable, with_failure_count)
+        except (redis.WatchError, redis.exceptions.NoScriptError):
+            raise  # a transaction's caller decides again, a script is loaded: no fault
         except redis.RedisError as error:  # the call failed, its retries spent
             metrics.REDIS_ERRORS.labels(error=type(error).__name__).inc()
             raise

@@ -52,7 +52,7 @@ from redis.commands.core import Script
 from core.errors import ServiceError
 from core.request_context import current_request_id, is_request_id
 from imagegen import metrics
-from imagegen.errors import QueueFull, WorkerLost
+from imagegen.errors import JobStoreBusy, QueueFull, WorkerLost
 from imagegen.generation import queue_policy
 from imagegen.generation.execution import Outcome
 from imagegen.generation.images import ImageRecord
@@ -85,6 +85,11 @@ LOST = "worker lost: "
 # (imagegen.distributed.changes).
 CHANGED = PREFIX + "changed"
 EVERY_JOB = "*"
+
+
+# How often a submit decides again when the queue moved under its decision (WATCH) before it
+# gives up with a 503: others' writes always succeed, so only a crowd of submits gets here.
+SUBMIT_TRIES = 50
 
 
 def job_key(job_id: str) -> str:
@@ -543,10 +548,15 @@ class JobStore:
             "steps": 0,
             "request_id": current_request_id() or "",  # its X-Request-ID, for the logs
         }
-        while True:
+        for _ in range(SUBMIT_TRIES):
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED)
+                    watched = (QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED)
+                    pipe.watch(*watched, job_key(job_id))
+                    if pipe.exists(job_key(job_id)):
+                        # A try whose reply was lost wrote it (redis-py then raises
+                        # WatchError): queued once, not twice.
+                        return True
                     state = self._queue_state(
                         keys=[QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED],
                         args=[PREFIX, key or ""],
@@ -558,6 +568,7 @@ class JobStore:
                     return False
                 except redis.WatchError:
                     continue  # the queue moved under this decision: decide again
+        raise JobStoreBusy()  # submits so many at once that this one never got its turn
 
     def _queue_job(
         self,

@@ -23,6 +23,7 @@ from core.request_context import request_scope
 from imagegen.api.schemas import JobOut
 from imagegen.distributed.board import RedisJobBoard
 from imagegen.distributed.changes import ChangeFeed
+from imagegen.distributed.connection import store_client
 from imagegen.distributed.store import CHANGED, WORKERS, JobStore, worker_key
 from imagegen.distributed.timings import RedisTimings
 from imagegen.distributed.worker import RESCUE_BEATS, WorkerRuntime, default_worker_name
@@ -705,3 +706,77 @@ def test_a_forged_job_is_failed_unread_and_the_next_one_runs(store, tmp_path, fi
     # The image store refuses such a name too, whoever asks.
     with pytest.raises(ValueError, match="not an input's sha256"):
         ImageStore(tmp_path).read_input("../../../../etc/passwd")
+
+
+def test_submits_deciding_again_are_not_counted_as_redis_errors(redis_server):
+    """WATCH's refusals are how concurrent submits take turns, not a fault of Redis: the
+    production client (its budget and retries) counts none of them in
+    imagegen_redis_errors_total."""
+    from imagegen import metrics
+
+    client = store_client(redis_server.url, timeout=5, max_waiting=None)
+    client.flushdb()
+    store = JobStore(client, heartbeat_ttl=1.0)
+
+    def errors() -> float:
+        return sum(
+            sample.value
+            for family in metrics.REDIS_ERRORS.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        )
+
+    before = errors()
+    ready = threading.Barrier(8)
+
+    def submit(index: int) -> bool:
+        ready.wait()
+        return add(store, f"crowd-{index}", queue_max=100)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(submit, range(8)))
+    assert errors() == before
+    assert client.zcard("imagegen:queued") == 8
+
+
+def test_a_submit_whose_reply_was_lost_is_queued_once(store, monkeypatch):
+    """Redis ran the MULTI but its answer never came back (redis-py then raises WatchError):
+    the next try finds the job and queues nothing more."""
+    real = redis.client.Pipeline.execute
+    lost = []
+
+    def execute_then_lose_the_reply(pipe, *args, **kwargs):
+        result = real(pipe, *args, **kwargs)
+        if not lost:
+            lost.append(True)
+            raise redis.WatchError("the connection dropped before the reply")
+        return result
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute_then_lose_the_reply)
+    assert add(store, "once")
+    monkeypatch.undo()
+    assert lost
+    assert store.redis.lrange("imagegen:unfinished", 0, -1) == [b"once"]
+    assert store.redis.zcard("imagegen:queued") == 1
+
+
+def test_a_submit_that_never_gets_its_turn_is_a_503_not_a_hang(store, monkeypatch):
+    """Each try's decision is overtaken (another writer moves the queue every time): after
+    SUBMIT_TRIES the submit gives up with the job store's 503, nothing queued."""
+    from imagegen.distributed import store as store_module
+    from imagegen.errors import JobStoreBusy
+
+    other = store.redis
+    real = store._queue_state
+
+    def overtaken(*args, **kwargs):
+        state = real(*args, **kwargs)
+        other.incr("imagegen:sequence")  # a write the WATCH sees
+        return state
+
+    monkeypatch.setattr(store_module, "SUBMIT_TRIES", 3)
+    monkeypatch.setattr(store, "_queue_state", overtaken)
+    with pytest.raises(JobStoreBusy):
+        add(store, "never")
+    assert store.redis.zcard("imagegen:queued") == 0
+    assert not store.redis.exists("imagegen:job:never")
