@@ -33,6 +33,7 @@ RUN scripts/install_requirements python -r requirements/base.txt
 COPY pyproject.toml manage.py ./
 COPY scripts/start scripts/start
 COPY config/ config/
+COPY core/ core/
 COPY todos/ todos/
 COPY apikeys/ apikeys/
 COPY imagegen/ imagegen/
