@@ -123,6 +123,12 @@ MONGODB_TIMEOUT_MS = env_int("MONGODB_TIMEOUT_MS", 2000, minimum=100)
 # The worker's request threads: gunicorn's real count in a gunicorn worker (config/threads.py),
 # else GUNICORN_THREADS. The bounds below are kept under it.
 _THREADS = gunicorn_threads() or env_int("GUNICORN_THREADS", 16, minimum=1)
+if _THREADS < 2:
+    raise ImproperlyConfigured(
+        f"the worker runs {_THREADS} thread (gunicorn's --threads, or GUNICORN_THREADS outside "
+        "gunicorn): the service needs at least 2, one kept for /health while a request waits; "
+        "start gunicorn with --threads 8 (as config/gunicorn.py does)"
+    )
 # Todo requests that may wait on the database at once; the rest get 503 at once, so an
 # outage never holds every worker thread (gunicorn's threads less four, by default).
 TODO_MAX_CONCURRENT = env_int("TODO_MAX_CONCURRENT", max(1, _THREADS - 4), minimum=1)

@@ -65,6 +65,7 @@ def environment() -> Iterator[dict[str, str]]:
         ({"MODEL_ADAPTERS": "lcm-lora"}, "MODEL_ADAPTERS: 'lcm-lora' is not repo:file[:scale]"),
         ({"MODEL_ADAPTERS": "org/lora:w.bin"}, "must name a .safetensors file"),
         ({"MODEL_ADAPTERS": "org/lora:w.safetensors:big"}, "scale in 'org/lora:w.safetensors:big'"),
+        ({"GUNICORN_THREADS": "1"}, "the worker runs 1 thread (gunicorn's --threads, or"),
         (
             {"GUNICORN_THREADS": "8", "EVENT_STREAMS_MAX": "8"},
             "EVENT_STREAMS_MAX must be below GUNICORN_THREADS (8), got 8",
