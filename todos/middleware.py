@@ -14,16 +14,16 @@ from django.http import HttpRequest, HttpResponseBase
 from core.errors import error_response
 from todos import metrics
 
-_slots: threading.BoundedSemaphore | None = None
-_slots_lock = threading.Lock()
+
+@functools.cache
+def _slots_of(size: int) -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(size)
 
 
 def _database_slots() -> threading.BoundedSemaphore:
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(settings.TODO_MAX_CONCURRENT)
-        return _slots
+    """TODO_MAX_CONCURRENT's places, read at each request: a changed setting takes effect in
+    the running process (its requests in flight keep the places they took)."""
+    return _slots_of(settings.TODO_MAX_CONCURRENT)
 
 
 def database_budget(
