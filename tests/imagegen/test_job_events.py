@@ -20,6 +20,7 @@ from tests.support import sse
 from tests.support.in_process import Served, ready_in_either_mode
 from tests.support.jobs import cancel_all
 from tests.support.model_service import MODES
+from tests.support.processes import AppServer
 from tests.support.sse import Event, open_stream
 
 STREAMS_MAX = 2
@@ -324,6 +325,9 @@ def test_the_latest_preview_is_served_as_a_jpeg_and_404_before_the_first(app):
 
 
 def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answers(app):
+    """/health beside the held streams is a claim about gunicorn's threads, checked where the
+    app runs under gunicorn (the distributed variant); this process's loopback server has a
+    thread per request, so there only the bound is checked."""
     job_id = submit(app, **LONG, seed="7")
     wait_running(app, job_id)
     url = app.url(f"/jobs/{job_id}/events")
@@ -334,7 +338,7 @@ def test_streams_beyond_the_bound_get_503_with_retry_after_and_health_still_answ
         assert refused.status_code == 503
         assert int(refused.headers["Retry-After"]) > 0
         assert "EVENT_STREAMS_MAX" in refused.json()["error"]["message"]
-        for _ in range(5):
+        for _ in range(5 if isinstance(app, AppServer) else 0):
             started = time.monotonic()
             health = requests.get(app.url("/health"), timeout=5)
             assert health.status_code == 200 and time.monotonic() - started < 2

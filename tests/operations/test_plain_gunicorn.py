@@ -20,6 +20,7 @@ from tests.support.jobs import cancel_all
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
 from tests.support.processes import ROOT, AppServer, free_port
+from tests.support.sse import open_stream
 
 GUNICORN = Path(sys.executable).with_name("gunicorn")
 # A synchronous generation that runs until it is cancelled.
@@ -117,3 +118,24 @@ def test_the_synchronous_waiters_follow_the_threads_gunicorn_was_told(app: Plain
         for waiter in waiters:
             waiter.join(120)
     assert [answer.status_code for answer in answers] == [409] * 4  # cancelled
+
+
+def test_the_event_streams_follow_the_threads_gunicorn_was_told(app: PlainGunicorn):
+    """8 threads: EVENT_STREAMS_MAX 8 // 4 = 2 (4 with GUNICORN_THREADS' 16): two streams of a
+    running job are held, the third gets 503, and /health still answers beside them."""
+    submitted = requests.post(app.url("/generate"), data={**LONG, "async": "true"}, timeout=30)
+    assert submitted.status_code == 202, submitted.text
+    url = app.url(f"/jobs/{submitted.json()['id']}/events")
+    held = [open_stream(url) for _ in range(2)]
+    try:
+        assert [stream.status_code for stream in held] == [200, 200]
+        third = requests.get(url, timeout=30)
+        assert third.status_code == 503, third.text
+        assert "EVENT_STREAMS_MAX" in third.json()["error"]["message"]
+        started = time.monotonic()
+        assert requests.get(app.url("/health"), timeout=10).status_code == 200
+        assert time.monotonic() - started < 2
+    finally:
+        for stream in held:
+            stream.close()
+        cancel_all(app)
