@@ -1,6 +1,7 @@
-"""The SDXL layout (two text encoders, two tokenizers) pulls and generates the same way: in
-process, a loader of MODEL_ID=testorg/tiny-sdxl pulls from the local hub, and /generate
-answers from it through Django's whole stack."""
+"""The SDXL layout (two text encoders, two tokenizers): a loader of testorg/tiny-sdxl pulls
+its files from the local hub (the second encoder and tokenizer among them, no other format),
+and /generate answers from it through Django's whole stack, in process. The pull route itself
+is held by the SD modules (tests/imagegen/test_pull_lifecycle.py)."""
 
 import dataclasses
 

@@ -13,14 +13,18 @@ from tests.support.distributed import Stack
 from tests.support.processes import AppServer, job_mode
 
 
+def _modes_of(value: object) -> set[str]:
+    if isinstance(value, Stack):
+        return {"distributed"}
+    if isinstance(value, AppServer):
+        return {job_mode(value.env)}
+    if isinstance(value, list | tuple):  # a fixture handing several (apps of both modes)
+        return set().union(*(_modes_of(part) for part in value))
+    return set()
+
+
 def _modes_handed(item: pytest.Item) -> set[str]:
-    modes = set()
-    for value in getattr(item, "funcargs", {}).values():
-        if isinstance(value, Stack):
-            modes.add("distributed")
-        elif isinstance(value, AppServer):
-            modes.add(job_mode(value.env))
-    return modes
+    return set().union(*(_modes_of(value) for value in getattr(item, "funcargs", {}).values()))
 
 
 class EndToEndCount:
@@ -29,8 +33,12 @@ class EndToEndCount:
         self.counts: Counter[str] = Counter()
 
     @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        processes.launched_modes.clear()  # what its fixtures start counts for it too
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        processes.launched_modes.clear()
         yield
         for mode in _modes_handed(item) | processes.launched_modes:
             self.counts[mode] += 1

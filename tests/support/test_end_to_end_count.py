@@ -11,6 +11,10 @@ from tests.support.processes import AppServer
 
 
 def run(counter: EndToEndCount, item: SimpleNamespace, starts: list[AppServer]) -> None:
+    setup = counter.pytest_runtest_setup(item)  # type: ignore[arg-type]
+    next(setup)
+    with contextlib.suppress(StopIteration):
+        next(setup)
     call = counter.pytest_runtest_call(item)  # type: ignore[arg-type]
     next(call)
     for server in starts:  # what AppServer.launch records, without starting gunicorn
@@ -27,4 +31,5 @@ def test_each_test_counts_once_in_each_mode_it_reached(tmp_path: Path) -> None:
     run(counter, SimpleNamespace(funcargs={}), [alone, alone])
     run(counter, SimpleNamespace(funcargs={"x": "not a process"}), [])
     run(counter, SimpleNamespace(funcargs={"app": alone}), [replica])
-    assert dict(counter.counts) == {"distributed": 2, "in-process": 2}
+    run(counter, SimpleNamespace(funcargs={"apps": (alone, [replica])}), [])
+    assert dict(counter.counts) == {"distributed": 3, "in-process": 3}
