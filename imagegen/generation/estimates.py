@@ -184,7 +184,7 @@ class Cost:
 
 
 def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
-    """One image of `request` (its defaults filled in: render.with_defaults), or None when
+    """One image of `request` (its defaults filled in: parameters.with_defaults), or None when
     nothing is measured or counted yet (or its size is the model's own and that is not known
     yet)."""
     counted = measurements.counted

@@ -4,7 +4,8 @@ key's images, run generations, cancel them, tell webhooks.
 Routes of every protocol (the native form API, the OpenAI and AUTOMATIC1111 adapters, the
 page, MCP) call these with the process's Backend, so each rule (the queue's bound, the
 synchronous wait and its timeout, what a finished job answers) lives here once. They raise
-imagegen.errors, which config/api.py turns into answers. One module per concern; this one
+imagegen.errors, which the API's handlers turn into answers (config/api.py, with the
+shapes of imagegen/api/errors.py). One module per concern; this one
 names them all, so a route imports `services` alone.
 """
 
