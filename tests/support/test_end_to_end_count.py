@@ -10,9 +10,16 @@ from tests.support.end_to_end import EndToEndCount
 from tests.support.processes import AppServer
 
 
-def run(counter: EndToEndCount, item: SimpleNamespace, starts: list[AppServer]) -> None:
+def run(
+    counter: EndToEndCount,
+    item: SimpleNamespace,
+    starts: list[AppServer],
+    fixture_starts: tuple[AppServer, ...] = (),
+) -> None:
     setup = counter.pytest_runtest_setup(item)  # type: ignore[arg-type]
     next(setup)
+    for server in fixture_starts:  # an app its fixtures start, not handed to the test
+        processes.launched_modes.add(processes.job_mode(server.env))
     with contextlib.suppress(StopIteration):
         next(setup)
     call = counter.pytest_runtest_call(item)  # type: ignore[arg-type]
@@ -32,4 +39,5 @@ def test_each_test_counts_once_in_each_mode_it_reached(tmp_path: Path) -> None:
     run(counter, SimpleNamespace(funcargs={"x": "not a process"}), [])
     run(counter, SimpleNamespace(funcargs={"app": alone}), [replica])
     run(counter, SimpleNamespace(funcargs={"apps": (alone, [replica])}), [])
-    assert dict(counter.counts) == {"distributed": 3, "in-process": 3}
+    run(counter, SimpleNamespace(funcargs={}), [], fixture_starts=(replica,))
+    assert dict(counter.counts) == {"distributed": 4, "in-process": 3}
