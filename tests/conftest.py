@@ -27,7 +27,7 @@ from tests.support.processes import ROOT, AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
 
 # Packages whose tests share package-scoped fixtures (an app pulled once for the package).
-PACKAGE_GROUPS = ("tests/protocols", "tests/ui")
+PACKAGE_GROUPS = ("tests/imagegen/api/clients", "tests/imagegen/ui")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,7 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 # GEN_NICE's default a tiny job waits behind the other worker's tests. Both gave failures in
 # CI to tests that allow a synchronous request 8 s. OMP_NUM_THREADS: torch's threads in this
 # process, read when torch starts (after this: pytest-django loads these settings first).
-# What the settings do: tests/imagegen/test_cpu_budget.py, test_generation_priority.py.
+# What the settings do: tests/imagegen/model/test_cpu_budget.py, test_generation_priority.py.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TORCH_THREADS", "1")
 os.environ.setdefault("GEN_NICE", "0")

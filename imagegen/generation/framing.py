@@ -12,7 +12,7 @@ Why not diffusers' VaeImageProcessor, which ports the same A1111 code: the web p
 the mask when it takes the request (services.edit_request), and diffusers' image processor
 imports torch, which a web replica never loads (docs/azure.md). Its resize "default" and
 "crop" give the same pixels as modes 0 and 1 here, and its get_crop_region the same box as
-only_masked_region (tests/imagegen/test_framing.py holds both); its "fill" stretches the
+only_masked_region (tests/imagegen/generation/test_framing.py holds both); its "fill" stretches the
 bands with Pillow's default bicubic, not Lanczos, and differs there (up to 30 levels).
 """
 

@@ -55,7 +55,7 @@ class AppServer:
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "ACCESS_LOG": "0",
             # The start-up import of the model code (about 3-7 s per start here) is tested on
-            # its own (tests/imagegen/test_preload.py); the other starts skip it.
+            # its own (tests/imagegen/model/test_preload.py); the other starts skip it.
             "PRELOAD_MODEL_CODE": "0",
             # A test that ends with a request still open (an event stream, a long synchronous
             # generation) has the worker stopped 5 s later, not 30: the test is over, nothing

@@ -19,7 +19,7 @@ def serve(data_dir, port, db_port) -> subprocess.Popen:
         EMBEDDED_DB_PORT=str(db_port),
         ACCESS_LOG="0",
         # The start-up import of the model code (3-7 s a start here) is tested on its own
-        # (tests/imagegen/test_preload.py); these todos never touch it.
+        # (tests/imagegen/model/test_preload.py); these todos never touch it.
         PRELOAD_MODEL_CODE="0",
     )
     env.pop("SECRET_KEY", None)  # the launcher makes one
