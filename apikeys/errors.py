@@ -4,7 +4,7 @@ from core.errors import ServiceError
 
 
 class KeyRefused(Exception):
-    """Base of the key services' refusals (the command prints the message)."""
+    """The command prints the message."""
 
 
 class KeyNameTaken(KeyRefused):
@@ -23,8 +23,7 @@ class BadKeyField(KeyRefused):
 
 
 class KeyStoreUnreachable(ServiceError):
-    """A key that must be looked up while MongoDB does not answer: 503, never 401, since the
-    key may well be good (API_TOKEN is compared without the database and still works)."""
+    """503, never 401, when MongoDB does not answer: the key may well be good."""
 
     status = 503
     message = (
@@ -35,8 +34,7 @@ class KeyStoreUnreachable(ServiceError):
 
 
 class KeyLacksPower(ServiceError):
-    """A live key presented to a route its kind may not call: 403 (it is known, so not 401),
-    saying what the route needs."""
+    """403 (the key is known) saying what the route needs."""
 
     status = 403
 

@@ -1,4 +1,4 @@
-"""The form of a key's secret and its salted hash (apikeys.documents says why SHA-256)."""
+"""The form of a key's secret, and its salted hash."""
 
 import base64
 import hashlib
@@ -15,7 +15,7 @@ def new_secret() -> tuple[str, str]:
 
 
 def key_id_of(secret: str) -> str | None:
-    """The key id a presented secret names, or None when it is not of our form."""
+    """None when the secret is not of our form."""
     if not secret.startswith(PREFIX):
         return None
     key_id, sep, rest = secret[len(PREFIX) :].partition("_")
@@ -35,6 +35,6 @@ def matches(salt: str, stored: str, secret: str) -> bool:
 
 
 def webhook_signing_secret() -> str:
-    """A key's webhook signing secret in the Standard Webhooks form: `whsec_` and 32 random
-    bytes in base64. Unlike the API secret it is kept as it is, since it must sign."""
+    """`whsec_` and 32 random bytes in base64 (Standard Webhooks). Kept as is, since it must
+    sign."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()

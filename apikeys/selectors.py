@@ -1,10 +1,7 @@
-"""Reads of keys: who a presented secret is (every authenticated request), and the list.
+"""Reads of keys: who a presented secret is, and the list.
 
-The lookup reads MongoDB on every request, no cache: a revoked or rotated key is refused by
-every replica from the next request on. `lastUsedAt` is written at most once a minute a key,
-so a busy key costs one read a request, not a write too. A key made without a limit of its
-own has the deployment's default (KEY_DEFAULT_MAX_QUEUED, KEY_DEFAULT_PER_MINUTE), read here,
-so a changed default holds for every such key from its next request on."""
+No cache, so a revoked key is refused everywhere at once. `lastUsedAt` is written at most once
+a minute. Default limits are read here, so a changed default holds at the next request."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +17,7 @@ LAST_USED_EVERY = timedelta(minutes=1)
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request is: a named key, or the API_TOKEN (an admin named "API_TOKEN")."""
+    """A named key, or the API_TOKEN (an admin named "API_TOKEN")."""
 
     name: str
     admin: bool
@@ -35,8 +32,7 @@ TOKEN_CALLER = Caller(name="API_TOKEN", admin=True)
 
 
 def key_caller(*, secret: str) -> Caller | None:
-    """The live key this secret is, or None. Raises pymongo's errors when the database does
-    not answer: the caller answers 503, since the key may well be good."""
+    """None when the secret is no live key. Raises pymongo's errors when the database is away."""
     key_id = secret_form.key_id_of(secret)
     if key_id is None:
         return None
@@ -70,5 +66,5 @@ def _aware(moment: datetime) -> datetime:
 
 
 def key_list() -> list[ApiKey]:
-    """Every key, live and revoked, oldest first."""
+    """Live and revoked, oldest first."""
     return list(ApiKey.objects.order_by("created_at"))

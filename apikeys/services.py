@@ -1,5 +1,4 @@
-"""What changes keys: create, revoke, rotate. Called by `manage.py keys`; the secret a create
-or rotate makes is returned once and stored only as a salted hash."""
+"""What changes keys, for `manage.py keys`. A new secret is returned once and stored only hashed."""
 
 import re
 from dataclasses import dataclass
@@ -72,7 +71,7 @@ def key_create(
 
 
 def key_revoke(*, name: str) -> None:
-    """Refused from the next request on, on every replica: each request reads its key."""
+    """Refused from the next request on, on every replica."""
     result = keys_collection().update_one(
         {"name": name, "revokedAt": None}, {"$set": {"revokedAt": utc_now()}}
     )
@@ -81,8 +80,7 @@ def key_revoke(*, name: str) -> None:
 
 
 def key_rotate(*, name: str) -> IssuedKey:
-    """A new secret for the same name (its jobs, images and limits stay); the old secret is
-    refused from the next request on."""
+    """A new secret for the same name; its jobs, images and limits stay."""
     key_id, secret = secret_form.new_secret()
     salt = secret_form.new_salt()
     change = {"keyId": key_id, "salt": salt, "digest": secret_form.digest(salt, secret)}
@@ -93,14 +91,13 @@ def key_rotate(*, name: str) -> IssuedKey:
 
 
 def _check_webhook(url: str | None) -> None:
-    """The key's default webhook: an http or https URL (its address is checked when a job
-    names it, by the service's rules of the moment)."""
+    """An http or https URL. Its address is checked when a job names it."""
     if url and not url.startswith(("http://", "https://")):
         raise BadKeyField("--webhook", "must be an http or https URL ('' removes it)")
 
 
 def key_update(*, name: str, webhook_url: str | None = None) -> None:
-    """Changes what is given: the key's default webhook ('' removes it)."""
+    """'' removes the default webhook."""
     _check_webhook(webhook_url)
     change = {} if webhook_url is None else {"webhookUrl": webhook_url or None}
     result = keys_collection().update_one({"name": name, "revokedAt": None}, {"$set": change})
@@ -109,8 +106,7 @@ def key_update(*, name: str, webhook_url: str | None = None) -> None:
 
 
 def key_webhook_secret(*, name: str) -> str:
-    """A new webhook signing secret for the key (the previous one stops signing): the
-    key's webhooks are signed with it instead of WEBHOOK_SECRET."""
+    """A new signing secret, used instead of WEBHOOK_SECRET; the previous one stops signing."""
     secret = webhook_signing_secret()
     result = keys_collection().update_one(
         {"name": name, "revokedAt": None}, {"$set": {"webhookSecret": secret}}

@@ -1,12 +1,8 @@
-"""An ASGI app answered from a Django view, in the same process and port as every route.
+"""An ASGI app (the MCP SDK's, at /mcp) answered from a Django view.
 
-gunicorn runs WSGI, and some libraries only ship an ASGI server (the MCP SDK's, at /mcp).
-a2wsgi's ASGIMiddleware runs the app on an event loop of its own thread and answers each WSGI
-call through it; this module starts the app's lifespan on that loop first, as an ASGI server
-would (the MCP SDK keeps its task group there), and answers a Django request through it. The
-route stays a Django route: the project's middleware, authentication and error shapes apply,
-and the app reads the authenticated request from the WSGI environ (`REQUEST_KEY`).
-"""
+gunicorn runs WSGI. a2wsgi runs the app on its own thread's loop, where this module starts its
+lifespan first. The route stays a Django route, with the project's middleware, auth and
+errors."""
 
 import asyncio
 import io
@@ -19,11 +15,11 @@ from django.http import HttpRequest, StreamingHttpResponse
 REQUEST_KEY = "core.asgi_bridge.request"  # the Django request, in the app's scope's environ
 TASK_KEY = "core.asgi_bridge.task"  # the app's task answering it
 STARTUP_SECONDS = 30
-# How long a finished answer waits for the app's own task to end before leaving it.
+# How long a finished answer waits for the app's own task to end.
 AFTER_ANSWER_SECONDS = 5.0
 
 
-# An ASGI app as the libraries that make one type it (Starlette's MutableMapping messages).
+# An ASGI app as the libraries type it (Starlette's MutableMapping messages).
 AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
@@ -32,7 +28,7 @@ class LifespanFailed(RuntimeError):
 
 
 class AsgiBridge:
-    """One ASGI app on one event loop thread, started once; `answer` serves a request."""
+    """One ASGI app on one event loop thread, started once."""
 
     def __init__(self, app: AsgiApp) -> None:
         self._app = app
@@ -46,14 +42,13 @@ class AsgiBridge:
             raise
 
     async def _tracked(self, scope: Any, receive: Any, send: Any) -> None:
-        """The app, its task named in the request's environ, so that a client gone before
-        the answer ended can have it cancelled (_answer)."""
+        """Names the app's task in the environ, so it can be cancelled if the client leaves."""
         scope["wsgi_environ"][TASK_KEY] = asyncio.current_task()
         await self._app(scope, receive, send)
 
     def answer(self, request: HttpRequest) -> StreamingHttpResponse:
-        """The app's answer to `request`, streamed as it comes (server-sent events included).
-        The body is read here, through Django (MAX_BODY_BYTES holds it)."""
+        """Streamed as it comes, server-sent events included. Django reads the body, so
+        MAX_BODY_BYTES holds."""
         body = request.body
         environ = {
             **request.META,  # a WSGI request's META is its environ
@@ -82,9 +77,9 @@ class AsgiBridge:
 
 
 def _answer(first: bytes, rest: Iterator[bytes], gone: Callable[[], None]) -> Iterator[bytes]:
-    """The answer's chunks. Closed before the last (the client went away: the server's write
-    failed), the app's task is cancelled, as an ASGI server does at a disconnect; a2wsgi
-    alone would leave it waiting for ever to send its next chunk."""
+    """Cancels the app's task when the client leaves, as an ASGI server does.
+
+    a2wsgi alone would leave it waiting for ever."""
     finished = False
     try:
         yield first
@@ -96,9 +91,7 @@ def _answer(first: bytes, rest: Iterator[bytes], gone: Callable[[], None]) -> It
 
 
 async def _lifespan(app: AsgiApp) -> None:
-    """Sends the app its lifespan startup and returns once it completed; the app's lifespan
-    task then runs on for the life of the process (shutdown is never sent: the loop's thread
-    ends with it)."""
+    """Returns once startup completed; the lifespan task then lives with the process."""
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     await queue.put({"type": "lifespan.startup"})

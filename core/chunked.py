@@ -1,10 +1,7 @@
-"""Request bodies sent with `Transfer-Encoding: chunked` (no Content-Length), read like any other.
+"""Chunked request bodies (no Content-Length), read like any other.
 
-gunicorn de-chunks such a body, but Django reads exactly Content-Length bytes, so without one it
-saw an empty body ("body: Field required"). This WSGI wrapper reads the body (at most one byte
-past MAX_BODY_BYTES) and hands Django the bytes with their length; an oversized body then gets
-the usual 413 from Django's own size check.
-"""
+Django reads exactly Content-Length bytes, so it saw an empty body. This wrapper reads at most
+one byte past MAX_BODY_BYTES and sets the length."""
 
 import io
 from collections.abc import Callable, Iterable

@@ -15,8 +15,7 @@ def env_str(name: str, default: str) -> str:
 
 
 def parse_bool(raw: str) -> bool | None:
-    """The project's one reading of a yes/no string (settings, flags in requests): 1/true/
-    yes/on and 0/false/no/off/empty, any case; None for anything else."""
+    """The project's one reading of a yes/no string, any case; None for anything else."""
     value = raw.strip().lower()
     if value in _TRUE:
         return True
@@ -46,7 +45,7 @@ def env_int(
 def env_int(
     name: str, default: int | None, *, minimum: int | None = None, maximum: int | None = None
 ) -> int | None:
-    """The variable as an integer; unset or empty: default (None: the setting is optional)."""
+    """Unset or empty gives `default`; None makes the setting optional."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -66,7 +65,7 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
 @overload
 def env_float(name: str, default: None, *, minimum: float | None = None) -> float | None: ...
 def env_float(name: str, default: float | None, *, minimum: float | None = None) -> float | None:
-    """The variable as a finite number; unset or empty: default (None: the setting is optional)."""
+    """A finite number. Unset or empty gives `default`; None makes the setting optional."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default

@@ -1,10 +1,7 @@
-"""The base exception services raise, and the error answer every service writes from it.
+"""The base exception services raise, and the error answer written from it.
 
-Each service has its own error shape (the todo envelope, OpenAI's error object, the image
-service's `{"error": {"message": ...}}`); the app that owns a service registers its shape
-with the paths it serves, so the exception handlers and the fallback middleware write the
-same shape for a path without knowing any app.
-"""
+Each app registers its error shape for its paths. So handlers and middleware write the right
+shape without knowing any app."""
 
 import logging
 from typing import Any
@@ -17,13 +14,12 @@ NOT_FOUND = "Not Found"
 
 
 class ServiceError(Exception):
-    """A failure a service reports to its caller; `status` is the HTTP answer it maps to."""
+    """A failure a service reports to its caller; `status` is its HTTP answer."""
 
     status: int = 500
     message: str = "Internal server error"
     retry_after: int | None = None
-    # True where the failure may come after a generating request's job was queued (a store
-    # too busy to answer the read that follows): its answer then says how to retry safely.
+    # True where the job may already be queued: the answer then says how to retry safely.
     may_follow_a_queued_job: bool = False
 
     def __init__(self, message: str | None = None, *, retry_after: int | None = None) -> None:
@@ -34,9 +30,7 @@ class ServiceError(Exception):
 
 
 class FieldError(ServiceError):
-    """A request field that breaks a rule no schema can check (an uploaded file that is not
-    an image, a mask of another size): a 400 naming the field and the rule, in the same
-    shape as a schema's refusal."""
+    """A 400 naming the field and a rule no schema can check, shaped like a schema's refusal."""
 
     status = 400
 
@@ -59,10 +53,10 @@ ERROR_MESSAGE_SCHEMA = _MESSAGE
 
 
 class ErrorShape:
-    """How one service writes an error answer: `{"error": {"message", "details"?}}` here;
-    a service with another shape overrides `body` and `finish`."""
+    """`{"error": {"message", "details"?}}`; a service with another shape overrides `body` and
+    `finish`."""
 
-    # The body documented for an answer no route declares (a 405 on the service's paths).
+    # The body documented for an answer no route declares (a 405).
     openapi_content: dict[str, Any] = PLAIN_ERROR_CONTENT
     unauthorized_message = "A valid 'Authorization: Bearer <token>' is required"
 
@@ -73,7 +67,7 @@ class ErrorShape:
         return {"error": error}
 
     def finish(self, response: HttpResponse, retry_after: int | None) -> None:
-        """Headers this shape adds to every error answer (none here)."""
+        """Headers this shape adds to every error answer."""
 
 
 PLAIN = ErrorShape()
@@ -83,8 +77,7 @@ _registered: list[tuple[tuple[str, ...], tuple[str, ...], ErrorShape]] = []
 def register_error_shape(
     shape: ErrorShape, *, paths: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()
 ) -> None:
-    """Called by an app when it is ready: its error shape, for the paths its routes serve
-    (exactly `paths`, or starting with one of `prefixes`)."""
+    """Called by an app when ready, for `paths` and paths under `prefixes`."""
     _registered.append((paths, prefixes, shape))
 
 
@@ -112,6 +105,6 @@ def error_response(
 
 
 def unexpected_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    """A 500 for an exception no handler expected, logged with its traceback."""
+    """A 500, logged with its traceback."""
     log.exception("unhandled error on %s %s", request.method, request.path)
     return error_response(request, 500, "Internal server error")

@@ -1,9 +1,7 @@
-"""Log filters: an answer the service gives on purpose is not an error of the service.
+"""Log filters: an answer given on purpose is not an error of the service.
 
-Django logs every 5xx answer at ERROR; a 503 (database down, model loading, queue full) or a
-504 (no image in time) is the documented answer to a known condition, and an operator
-scanning for ERROR lines should find only what needs them.
-"""
+A 503 or 504 is a documented answer. An operator scanning for ERROR should find only real
+errors."""
 
 import json
 import logging
@@ -20,9 +18,8 @@ class ExpectedAnswers(logging.Filter):
         return getattr(record, "status_code", None) not in EXPECTED_STATUSES
 
 
-# The polls an app's page repeats every second or so (method, path, a part of the query),
-# registered by the app when it is ready: their lines would bury every other request, so
-# they are logged at debug only.
+# Polls a page repeats every second, registered by their app. Their lines would bury every other
+# request, so they log at debug.
 _QUIET_POLLS: set[tuple[str, str, str]] = set()
 
 
@@ -37,16 +34,12 @@ def is_quiet_poll(method: str, path: str, query: str) -> bool:
 
 
 def first_part(error: BaseException) -> str:
-    """pymongo appends its whole topology description to a timeout's message; the cause
-    (which server, what failed) is what comes before it."""
+    """pymongo appends its whole topology to a timeout's message; the cause comes before it."""
     return str(error).split(", Topology Description:", 1)[0]
 
 
 class JsonFormatter(logging.Formatter):
-    """LOG_FORMAT=json: one JSON object per line, for a log search to query by field. Always
-    time (UTC, ISO 8601), level, logger and message; request_id, route, status, duration,
-    job_id and worker when known, from the record's `extra` or the context of the request or
-    job it was logged in (core.request_context); an exception's traceback as `exception`."""
+    """LOG_FORMAT=json: one JSON object per line, for a log search to query by field."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {

@@ -17,11 +17,9 @@ request_log = logging.getLogger("config.requests")  # the name log searches know
 
 
 class RequestIdMiddleware:
-    """Every answer carries X-Request-ID: the client's or proxy's when valid
-    (core.request_context), else a new one, so one id follows a request from the ingress
-    into the logs, the job it queues and the worker that runs it. With LOG_FORMAT=json each
-    request also ends with one log line (route, status, duration), which gunicorn's text
-    access log cannot give a log search."""
+    """Every answer carries X-Request-ID, the client's when valid, so one id follows a request.
+
+    With LOG_FORMAT=json each request also ends with one log line."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -48,14 +46,14 @@ class RequestIdMiddleware:
         return response
 
     def process_view(self, request: HttpRequest, *_: object) -> None:
-        """Once the URL is resolved: the route template, for every log line of the request."""
+        """The route template, for every log line of the request."""
         match = request.resolver_match
         if match is not None and match.route:
             request_context.route.set("/" + match.route)
 
 
 class AppVersionHeaderMiddleware:
-    """Every response carries X-App-Version, so clients can tell which release answered."""
+    """X-App-Version, so clients can tell which release answered."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -68,9 +66,9 @@ class AppVersionHeaderMiddleware:
 
 
 class ErrorShapeMiddleware:
-    """Gives error answers that no view of ours wrote (Django's resolver and host check,
-    Ninja's method check, Django's own 500 page) the error shape of the service that owns
-    the path, so a client never has to parse HTML."""
+    """Gives answers no view of ours wrote the path's error shape, so a client never parses HTML.
+
+    That covers Django's 404, 500 and host check, and Ninja's 405."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -93,8 +91,7 @@ class ErrorShapeMiddleware:
 
 
 class HeadAsGetMiddleware:
-    """HEAD is GET without the body (RFC 9110), so every GET route answers HEAD too: the
-    request is routed as GET, and gunicorn sends the headers only."""
+    """HEAD is GET without the body (RFC 9110), so every GET route answers HEAD too."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -1,11 +1,7 @@
-"""OpenAPI for HTML-form request bodies, stated as the wire carries them.
+"""OpenAPI for form bodies, as the wire carries them.
 
-Pydantic documents an optional field as `anyOf [type, null]` with `default: null`, but a form
-has no null: an absent or empty field is how a client leaves one out. Generated from that,
-clients (and the schema fuzzer) sent the text "null". Optional form fields carry
-`json_schema_extra=plain_optional`, so they are documented as their plain type, and the body
-is documented with no properties beyond the declared ones, in both encodings the routes accept.
-"""
+A form has no null, yet Pydantic documents optional fields as nullable. Clients then sent
+"null". So optional form fields are documented as their plain type."""
 
 from typing import Any
 
@@ -15,7 +11,7 @@ from core.errors import shape_of
 
 
 def plain_optional(schema: dict[str, Any]) -> None:
-    """A field's JSON schema without its null option and null default (pydantic calls this)."""
+    """Drops the null option and null default."""
     options = [option for option in schema.pop("anyOf", ()) if option.get("type") != "null"]
     if len(options) == 1:
         schema.update(options[0])
@@ -28,11 +24,8 @@ def plain_optional(schema: dict[str, Any]) -> None:
 def form_request_body(
     model: type[BaseModel], files: dict[str, str] | None = None, **extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """The `openapi_extra` requestBody of a route that reads `model` from a form (Ninja
-    merges it into the urlencoded body it documents itself): no undeclared properties,
-    `extra` for fields the route reads beside the model's (a flag, say), and the same body
-    as multipart, which the route accepts too, with the file parts `files` (name:
-    description) only there."""
+    """The requestBody of a form route, urlencoded and multipart alike; `files` only in
+    multipart."""
     schema = model.model_json_schema()
     parts = {
         name: {"type": "string", "format": "binary", "description": description}
@@ -63,10 +56,7 @@ METHOD_NOT_ALLOWED = "another method than this path takes: the Allow header list
 
 
 def declare_method_not_allowed(schema: dict[str, Any]) -> None:
-    """Adds the 405 every path answers to a method it does not take (core.middleware), in
-    the error shape of the path's own routes (the todo envelope, the image service's or
-    OpenAI's error object): the shape of the operation's first declared 4xx answer, else
-    the one its app registered (/health; the todos' version at /)."""
+    """The 405 every path answers, in its routes' error shape (else its app's)."""
     for path, operations in schema.get("paths", {}).items():
         fallback = shape_of(path).openapi_content
         for operation in operations.values():

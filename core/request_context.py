@@ -1,12 +1,7 @@
-"""What a log line knows about the work it is part of: the request's id, its route, the job
-and the worker running it. Kept in context variables so any module logs with them without
-passing them along (core.logs' JSON formatter reads them), and so a job carries its
-request's id from the web process into its record and into the worker's log lines.
+"""What a log line knows about its work: request id, route, job and worker.
 
-An X-Request-ID from a client or proxy is kept when it is 1 to 128 characters of letters,
-digits, `.`, `_` and `-` (anything else could forge log lines or grow without bound); any
-other value, or none, gets a generated one.
-"""
+Context variables, so no call passes them along. A client's X-Request-ID must be 1 to 128
+characters of `[A-Za-z0-9._-]`. Anything else could forge log lines."""
 
 import contextlib
 import re
@@ -25,7 +20,7 @@ worker: ContextVar[str | None] = ContextVar("worker", default=None)
 
 
 def accepted_request_id(sent: str | None) -> str:
-    """The client's id when it is a valid one, else a new one (32 hex digits)."""
+    """The client's id when valid, else 32 new hex digits."""
     if sent is not None and _VALID_ID.fullmatch(sent):
         return sent
     return secrets.token_hex(16)
@@ -68,8 +63,7 @@ def request_scope(*, rid: str, path: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def job_scope(*, job: str, rid: str | None, name: str | None = None) -> Iterator[None]:
-    """While a job runs (its thread, or a worker process): its log lines carry its id, its
-    request's id and, in a worker, the worker's name."""
+    """A job's log lines carry its id, its request's id and the worker's name."""
     tokens: list[tuple[ContextVar[Any], Token[Any]]] = [
         (job_id, job_id.set(job)), (request_id, request_id.set(rid)),
     ]  # fmt: skip

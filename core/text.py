@@ -1,10 +1,7 @@
-"""The project's one rule for "blank" text, for todo titles and image prompts alike.
+"""The one rule for "blank" text, for todo titles and prompts alike.
 
-A string is blank when nothing in it would show: it holds only whitespace (NBSP and the other
-Unicode spaces included), control characters, format characters (zero-width space and
-joiners, the BOM, bidi marks) and combining marks with no base character to sit on.
-`str.strip()` alone misses the last three, so "\u200b" passed as a title while "\u00a0" did not.
-"""
+Blank text has only whitespace, control or format characters, and unattached combining marks.
+`str.strip()` misses the last three."""
 
 import unicodedata
 from typing import Annotated
@@ -26,8 +23,6 @@ def _not_blank(value: str) -> str:
     return value
 
 
-# Text that must show something: a todo's title, an image's prompt. Its length bounds are the
-# field's own, given as its `= Field(...)` default so they are checked first ("" is too short,
-# not blank); the refusal is a ValueError, which each service's error handler shapes (the todo
-# envelope, the image service's `error` object, OpenAI's).
+# Text that must show something. Length bounds come first, so "" is too short, not blank. The
+# refusal is a ValueError, shaped by each service's handler.
 NotBlank = Annotated[str, AfterValidator(_not_blank)]

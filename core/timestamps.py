@@ -1,8 +1,6 @@
-"""The project's one timestamp form: UTC at millisecond precision, written `...15.728Z`.
+"""The one timestamp form: UTC in milliseconds (`...15.728Z`).
 
-Milliseconds because MongoDB stores no finer, so a todo returned equals the todo read back;
-the image service's jobs, records and manifests use the same form so clients parse one.
-"""
+MongoDB stores no finer, so a todo returned equals the todo read back."""
 
 from datetime import UTC, datetime
 from typing import overload

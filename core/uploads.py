@@ -1,12 +1,7 @@
 """MAX_BODY_BYTES for multipart bodies too.
 
-Why: Django's DATA_UPLOAD_MAX_MEMORY_SIZE counts a body without its file parts, so an
-`image` part of any size was read (spooled to disk, then into memory by the edit routes)
-whatever MAX_BODY_BYTES said. This upload handler, first in FILE_UPLOAD_HANDLERS, refuses a
-multipart body whose length is past the limit before any part is read; a chunked body has
-its length from core.chunked (at most one byte past the limit). The refusal is Django's
-RequestDataTooBig, which the API answers 413 in each route's own error shape.
-"""
+Django's own limit skips file parts. This handler comes first in FILE_UPLOAD_HANDLERS. It
+refuses an oversized body before any part is read (413)."""
 
 from typing import Any
 

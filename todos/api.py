@@ -1,8 +1,6 @@
 """The todo routes: parse the request, call one service or selector, wrap the answer.
 
-Routes return what the services and selectors return (raw stored documents); the response
-schemas (todos.schemas.TodoOut) shape each into the five keys of a todo.
-"""
+Routes return raw stored documents; TodoOut shapes each into a todo's five keys."""
 
 from urllib.parse import urlencode
 
@@ -43,7 +41,7 @@ def ok(data: object) -> dict:
 
 
 def mark_replay(response: HttpResponse, replayed: bool) -> None:
-    """Says that this answer is an earlier request's outcome, sent again for its key."""
+    """This answer is an earlier request's outcome, sent again for its key."""
     if replayed:
         response["Idempotent-Replayed"] = "true"
 

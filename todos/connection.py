@@ -1,9 +1,6 @@
 """Connects MongoEngine to MONGODB_URI without waiting for the server.
 
-pymongo connects lazily and reconnects by itself, so the service starts while the database
-is down and recovers when it comes back; requests in between answer 503 after
-MONGODB_TIMEOUT_MS instead of hanging.
-"""
+So the service starts with the database down. Requests meanwhile answer 503, not hang."""
 
 import mongoengine
 from django.conf import settings

@@ -1,11 +1,7 @@
 """The cursor of a bounded `GET /todos?limit=N`: where the next page starts.
 
-A keyset cursor, not an offset: it names the last todo of a page by its sort key (createdAt,
-id), and the next page is every committed todo after that key. A todo inserted or deleted
-meanwhile therefore never shifts a page: none is shown twice or skipped. The text is opaque
-to clients (URL-safe base64 of the createdAt milliseconds and the id's 12 bytes), so the form
-can change without breaking anyone who only follows the `Link` header.
-"""
+A keyset cursor (createdAt, id), not an offset, so inserts and deletes never shift a page. The
+text is opaque, so its form may change."""
 
 import base64
 import binascii
@@ -31,7 +27,7 @@ class Cursor:
 
     @classmethod
     def after(cls, document: dict[str, Any]) -> "Cursor":
-        """The cursor of the page that follows this (raw, stored) todo."""
+        """The cursor of the page after this raw todo."""
         return cls(document["createdAt"], document["_id"])
 
     def encode(self) -> str:
@@ -60,7 +56,7 @@ class Cursor:
     def __get_pydantic_core_schema__(
         cls, _source: Any, _handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        """A query parameter: validated from its text, documented as a string."""
+        """Validated from its text, documented as a string."""
         return core_schema.no_info_after_validator_function(
             cls.decode,
             core_schema.str_schema(),

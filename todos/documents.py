@@ -1,14 +1,8 @@
 """How a todo is stored.
 
-On a server without transactions (a standalone mongod), a todo inserted by a batch stays
-*pending* (it carries `pendingBatch`) until the whole batch is in; readers see only committed
-todos. The unique index on `title` covers pending todos too, so a batch reserves its titles
-while it runs. If the process dies mid-batch, the TTL index removes the leftovers at
-`pendingExpiresAt`. (Replica sets use a transaction instead: see todos.services.)
-
-`Todo` defines the stored fields and the indexes (todos.indexes makes them); reads and writes
-handle the same documents raw, through `todos_collection()`.
-"""
+Without transactions, a batch's todos stay pending, unseen, until all are in. The unique title
+index covers them, so a batch reserves its titles. A TTL index removes a crashed batch's
+todos."""
 
 from mongoengine import DateTimeField, Document, IntField, StringField
 from pymongo.collection import Collection
@@ -31,8 +25,8 @@ class Todo(Document):
 
     meta = {
         "collection": "todos",
-        # Created by todos.indexes, which retries after a failure; MongoEngine's own
-        # auto-creation gives up for good if the first attempt finds the server down.
+        # Created by todos.indexes, which retries. MongoEngine's auto-creation gives up for good if
+        # the server is down at first.
         "auto_create_index": False,
         "indexes": [
             {"fields": ["created_at", "id"]},
@@ -46,12 +40,7 @@ _naive: tuple[Collection, Collection] | None = None
 
 
 def todos_collection() -> Collection:
-    """The todos' pymongo collection, on MongoEngine's connection (its settings, its pool).
-
-    Reads and writes use raw documents through it: a MongoEngine document per todo cost more
-    than the database's own work (17 us per todo read). Its datetimes decode naive, in UTC
-    as BSON stores them: decoding them and writing them as text (todos.schemas) is then
-    twice and four times as fast as with a tzinfo attached."""
+    """Raw documents: a MongoEngine document cost more than the read itself (17 us a todo)."""
     global _naive
     base = Todo._get_collection()  # a new one after MongoEngine reconnects
     if _naive is None or _naive[0] is not base:

@@ -1,5 +1,4 @@
-"""What the todo services can refuse, the todo envelope every todo answer's error is
-written in, and the answer to a database that does not answer."""
+"""What the todo services refuse, the todo error envelope, and the answer to a silent database."""
 
 import logging
 from collections.abc import Callable
@@ -44,8 +43,9 @@ class TitleTaken(ServiceError):
 
 
 class TitleDuplicated(TitleTaken):
-    """One title twice in one batch: no todo has it yet, so "already taken" would mislead;
-    the message names both places."""
+    """One title twice in one batch. No todo has it yet, so "already taken" would mislead.
+
+    The message names both places."""
 
     def __init__(self, title: str, first: int, second: int) -> None:
         ServiceError.__init__(
@@ -63,8 +63,9 @@ class IdempotencyKeyReused(ServiceError):
 
 
 class TodoEnvelope(ErrorShape):
-    """`{"data": null, "error": {"message", "details"?}}`, and the contract's exact body for
-    unmatched todo paths: `{"data": null, "error": "Not Found"}`."""
+    """`{"data": null, "error": {"message", "details"?}}`.
+
+    Unmatched todo paths get the contract's exact `{"data": null, "error": "Not Found"}`."""
 
     openapi_content = {
         "application/json": {
@@ -84,7 +85,7 @@ class TodoEnvelope(ErrorShape):
 
 
 def register_error_shapes() -> None:
-    """The todo service's paths: its version at /, /todo and /todos and below them."""
+    """The todo paths: the version at /, /todo and /todos and below."""
     register_error_shape(
         TodoEnvelope(), paths=("/", "/todo", "/todos"), prefixes=("/todo/", "/todos/")
     )
@@ -99,10 +100,10 @@ UNCONFIRMED = (
 
 
 def on_database_error(request: HttpRequest, exc: PyMongoError) -> HttpResponse:
-    """A database that does not answer in time is a 503. A write that never left this
-    process (no server to send it to) can simply be retried; one that was sent may have
-    been applied, and the answer must not tell the client to just try again (its retry
-    would then meet its own todo as a duplicate)."""
+    """A database that does not answer in time is a 503.
+
+    A write that was sent may have been applied. Then the answer must not say "just retry":
+    the retry would meet its own todo."""
     if not (exc.timeout or isinstance(exc, ConnectionFailure)):
         return unexpected_error(request, exc)
     log.warning("database unreachable: %s", first_part(exc))

@@ -1,9 +1,7 @@
-"""Makes sure the todo indexes exist before the first write of this process.
+"""Makes sure the todo indexes exist before this process's first write.
 
-Title uniqueness depends on the unique index, so a write never runs before it exists. After
-the first success a write pays one flag check and no round trip; a failure (database down)
-leaves the flag unset, so the next write tries again.
-"""
+Title uniqueness depends on them. A failure leaves the flag unset, so the next write tries
+again."""
 
 import threading
 

@@ -1,5 +1,4 @@
-"""The todo routes' database budget, applied by the todo router to each of its operations
-(todos.api), so no other route pays for it and nothing picks requests by their path."""
+"""The todo routes' database budget, applied by the todo router, so no other route pays for it."""
 
 import functools
 import threading
@@ -21,20 +20,17 @@ def _slots_of(size: int) -> threading.BoundedSemaphore:
 
 
 def _database_slots() -> threading.BoundedSemaphore:
-    """TODO_MAX_CONCURRENT's places, read at each request: a changed setting takes effect in
-    the running process (its requests in flight keep the places they took)."""
+    """TODO_MAX_CONCURRENT's places, read per request; requests in flight keep theirs."""
     return _slots_of(settings.TODO_MAX_CONCURRENT)
 
 
 def database_budget(
     run: Callable[..., HttpResponseBase],
 ) -> Callable[..., HttpResponseBase]:
-    """Bounds what a database outage can cost. Every todo request gets one deadline for all
-    of its database work (pymongo's client-side operation timeout: a transaction's retries
-    included, which otherwise go on for 120 s), and at most TODO_MAX_CONCURRENT of them wait on
-    the database at once; the next gets 503 at once. So neither a request nor all of the
-    worker's threads can be held by a dead database: /health and the image routes keep theirs.
-    Wraps an operation's whole run (auth, a key's lookup included) as a router decorator."""
+    """Bounds what a database outage can cost, around the whole operation.
+
+    One deadline for all of a request's database work, retries included. At most
+    TODO_MAX_CONCURRENT wait at once; the next gets 503. So /health keeps its threads."""
 
     @functools.wraps(run)
     def budgeted(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
@@ -46,10 +42,9 @@ def database_budget(
                 "shortly", retry_after=5,
             )  # fmt: skip
         try:
-            # With no server known (down, or not reached yet) the request gets MONGODB_TIMEOUT_MS
-            # in all: inside pymongo.timeout() server selection waits the whole deadline,
-            # ignoring serverSelectionTimeoutMS, so a database that is down would otherwise cost
-            # every todo request five times what the setting says before its 503.
+            # With no server known, the request gets MONGODB_TIMEOUT_MS in all. Inside
+            # pymongo.timeout() server selection ignores serverSelectionTimeoutMS. A down database
+            # would otherwise cost five times the setting before the 503.
             timeout_ms = settings.MONGODB_TIMEOUT_MS
             budget = timeout_ms * 5 / 1000 if database_known() else timeout_ms / 1000
             with pymongo.timeout(budget):
@@ -61,5 +56,5 @@ def database_budget(
 
 
 def database_known() -> bool:
-    """Whether pymongo knows a server to write to now (free: its last view of the topology)."""
+    """Free: pymongo's last view of the topology."""
     return mongoengine.get_connection().topology_description.has_writable_server()

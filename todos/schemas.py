@@ -1,14 +1,7 @@
 """Request and response bodies of the todo API; pydantic enforces the field rules.
 
-Strict mode: a number is not a title. Unknown keys are refused rather than ignored, so a
-misspelt `descripton` is an error, not a silently lost field.
-
-The models are plain pydantic models, which Ninja takes as they are. Ninja's `Schema` base
-adds a Python getter around every object it validates (for Django ORM objects and its
-`resolve_*` methods), which cost 8 us per todo in a list, more than reading it from the
-database; and it validates a body with `extra="forbid"` twice. Nothing here needs either:
-TodoOut resolves its keys with pydantic's own aliases and validators, in one pass.
-"""
+Strict, and unknown keys are refused: a misspelt `descripton` is an error, not a lost field.
+Plain pydantic models, since Ninja's `Schema` costs 8 us a todo in a list."""
 
 from datetime import datetime
 from typing import Annotated, Any
@@ -32,7 +25,7 @@ class StrictIn(BaseModel):
 
 
 class TodoIn(StrictIn):
-    # The bounds before the not-blank rule, as a Field default: "" is too short, not blank.
+    # Bounds before the not-blank rule: "" is too short, not blank.
     title: NotBlank = Field(min_length=1, max_length=TITLE_MAX, description=f"unique; {NOT_BLANK}")
     description: Description | None = None
 
@@ -46,7 +39,7 @@ class TodoBatchBody(StrictIn):
 
 
 class TodoListQuery(BaseModel):
-    """`GET /todos` is the whole list unless `limit` bounds it."""
+    """The whole list unless `limit` bounds it."""
 
     limit: Annotated[int, Field(ge=1, le=PAGE_MAX)] | None = Field(
         None, description="At most this many todos; the next page's address is in `Link`."
@@ -57,12 +50,8 @@ class TodoListQuery(BaseModel):
 
 
 def timestamp_text(moment: datetime | None) -> str | None:
-    """core.timestamps.iso_ms's form, four times faster for what the todo reads decode to.
-
-    The driver gives naive UTC datetimes there (see todos.documents.todos_collection), and C's
-    `isoformat` writes them at millisecond precision, truncated like iso_ms, in 0.6 us where
-    iso_ms's strftime takes 2.5 us: in a list of 1,000 todos, 4 ms. Anything else (an aware
-    datetime, a year before 1000, where strftime writes fewer digits) goes to iso_ms itself."""
+    """core.timestamps.iso_ms's form, four times faster for naive UTC datetimes; others go to
+    iso_ms."""
     if moment is None:
         return None
     if moment.tzinfo is None and moment.year >= 1000:
@@ -75,16 +64,15 @@ def _id_text(value: Any) -> str:
 
 
 def _stored(*names: str) -> Any:
-    """Where a key is read from: a raw document's name for it first, then a Todo's."""
+    """A raw document's name for the key first, then a Todo's."""
     return Field(validation_alias=AliasChoices(*names))
 
 
 class TodoOut(BaseModel):
-    """A todo in an answer: exactly these five keys, whatever the todo was read as.
+    """A todo in an answer: exactly these five keys, whatever it was read as.
 
-    Selectors and services hand over raw documents as stored (`_id`, `createdAt`); a `Todo`
-    document (`id`, `created_at`) reads the same (`from_attributes`). Each key that is not
-    stored under its own name says where it comes from and how it becomes text."""
+    Raw documents (`_id`, `createdAt`) and `Todo` documents (`id`, `created_at`) read the
+    same."""
 
     model_config = ConfigDict(from_attributes=True)
 

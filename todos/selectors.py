@@ -1,8 +1,6 @@
-"""Reads of todos, as the raw stored documents (todos.schemas.TodoOut shapes them).
+"""Reads of todos, as raw stored documents; only committed todos are visible.
 
-Only committed todos are ever visible (see todos.documents). Reads go straight to the pymongo
-collection: a MongoEngine document per todo cost more than the database's own work.
-"""
+Reads go straight to pymongo: a MongoEngine document per todo cost more than the read."""
 
 from datetime import datetime
 from typing import Any
@@ -23,7 +21,7 @@ Document = dict[str, Any]
 
 
 def object_id(todo_id: str) -> ObjectId:
-    """A malformed id names no record, so it is a 404 like any other unknown id."""
+    """A malformed id names no record, so it is a 404 like any unknown id."""
     if not todo_id.strip():
         raise IdRequired()
     try:
@@ -37,13 +35,12 @@ def is_committed(document: Document) -> bool:
 
 
 def order_key(document: Document) -> tuple[datetime, bytes]:
-    """The list's order in Python: ObjectIds compare as their 12 bytes, as MongoDB compares them."""
+    """ObjectIds compare as their 12 bytes, as MongoDB compares them."""
     return document["createdAt"], document["_id"].binary
 
 
 def todo_get(*, todo_id: str) -> Document:
-    # Looked up by _id alone, the pending check done here: the same answer, and an _id
-    # lookup is the cheapest read a server has (on the embedded one, half the time).
+    # Looked up by _id alone, the pending check done here: the cheapest read a server has.
     document = todos_collection().find_one({"_id": object_id(todo_id)})
     if document is None or not is_committed(document):
         raise TodoNotFound()
@@ -51,24 +48,17 @@ def todo_get(*, todo_id: str) -> Document:
 
 
 def todo_list() -> list[Document]:
-    """Every committed todo, ordered by createdAt then id.
-
-    The whole collection is read either way, so it is filtered and sorted here, in C, rather
-    than by the server: the same result, and on the embedded server a plain read of 100 todos
-    costs 1.0 ms where the filtered, sorted one costs 2.6 ms. A real MongoDB would sort through
-    the index; this saves it that work too. The cost grows with the collection (docs/todo-api.md:
-    "the unbounded list"); `todo_page` is the bounded read.
-    """
+    """Every committed todo, by createdAt then id, filtered and sorted here: faster than the
+    server."""
     documents = [document for document in todos_collection().find() if is_committed(document)]
     documents.sort(key=order_key)
     return documents
 
 
 def todo_first_page(*, limit: int) -> tuple[list[Document], Cursor | None]:
-    """`GET /todos` without `limit`: every todo while there are at most `limit` (the
-    collection's size from the server's metadata, one cheap call), read whole and sorted here
-    as todo_list does; past it the first `limit` through the index, and the next page's
-    cursor, so a large collection is never read and answered at once."""
+    """`GET /todos` without `limit`: everything while the collection is at most `limit`.
+
+    Past it, the first page and a cursor. So a large collection is never read at once."""
     if todos_collection().estimated_document_count() <= limit:
         documents = todo_list()
         if len(documents) <= limit:  # a batch added since the count goes by the index
@@ -77,9 +67,9 @@ def todo_first_page(*, limit: int) -> tuple[list[Document], Cursor | None]:
 
 
 def todo_page(*, limit: int, after: Cursor | None) -> tuple[list[Document], Cursor | None]:
-    """At most `limit` committed todos after the cursor, in list order, and the cursor of the
-    next page (None on the last one). The server filters, sorts and stops early, through the
-    (createdAt, _id) index; one todo more than asked says whether a next page exists."""
+    """At most `limit` todos after the cursor, and the next cursor (None on the last page).
+
+    The server stops early through the index; one todo more says whether a page follows."""
     query: dict[str, Any] = dict(COMMITTED)
     if after is not None:
         query["$or"] = [

@@ -1,9 +1,6 @@
-"""Everything that changes todos. Routers call these; they raise todos.errors on refusal.
+"""Everything that changes todos. They raise todos.errors on refusal.
 
-Writes go straight to the pymongo collection, one command each (the unique index makes a
-taken title fail the write itself), and return the stored documents, which
-todos.schemas.TodoOut shapes.
-"""
+Each write is one pymongo command; the unique index makes a taken title fail the write itself."""
 
 import logging
 import uuid
@@ -24,19 +21,19 @@ from todos.transactions import transactions_supported
 
 log = logging.getLogger(__name__)
 
-# How long a crashed batch may keep its titles reserved before the TTL index removes it.
+# How long a crashed batch may reserve its titles before the TTL index removes it.
 PENDING_BATCH_TTL = timedelta(minutes=5)
 
 
 def new_document(title: str, description: str | None, now: datetime) -> Document:
-    """A todo as stored (pymongo adds `_id` on insert); the keys in MongoEngine's order."""
+    """pymongo adds `_id` on insert; keys in MongoEngine's order."""
     return {"title": title, "description": description, "createdAt": now, "updatedAt": None}
 
 
 def todo_create(
     *, title: str, description: str | None, idempotency_key: str | None = None
 ) -> tuple[Document, bool]:
-    """The created todo, and whether it is the earlier outcome of the same Idempotency-Key."""
+    """Also says whether it is the earlier outcome of the same Idempotency-Key."""
 
     def insert(collection: Collection, documents: list[Document], now: datetime) -> None:
         try:
@@ -77,8 +74,9 @@ def todos_delete_all() -> int:
 def todos_insert_batch(
     *, items: list[tuple[str, str | None]], idempotency_key: str | None = None
 ) -> tuple[list[Document], bool]:
-    """Inserts all the todos or none of them, in request order; the bool says they are the
-    earlier outcome of the same Idempotency-Key."""
+    """All the todos or none, in request order.
+
+    The bool says they are the earlier outcome of the same Idempotency-Key."""
     titles = [title for title, _ in items]
     first_at: dict[str, int] = {}
     for index, title in enumerate(titles):
@@ -100,8 +98,7 @@ def _insert_once(
     idempotency_key: str | None,
     insert: Callable[[Collection, list[Document], datetime], None],
 ) -> tuple[list[Document], bool]:
-    """Runs `insert` on new documents for `items`, unless a request with the same
-    Idempotency-Key already created them: then those, and True."""
+    """Skips the insert when a request with the same key already created them, and answers True."""
     ensure_todo_indexes()
     now = utc_now()
     collection = todos_collection()
@@ -113,7 +110,7 @@ def _insert_once(
     try:
         insert(collection, documents, now)
     except TitleTaken:
-        # The same key's twin may have inserted them since the look-up above.
+        # The same key's twin may have inserted them since the lookup.
         if idempotency_key and (earlier := _outcome(collection, idempotency_key, items, now)):
             return earlier, True
         raise
@@ -123,8 +120,7 @@ def _insert_once(
 def _outcome(
     collection: Collection, key: str, items: list[tuple[str, str | None]], now: datetime
 ) -> list[Document] | None:
-    """What an earlier request with this key created, if it created anything; the key
-    reused for other todos is a 409, as the new ones were never inserted."""
+    """What an earlier request with this key created. The key reused for other todos is a 409."""
     query = {**idempotency.outcome_query(key, now), **COMMITTED}
     earlier = sorted(collection.find(query), key=lambda d: d["idempotencyIndex"])
     if not earlier:
@@ -137,7 +133,7 @@ def _outcome(
 def _insert_in_transaction(
     collection: Collection, documents: list[Document], titles: list[str]
 ) -> None:
-    """Replica sets: one transaction, invisible to readers until it commits."""
+    """Replica sets: invisible to readers until the transaction commits."""
     try:
         with collection.database.client.start_session() as session:
             session.with_transaction(
@@ -154,8 +150,9 @@ def _insert_in_transaction(
 def _insert_pending_then_commit(
     collection: Collection, documents: list[Document], titles: list[str], now: datetime
 ) -> None:
-    """Standalone servers have no transactions: the todos go in pending (invisible, see
-    todos.documents) and are then committed together; on a conflict they are removed."""
+    """Standalone servers have no transactions: pending first, then committed together.
+
+    On a conflict they are removed."""
     batch = uuid.uuid4().hex
     pending = {"pendingBatch": batch, "pendingExpiresAt": now + PENDING_BATCH_TTL}
     for document in documents:
@@ -189,6 +186,6 @@ def _discard_batch(collection: Collection, batch: str) -> None:
 
 
 def _taken_title(collection: Collection, titles: list[str]) -> str | None:
-    """Names a title that blocked the batch, for the error message."""
+    """For the error message."""
     taken = collection.find_one({"title": {"$in": titles}, **COMMITTED}, {"title": True})
     return taken["title"] if taken else None

@@ -1,8 +1,6 @@
-"""Whether the connected MongoDB can run multi-document transactions.
+"""Whether MongoDB can run multi-document transactions: replica sets can, standalone servers not.
 
-Replica sets and sharded clusters can (Atlas always is one); a standalone server, as a plain
-`docker run mongo` gives, cannot. The answer is asked of the server once per process.
-"""
+Asked once per process."""
 
 import threading
 

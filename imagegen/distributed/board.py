@@ -1,11 +1,7 @@
-"""The JobBoard of a web process in distributed mode (JOB_BROKER_URL set): the same calls the
-in-process JobQueue answers (imagegen.generation.job_board), so services, selectors and routes
-do not know the mode.
+"""The JobBoard of a web process in distributed mode: the in-process board's calls, on Redis.
 
-A web process only accepts, looks up and cancels jobs; Celery workers run them
-(imagegen.distributed.worker). Everything a client sees lives in the shared store
-(imagegen.distributed.store), so any replica answers for any job.
-"""
+A web process only accepts, looks up and cancels jobs; Celery workers run them. Everything
+lives in the store, so any replica answers for any job."""
 
 import contextlib
 import logging
@@ -34,8 +30,7 @@ from imagegen.model.status import ModelHandle
 
 log = logging.getLogger(__name__)
 
-# How often a waiting request looks at its job again on a board built without a change feed
-# (a store alone, as the store's own tests build it).
+# How often a waiting request reads its job on a board without a change feed (store tests).
 POLL_SECONDS = 0.05
 
 
@@ -57,8 +52,7 @@ class RedisJobBoard:
         self.queue_max = queue_max
         self.keep = keep
         self.rules = rules
-        # Waiting requests wake on the store's announcements (the backend always gives a
-        # feed); None: each polls every POLL_SECONDS.
+        # Waiting requests wake on the store's announcements; None: each polls every POLL_SECONDS.
         self.changes = changes
 
     @cached_property
@@ -77,9 +71,10 @@ class RedisJobBoard:
         key: str | None = None,
         key_limit: int | None = None,
     ) -> JobView:
-        """Queues a generation in the shared queue, or refuses it at once (model not on the
-        share, a download under way, the shared queue full: 503 from every replica; the
-        key's `key_limit` reached, counted in the store's step that queues it: 429)."""
+        """Queues a generation, or refuses it at once.
+
+        503 from every replica: model not on the share, a download under way, the queue full.
+        429: the key's `key_limit`, counted in the step that queues."""
         self.models.check_loadable()
         request = with_defaults(request, rules=self.rules)
         job_id = job_id or secrets.token_hex(8)
@@ -95,7 +90,7 @@ class RedisJobBoard:
         ):
             raise QueueFull()
         try:
-            # A wake-up call for one worker: it runs the job whose turn is next, whichever.
+            # Wakes one worker to run the next job, whichever.
             self._celery.send_task("imagegen.run_next_job", args=[job_id])
         except (OperationalError, redis.RedisError):
             self.jobs.forget(job_id)
@@ -105,8 +100,8 @@ class RedisJobBoard:
         return view
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
-        """How long `count` images of `request` would take if submitted now: behind every
-        unfinished job, spread over the live workers, from what the workers measured."""
+        """Behind every unfinished job, spread over the live workers, from the workers'
+        measurements."""
         request = with_defaults(request, rules=self.rules)
         views = self.jobs.views(self.jobs.unfinished_ids())
         ahead = [found for view in views if view and (found := ahead_of(view))]
@@ -122,8 +117,8 @@ class RedisJobBoard:
         return [v for v in self.jobs.views(self.jobs.recent_ids(limit)) if v is not None]
 
     def unfinished(self) -> list[JobView]:
-        """From the store's list of unfinished jobs (the one KEDA scales on), not from
-        `recent`: a long job on one worker stays listed while others finish many."""
+        """From the unfinished list, not `recent`: a long job stays listed while others finish
+        many."""
         views = self.jobs.views(list(reversed(self.jobs.unfinished_ids())))
         return [v for v in views if v is not None and v.state not in FINISHED]
 
@@ -145,14 +140,13 @@ class RedisJobBoard:
         return self.jobs.preview(job_id, partial)
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
-        """The job's view once it has finished, or as it is when `timeout` runs out."""
+        """The finished job's view, or its view at `timeout`."""
         return self._wait_for(
             job_id, timeout, lambda view: view.state in FINISHED, queue_moves=False
         )
 
     def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
-        """The view as soon as its revision passes `after`, or the current view at `timeout`;
-        None for an unknown job."""
+        """The view once its revision passes `after`, or at `timeout`; None for an unknown job."""
         return self._wait_for(job_id, timeout, lambda view: view.revision > after)
 
     def _wait_for(
@@ -163,10 +157,9 @@ class RedisJobBoard:
         *,
         queue_moves: bool = True,
     ) -> JobView | None:
-        """Reads the job until `done` (or it is unknown, or `timeout` ran out): after each
-        announcement of a change to it (with `queue_moves`, of the queue's too), and at least
-        every FALLBACK_SECONDS (each read also notices a lost worker); without a feed every
-        POLL_SECONDS instead."""
+        """Reads the job after each announced change, and at least every FALLBACK_SECONDS.
+
+        Each read also notices a lost worker. Without a feed it polls every POLL_SECONDS."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = POLL_SECONDS if self.changes is None else FALLBACK_SECONDS
         with contextlib.ExitStack() as stack:

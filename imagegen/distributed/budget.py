@@ -1,27 +1,16 @@
-"""Bounds on what a hung job store (Redis) can cost a web process: every Redis call ends within
-JOB_STORE_TIMEOUT_MS whatever Redis does (frozen, or a half-open connection that answers
-nothing), its reconnects, handshake and retries included; and at most JOB_STORE_MAX_CONCURRENT
-calls wait on it at once, the next refused at once (503, after PLACE_GRACE), so a frozen Redis
-never holds every gunicorn thread and /health keeps one.
+"""Bounds on what a hung Redis can cost a web process.
 
-Why redis-py's own socket timeouts are not enough: they bound each read and each connect, not
-a call. A call that times out disconnects and retries; against a frozen Redis the TCP connect
-succeeds (the kernel answers for it), and the handshake, the health check and the command then
-each wait the whole socket timeout again, so a frozen Redis would hold requests as long as it
-is frozen. Here each of those steps gets only what is left of the call's budget, and no retry
-starts once it is spent.
+Every Redis call ends within JOB_STORE_TIMEOUT_MS, reconnects and retries included. At most
+JOB_STORE_MAX_CONCURRENT calls wait at once; the next is refused with 503. So a frozen Redis
+never holds every gunicorn thread, and /health keeps one.
 
-Why per call and not one deadline per request (as the todos' pymongo.timeout): job requests
-wait for their jobs for minutes between calls (a synchronous /generate, the protocol routes,
-event streams); such a deadline would have to be renewed by every wait. A request's first call
-that Redis does not answer in time ends the request with 503, so a job route answers within
-the budget (and the retries' back-off, under a second) of Redis going silent.
+redis-py's socket timeouts bound each read, not a call. Against a frozen Redis the connect
+succeeds, and each later step waits the whole timeout again. Here each step gets what is left
+of the call's budget.
 
-The budget runs from the call taking its connection from the pool until it gives it back. A
-subscription (pub/sub) holds its connection, and a place, for its whole life: its reads give up
-once the budget from subscribing is spent, so a wait for notifications wants a blocking call of
-its own timeout below the budget, or a client of its own (store_client, no places).
-"""
+The budget is per call, not per request: job requests wait minutes between calls. A pub/sub
+subscription holds its connection for life, so it needs its own client (store_client, no
+places)."""
 
 import math
 import threading
@@ -42,9 +31,8 @@ from imagegen.errors import JobStoreBusy
 
 T = TypeVar("T")
 SPENT = "no answer from the job store within JOB_STORE_TIMEOUT_MS"
-# How long a call waits for a place before it is refused. A Redis that answers gives one back
-# within milliseconds (requests waiting for their jobs look at them 20 times a second, so
-# with few places they meet); a frozen one holds them for the whole budget.
+# How long a call waits for a place. A live Redis frees one within milliseconds; a frozen one holds
+# it for the whole budget.
 PLACE_GRACE = 0.05
 
 
@@ -55,15 +43,14 @@ class CallBudget:
         self.deadline = time.monotonic() + seconds
 
     def left(self) -> float:
-        """Seconds left; raises redis's TimeoutError (the job store's 503) once none are."""
+        """Raises redis's TimeoutError (the job store's 503) once no time is left."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise redis.TimeoutError(SPENT)
         return left
 
 
-# The budget of the call this thread is making: set when the call takes its connection from
-# the pool (whose connect and handshake it covers), cleared when the connection goes back.
+# This thread's call budget: set when the call takes a connection, cleared when it goes back.
 _current = threading.local()
 
 
@@ -76,8 +63,8 @@ def _capped(timeout: Any, left: float) -> float:
 
 
 class _Budgeted:
-    """Mixed into redis-py's connection classes (TCP, TLS, Unix socket): each socket step of a
-    call waits at most what is left of the call's budget."""
+    """Mixed into redis-py's connections: each socket step waits at most the call's remaining
+    budget."""
 
     budget: CallBudget | None = None
 
@@ -145,8 +132,7 @@ BUDGETED: dict[type, type] = {
 
 
 class BudgetRetry(Retry):
-    """redis-py's retry, but none once the call's budget is spent (a retry then could only
-    fail at once, after its back-off)."""
+    """No retry once the budget is spent: it could only fail, after its back-off."""
 
     def call_with_retry(
         self,
@@ -171,9 +157,7 @@ class BudgetRetry(Retry):
 
 
 class BudgetedPool(redis.ConnectionPool):
-    """The pool of a process's one Redis client: each call taking a connection gets its
-    budget, and with `max_waiting` (web processes) a place among those that may wait on Redis
-    at once, or JobStoreBusy at once."""
+    """Each call gets its budget; with `max_waiting`, a place too, or JobStoreBusy at once."""
 
     def __init__(
         self,

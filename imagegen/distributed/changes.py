@@ -1,19 +1,11 @@
-"""Waking the requests that wait on a job when it changes, instead of each asking Redis every
-50 ms (16 waiting requests were about 320 round trips a second per replica, each one job read).
+"""Waking the requests that wait on a job when it changes, instead of each polling Redis.
 
-The job store announces every transition on one pub/sub channel (store.CHANGED: the job's id,
-or `*` when the queue moved and every queued job's position with it). One listener thread per
-web process holds the subscription and wakes the requests waiting on that job; each then
-reads its job once. A waiting request still reads its job at least every FALLBACK_SECONDS:
-a message is lost while the listener reconnects (Redis restarted, a network blip) or when a
-transition's announcement fails, and that read then answers within a second instead; it also
-applies the lost-worker rule as every read does. After each (re)subscription the listener
-wakes every waiting request, so what changed while it was away is read at once.
+Polling every 50 ms, 16 waiting requests made about 320 round trips a second per replica. One
+listener thread per process wakes the waiters of a job; each then reads it once. A request
+still reads at least every FALLBACK_SECONDS, for messages lost while the listener reconnects.
 
-Why pub/sub and not a blocking pop on a per-job key: several requests wait on one job (a
-synchronous request and its joined retries, event streams), and a pop wakes only one; a
-blocking pop also holds a connection per waiting request, pub/sub one per process.
-"""
+Pub/sub, not a blocking pop: a pop wakes one waiter of several, and holds a connection per
+request."""
 
 import contextlib
 import logging
@@ -27,16 +19,14 @@ from imagegen.distributed.store import CHANGED, EVERY_JOB, decoded
 
 log = logging.getLogger(__name__)
 
-# The longest a waiting request goes without reading its job (the fallback poll).
+# The longest a waiting request goes without reading its job.
 FALLBACK_SECONDS = 1.0
-# How long the listener waits for a message before looking again (it sends nothing then: a
-# read on its socket, no Redis command); also how soon it notices it was asked to stop.
+# The listener's wait for a message (a socket read, no command); also how soon it sees a stop.
 LISTEN_SECONDS = 1.0
 
 
 class ChangeFeed:
-    """The process's subscription to job changes, started by the first request that waits
-    (in the gunicorn worker, after the fork; a forked child starts its own)."""
+    """Started by the first waiting request, so after gunicorn's fork."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -49,10 +39,10 @@ class ChangeFeed:
 
     @contextlib.contextmanager
     def watch(self, job_id: str, *, queue_moves: bool = True) -> Iterator[threading.Event]:
-        """An event set whenever `job_id` may have changed, while the block runs. Clear it
-        before reading the job, then wait on it: a change in between sets it again. Without
-        `queue_moves` a move of the queue (a queued job's position) does not set it: a
-        request waiting for the job's end has nothing to read then."""
+        """An event set whenever `job_id` may have changed, while the block runs.
+
+        Clear it before reading the job, then wait: a change in between sets it again. Without
+        `queue_moves`, queue moves do not set it."""
         self._listen_here()
         event = threading.Event()
         with self._lock:
@@ -70,8 +60,7 @@ class ChangeFeed:
                 self._queue_moves.discard(event)
 
     def wake(self, job_id: str) -> None:
-        """Wakes the requests waiting on `job_id`, or on EVERY_JOB those that follow moves
-        of the queue."""
+        """Wakes the waiters of `job_id`; EVERY_JOB wakes those following the queue."""
         with self._lock:
             if job_id == EVERY_JOB:
                 events = list(self._queue_moves)
@@ -94,8 +83,7 @@ class ChangeFeed:
         threading.Thread(target=self._listen_forever, name="job-changes", daemon=True).start()
 
     def close(self) -> None:
-        """Stops the listener within LISTEN_SECONDS (a process's feed lives as long as it
-        does; tests and benches make several)."""
+        """Stops the listener within LISTEN_SECONDS; tests make several feeds."""
         self._closed.set()
 
     def _listen_forever(self) -> None:

@@ -1,4 +1,4 @@
-"""The one Redis client and job store of a process in distributed mode (JOB_BROKER_URL)."""
+"""The one Redis client and job store of a process in distributed mode."""
 
 import logging
 from functools import cache
@@ -14,9 +14,9 @@ log = logging.getLogger(__name__)
 
 
 def store_client(url: str, *, timeout: float, max_waiting: int | None) -> redis.Redis:
-    """Every call ends within `timeout` seconds whatever Redis does (imagegen.distributed.
-    budget); with `max_waiting`, no more than that many calls wait on Redis at once. The pool
-    reconnects by itself when Redis is back, so no restart is needed."""
+    """Every call ends within `timeout` seconds; `max_waiting` bounds the calls waiting at once.
+
+    The pool reconnects by itself, so no restart is needed."""
     pool = BudgetedPool.from_url(
         url,
         budget_seconds=timeout,
@@ -24,8 +24,7 @@ def store_client(url: str, *, timeout: float, max_waiting: int | None) -> redis.
         socket_connect_timeout=min(2.0, timeout),
         socket_timeout=timeout,
         health_check_interval=15,
-        # Two quick retries ride over a blip (a restart: 503 within about a second), and none
-        # starts once the call's budget is spent.
+        # Two quick retries ride over a blip; none starts once the budget is spent.
         retry=BudgetRetry(ExponentialBackoff(cap=0.5, base=0.1), 2),
     )
     return redis.Redis(connection_pool=pool)
@@ -33,8 +32,7 @@ def store_client(url: str, *, timeout: float, max_waiting: int | None) -> redis.
 
 @cache
 def redis_client() -> redis.Redis:
-    """In a web process each call waiting on Redis holds a request thread, hence the bound
-    (JOB_STORE_MAX_CONCURRENT); a worker's few threads stay far below it."""
+    """In a web process each waiting call holds a request thread, hence JOB_STORE_MAX_CONCURRENT."""
     return store_client(
         settings.JOB_BROKER_URL,
         timeout=settings.JOB_STORE_TIMEOUT_MS / 1000,
@@ -44,11 +42,10 @@ def redis_client() -> redis.Redis:
 
 @cache
 def listener_client() -> redis.Redis:
-    """The change feed's own connection (imagegen.distributed.changes). A subscription holds
-    its connection for its whole life: on redis_client() it would take a place among the calls
-    waiting on Redis for good, and its call budget would run out a few seconds after it
-    subscribed, cutting it off over and over. Here its socket timeouts bound each read, and a
-    frozen Redis costs the waiting requests only their fallback read a second."""
+    """The change feed's own connection, with no places and no call budget.
+
+    A subscription holds its connection for life. On redis_client() it would keep a place
+    forever, and its budget would cut it off every few seconds."""
     timeout = settings.JOB_STORE_TIMEOUT_MS / 1000
     return redis.Redis.from_url(
         settings.JOB_BROKER_URL,
@@ -59,9 +56,9 @@ def listener_client() -> redis.Redis:
 
 
 def wake_a_worker(job_id: str) -> None:
-    """The message that makes one worker take the job whose turn is next, for a job queued again
-    after its worker was lost. Not sent (Redis away again): the job keeps its place at the
-    head of the queue, and the next job's message runs it."""
+    """A message for a job requeued after its worker was lost.
+
+    If it cannot be sent, the job keeps its head place and the next job's message runs it."""
     from kombu.exceptions import OperationalError
 
     from imagegen.distributed.celery_app import app

@@ -1,6 +1,4 @@
-"""The per-minute image counts of API keys in Redis, shared by every web replica, so a key's
-`--per-minute` holds however its requests are spread (imagegen.generation.rates says why a
-fixed window)."""
+"""API keys' per-minute counts in Redis, so `--per-minute` holds across replicas."""
 
 import time
 

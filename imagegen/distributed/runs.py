@@ -1,13 +1,8 @@
-"""The registry of synchronous protocol requests' runs in Redis (imagegen.generation.
-shared_runs), shared by every web replica: an SDK's retry that Azure's ingress sends to
-another replica joins the jobs its first attempt queued.
+"""The shared-run registry in Redis, so a retry sent to another replica joins its first attempt.
 
-One hash per request identity (its run's token and job ids) and one counter of waiters per
-run. Both expire GEN_SYNC_TIMEOUT plus a minute after the last join, so a replica that dies
-while waiting leaves nothing behind for long; until then its count keeps the run's jobs from
-being cancelled by a twin that gives up (they finish, and nobody collects them). A kept run
-(an Idempotency-Key's) is not removed when its last waiter leaves: it expires.
-"""
+A hash per request identity and a waiter count per run. Both expire GEN_SYNC_TIMEOUT plus a
+minute after the last join, so a dead replica leaves nothing for long. A kept run expires
+rather than being removed."""
 
 import json
 
@@ -21,7 +16,7 @@ RUN = "imagegen:run:{key}"
 WAITERS = "imagegen:run-waiters:{token}"
 LOCK = "imagegen:run-lock:{key}"
 
-# Removes the key's run only if it is still this one (a newer run may have replaced it).
+# Removes the key's run only if it is still this one.
 _DELETE_IF_CURRENT = """
 if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -31,9 +26,7 @@ return 0
 
 
 class RedisRuns(RunRegistry):
-    """The registry of every replica: one request at a time per key (a Redis lock), so two
-    replicas never both submit for the same request. A new run is written, with its expiry,
-    before its jobs are queued (shared_runs' docstring)."""
+    """One request at a time per key (a Redis lock), so two replicas never both submit."""
 
     def __init__(self, client: redis.Redis, ttl_seconds: int) -> None:
         self.client = client
@@ -67,9 +60,8 @@ class RedisRuns(RunRegistry):
             pipe.execute()
 
     def leave(self, run: SharedRun) -> bool:
-        """Under the key's lock too: a twin joining on another replica between the count's
-        last decrement and the run's removal would otherwise wait on jobs cancelled as
-        nobody's."""
+        """Under the key's lock. Else a twin joining just before the removal would wait on
+        cancelled jobs."""
         waiters = WAITERS.format(token=run.token)
         with self._locked(run.key):
             if self.client.decr(waiters) > 0:

@@ -1,24 +1,9 @@
-"""The ModelHandle of a web process in distributed mode (imagegen.model.status): the model of
-the deployment as that process sees it, the share and every worker process's own model state.
+"""The model of a distributed deployment as a web process sees it: the share and every worker.
 
-Each worker is a process in the contract's sense: `not_started` when it starts, even on a warm
-share, until a pull reaches it or its first job loads the model from the share. A pull is
-downloaded once, here in the web process (lock-free onto the share, as in the in-process
-mode; web processes never load the model), then counted in the store, and every running
-worker loads when it sees the count grow (imagegen.distributed.worker).
-
-The top-level `state` of GET /model/status answers "can this deployment generate?":
-
-- `downloading` while this web process downloads a pull;
-- else `ready` when at least one live worker is ready;
-- else `loading` when a worker is loading, or has not taken the latest pull yet;
-- else `failed` when a worker's load or this process's download failed (`error` says which);
-- else `not_started`.
-
-`workers` lists each live worker (name, its own state and error, the job it runs). When the
-store does not answer in time, the answer is still 200: what this process last saw, marked
-`store: "unreachable"` with its age (`store_age_seconds`).
-"""
+A pull downloads once, here, onto the share; web processes never load the model. Every running
+worker then loads when it sees the pull count grow. The `state` rules of GET /model/status are
+in docs/distributed.md. When Redis does not answer in time, the answer is still 200, marked
+`store: "unreachable"`."""
 
 import json
 import logging
@@ -39,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def live_workers(client: redis.Redis) -> list[dict]:
-    """The workers whose heartbeat is there (the others are removed from the list)."""
+    """Those whose heartbeat is gone are removed from the list."""
     names = sorted(decoded(name) for name in client.smembers(WORKERS))
     if not names:
         return []
@@ -52,7 +37,7 @@ def live_workers(client: redis.Redis) -> list[dict]:
 
 @dataclass(frozen=True)
 class Seen:
-    """The workers and the pull count as read from the store, and when."""
+    """The workers and the pull count as read, and when."""
 
     workers: list[dict]
     pulls: int
@@ -61,8 +46,7 @@ class Seen:
 
 class SharedModel:
     def __init__(self, loader: ModelLoader, client: redis.Redis) -> None:
-        # The web process's loader is used for its source and its status fields only: it
-        # never loads here (its state is not this deployment's).
+        # Used for its source and status fields only: it never loads here.
         self.loader = loader
         self.source = loader.source
         self.redis = client
@@ -73,8 +57,9 @@ class SharedModel:
         self._seen = Seen([], 0)  # nothing seen yet: no worker
 
     def pull(self) -> bool:
-        """Starts the download (when the share lacks a complete copy) and then has every
-        running worker load; False when every live worker is ready already."""
+        """Downloads if the share lacks a complete copy, then has every worker load.
+
+        False when every live worker is ready already."""
         workers = live_workers(self.redis)
         if workers and all(w["state"] == "ready" for w in workers):
             return False
@@ -106,8 +91,9 @@ class SharedModel:
         return self._downloading is not None and self._downloading.is_alive()
 
     def check_loadable(self) -> None:
-        """Refuses at once what no worker could load soon: nothing on the share, a download
-        under way or failed. A worker loads the model from the share for its first job."""
+        """Refuses what no worker could load soon.
+
+        Nothing on the share, or a download under way or failed."""
         if self.source.complete_manifest() is not None:
             return
         with self._lock:
@@ -118,10 +104,9 @@ class SharedModel:
         raise ModelNotPulled()
 
     def _read_workers(self) -> tuple[Seen, str]:
-        """The workers and the pull count, with whether they were read now or are what this
-        process last saw (Redis did not answer within JOB_STORE_TIMEOUT_MS, or too many
-        requests wait on it): the deployment gate fails on any answer but 2xx, and a blip of
-        the store must not fail a deployment."""
+        """What this process last saw, when Redis does not answer.
+
+        The gate fails on anything but 2xx. A store blip must not fail a deployment."""
         try:
             self._seen = Seen(live_workers(self.redis), int(self.redis.get(PULLS) or 0))
             return self._seen, "reachable"

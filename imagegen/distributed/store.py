@@ -1,41 +1,13 @@
-"""The jobs of a distributed deployment, in Redis, where every web replica and worker reads
-and writes them.
+"""The jobs of a distributed deployment, in Redis, read by every replica and worker.
 
-Why Redis and not Celery's result backend or the MongoDB of the todos: Redis is already the
-broker (one more service would be one more thing to run and to lose), and a job's life needs
-what a result backend lacks: transitions that check the state they start from (a cancel racing
-a worker's claim, two replicas finding the same worker lost), a per-job revision for waiting
-on changes, a heartbeat per running job, and the queue's rules (imagegen.generation.
-queue_policy) checked and applied in one step. Each transition is one Lua script, which Redis
-runs atomically; a submit is the policy's decision on the queue read under WATCH, written in
-one MULTI that Redis refuses if anything read changed meanwhile (JobStore.add).
+Redis is already the broker. A job needs what a result backend lacks. Transitions check the
+state they start from. Each job has a revision, and each running job a heartbeat. Each
+transition is one Lua script. A submit applies queue_policy to the queue read under WATCH, in
+one MULTI. The keys are listed in docs/distributed.md, "Redis keys".
 
-Keys (under `imagegen:`): `job:<id>` a hash per job (its fields below, `rev` counting every
-change a client can see, `attempt` and `attempts` its runs: each worker that took it);
-`job:<id>:preview` its latest live preview and an OpenAI stream's partial images (preview_key);
-`queued` the waiting jobs in the queue's order (a sorted set by each job's place,
-queue_policy.order: fair turns across keys, then arrival; `ZRANK` is the position);
-`sequence` the last arrival; `rounds` each key's latest round and `served` the round of the
-job claimed last (queue_policy.fair_round); `recent` every remembered job in arrival order;
-`running` the running jobs, scored by the store's reachable time at their last heartbeat;
-`clock` that reachable time; `worker:<name>` a worker's own heartbeat and model state; `idle`
-the workers waiting for work; `pull` the count of pulls asked for, which every worker
-follows; `unfinished` a list with one entry per queued or running job, the length KEDA scales
-the workers on (Celery's own list holds only the waiting messages: scaling on it would remove
-workers in the middle of their jobs).
-
-Why a clock of its own and not a TTL key per running job: a heartbeat missing while the
-store itself was away (restarted, frozen, unreachable) says nothing about the worker, and a
-TTL key expires all the same (a restart with persistence loads it expired). So time counts
-only while the store is seen reachable: every script that beats, claims or judges ticks
-`clock` (Redis's own TIME), adding the time since the last tick when that gap is at most half
-JOB_HEARTBEAT_TTL (live workers tick every beat, a second at most apart); a longer gap adds
-nothing, and one longer than the TTL (an outage, or nobody about) sets every running job's
-heartbeat anew. A job is lost once its heartbeat is a whole JOB_HEARTBEAT_TTL behind that
-clock, so after an outage its worker has a full TTL of the store reachable to beat again, and
-every worker re-asserts its job at its next beat.
-The pub/sub channel `changed` announces each transition, for the requests waiting on a job.
-"""
+Heartbeats run on the store's own `clock`, not TTL keys. A heartbeat missed while the store
+was away says nothing about the worker. So time counts only while the store is seen reachable.
+After an outage, every worker has a whole JOB_HEARTBEAT_TTL to beat again."""
 
 import contextlib
 import json
@@ -71,24 +43,21 @@ QUEUED, RECENT, SEQUENCE, IDLE, WORKERS, PULLS, UNFINISHED, RUNNING, CLOCK = (
         "clock",
     )
 )  # fmt: skip
-# The fair order (queue_policy.fair_round): each key's latest round, and the round of the job
-# claimed last. A queued job's score is its place (queue_policy.order).
+# The fair order: each key's latest round, and the round of the job claimed last.
 ROUNDS, SERVED = PREFIX + "rounds", PREFIX + "served"
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
-# A job whose worker is lost runs once more; losing a second worker fails it. A worker dies
-# for its own reasons (out of memory, a node taken away); twice in a row points at the job.
+# A job whose worker is lost runs once more. Workers die for their own reasons; twice in a row
+# points at the job.
 RUNS_PER_JOB = 2
-# How the error of a job failed as lost begins (_SWEEP, after its second worker): its answer
-# is WorkerLost's.
+# How a lost job's error begins: its answer is WorkerLost's.
 LOST = "worker lost: "
-# The pub/sub channel every transition is announced on: the job's id, or EVERY_JOB
-# (imagegen.distributed.changes).
+# Every transition is announced here: the job's id, or EVERY_JOB.
 CHANGED = PREFIX + "changed"
 EVERY_JOB = "*"
 
 
-# How often a submit decides again when the queue moved under its decision (WATCH) before it
-# gives up with a 503: others' writes always succeed, so only a crowd of submits gets here.
+# Submit's tries when the queue moved under its decision, then 503. Only a crowd of submits gets
+# here.
 SUBMIT_TRIES = 50
 
 
@@ -97,9 +66,8 @@ def job_key(job_id: str) -> str:
 
 
 def preview_key(job_id: str) -> str:
-    """The job's latest preview (a hash: its step, steps, size, media type and bytes), written
-    over at each preview, deleted with the job's hash (_SUBMIT, forget) and expiring after
-    PREVIEW_TTL_MS in any case: a preview outlives nothing."""
+    """Written over at each preview, deleted with the job, and expiring after PREVIEW_TTL_MS
+    anyway."""
     return f"{PREFIX}job:{job_id}:preview"
 
 
@@ -110,13 +78,9 @@ def worker_key(name: str) -> str:
     return f"{PREFIX}worker:{name}"
 
 
-# The store's reachable time (ms), ticked: see the module's docstring. A gap longer than
-# max_gap (half the TTL) adds nothing; after one longer than the TTL (the store away, or
-# nobody about) every running job's heartbeat is also set to now: each worker gets a whole
-# TTL of the store reachable to beat again. (A tick merely late, a busy machine's, delays
-# the judgement by its gap, not by a whole TTL.) A tick less than
-# 0.1 s after the last one is not written (the next counts from the same mark), so frequent
-# readers do not write at every read.
+# The store's reachable time (ms). A gap over max_gap (half the TTL) adds nothing. After one over
+# the TTL, every running job's heartbeat is set to now, so each worker gets a whole TTL to beat
+# again. Ticks under 0.1 s apart are not written, so frequent readers do not write at every read.
 _TICK = """
 local function tick(clock, running, max_gap)
   local time = redis.call('TIME')
@@ -141,8 +105,7 @@ local function tick(clock, running, max_gap)
 end
 """
 
-# Every queued job's position moves when one ahead of it leaves the queue: their revisions
-# grow with it, so a client waiting for a change of one of them sees it.
+# A job leaving the queue moves every position behind it, so their revisions grow too.
 _BUMP_QUEUED = """
 local function bump_queued(prefix, queued)
   for _, other in ipairs(redis.call('ZRANGE', queued, 0, -1)) do
@@ -151,11 +114,8 @@ local function bump_queued(prefix, queued)
 end
 """
 
-# What the queue's policy (imagegen.generation.queue_policy) decides a submit on, read in one
-# step under WATCH (JobStore.add): the waiting jobs and their places, the idle workers (those
-# whose heartbeat is gone apart: they are not idle, whatever they said last), the keys of the
-# unfinished jobs, the submitting key's latest round, the round served, the last arrival, and
-# the remembered jobs oldest first with their states ('' for a hash gone). Reads only.
+# What a submit's decision reads, in one step under WATCH. Workers whose heartbeat is gone are not
+# idle, whatever they said last. Reads only.
 _QUEUE_STATE = """
 local prefix, owner = ARGV[1], ARGV[2]
 local live, dead = 0, {}
@@ -180,11 +140,8 @@ return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), live, dead, keys,
         redis.call('GET', KEYS[3]) or '0', recent}
 """
 
-# A worker takes the first waiting job, whichever message woke it: the queue's order is
-# this set's (each score the place queue_policy.order gave the job: JobStore.add), so
-# positions are exact with any number of workers. A job run again keeps its place (its
-# score): it is among the first. The round it was in (queue_policy.round_of) becomes the one
-# served. Answers the job's id and its attempt number.
+# A worker takes the first waiting job, whichever message woke it, so positions are exact with any
+# number of workers. A job run again keeps its place. Answers the id and the attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
@@ -212,9 +169,8 @@ return {id, #attempts}
 """
 )
 
-# Whether the job is running the given attempt (ARGV[1]): a worker found lost but only slow
-# is told to stop, and nothing it writes lands on the job's next run or its outcome; and
-# whether a cancel was asked for (1) or not (0).
+# Whether the job runs this attempt: a worker found lost but only slow must not write over the next
+# run. And whether a cancel was asked for.
 _CURRENT = """
 local function current(key, attempt)
   return redis.call('HGET', key, 'state') == 'running'
@@ -228,8 +184,7 @@ local function cancel_asked(key)
 end
 """
 
-# A running job's change from its worker; nothing once that run is no longer current (found
-# lost). Answers -1 then, else 1 when a cancel was asked for, else 0.
+# A running job's change from its worker. -1: this run is no longer current; 1: cancel asked; 0.
 _UPDATE = (
     _CURRENT
     + """
@@ -244,8 +199,8 @@ return cancel_asked(KEYS[1])
 """
 )
 
-# The outcome of the current run only: checked and written in one step, so a run found lost
-# (and maybe running again elsewhere) never stores its result.
+# The current run's outcome only, checked and written in one step. A run found lost never stores its
+# result.
 _FINISH = (
     _CURRENT
     + """
@@ -261,8 +216,7 @@ return 1
 """
 )
 
-# The running job's heartbeat: the store's reachable time now. -1: that run is no longer
-# current (stop), 1: a cancel was asked for, 0: go on.
+# The running job's heartbeat. -1: this run is no longer current (stop); 1: cancel asked; 0: go on.
 _BEAT = (
     _CURRENT
     + _TICK
@@ -299,10 +253,9 @@ return state
 """
 )
 
-# Every running job whose heartbeat is a whole TTL behind the store's reachable time: its
-# worker died (or froze past the TTL). A cancelled one ends cancelled; one that lost fewer
-# than RUNS_PER_JOB workers goes back to the head of the queue; the other fails, naming its
-# workers. One step, so of two judges at once only one acts. Answers id, what was done, ...
+# Every running job a whole TTL behind the clock has lost its worker. A cancelled one ends
+# cancelled; one with fewer than RUNS_PER_JOB runs is queued first; the rest fail, naming their
+# workers. One step, so of two judges only one acts.
 _SWEEP = (
     _BUMP_QUEUED
     + _TICK
@@ -372,8 +325,7 @@ return handled
 
 
 def decoded(reply: bytes | str) -> str:
-    """A string reply as str. The client decodes no replies (connection.redis_client), so it is
-    bytes; redis-py types a reply `bytes | str` whichever way a client is set."""
+    """The client decodes no replies, but redis-py types a reply `bytes | str` either way."""
     return reply.decode() if isinstance(reply, bytes) else reply
 
 
@@ -392,7 +344,7 @@ def failure_text(error: ServiceError) -> str:
 
 
 def outcome_fields(outcome: Outcome) -> dict[str, str]:
-    """A finished job's outcome as the fields of its hash (what _view reads back)."""
+    """The hash fields _view reads back."""
     fields = {"state": outcome.state.value, "phase": outcome.phase}
     if outcome.image is not None:
         fields["image"] = outcome.image.model_dump_json()
@@ -404,8 +356,7 @@ def outcome_fields(outcome: Outcome) -> dict[str, str]:
 
 
 def failure_from_text(text: str | None) -> ServiceError | None:
-    """The ServiceError a worker's job failed with, as the web replica raises it (its status,
-    message and Retry-After: what the answer is made of)."""
+    """The ServiceError a worker recorded, with its status, message and Retry-After."""
     if not text:
         return None
     data = json.loads(text)
@@ -415,8 +366,7 @@ def failure_from_text(text: str | None) -> ServiceError | None:
 
 
 def _failure(fields: dict) -> ServiceError | None:
-    """What a synchronous request for the job raises: what its worker recorded, or for a job
-    failed as lost (the sweep's error) WorkerLost, a 503 a retry can help."""
+    """What the worker recorded; a job failed as lost raises WorkerLost, a 503 a retry can help."""
     if recorded := failure_from_text(_text(fields, "failure")):
         return recorded
     error = _text(fields, "error")
@@ -428,8 +378,8 @@ def _failure(fields: dict) -> ServiceError | None:
 def _checked_claim(
     job_id: str, attempt: int, request: Any, created: Any, now: str, rid: Any, key: Any
 ) -> "Claimed":
-    """A claimed job's fields as read from Redis, each checked against the form the web
-    replicas write (imagegen.generation.stored_ids); ValueError naming the first that is not."""
+    """A claimed job's fields checked against the forms web replicas write; ValueError names the
+    first bad one."""
     owner = decoded(key) or None if key else None
     if not is_job_id(job_id):
         raise ValueError("its id is not a job id")
@@ -459,10 +409,10 @@ class Claimed:
 
 
 class JobStore:
-    """The atomic reads and transitions of jobs in Redis; the web board and the workers both
-    go through it. `wake` sends a worker the message that makes it take the job whose
-    turn is next (connection.wake_a_worker): a job found lost and queued again needs one, as a new
-    job does; without it (tests) such a job waits for the next message."""
+    """The atomic reads and transitions of jobs; the web board and the workers both use it.
+
+    `wake` sends the message that makes a worker take the next job. A requeued job needs one;
+    without it (tests) the job waits for the next message."""
 
     def __init__(
         self,
@@ -475,10 +425,8 @@ class JobStore:
         self.heartbeat_ttl = heartbeat_ttl
         self.wake = wake
         self._queue_state = client.register_script(_QUEUE_STATE)
-        # Every transition a waiting client can see is announced (_announce), and only such
-        # a transition: a claim that took nothing or a sweep that found nothing lost is no
-        # news. Every reader of a running job sweeps, so an announced empty sweep would wake
-        # the streams that follow the queue, whose reads sweep again: a loop.
+        # Only transitions a client can see are announced. An empty sweep is no news: announcing it
+        # would wake the queue's streams, whose reads sweep again, in a loop.
         self._claim = client.register_script(_CLAIM)
         self._update = self._announced(client.register_script(_UPDATE))
         self._finish = self._announced(client.register_script(_FINISH))
@@ -487,16 +435,17 @@ class JobStore:
         self._sweep = client.register_script(_SWEEP)
 
     def _announce(self, *changed: str) -> None:
-        """Announces on CHANGED each job that changed (its id) and, as EVERY_JOB, a move of
-        the queue (every queued job's position), for the requests waiting on them
-        (imagegen.distributed.changes). The one place that notifies. An announcement that
-        fails is not the transition's failure: waiters read their job every second anyway."""
+        """The one place that notifies, on CHANGED: each changed job, and EVERY_JOB for a queue
+        move.
+
+        A failed announcement does not fail the transition: waiters read their job every
+        second anyway."""
         with contextlib.suppress(redis.RedisError):
             for item in changed:
                 self.redis.publish(CHANGED, item)
 
     def _announced(self, script: Script) -> Callable[..., Any]:
-        """The transition `script` of the job whose hash is its first key, then announced."""
+        """Runs `script` on the job whose hash is its first key, then announces it."""
 
         def run(*, keys: list[str], args: list[Any]) -> Any:
             result = script(keys=keys, args=args)
@@ -511,7 +460,7 @@ class JobStore:
 
     @property
     def max_gap_ms(self) -> int:
-        """The longest time between two ticks still counted as the store reachable."""
+        """The longest gap between ticks still counted as the store reachable."""
         return self.ttl_ms // 2
 
     # -- the web side -----------------------------------------------------------------------
@@ -528,13 +477,11 @@ class JobStore:
         queue_max: int,
         keep: int,
     ) -> bool:
-        """Queues the job, or refuses it with nothing written (queue_policy.admit): False when
-        the shared queue is full, KeyQueueLimit for a key at its limit. The queue's policy
-        decides on the shared queue as read under WATCH, and its decision is written in one
-        MULTI only if nothing it read changed meanwhile (another replica's submit, a claim, a
-        finish): else it decides again on what is there now. So requests of one key at the
-        same instant cannot pass its limit together on any replica, and every write stays one
-        atomic step."""
+        """Queues the job, or refuses it with nothing written: False when full, KeyQueueLimit at
+        the limit.
+
+        The decision is written in one MULTI only if nothing it read changed; else it decides
+        again. So one key's simultaneous requests cannot pass its limit on any replica."""
         fields: dict[str, str | int] = {
             "id": job_id,
             "request": request.model_dump_json(),
@@ -554,8 +501,8 @@ class JobStore:
                     watched = (QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED)
                     pipe.watch(*watched, job_key(job_id))
                     if pipe.exists(job_key(job_id)):
-                        # A try whose reply was lost wrote it (redis-py then raises
-                        # WatchError): queued once, not twice.
+                        # A try whose reply was lost wrote it (redis-py then raises WatchError):
+                        # queued once, not twice.
                         return True
                     state = self._queue_state(
                         keys=[QUEUED, RECENT, SEQUENCE, IDLE, ROUNDS, SERVED, UNFINISHED],
@@ -581,8 +528,8 @@ class JobStore:
         queue_max: int,
         keep: int,
     ) -> None:
-        """Applies the queue's policy to the state read (_QUEUE_STATE) and writes its decision
-        in one MULTI on the watching `pipe` (WatchError when anything read has changed)."""
+        """Writes queue_policy's decision in one MULTI; WatchError when anything read has
+        changed."""
         queued, idle, dead, keys, round_text, served, arrival, recent = state
         queue_policy.admit(
             key_jobs=queue_policy.key_jobs((decoded(k) for k in keys), key),
@@ -616,10 +563,9 @@ class JobStore:
         pipe.execute()
 
     def forget(self, job_id: str) -> None:
-        """Takes back a job whose message could not be sent (it would never run)."""
+        """Takes back a job whose message could not be sent: it would never run."""
         with self.redis.pipeline() as pipe:
-            # One call a line: redis-py types a pipeline's commands as the client's (their
-            # replies), not as the pipeline they return.
+            # One call a line: redis-py types a pipeline's commands as the client's.
             pipe.zrem(QUEUED, job_id)
             pipe.zrem(RECENT, job_id)
             pipe.lrem(UNFINISHED, 0, job_id)
@@ -628,9 +574,10 @@ class JobStore:
             pipe.execute()
 
     def cancel(self, job_id: str) -> str | None:
-        """The state the job was in when asked (None: unknown). A queued job is cancelled
-        and never runs; a running one is marked: its worker reads the mark with its next
-        heartbeat (within a second) or step, and stops at the model's next block."""
+        """The job's state when asked (None: unknown).
+
+        A queued job never runs. A running one is marked. Its worker reads the mark within a
+        second and stops at the model's next block."""
         state = self._cancel(keys=[job_key(job_id), QUEUED], args=[PREFIX, job_id, now_text()])
         if not state:
             return None
@@ -645,10 +592,10 @@ class JobStore:
         return self.views([job_id])[0]
 
     def views(self, job_ids: list[str]) -> list[JobView | None]:
-        """Each job as one consistent picture (its fields and position read in one
-        transaction). When one is running, lost jobs are handled first (sweep): a reader
-        applies the rule the workers' sweeps do, and ticks the store's clock, so a waiting
-        request gets its answer even with every worker gone."""
+        """Each job's fields and position, read in one transaction.
+
+        With a job running, readers sweep lost jobs first. So a request gets its answer with
+        every worker gone."""
         raw = self._read(job_ids)
         if any(fields.get(b"state") == b"running" for fields, _ in raw) and self.sweep():
             raw = self._read(job_ids)
@@ -659,22 +606,22 @@ class JobStore:
         return None if value is None else int(value)
 
     def unfinished_ids(self) -> list[str]:
-        """Oldest first: the jobs queued or running, in the order they were submitted."""
+        """Oldest first."""
         return [decoded(i) for i in cast(list[bytes], self.redis.lrange(UNFINISHED, 0, -1))]
 
     def recent_ids(self, limit: int | None = None) -> list[str]:
         """Newest first."""
         end = -1 if limit is None else limit - 1
-        # Member names only (no WITHSCORES), undecoded (see decoded); redis-py's type for every
-        # form of the reply also holds (member, score) pairs.
+        # Member names only, undecoded; redis-py's type also allows (member, score) pairs.
         members = cast(list[bytes], self.redis.zrevrange(RECENT, 0, end))
         return [i.decode() for i in members]
 
     def sweep(self) -> list[tuple[str, str]]:
-        """Handles every running job whose heartbeat is a whole JOB_HEARTBEAT_TTL behind the
-        store's reachable time: (job id, "requeued" | "failed" | "cancelled") for each. Every
-        live worker sweeps at each beat, so a lost job is handled within the TTL and a beat
-        whether or not anyone reads it; a job queued again gets a worker's message here."""
+        """Requeues, fails or cancels each running job a whole JOB_HEARTBEAT_TTL behind the
+        clock.
+
+        Every live worker sweeps at each beat. So a lost job is handled within the TTL and a
+        beat."""
         args: list[str | int] = [PREFIX, self.ttl_ms, self.max_gap_ms, now_text(),
                                  RUNS_PER_JOB, f"{self.heartbeat_ttl:g}"]  # fmt: skip
         reply = self._sweep(keys=[RUNNING, CLOCK, QUEUED, UNFINISHED], args=args)
@@ -690,13 +637,12 @@ class JobStore:
         return handled
 
     def next_queued(self) -> str | None:
-        """The job at the head of the queue: the next one a worker takes."""
+        """The next job a worker takes."""
         head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
         return decoded(head[0]) if head else None
 
     def attempts(self, job_id: str) -> list[dict[str, str]]:
-        """Each run of the job, oldest first: its worker, when it started, and when it was
-        found lost (`lost_at`, absent for the current run and a finished one)."""
+        """Each run, oldest first: worker, start, and `lost_at` unless current or finished."""
         stored = self.redis.hget(job_key(job_id), "attempts")
         return json.loads(stored) if stored else []
 
@@ -711,10 +657,10 @@ class JobStore:
     # -- the worker side --------------------------------------------------------------------
 
     def claim(self, worker: str) -> Claimed | None:
-        """Takes the job whose turn is next for this worker (running, with its heartbeat).
-        A job whose stored fields are not what a web replica writes (a forged one: an id, a
-        key or an input digest of another form, a request that does not validate) is failed
-        unread, and the next one taken: nothing of it names a file."""
+        """Takes the next job for this worker.
+
+        A job whose fields are not what a web replica writes is failed unread. So a forged job
+        names no file."""
         while True:
             now = now_text()
             keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
@@ -739,24 +685,22 @@ class JobStore:
                             error="the job's stored fields are not valid")  # fmt: skip
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
-        """-1: this run of the job is no longer current (found lost); 1: a cancel was asked
-        for."""
+        """-1: this run is no longer current (found lost); 1: a cancel was asked for."""
         flat = [item for pair in fields.items() for item in pair]
         return self._update(keys=[job_key(job_id)], args=[attempt, *flat])
 
     def finish(self, job_id: str, attempt: int, /, **fields: Any) -> bool:
-        """False, and nothing written, when this run is no longer current: the job was found
-        lost (and maybe runs again elsewhere)."""
+        """False, with nothing written, when this run was found lost."""
         fields["finished_at"] = now_text()
         flat = [item for pair in fields.items() for item in pair]
         keys = [job_key(job_id), RUNNING, UNFINISHED]
         return bool(self._finish(keys=keys, args=[attempt, *flat]))
 
     def write_preview(self, job_id: str, attempt: int, preview: Preview) -> int:
-        """Stores the job's latest preview over the last (and an OpenAI stream's partial
-        image under its own fields too: at most PARTIALS of them), then records its step in
-        the job (update: a change its watchers wake for, refused for a run no longer
-        current)."""
+        """Writes over the last preview (partial images under their own fields, at most
+        PARTIALS).
+
+        Then records the step in the job; that is refused for a run no longer current."""
         names = [""] if preview.partial is None else ["", f"partial{preview.partial}:"]
         fields = {f"{name}{key}": value for name in names for key, value in (
             ("step", preview.step), ("steps", preview.steps), ("width", preview.width),
@@ -769,7 +713,7 @@ class JobStore:
         return self.update(job_id, attempt, preview_step=preview.step)
 
     def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
-        """The latest preview, or the partial image number `partial`."""
+        """The latest preview, or partial image `partial`."""
         name = "" if partial is None else f"partial{partial}:"
         keys = ("step", "steps", "width", "height", "type", "data")
         stored = self.redis.hmget(preview_key(job_id), [name + key for key in keys])
@@ -782,8 +726,8 @@ class JobStore:
         )  # fmt: skip
 
     def beat(self, job_id: str, attempt: int) -> bool:
-        """Refreshes the running job's heartbeat; True when the job is to stop (a cancel was
-        asked for, or this run is no longer current: found lost), in the same round trip."""
+        """True when the job is to stop (cancel asked, or run found lost), in the same round
+        trip."""
         keys = [job_key(job_id), RUNNING, CLOCK]
         return self._beat(keys=keys, args=[job_id, attempt, self.max_gap_ms]) != 0
 
@@ -794,7 +738,7 @@ def _text(fields: dict, name: str) -> str | None:
 
 
 def _field(fields: dict, name: str) -> str:
-    """A field every job's hash has from the start (add writes it)."""
+    """A field every job's hash has from the start."""
     return fields[name.encode()].decode()
 
 

@@ -1,9 +1,6 @@
-"""The one Celery task: wake a worker to run the job whose turn is next (fair turns
-across keys: imagegen.generation.queue_policy).
+"""The one Celery task: wake a worker to run the job whose turn is next.
 
-The message carries the id of the job whose submission sent it, for the logs only: which
-job runs is the store's order (a cancelled job's message runs the next one, or nothing).
-"""
+The job id in the message is for the logs only: the store's order decides which job runs."""
 
 import logging
 

@@ -1,17 +1,8 @@
-"""The measurements behind the estimates (imagegen.generation.estimates) in distributed mode:
-every worker records what its jobs measured, every web replica reads them, so a synchronous
-request is estimated from the workers' real pace whichever replica it reaches.
+"""The estimates' measurements in Redis: workers record, every replica reads.
 
-One hash per model (`imagegen:timings:<MODEL_ID>|<VAE_DECODER>`: another model, or the tiny
-decoder, costs something else): a field per size measured (`WIDTHxHEIGHT`: the last KEPT
-images' timings as a JSON list, newest first), `native`, the size of a request that names
-none, and `counted`: the model's work counted over the pace a worker measured, at its load
-(imagegen.generation.work), the estimate before any image. It has no expiry: a figure stays
-true until newer images at its size replace it, and with GEN_MIN_SIDE to GEN_MAX_SIDE in steps
-of 8 it holds a bounded number of fields. Two
-workers finishing at one size at the same moment may keep one image of the two: a lost
-measurement, never a wrong one.
-"""
+One hash per model and decoder, with a field per size, `native` and `counted`. No expiry: a
+figure holds until newer images replace it. Two workers writing one size at once may lose a
+measurement. They never write a wrong one."""
 
 import json
 from dataclasses import asdict
@@ -27,8 +18,7 @@ COUNTED = "counted"  # the model's counted work, as a worker published it (image
 
 
 def measured_model(source: ModelSource) -> str:
-    """What a measurement is of: the model and its decoder (adapters are fused: a step costs
-    what it cost without them)."""
+    """The model and its decoder; adapters are fused, so they cost nothing per step."""
     return f"{source.model_id}|{source.decoder.kind}"
 
 

@@ -1,13 +1,8 @@
-"""The webhook outbox of distributed mode (imagegen.webhooks.outbox), in the jobs' Redis:
-every web replica notices ended jobs and sends deliveries, and each step that hands one thing
-to one replica (a watch becoming a delivery, a due delivery claimed) is one script, so two
-replicas never both take it.
+"""The webhook outbox of distributed mode, in the jobs' Redis.
 
-`watch`: a hash of the watched jobs. `due`: a sorted set of delivery ids by the time each is
-due; a claim moves the delivery CLAIM_LEASE seconds ahead, so one whose replica stopped
-mid-try is due again then. `created`: the deliveries by creation time (the oldest's age).
-`delivery:<id>`: its JSON. `record:<job>`: what the job's answer shows, kept RECORD_SECONDS
-past its last change."""
+Each step that hands one thing to one replica is one script, so two replicas never both take
+it. A claim moves a delivery CLAIM_LEASE seconds ahead, so a try cut off mid-way is due again
+then. Keys: `watch`, `due` (by due time), `created`, `delivery:<id>`, `record:<job>`."""
 
 import json
 from dataclasses import asdict

@@ -1,34 +1,13 @@
-"""A Celery worker process of distributed mode: one pipeline, one job at a time.
+"""A Celery worker of distributed mode: one pipeline, one job at a time.
 
-Each message wakes the worker to run the job whose turn is next (the queue's order:
-imagegen.generation.queue_policy; imagegen.distributed.store's claim); the generation itself
-is the in-process queue's (imagegen.generation.execution), its progress written to the
-store at every step end (one small Redis call, which also tells the worker whether a cancel
-was asked for).
+A message wakes the worker to run the job whose turn is next. The generation is the in-process
+one; progress goes to the store at each step.
 
-A thread beats while the process lives, every JOB_HEARTBEAT_TTL / 3 seconds at most once a
-second: it refreshes this worker's key (its model state, for GET /model/status, with
-JOB_HEARTBEAT_TTL) and the running job's heartbeat (its score in the store's `running` set,
-on the store's own clock of reachable time). The running job's beat reads back,
-in the same round trip, whether a cancel was asked for (or the job was found lost), and sets
-the job's stop flag, which the generation reads between the model's blocks
-(imagegen.generation.stop_points): a worker learns of a cancel within a second, without
-waiting for its next step's write, and the generation itself never waits on Redis for it
-(a Redis call from every stop point would stall it by the client's timeouts in an outage;
-a pubsub listener would need its own connection and still a poll for the messages lost
-while it reconnects). Each beat also sweeps the running jobs (JobStore.sweep): a worker
-killed mid-job stops beating, and the live workers find its job within JOB_HEARTBEAT_TTL
-and a beat, whether or not a client reads it, and run it again once (its message,
-acknowledged when it started, is never delivered again: the sweep sends a new one). The
-heartbeat counts the store's reachable time only, so a store outage fails nobody: this
-thread re-asserts the job at its first beat once the store is back. Every write of a job
-names its run (the attempt), so a worker found lost but only slow stores nothing: its next
-beat or write stops it, and its outcome, if it got that far, is refused (its image removed).
-The same thread follows the pull count: when a pull was asked for after this worker
-started, it loads the model; and an idle worker runs a job left waiting at the head of the
-queue without a message (_take_a_job_left_waiting): a message lost, or Celery's consumer
-stopped for good, never leaves a job waiting forever.
-"""
+A heartbeat thread refreshes this worker's state and its job's heartbeat. The same round trip
+reads a cancel, so the worker learns of it within a second. The generation never waits on
+Redis. Each beat sweeps lost jobs, so a killed worker's job runs again within a TTL. Every
+write names its attempt. So a worker found lost but only slow stores nothing. The thread also
+follows pulls, and runs a job left waiting without a message."""
 
 import contextlib
 import gc
@@ -65,23 +44,20 @@ from imagegen.model.loader import ModelLoader
 log = logging.getLogger(__name__)
 
 
-# How many beats a job may wait at the head of the queue while this worker is idle before
-# the worker runs it without a message (WorkerRuntime._take_a_job_left_waiting).
+# Beats a job may wait at the head of the queue, this worker idle, before it runs it unasked.
 RESCUE_BEATS = 3
 
 
 def default_worker_name() -> str:
-    """Host and pid, and a few random characters: a container started again keeps its host
-    name and often its pid, and two lives of one worker must not read as one in a job's
-    attempts ("lost 2 workers, w and w")."""
+    """Host, pid and random characters: a restarted container often keeps host and pid.
+
+    Two lives of one worker must not read as one in a job's attempts."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 @dataclass
 class _StoreReport:
-    """A running job's progress, written to the shared store. `stopping` is set when the
-    worker learns that the job is to stop: from the heartbeat (WorkerRuntime.beat), or from a
-    step's write."""
+    """Progress written to the store. `stopping` is set from the heartbeat or a step's write."""
 
     store: JobStore
     job_id: str
@@ -114,7 +90,7 @@ class _StoreReport:
         self._write(phase=text)
 
     def preview(self, preview: Preview) -> None:
-        """The latest preview into the store (one per job, written over); a blip loses it."""
+        """One per job, written over; a blip loses it."""
         try:
             self.store.write_preview(self.job_id, self.attempt, preview)
         except redis.RedisError as exc:
@@ -137,8 +113,8 @@ class WorkerRuntime:
         self.store = store
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
-        # The model's work counted over this worker's pace at its load, published for every
-        # replica before any image (GEN_THROUGHPUT: the pace instead).
+        # The model's counted work over this worker's pace, published for every replica before any
+        # image.
         self.counting = CountOnce(loader, timings, throughput)
         self.redis = store.redis
         self.loader = loader
@@ -149,15 +125,15 @@ class WorkerRuntime:
         self.job_id: str | None = None
         self.report: _StoreReport | None = None  # the running job's
         self.pulls: int | None = None  # the pull count this worker has followed
-        # The queue's head at this idle worker's last beat, and at how many beats in a row.
+        # The queue's head at this idle worker's last beat, and for how many beats in a row.
         self.waiting_seen: str | None = None
         self.waiting_beats = 0
-        # One job at a time, whoever starts it: Celery's task, or this worker's own rescue.
+        # One job at a time, whether Celery's task or this worker's rescue starts it.
         self._one_job = threading.Lock()
         self._closing = threading.Event()  # stop() was called: take up no job
         self._stop = threading.Event()
-        # Held while a job is claimed and while a beat says "idle", so a beat never puts a
-        # worker that just took a job back among the idle ones (the queue's bound).
+        # Held while claiming and while a beat says "idle", so a worker that just took a job never
+        # reads as idle.
         self._claiming = threading.Lock()
 
     # -- the heartbeat ------------------------------------------------------------------------
@@ -166,9 +142,8 @@ class WorkerRuntime:
         threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def stop(self) -> None:
-        """A job this worker took up itself (_take_a_job_left_waiting) finishes first, as
-        Celery's warm shutdown lets its own task finish, its heartbeat going on meanwhile;
-        none is taken up from here on."""
+        """A job this worker took up itself finishes first, as under Celery's warm shutdown. None
+        is taken after."""
         self._closing.set()
         with self._one_job:
             self._stop.set()
@@ -210,13 +185,11 @@ class WorkerRuntime:
             self._take_a_job_left_waiting()
 
     def _take_a_job_left_waiting(self) -> None:
-        """Runs the job at the head of the queue itself when it has waited there for
-        RESCUE_BEATS beats in a row with this worker idle. An idle worker's Celery consumer
-        takes a message within a second, so such a job's message was lost (a job queued
-        again after its worker was lost, whose message could not be sent; a broker restarted
-        without persistence) or the consumer has stopped taking any: Celery's Redis consumer
-        can stop for good when the broker goes away in the middle of an ack (seen here with
-        Redis stopped and frozen; celery#10205), and the job would wait forever."""
+        """Runs the head of the queue when it waited RESCUE_BEATS beats with this worker idle.
+
+        An idle consumer takes a message within a second, so that message was lost, or the
+        consumer stopped. Celery's Redis consumer can stop for good when the broker goes away
+        mid-ack. The job would wait forever."""
         head = self.store.next_queued()
         if head is None or head != self.waiting_seen:
             self.waiting_seen, self.waiting_beats = head, 0
@@ -237,8 +210,7 @@ class WorkerRuntime:
     # -- one job ------------------------------------------------------------------------------
 
     def run_next_job(self) -> str | None:
-        """Runs the job whose turn is next, if any is left (a cancelled one's message finds
-        none); returns its id. One at a time in this process, however it was started."""
+        """The id of the job run, if any was left. One at a time, however started."""
         with self._one_job:
             return self._run_next_job()
 
@@ -274,8 +246,8 @@ class WorkerRuntime:
             report=report,
             previews=self.previews,
         )
-        # Measured before the job is seen finished, so its client's next request is
-        # estimated with it; a Redis blip loses one measurement, never the job.
+        # Measured before the job is seen finished, so the client's next estimate uses it. A blip
+        # loses a measurement, never the job.
         if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
             try:
                 self.timings.record(timing, native=request.size is None)
@@ -284,10 +256,11 @@ class WorkerRuntime:
         self.finish(claimed, outcome)
 
     def finish(self, claimed: Claimed, outcome: Outcome) -> bool:
-        """Writes the outcome of this run, retrying while Redis is away however long (the
-        heartbeat thread goes on re-asserting the job meanwhile, and an outage fails nobody).
-        Refused when the run is no longer current (found lost: the job runs again elsewhere
-        or has ended): then its image is removed, so a job's image is stored once."""
+        """Writes this run's outcome, retrying while Redis is away; the heartbeat keeps the job
+        meanwhile.
+
+        Refused when the run is no longer current; its image is then removed, so it is stored
+        once."""
         while True:
             try:
                 written = self.store.finish(

@@ -1,14 +1,6 @@
-"""An edit's uploaded files: read and checked before anything is stored, named by their
-sha256, and decoded again, at the working size, where the job runs.
+"""An edit's uploads: checked before anything is stored, decoded where the job runs.
 
-Why a module of its own: an upload is what anyone sends, so the one reader of it bounds
-what a file may cost (its pixels, read from the header before any is decoded, and the
-decodes at once), and every surface refuses a bad file in the same words.
-
-The mask: white repaints, black keeps, grey blends; the image (and the mask) are brought to
-the working size by A1111's resize_mode when it differs (imagegen.generation.framing), and
-the mask's edge is blurred where the pipeline runs (imagegen.generation.masks).
-"""
+Anyone can upload, so one reader bounds what a file may cost, in the same words everywhere."""
 
 import io
 import threading
@@ -22,10 +14,10 @@ from imagegen.generation.framing import Cutout, resized
 from imagegen.generation.parameters import steps_run
 from imagegen.generation.requests import EditParameters, EditRequest
 
-# The most pixels an input may declare, checked from its header before any pixel is
-# decoded (a decompression bomb is refused, not decoded): 4 x GEN_MAX_SIDE squared.
+# The most pixels an input may declare (4 x GEN_MAX_SIDE squared). Checked from the header, so a
+# decompression bomb is refused, not decoded.
 INPUT_PIXELS_FACTOR = 4
-# The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
+# The refusals' words, the same whatever was sent: clients and the fuzzer match them.
 NOT_AN_IMAGE = "must be a PNG, JPEG or WebP image, whole: this is none of them, or is truncated"
 MARKS_NOTHING = (
     "marks nothing to repaint (no pixel but black; in OpenAI's mask, no pixel at all "
@@ -33,12 +25,10 @@ MARKS_NOTHING = (
     "whole picture"
 )
 
-# The formats an uploaded image may be in: what clients send, and no more of Pillow's
-# decoders (each one more is more code that reads what anyone sends).
+# What clients send, and no other Pillow decoder: each one more reads what anyone sends.
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
-# Images decoded at once in this process: each may be 4 x GEN_MAX_SIDE squared pixels (64 MB
-# and more at 2048) and seconds of CPU, so a burst of uploads waits its turn here rather than
-# taking the memory and the interpreter together; one that waits DECODE_WAIT is refused.
+# Decodes at once in this process. Each may take 64 MB and seconds of CPU, so a burst waits here
+# instead. One that waits DECODE_WAIT is refused.
 DECODES_AT_ONCE = 2
 DECODE_WAIT = 10.0
 _decodes = threading.BoundedSemaphore(DECODES_AT_ONCE)
@@ -51,10 +41,10 @@ class DecodesBusy(ServiceError):
 
 
 def read_image(data: bytes, *, field: str, max_pixels: int) -> Image.Image:
-    """The uploaded file `data` decoded, or a FieldError naming `field`: not a PNG, JPEG or
-    WebP image, a size past `max_pixels` (read from the header, before any pixel is
-    decoded), a truncated or otherwise undecodable file. An animated image gives its first
-    frame. At most DECODES_AT_ONCE decode at once (DecodesBusy past DECODE_WAIT)."""
+    """The decoded upload, or a FieldError naming `field`.
+
+    Refused: not PNG, JPEG or WebP; over `max_pixels` by its header; undecodable. An animation
+    gives its first frame. Past DECODE_WAIT for a decode slot, DecodesBusy."""
     if not _decodes.acquire(timeout=DECODE_WAIT):
         raise DecodesBusy()
     try:
@@ -82,7 +72,7 @@ def _decoded(data: bytes, *, field: str, max_pixels: int) -> Image.Image:
 
 @dataclass(frozen=True)
 class CheckedInputs:
-    """An edit's uploaded files, read and checked, not yet stored."""
+    """An edit's uploads, checked, not yet stored."""
 
     image: bytes
     mask: bytes | None
@@ -90,7 +80,7 @@ class CheckedInputs:
 
 
 def check_inputs(image: bytes, mask: bytes | None, *, max_pixels: int) -> CheckedInputs:
-    """Both files read before either is stored, so a refused request writes nothing."""
+    """Both files are read before either is stored, so a refused request writes nothing."""
     source = read_image(image, field="image", max_pixels=max_pixels)
     if mask is not None:
         marked = read_image(mask, field="mask", max_pixels=max_pixels)
@@ -106,8 +96,7 @@ def check_inputs(image: bytes, mask: bytes | None, *, max_pixels: int) -> Checke
 
 
 def input_digests(edit: EditRequest | EditParameters | None) -> set[str]:
-    """The sha256 of an edit's inputs (a request's EditRequest or a record's
-    EditParameters); none for text-to-image."""
+    """None for text-to-image."""
     if edit is None:
         return set()
     if isinstance(edit, EditRequest):
@@ -116,19 +105,17 @@ def input_digests(edit: EditRequest | EditParameters | None) -> set[str]:
 
 
 def pipeline_strength(steps: int, strength: float) -> float:
-    """The strength to hand diffusers so that it runs exactly steps_run(steps, strength):
-    diffusers runs int(steps x s), which is 0 for a small s (it then refuses), and a
-    float's rounding may make int(steps x run/steps) one less than run. Half a step more
-    rounds down to `run` itself; full strength stays 1.0 (diffusers starts from pure noise
-    only then)."""
+    """The strength that makes diffusers run exactly steps_run(steps, strength).
+
+    diffusers runs int(steps x s); half a step more survives float rounding. Full strength stays
+    1.0, the only one that starts from pure noise."""
     run = steps_run(steps, strength)
     return 1.0 if run >= steps else (run + 0.5) / steps
 
 
 @dataclass(frozen=True)
 class EditInputs:
-    """An edit's inputs as the pipeline takes them: at the working size, RGB, and the mask
-    as one channel (None: img2img)."""
+    """RGB at the working size; the mask as one channel (None: img2img)."""
 
     image: Any  # a PIL image
     mask: Any | None
@@ -140,8 +127,7 @@ class EditInputs:
 def prepared_inputs(
     image: bytes, mask: bytes | None, *, size: tuple[int, int], steps: int, edit: EditRequest
 ) -> EditInputs:
-    """The stored files decoded and brought to the working `size` by the edit's resize
-    mode. Alpha, palette, CMYK and 16-bit inputs become 8-bit RGB."""
+    """Decoded at `size` by the resize mode; every input becomes 8-bit RGB."""
     source = resized(_first_frame(image).convert("RGB"), size, edit.resize_mode)
     marked = None if mask is None else picture_mask(mask, size=size, resize_mode=edit.resize_mode)
     cutout = None if edit.only_masked is None else Cutout(edit.only_masked)
@@ -152,7 +138,7 @@ def prepared_inputs(
 
 
 def picture_mask(mask: bytes, *, size: tuple[int, int], resize_mode: int) -> Image.Image:
-    """The stored mask as one channel at the picture's `size`, framed as its image is."""
+    """The mask at the picture's `size`, framed as its image is."""
     return resized(_first_frame(mask).convert("L"), size, resize_mode)
 
 

@@ -1,34 +1,8 @@
-"""How long a generation would take here, from what this deployment measured: so that a
-synchronous request that cannot finish within GEN_SYNC_TIMEOUT is told so at once
-(imagegen.selectors.generation_estimate, imagegen.services), not with a 504 minutes later,
-and the page can show the wait before Generate.
+"""How long a generation would take here, from what this deployment measured.
 
-What is measured: every image made here (in process by the queue's worker; in distributed
-mode by every worker, shared through Redis: imagegen.distributed.timings) records how long its
-text encoding, one denoising step and its decode took, at its size. The last KEPT images at a
-size stand for it, each stage at its fastest among them: one slow image (the first after a
-load, a moment when the machine was busy) does not get requests refused, and a lasting
-slowdown shows within KEPT images. Before any is measured, the model's work counted, over the
-pace measured, at its load (imagegen.generation.work) stands for them, at the model's native
-size; with neither there is no estimate, and nothing is refused.
-
-How a measurement stands for another size: a request at a measured size takes that size's;
-at another size, the measured size nearest in pixels, its step and decode scaled by the ratio
-of the pixels. Convolutions and linear layers, about 70 % of an SD 1.5 UNet call on a CPU
-(docs/performance.md), grow with the pixels; attention grows faster and fixed overheads
-slower, so the nearest size keeps the stretch short. The unconditional pass (guidance above 1)
-doubles the UNet's batch, so a step is kept per image of the batch and doubled for a request
-with guidance (SDXL at 1024x1024 on a CPU: 68.7 s a step with it, 31.9 s without). The text
-encoders' time does not depend on the size. An edit counts the steps it runs (max(1,
-int(steps x strength))) at the size it works at ("only masked": its cut-out's), and the encode
-of its input as counted, unless its figures are a measured edit's (whose encode_seconds holds
-it with the prompt's). What an
-edit measured is recorded the same way: its steps run, at its working size.
-
-The jobs ahead: what is left of each running one (its steps to go and its decode), then the
-waiting ones in order, each taken by the first worker free (one in process); the request's own
-images follow them the same way.
-"""
+A synchronous request that cannot finish in GEN_SYNC_TIMEOUT is told so at once, not by a 504
+later. Each stage counts at its fastest of the last KEPT images of a size, so one slow image
+refuses nothing. The rules: docs/image-api.md, "Estimates"."""
 
 import heapq
 import math
@@ -49,15 +23,14 @@ KEPT = 3  # images kept per size
 
 @dataclass(frozen=True)
 class Timing:
-    """One image's stages as they were measured, at its size."""
+    """One image's measured stages, at its size."""
 
     width: int
     height: int
     encode_seconds: float
     step_seconds: float  # one denoising step, per image in the UNet's batch
     decode_seconds: float
-    # The encode of an edit's input image by the VAE: counted (imagegen.generation.work),
-    # 0 in what a job measured (an edit's encode_seconds holds it, with the prompt's).
+    # The VAE's encode of an edit's input: counted, or 0 when measured (encode_seconds holds it).
     image_encode_seconds: float = 0.0
     edit: bool = False  # measured by an edit: its encode_seconds holds its input's encode
 
@@ -67,7 +40,7 @@ class Timing:
 
 
 def fastest(timings: Iterable[Timing]) -> Timing:
-    """The images of one size as one: each stage at its fastest."""
+    """Each stage at its fastest among the images of one size."""
     kept = list(timings)
     encode = min(kept, key=lambda t: (t.encode_seconds, t.edit))
     return Timing(
@@ -84,26 +57,22 @@ def fastest(timings: Iterable[Timing]) -> Timing:
 class Measurements:
     timings: tuple[Timing, ...]  # one a size measured: its last KEPT images, fastest()
     native: Size | None  # the size of a request that names none, once one ran
-    # The model's work counted at its native size over the pace measured, both at its load
-    # (imagegen.generation.work): what stands for every size until one is measured.
+    # The model's counted work at its native size: stands for every size until one is measured.
     counted: Timing | None = None
 
 
 def unet_batch(guidance: float) -> int:
-    """Images in the UNet's batch at each step: two with guidance above 1 (diffusers adds the
-    unconditional pass), else one."""
+    """Two with guidance above 1 (diffusers adds the unconditional pass), else one."""
     return 2 if guidance > NO_GUIDANCE else 1
 
 
 def measured(image: ImageRecord, *, home: str) -> Timing | None:
-    """What a finished job measured; None for one that ran off the process's own device
-    (force_cpu on an accelerator host costs what no other job here does)."""
+    """None for a job run off this process's device: force_cpu costs what no other job does."""
     parameters, timings = image.parameters, image.timings
     stages = ("encode_seconds", "denoise_seconds", "decode_seconds")
     if image.device != home or not all(stage in timings for stage in stages):
         return None
-    # An edit ran its own steps (render.steps_running) at the size it worked at ("only
-    # masked": its cut-out's), which is what it measured.
+    # An edit measured the steps it ran at its working size.
     steps = steps_running(parameters)
     per_step = timings["denoise_seconds"] / steps / unet_batch(parameters.guidance)
     width, height = parameters.width, parameters.height
@@ -120,23 +89,19 @@ def measured(image: ImageRecord, *, home: str) -> Timing | None:
 
 
 class TimingBook(Protocol):
-    """Where measurements are kept: this process (LocalTimings) or Redis for every replica
-    and worker (imagegen.distributed.timings.RedisTimings)."""
+    """Where measurements are kept: this process, or Redis for every replica and worker."""
 
     def record(self, timing: Timing, *, native: bool) -> None:
-        """Keeps `timing` among the last KEPT of its size; `native`: the request named no
-        size, so this is the model's own."""
+        """`native`: the request named no size, so this is the model's own."""
 
     def count(self, timing: Timing) -> None:
-        """Keeps `timing`, the model's counted work (imagegen.generation.work), as what
-        stands for every size until one is measured."""
+        """Keeps the counted work until a size is measured."""
 
     def measurements(self) -> Measurements: ...
 
 
 class LocalTimings:
-    """The measurements of this process's own jobs: KEPT at most for each size the form
-    allows."""
+    """This process's measurements: at most KEPT per size."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -177,16 +142,14 @@ class Cost:
         return self.encode_seconds + self.steps * self.step_seconds + self.decode_seconds
 
     def left(self, steps_done: int) -> float:
-        """What is left of it once `steps_done` steps are done (none: all of it)."""
+        """What is left after `steps_done` steps (None: all of it)."""
         if steps_done <= 0:
             return self.seconds
         return max(0, self.steps - steps_done) * self.step_seconds + self.decode_seconds
 
 
 def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
-    """One image of `request` (its defaults filled in: parameters.with_defaults), or None when
-    nothing is measured or counted yet (or its size is the model's own and that is not known
-    yet)."""
+    """One image of `request` (defaults filled in), or None when nothing is known for it yet."""
     counted = measurements.counted
     size = request.size or measurements.native or (counted.size if counted else None)
     steps, guidance = request.steps, request.guidance
@@ -203,8 +166,7 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
         key=lambda t: (abs(math.log(pixels / (t.width * t.height))), -t.width * t.height),
     )
     image_encode = 0.0
-    # An edit's input encode, counted at the size it works at: unless its basis is a
-    # measured edit's, whose encode_seconds already holds one.
+    # An edit's input encode, unless its basis is a measured edit, which already holds one.
     if edit is not None and counted is not None and not basis.edit:
         image_encode = counted.image_encode_seconds * pixels / _pixels(counted.size)
     scale = pixels / (basis.width * basis.height)
@@ -225,7 +187,7 @@ def _pixels(size: Size) -> int:
 
 @dataclass(frozen=True)
 class Ahead:
-    """A job before the request: running (`steps_done` of its steps done) or waiting (None)."""
+    """A job before the request: running (`steps_done`) or waiting (None)."""
 
     request: GenerationRequest
     steps_done: int | None = None
@@ -251,9 +213,9 @@ def estimate(
     workers: int,
     count: int = 1,
 ) -> Estimate | None:
-    """How long `count` images of `request` would take if submitted now behind `ahead` (in
-    order: running jobs, then the queue) on `workers` workers; None without a measurement.
-    A job ahead whose cost cannot be told (a native size not seen yet) counts as nothing."""
+    """How long `count` images would take behind `ahead` on `workers` workers.
+
+    None without a measurement. A job ahead whose cost is unknown counts as nothing."""
     cost = image_cost(measurements, request)
     if cost is None:
         return None
@@ -265,7 +227,7 @@ def estimate(
         return found.seconds if job.steps_done is None else found.left(job.steps_done)
 
     running = [seconds(job) for job in ahead if job.steps_done is not None]
-    # When each worker is next free; a running job is on a worker, whatever the count says.
+    # When each worker is next free; a running job holds a worker whatever the count says.
     free = running + [0.0] * max(0, max(1, workers) - len(running))
     heapq.heapify(free)
     for job in ahead:

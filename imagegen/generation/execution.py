@@ -1,9 +1,6 @@
-"""One job's generation from start to stored image, whoever runs it: the in-process queue's
-worker thread (imagegen.generation.jobs) or a Celery worker process (imagegen.distributed).
-Both must make the same image, record, timings and outcome from the same request, so the steps
-live here once and each runner only says where progress goes (a Report) and where the outcome
-is written.
-"""
+"""One job from start to stored image, in process or on a Celery worker.
+
+Both must make the same image, record and outcome, so the steps live here once."""
 
 import logging
 import time
@@ -35,28 +32,25 @@ LOAD_WAIT = 0.25  # seconds between a waiting job's looks at its cancel while th
 
 
 class Report(Protocol):
-    """Where a running generation's progress goes, and how it learns to stop. mypy checks
-    both (jobs._LocalReport, distributed.worker._StoreReport) where each is passed to run_job."""
+    """Where progress goes, and how a generation learns to stop. mypy checks both reports."""
 
     def stop_requested(self) -> bool:
-        """Whether the job is to stop. Asked before every stoppable part of the model
-        (imagegen.generation.stop_points), hundreds of times a step: a flag read, never a
-        round trip; whoever learns of the cancel sets the flag."""
+        """Asked hundreds of times a step, so a flag read, never a round trip."""
 
     def denoising(self, steps: int) -> None: ...
 
     def step(self, done: int, total: int) -> None:
-        """After each denoising step; raises Cancelled when the job is to stop there."""
+        """After each step; raises Cancelled when the job is to stop."""
 
     def phase(self, text: str) -> None: ...
 
     def preview(self, preview: Preview) -> None:
-        """The job's latest preview (imagegen.generation.previews), replacing the last."""
+        """Replaces the last preview."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a job ended, as both job modes record it."""
+    """How a job ended, as both modes record it."""
 
     state: JobState
     phase: str
@@ -77,12 +71,10 @@ def run_job(
     report: Report,
     previews: PreviewPolicy = DEFAULT_PREVIEWS,
 ) -> Outcome:
-    """Loads the model if this process has not (bounded by `load_timeout`), renders, and
-    stores the PNG and its record; every way that can end becomes the job's outcome: a cancel,
-    a ServiceError (its message and status kept for the waiting request) or any other error
-    (logged here, its first line for the client). Counted here, in either mode: the time it
-    waited and ran, each step and the decode (imagegen.metrics); how it ended is counted where
-    the outcome is kept (a worker's run found lost keeps none: count_finished)."""
+    """Loads the model if needed, renders, and stores the PNG and record.
+
+    Every ending becomes the outcome: cancel, ServiceError (message and status kept), or any
+    other error (logged; its first line for the client)."""
     metrics.QUEUE_SECONDS.observe(queued_seconds)
     started = time.monotonic()
     outcome = _run(
@@ -114,8 +106,7 @@ def _run(
     try:
         started = time.monotonic()
         pipe: Any = _loaded(loader, load_timeout, report)
-        # The inpainting checkpoint's UNet for an inpainting, when one is configured; else
-        # the base's (either may have to be swapped in: imagegen.model.unets).
+        # The inpainting checkpoint's UNet for an inpainting, if configured; else the base's.
         inpainting = request.edit is not None and request.edit.mask is not None
         if report.stop_requested():  # a swap, once begun, runs to its end as a load does
             raise Cancelled()
@@ -175,9 +166,9 @@ def _run(
 
 
 def _loaded(loader: ModelLoader, timeout: float, report: Report) -> Any:
-    """The loaded pipeline, waited for in slices of LOAD_WAIT: a job cancelled meanwhile
-    stops at once, not when the load ends (a load runs on for the jobs behind it, and the
-    cancel bound, imagegen.generation.stop_points, holds for a job waiting for it too)."""
+    """Waits for the load in slices of LOAD_WAIT, so a cancel stops the job at once.
+
+    The load runs on for the jobs behind it."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -192,8 +183,7 @@ def _loaded(loader: ModelLoader, timeout: float, report: Report) -> Any:
 def _edit_inputs(
     store: ImageStore, request: GenerationRequest, parameters: GenerationParameters
 ) -> EditInputs | None:
-    """An edit's inputs, read from the store (the share, for a worker) where the request
-    put them before queueing; None for text-to-image."""
+    """Read from the store the request wrote before queueing; None for text-to-image."""
     edit = request.edit
     if edit is None:
         return None

@@ -1,20 +1,8 @@
-"""Where an edit's picture is worked: A1111's resize modes (an input brought to a size of
-another shape) and "only masked" (the marked area cut out, worked at a size of its own and
-pasted back).
+"""Where an edit's picture is worked: A1111's resize modes and "only masked", as A1111 writes
+them.
 
-Why a module of its own: both are geometry that every surface shares (POST /generate's form,
-A1111's img2img), written once as A1111 writes it (modules/images.py resize_image,
-modules/masking.py) so that a client of A1111 gets the picture it expects. On a CPU "only
-masked" is what makes a small fix cheap: the UNet works the cut-out's pixels, not the whole
-picture's.
-
-Why not diffusers' VaeImageProcessor, which ports the same A1111 code: the web process frames
-the mask when it takes the request (services.edit_request), and diffusers' image processor
-imports torch, which a web replica never loads (docs/azure.md). Its resize "default" and
-"crop" give the same pixels as modes 0 and 1 here, and its get_crop_region the same box as
-only_masked_region (tests/imagegen/generation/test_framing.py holds both); its "fill" stretches the
-bands with Pillow's default bicubic, not Lanczos, and differs there (up to 30 levels).
-"""
+Not diffusers' VaeImageProcessor: it imports torch, which a web replica never loads. Where
+both do the same, the pixels are equal (tests/imagegen/generation/test_framing.py)."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +16,12 @@ _LANCZOS = Image.Resampling.LANCZOS
 
 
 def resize_mode(value: int) -> int:
-    """A1111's resize_mode as it runs here: 1 and 2 as sent, any other value (A1111's 3,
-    "just resize (latent upscale)", or one it does not have) as 0."""
+    """1 and 2 as sent; anything else (A1111's latent upscale, unknown values) as 0."""
     return value if value in (CROP_AND_RESIZE, RESIZE_AND_FILL) else JUST_RESIZE
 
 
 def resized(image: Image.Image, size: tuple[int, int], mode: int) -> Image.Image:
-    """`image` at `size` by A1111's resize_mode (Lanczos throughout):
-    0 just resize: stretched to `size`;
-    1 crop and resize: scaled to cover `size`, its overflow cut off evenly on both sides;
-    2 resize and fill: scaled to fit inside `size`, centred, the bands left over filled by
-    stretching its edge rows (or columns) outwards."""
+    """A1111's resize_mode, Lanczos throughout: 0 stretches, 1 crops to cover, 2 fits and fills."""
     width, height = size
     if image.size == size:
         return image
@@ -60,8 +43,7 @@ def resized(image: Image.Image, size: tuple[int, int], mode: int) -> Image.Image
 
 
 def _fill_bands(framed: Image.Image, scaled: Image.Image, ratio: float, src_ratio: float) -> None:
-    """A1111's fill: the empty band above and below (or left and right) of the scaled
-    picture is its first and last row (column) stretched over the band."""
+    """Each empty band is the picture's edge row (or column) stretched over it, as A1111 does."""
     width, height = framed.size
     if ratio < src_ratio:
         band = height // 2 - scaled.height // 2
@@ -84,8 +66,7 @@ def _fill_bands(framed: Image.Image, scaled: Image.Image, ratio: float, src_rati
 
 
 class Region(BaseModel):
-    """An "only masked" edit's cut-out: `box` (left, top, right, bottom; right and bottom
-    exclusive) of the picture, worked at `size`."""
+    """An "only masked" cut-out: `box` (right and bottom exclusive), worked at `size`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -103,12 +84,11 @@ def only_masked_region(
     low: int,
     high: int,
 ) -> Region | None:
-    """The cut-out of an "only masked" edit of `mask` (at the picture's size), None when it
-    marks nothing. The rule: the marked (non-black) pixels' bounding box, grown by `reach`
-    (how far the blurred edge reaches: twice mask_blur) and `padding` on every side, within
-    the picture; worked at `size` when one was sent (A1111's width and height), else at the
-    box's own size with each side rounded up to a multiple of 8 and kept within
-    `low`..`high`; then the box grown to that size's shape (A1111's expand_crop_region)."""
+    """The cut-out for `mask`, or None when it marks nothing.
+
+    The marked box grown by `reach` and `padding`. Worked at `size` if sent, else at the box's
+    size rounded up to a multiple of 8. The box then grows to that shape (A1111's
+    expand_crop_region)."""
     marked = np.argwhere(np.asarray(mask.convert("L")) > 0)
     if marked.size == 0:
         return None
@@ -132,8 +112,7 @@ def _up_to_8(side: int, low: int, high: int) -> int:
 def _to_shape(
     box: tuple[int, int, int, int], size: tuple[int, int], picture: tuple[int, int]
 ) -> tuple[int, int, int, int]:
-    """`box` grown along one axis to `size`'s width:height (A1111's expand_crop_region):
-    evenly on both sides, shifted back inside the picture, and cut at its edge."""
+    """Grows `box` evenly along one axis to `size`'s shape, kept inside the picture."""
     x1, y1, x2, y2 = box
     if (x2 - x1) / (y2 - y1) > size[0] / size[1]:
         y1, y2 = _grow(y1, y2, int((x2 - x1) * size[1] / size[0]) - (y2 - y1), picture[1])
@@ -153,17 +132,17 @@ def _grow(start: int, end: int, more: int, limit: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Cutout:
-    """A Region applied: what the pipeline is handed, and its answer put back in place."""
+    """A Region applied: what the pipeline gets, and its answer put back."""
 
     region: Region
 
     def cut(self, picture: Any) -> Any:
-        """The box of `picture` at the working size (A1111: resize and fill)."""
+        """The box at the working size (A1111's resize and fill)."""
         return resized(picture.crop(self.region.box), self.region.size, RESIZE_AND_FILL)
 
     def put_back(self, worked: Any, picture: Any) -> Any:
-        """A copy of `picture` with `worked` brought back to the box's size (A1111: crop and
-        resize) and pasted over the box."""
+        """A copy of `picture` with `worked` resized to the box (crop and resize) and pasted over
+        it."""
         x1, y1, x2, y2 = self.region.box
         whole = picture.copy()
         whole.paste(resized(worked.convert(picture.mode), (x2 - x1, y2 - y1), CROP_AND_RESIZE),

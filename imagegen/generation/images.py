@@ -1,14 +1,8 @@
 """Stored generated images: a PNG and a JSON record per image, in OUTPUT_DIR.
 
-Both are written under temporary names and renamed, the PNG first and the record last: a
-record exists only beside its complete image, and a crash leaves at most an orphan PNG that
-is never listed. Ids sort by creation time, so the newest-first listing reads only the
-records of the page it returns.
-
-The PNG carries the generation parameters in its text chunks (`parameters`, in the form the
-popular UIs read, and `imagegen` as JSON); only parameters, never ids or timings, so the same
-request and seed give the same PNG bytes.
-"""
+The record is renamed into place last, so it exists only beside a complete image. Ids sort by
+time, so a page reads only its own records. The PNG holds no ids or timings, so a request and
+seed give the same bytes."""
 
 import contextlib
 import hashlib
@@ -41,8 +35,7 @@ _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
 
 class GenerationParameters(BaseModel):
-    """What produced an image: enough to produce it again. Stored in the record and the PNG,
-    and answered as they are."""
+    """Enough to produce the image again. Stored in the record and the PNG."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,8 +46,7 @@ class GenerationParameters(BaseModel):
     width: int
     height: int
     seed: int
-    # A1111's name for the sampler that ran ("Euler a", "DPM++ 2M Karras", "PLMS": the
-    # model's own); records written before these names hold a table id or a class name.
+    # A1111's name for the sampler that ran. Older records hold a table id or a class name.
     scheduler: str
     model_id: str
     revision: str | None
@@ -71,7 +63,7 @@ class GenerationParameters(BaseModel):
         lines = [self.prompt]
         if self.negative_prompt:
             lines.append(f"Negative prompt: {self.negative_prompt}")
-        # A1111's own words, so its "PNG Info" restores the sampler and the schedule type.
+        # A1111's own words, so its "PNG Info" restores sampler and schedule type.
         lines.append(
             f"Steps: {self.steps}, Sampler: {infotext_sampler(self.scheduler)}, "
             f"CFG scale: {self.guidance:g}, "
@@ -88,7 +80,7 @@ class GenerationParameters(BaseModel):
 
 
 class ImageRecord(BaseModel):
-    """One stored image's record: the JSON file beside its PNG, and the API's answer."""
+    """The JSON file beside a PNG, and the API's answer."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -97,10 +89,10 @@ class ImageRecord(BaseModel):
     parameters: GenerationParameters
     device: str
     timings: dict[str, float]
-    # The API key that made it (apikeys.auth), whose own it is; absent on an open service.
+    # The API key whose image it is; absent on an open service.
     key: str | None = None
 
-    # Records and answers of an open service carry no `key` at all.
+    # An open service's records carry no `key` at all.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         data = handler(self)
@@ -130,10 +122,9 @@ def png_bytes(image: Image.Image, parameters: GenerationParameters) -> bytes:
     return buffer.getvalue()
 
 
-# Beside the images: a folder per API key holding an empty file per image of the key, named
-# by its id, so a key's listing reads a directory of names, not every record on the share.
+# A folder per API key with an empty file per image, so a key's listing reads names, not records.
 KEY_INDEX = "by-key"
-# Written once the index holds every record saved before it existed (built at its first use).
+# Written once the index holds every earlier record (built at first use).
 INDEX_COMPLETE = ".complete"
 
 
@@ -167,9 +158,9 @@ class ImageStore:
         return record
 
     def save_input(self, data: bytes) -> str:
-        """Stores an edit's input as sent, under its sha256 (the same file twice is stored
-        once), before its job is queued: in distributed mode the worker reads it from here,
-        on the share. Answers the sha256."""
+        """Stores an edit's input under its sha256, before its job is queued.
+
+        Identical inputs are stored once. In distributed mode the worker reads it from the share."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.input_path(digest)
         if path.is_file():
@@ -180,8 +171,7 @@ class ImageStore:
         return digest
 
     def read_input(self, digest: str) -> bytes:
-        """An input's bytes, or a FileNotFoundError naming the input and where it was
-        looked for (a worker whose share lacks it fails the job saying so)."""
+        """The FileNotFoundError names the input and where it looked, so the failed job says why."""
         path = self.input_path(digest)
         try:
             return path.read_bytes()
@@ -194,7 +184,7 @@ class ImageStore:
         return self.root / "inputs" / digest
 
     def input_ages(self) -> dict[str, float]:
-        """Every stored input: its sha256 and seconds since it was written."""
+        """Each stored input's sha256 and its age in seconds."""
         folder = self.root / "inputs"
         if not folder.is_dir():
             return {}
@@ -211,8 +201,7 @@ class ImageStore:
             self.input_path(digest).unlink()
 
     def records(self, *, key: str | None = None) -> Iterator[ImageRecord]:
-        """Every stored record, in no order; with `key`, that API key's, read through its
-        index (the other keys' records are not read)."""
+        """In no order. With `key`, only that key's, read through its index."""
         if not self.root.is_dir():
             return
         if key is not None:
@@ -232,10 +221,9 @@ class ImageStore:
             return None
 
     def delete(self, image_id: str) -> ImageRecord | None:
-        """Removes the image: its record first, so a listing never shows a record whose PNG
-        is gone (a crash between the two leaves an orphan PNG, as a crash in save does).
-        None when there is no such record, also for the second of two deletes at once:
-        removing the record is what decides."""
+        """Removes the record first, so a listing never shows one without its PNG.
+
+        None when there is no such record, also for the loser of two deletes at once."""
         record = self.get(image_id)
         if record is None:
             return None
@@ -254,8 +242,7 @@ class ImageStore:
     def page(
         self, *, limit: int, before: str | None = None, key: str | None = None
     ) -> list[ImageRecord]:
-        """Newest first; `before` is the id the previous page ended with; with `key`, only
-        that API key's images."""
+        """Newest first, after `before`; with `key`, that key's only."""
         if not self.root.is_dir():
             return []
         if key is not None:  # its index: the other keys' records are not read
@@ -288,9 +275,7 @@ class ImageStore:
             folder.joinpath(record.id).touch()
 
     def _key_ids(self, key: str) -> list[str]:
-        """The ids of a key's images, from its index; a share written before the index
-        existed is indexed whole once, at the first listing of any key (every record read
-        that one time). A name left by a record deleted meanwhile finds no record: skipped."""
+        """A key's image ids, from its index; a share older than the index is indexed whole once."""
         complete = self.root / KEY_INDEX / INDEX_COMPLETE
         if not complete.exists():
             for record in self.records():

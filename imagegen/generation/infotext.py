@@ -1,12 +1,7 @@
 """A PNG's generation parameters read back, as A1111's "PNG Info" reads them.
 
-Why: every PNG this service writes carries A1111's `parameters` text (imagegen.generation.
-images.GenerationParameters.a1111_text), and A1111's clients read it back through
-`POST /sdapi/v1/png-info` to reuse a picture's prompt and seed. The parse follows A1111's
-parse_generation_parameters (modules/infotext_utils.py) so a PNG from either reads the same:
-the prompt's lines, then "Negative prompt:" and its lines, then the last line's
-`Key: value` pairs; values stay text, `WxH` values are split into `Key-1` and `Key-2`.
-"""
+A1111 clients use it to reuse a prompt and seed. The parse follows A1111's, so a PNG from either
+reads the same."""
 
 import json
 import re
@@ -15,22 +10,22 @@ from typing import Any
 
 from PIL import Image
 
-# A1111's re_param: a key, then a quoted value (JSON-escaped) or anything to the next comma.
-# Written so that no part can give back what it matched (possessive quantifiers), and without
-# A1111's leading `\s*`, which only skips what the search skips anyway: with it, or with an
-# unbounded key, a long run of spaces costs time in the square of its length (a PNG of a few
-# hundred bytes held the interpreter for seconds). The key is bounded (A1111's is not).
+# A1111's re_param: a key, then a quoted (JSON-escaped) value or anything up to the next comma. No
+# part can give back what it matched (possessive quantifiers), and the key is bounded. A1111's
+# leading `\s*` and unbounded key made a long run of spaces cost quadratic time: a PNG of a few
+# hundred bytes held the interpreter for seconds.
 _PARAM = re.compile(r'(\w[\w \-/]{0,63}+):\s*+("(?:\\.|[^\\"])++"|[^,]*+)(?:,|$)')
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 NEGATIVE = "Negative prompt:"
-# The most of a `parameters` text that is parsed: an A1111 text is a few KB; Pillow reads
-# text chunks of up to 1 MB, and what is beyond this is answered in `info` but not parsed.
+# The most of a `parameters` text that is parsed. A1111 texts are a few KB; Pillow reads chunks up
+# to 1 MB. Beyond this, the text is answered in `info` but not parsed.
 MAX_PARSED = 65_536
 
 
 def parse_infotext(text: str) -> dict[str, Any]:
-    """A1111's infotext as a dict: Prompt, Negative prompt, and each `Key: value` of its
-    last line (when that line has at least three, as A1111 decides)."""
+    """Prompt, Negative prompt, and each `Key: value` of the last line.
+
+    The last line counts only when it has at least three pairs, as in A1111."""
     *lines, last = text[:MAX_PARSED].strip().split("\n")
     if len(_PARAM.findall(last)) < 3:
         lines, last = [*lines, last], ""
@@ -53,8 +48,9 @@ def parse_infotext(text: str) -> dict[str, Any]:
 
 
 def _unquoted(value: str) -> str:
-    """A quoted value's text, as A1111's unquote: JSON's unescaping, or the text as it is
-    when it is not a JSON string (a quote escaped at its end, say)."""
+    """A quoted value's text, JSON-unescaped, as A1111's unquote does.
+
+    Text that is not a JSON string (say, an escaped closing quote) stays as it is."""
     try:
         text = json.loads(value)
     except ValueError:
@@ -70,7 +66,7 @@ class PngInfo:
 
 
 def png_info(image: Image.Image) -> PngInfo:
-    """What A1111's png-info answers for `image` (opened by the caller, within its bounds)."""
+    """What A1111's png-info answers. The caller opens `image` within its bounds."""
     text = {str(key): value for key, value in image.info.items() if isinstance(value, str)}
     info = text.pop("parameters", "")
     return PngInfo(info=info, items=text, parameters=parse_infotext(info) if info else {})

@@ -1,19 +1,7 @@
-"""Generation jobs: every generation, synchronous or not, is a job in one bounded queue.
+"""The in-process job board: every generation is a job in one bounded queue.
 
-One worker thread runs the jobs in order, one at a time (a second generation would only
-halve the speed of both and double the memory). A synchronous POST /generate submits a job
-and waits for it; an asynchronous one answers 202 at once and the client polls
-GET /jobs/<id> or follows GET /jobs/<id>/events, which waits for the job's revision to move
-(wait_change) instead of polling. Progress comes from the pipeline's step-end callback.
-Cancelling a queued job takes it out of the queue; cancelling the running one stops it at
-the model's next block (imagegen.generation.stop_points), well inside a denoising step.
-
-Jobs live as long as the process, like the model's state; the images they produce are
-stored (imagegen.generation.images) and outlive it. This is the in-process JobBoard
-(imagegen.generation.job_board); with JOB_BROKER_URL set, imagegen.backend builds the
-distributed one instead (imagegen.distributed.board): the same calls, answered from a store
-every web replica reads, the jobs run by Celery workers.
-"""
+One worker thread runs jobs one at a time: a second generation would halve the speed of both and
+double the memory. Jobs live as long as the process; their images outlive it."""
 
 import gc
 import logging
@@ -57,22 +45,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Job:
-    """A generation's life in this process. Mutable, and changed only under the queue's lock;
-    answers are built from a JobView, never from a Job read piece by piece."""
+    """A generation's life in this process.
+
+    Changed only under the queue's lock. Answers are built from a JobView, never read field by
+    field."""
 
     request: GenerationRequest
     id: str = field(default_factory=lambda: secrets.token_hex(8))
-    # Who submitted it and with which other jobs, for the protocol routes (apikeys.auth's
-    # client_identity; the n images of one request share a batch). None on the native routes.
+    # Who submitted it, and its batch (the n images of one request), for the protocol routes. None
+    # on the native routes.
     owner: str | None = None
     batch: str | None = None
-    # The X-Request-ID of the request that queued it (core.request_context): its log
-    # lines carry it, so one id follows a request into its job.
+    # The X-Request-ID that queued it: one id follows a request into its job's logs.
     request_id: str | None = None
-    # The name of the API key that submitted it (apikeys.auth): its jobs and images are that
-    # key's own. None on an open service.
+    # The API key that submitted it: its jobs and images are that key's own. None on an open
+    # service.
     key: str | None = None
-    # Its place in the queue (queue_policy.order: by round among the keys, then by arrival).
+    # Its place in the queue (queue_policy.order: round among keys, then arrival).
     place: int = 0
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
@@ -81,8 +70,7 @@ class Job:
     finished_at: datetime | None = None
     step: int = 0
     steps: int = 0
-    # Grows with every change a client could see (state, phase, queue position, each step),
-    # so a watcher (the event stream) can wait for "anything after what I last saw".
+    # Grows with every change a client could see, so a watcher can wait for "anything newer".
     revision: int = 0
     denoise_started: float | None = None
     error: str | None = None
@@ -139,8 +127,8 @@ class JobQueue:
         self._served = 0  # the round of the job that started last
         self._arrivals = 0  # jobs queued so far: the order within a round
         self.timings = LocalTimings()  # what this process's jobs measured (the estimates)
-        # The model's work counted at its load, the estimate before any image (GEN_THROUGHPUT:
-        # its pace).
+        # The model's work counted at its load: the estimate before any image (paced by
+        # GEN_THROUGHPUT).
         self.counting = CountOnce(loader, self.timings, throughput)
 
     # -- what the routes call -----------------------------------------------------------
@@ -155,9 +143,10 @@ class JobQueue:
         key: str | None = None,
         key_limit: int | None = None,
     ) -> JobView:
-        """Queues a generation, or refuses it at once (model not pulled, the key's
-        `key_limit` reached, queue full) with nothing started: the model's load begins when
-        the worker takes the job. The key's jobs are counted under the lock that admits it."""
+        """Queues a generation, or refuses it with nothing started.
+
+        The key's jobs are counted under the lock that admits it. The model loads when the worker
+        takes the job."""
         self.loader.check_loadable()  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=self.rules)
         job = Job(
@@ -186,8 +175,8 @@ class JobQueue:
         return self.view(job)
 
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
-        """How long `count` images of `request` would take if submitted now: behind the
-        running job and the queue, on the one worker thread."""
+        """How long `count` images would take if submitted now, behind the running job and the
+        queue."""
         request = with_defaults(request, rules=self.rules)
         with self._lock:
             jobs = [job for job in (self._running, *self._queued) if job is not None]
@@ -208,18 +197,18 @@ class JobQueue:
             return [self.view(job) for job in list(reversed(self._jobs.values()))[:limit]]
 
     def unfinished(self) -> list[JobView]:
-        """Newest first; never forgotten (_forget_old_jobs), so every one is here."""
+        """Newest first. Unfinished jobs are never forgotten, so all are here."""
         with self._lock:
             jobs = [job for job in reversed(self._jobs.values()) if job.state not in FINISHED]
             return [self.view(job) for job in jobs]
 
     def client_jobs(self, client: str) -> list[JobView]:
-        """The jobs `client`'s protocol requests submitted, oldest first."""
+        """Oldest first."""
         with self._lock:
             return [self.view(job) for job in self._jobs.values() if job.owner == client]
 
     def wait(self, job_id: str, timeout: float | None) -> JobView | None:
-        """The job's view once it has finished, or as it is when `timeout` runs out."""
+        """The finished job's view, or its view at `timeout`."""
         job = self.get(job_id)
         if job is None:
             return None
@@ -252,8 +241,9 @@ class JobQueue:
             )
 
     def wait_change(self, job_id: str, after: int, timeout: float) -> JobView | None:
-        """The job's view as soon as its revision passes `after`, or as it is at `timeout`;
-        None for a job this process does not know (or has forgotten)."""
+        """The job's view once its revision passes `after`, or at `timeout`.
+
+        None for a job this process does not know or has forgotten."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while (job := self._jobs.get(job_id)) is not None and job.revision <= after:
@@ -289,20 +279,19 @@ class JobQueue:
             return next((p for p in job.partials if p.partial == partial), None)
 
     def _changed(self, job: Job) -> None:
-        """Records a change a client could see and wakes its watchers. Lock held."""
+        """Counts a change a client could see and wakes its watchers. Lock held."""
         job.revision += 1
         self._lock.notify_all()
 
     def _enqueue(self, job: Job) -> None:
-        """Places a job where the queue's order puts it (queue_policy.place_in). The jobs it
-        passes move down one place (their revisions grow with it). Lock held."""
+        """Places a job by the queue's order; the jobs it passes move down one. Lock held."""
         place = queue_policy.place_in([queued.place for queued in self._queued], job.place)
         self._queued.insert(place, job)
         for behind in list(self._queued)[place + 1 :]:
             self._changed(behind)
 
     def _leave_queue(self, job: Job) -> None:
-        """Takes a job out of the queue; every job behind it moves up one place. Lock held."""
+        """Every job behind it moves up one place. Lock held."""
         place = self._queued.index(job)
         self._queued.remove(job)
         for behind in list(self._queued)[place:]:
@@ -336,9 +325,9 @@ class JobQueue:
                 with self._lock:
                     self._running = None
                 if job.state is not JobState.SUCCEEDED:
-                    # A failed or cancelled run's tensors, held in cycles by its traceback, go
-                    # now. Not after a success: with a model loaded a full collection walks
-                    # every object of it, and every request of the process waits meanwhile.
+                    # A failed or cancelled run's tensors are held in cycles by its traceback:
+                    # collect them now. Not after a success: with a model loaded, a full collection
+                    # stalls every request.
                     gc.collect()
 
     def _run(self, job: Job) -> None:
@@ -354,8 +343,7 @@ class JobQueue:
             report=_LocalReport(self._lock, job, self._changed),
             previews=self.previews,
         )
-        # Measured before the job is seen finished, so its client's next request is
-        # estimated with it.
+        # Measured before the job is seen finished, so the client's next estimate uses it.
         if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
             self.timings.record(timing, native=job.request.size is None)
         self._finish(job, outcome)
@@ -370,7 +358,7 @@ class JobQueue:
         job.done.set()
 
     def _forget_old_jobs(self) -> None:
-        """Drops the finished jobs the queue's policy forgets (queue_policy.forget)."""
+        """Drops the finished jobs queue_policy.forget names."""
         finished = [j.id for j in self._jobs.values() if j.state in FINISHED]
         for job_id in queue_policy.forget(finished, self.keep):
             del self._jobs[job_id]
@@ -378,8 +366,8 @@ class JobQueue:
 
 @dataclass
 class _LocalReport:
-    """A running job's progress, written to the Job under the queue's lock; each write is a
-    change its watchers are woken for (`changed`: JobQueue._changed)."""
+    """A running job's progress, written under the queue's lock. Each write wakes the job's
+    watchers."""
 
     lock: threading.Condition
     job: Job

@@ -1,21 +1,7 @@
 """The inpainting mask's edge, and the input pasted back around it.
 
-Why: the pipeline works on the whole picture through the VAE, which changes every pixel a
-little, marked or not. As A1111 does, the answer is the generated picture only where the
-mask marks it (blended along its blurred edge) and the input everywhere else, so what the
-client did not mark comes back exactly as it was sent.
-
-The promise is exact: a pixel farther than twice `mask_blur` (Euclidean) from every marked
-(non-black) pixel is the input's. A Gaussian blur's tails reach further than that in
-principle, so the blurred mask is cut to zero beyond that reach (`within`) rather than
-trusted to have faded.
-
-The blur is the inpainting pipeline's own (diffusers' VaeImageProcessor.blur); it runs with
-the pipeline, where torch is loaded. The paste-back is not diffusers' apply_overlay: that one
-composites through premultiplied RGBA and gives a blended pixel one level off PIL's composite
-(39,200 of 59,348 pixels of random masks, none where the mask is black or white); the
-tests hold PIL's, which blends in integers.
-"""
+The VAE changes every pixel a little, so only marked pixels take the generated picture. A
+pixel farther than twice `mask_blur` from every marked pixel is exactly the input's."""
 
 from typing import Any
 
@@ -24,10 +10,7 @@ from PIL import Image
 
 
 def within(marked: np.ndarray, reach: int) -> np.ndarray:
-    """Where a pixel lies within Euclidean distance `reach` of a True pixel of `marked`.
-    Each row's horizontal distance to its nearest marked pixel first (two running maxima),
-    then for every row offset dy up to `reach`: dy^2 + that distance^2 <= reach^2. Numpy
-    only; 2 x reach + 5 passes over the mask."""
+    """Pixels within Euclidean distance `reach` of a marked one, in 2 x reach + 5 numpy passes."""
     height, width = marked.shape
     columns = np.arange(width)
     far = width + reach + 1  # farther than any reach: no marked pixel in the row
@@ -43,9 +26,7 @@ def within(marked: np.ndarray, reach: int) -> np.ndarray:
 
 
 def blurred_mask(mask: Any, blur: int) -> Any:
-    """The mask as the pipeline and the paste-back use it: its edge blurred by `blur`
-    pixels (a Gaussian of that radius, as A1111), and zero beyond twice that from the
-    marked pixels."""
+    """The mask blurred by `blur` pixels (a Gaussian, as A1111), and zero beyond twice that."""
     if blur == 0:
         return mask
     from diffusers.image_processor import VaeImageProcessor  # imports torch: a job's import
@@ -56,6 +37,7 @@ def blurred_mask(mask: Any, blur: int) -> Any:
 
 
 def pasted_back(generated: Any, original: Any, mask: Any) -> Any:
-    """The generated picture where `mask` is white, the original where it is black, blended
-    in between; PIL composites in integers, so a black pixel is the original's, exactly."""
+    """Generated where `mask` is white, original where black, blended between.
+
+    PIL composites in integers, so a black pixel is exactly the original's."""
     return Image.composite(generated.convert("RGB"), original, mask)

@@ -1,14 +1,7 @@
-"""An answer's image in the format a client asked for (OpenAI's `output_format`).
+"""An answer's image in the format the client asked for (OpenAI's `output_format`).
 
-Why a module of its own: the stored image is always the PNG the job wrote (its record and
-its parameters in text chunks stay whole, and every other route serves it as it is); a
-client that asks for JPEG or WebP gets that PNG re-encoded on the way out, at the quality
-it asked for, and the store never holds a second copy.
-
-`output_compression` (0-100, OpenAI's name) is the encoder's quality: 100, OpenAI's default,
-is the best picture and the largest file, lower numbers trade picture for size. A PNG is
-lossless, so the number changes nothing there.
-"""
+The store keeps only the PNG; JPEG or WebP is encoded on the way out. `output_compression`
+(0-100) is the encoder's quality; PNG ignores it."""
 
 import io
 from typing import Literal
@@ -21,7 +14,7 @@ COMPRESSION_DEFAULT = 100  # OpenAI's
 
 
 def encoded(png: bytes, output_format: OutputFormat | None, compression: int | None) -> bytes:
-    """`png` as `output_format` (None or png: the bytes as they are)."""
+    """None or png answers the bytes as they are."""
     if output_format in (None, "png"):
         return png
     quality = COMPRESSION_DEFAULT if compression is None else compression
@@ -34,8 +27,7 @@ def encoded(png: bytes, output_format: OutputFormat | None, compression: int | N
 def converted(
     image_bytes: bytes, output_format: OutputFormat | None, compression: int | None
 ) -> bytes:
-    """Any image (a JPEG preview) as `output_format` (None: png), for a streamed partial image
-    in the format the client asked for."""
+    """A JPEG preview in the asked format, for streamed partial images. None means png."""
     quality = COMPRESSION_DEFAULT if compression is None else compression
     buffer = io.BytesIO()
     with Image.open(io.BytesIO(image_bytes)) as image:

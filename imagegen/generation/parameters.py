@@ -1,17 +1,7 @@
-"""A request resolved into what runs: the rules' defaults and caps (imagegen.generation.
-presets) and a seed at submission (with_defaults), then the record's parameters against the
-loaded pipeline (resolve), and the rules that decide how many steps an edit runs and at what
-size.
+"""A request resolved into what runs: defaults, caps and a seed, then the pipeline's parameters.
 
-Why a module of its own: every protocol's request meets the same resolution, in process or
-on a worker, and the record says exactly what it produced.
-
-The rules:
-- strength s (0 < s <= 1) noises the image to that fraction of the schedule; of `steps`,
-  max(1, int(steps x s)) denoising steps run (diffusers' and A1111's rule, at least one).
-- an edit's working size is the one sent, else the input's with each side rounded down to a
-  multiple of 8 and kept within GEN_MIN_SIDE..GEN_MAX_SIDE (working_size).
-"""
+Every protocol meets the same resolution, so the record says exactly what was produced. An edit
+runs max(1, int(steps x strength)) steps, as diffusers and A1111 do."""
 
 import secrets
 from typing import Any
@@ -31,9 +21,9 @@ from imagegen.model.pipeline import native_size
 
 
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
-    """The request as it will run: the rules' defaults and caps (which follow the configured
-    model, not the loaded pipeline, so they are known at submission) and a seed, so a job
-    reports all of them from the start."""
+    """The request as it will run, with defaults, caps and a seed, known at submission.
+
+    The defaults follow the configured model, not the loaded pipeline."""
     steps, guidance, scheduler, adjusted = rules.settle(
         steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
     )
@@ -56,8 +46,9 @@ def resolve(
     revision: str | None,
     inpaint_model: InpaintModel | None = None,
 ) -> GenerationParameters:
-    """The parameters the job runs with; `inpaint_model`: the inpainting checkpoint whose
-    UNet runs the edit, None when the base model's does."""
+    """The parameters the job runs with.
+
+    `inpaint_model` is the checkpoint whose UNet runs the edit; None when the base model's does."""
     steps, guidance, seed = request.steps, request.guidance, request.seed
     if steps is None or guidance is None or seed is None:
         raise ValueError("resolve takes a request with its defaults (with_defaults)")
@@ -105,12 +96,11 @@ def steps_run(steps: int, strength: float) -> int:
 
 
 def steps_running(parameters: GenerationParameters) -> int:
-    """The denoising steps the job runs: an edit's fewer (strength), else those asked."""
+    """An edit runs fewer steps (strength); anything else runs those asked."""
     return parameters.steps if parameters.edit is None else parameters.edit.steps_run
 
 
 def working_size(size: tuple[int, int], *, low: int, high: int) -> tuple[int, int]:
-    """The input's size as the model takes it: each side rounded down to a multiple of 8,
-    then within `low`..`high`."""
+    """Each side rounded down to a multiple of 8, then kept within `low`..`high`."""
     width, height = (min(high, max(low, side - side % 8)) for side in size)
     return width, height

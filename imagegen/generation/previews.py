@@ -1,22 +1,9 @@
-"""Live previews: the picture as it forms, made from the latents after a denoising step.
+"""Live previews: the picture as it forms, made from the latents after a step.
 
-A person watching a CPU generation of minutes wants to see the picture early (and
-cancel a bad one after the first step, not after the whole image). The full VAE's decode
-costs as much as several steps, so a preview is made one of two cheap ways (PREVIEW):
-
-- `approx` (the default): a linear map of the four latent channels to RGB, one 4x3 matrix
-  per latent space, at the latents' own resolution (the output's side / 8). The factors are
-  the published ones of ComfyUI (`comfy/latent_formats.py`, classes SD15 and SDXL: fitted by
-  least squares between latents and their decoded images); SD 2.x shares SD 1.x's VAE and so
-  its factors. Cost: one small matrix product and a JPEG of a few KB.
-- `tiny`: the pipeline's tiny decoder (VAE_DECODER=tiny: TAESD / TAESDXL), fed latents
-  shrunk so that the preview's side is at most 256 px, which keeps its cost a fraction of
-  a step's.
-
-Previews never touch what the pipeline goes on with: they read the latents (a copy is
-made before any arithmetic), use no random generator, and so the final image's bytes are the
-same with previews on or off.
-"""
+A person watching a minutes-long generation wants to cancel a bad one early. The full VAE
+costs several steps, so PREVIEW picks a cheaper way (docs/image-api.md, "Live previews").
+Previews read a copy of the latents and draw no random numbers, so they never change the
+image."""
 
 import base64
 import io
@@ -29,16 +16,14 @@ log = logging.getLogger(__name__)
 
 APPROX, TINY, OFF = "approx", "tiny", "off"
 PREVIEW_METHODS = (APPROX, TINY, OFF)
-# The largest side of a tiny decoder's preview, and so of the latents it is fed (/ 8).
+# The largest side of a tiny decoder's preview; its latents are this / 8.
 TINY_SIDE = 256
 JPEG_QUALITY = 70
 MEDIA_TYPE = "image/jpeg"
-# A stored preview larger than this is not kept (the shared store's bound per job); a JPEG
-# of 256 px at this quality is well under it.
+# A larger stored preview is dropped (the shared store's bound per job). A 256 px JPEG is far below.
 PREVIEW_BYTES_MAX = 256 * 1024
 
-# ComfyUI comfy/latent_formats.py: SD15.latent_rgb_factors; SDXL.latent_rgb_factors and
-# SDXL.latent_rgb_factors_bias. Rows: latent channels; columns: R, G, B; the result is in
+# ComfyUI comfy/latent_formats.py (SD15, SDXL). Rows: latent channels; columns: R, G, B; result in
 # [-1, 1].
 SD_FACTORS = (
     (0.3512, 0.2297, 0.3227),
@@ -58,9 +43,10 @@ SDXL_BIAS = (0.1084, -0.0175, -0.0011)
 
 @dataclass(frozen=True)
 class PreviewPolicy:
-    """PREVIEW, PREVIEW_EVERY and PREVIEW_SECONDS: how previews are made, after every how
-    many steps, and at least how many seconds apart (a partial image asked for by an OpenAI
-    stream is made at its step whatever these say, unless previews are off)."""
+    """PREVIEW, PREVIEW_EVERY and PREVIEW_SECONDS.
+
+    An OpenAI stream's partial images are made at their steps whatever these say, unless previews
+    are off."""
 
     method: str = APPROX
     every: int = 1
@@ -76,7 +62,7 @@ DEFAULT_PREVIEWS = PreviewPolicy()
 
 @dataclass(frozen=True)
 class Preview:
-    """One preview of a running job: after which step, and the image."""
+    """One preview of a running job, after `step`."""
 
     step: int
     steps: int
@@ -84,9 +70,8 @@ class Preview:
     height: int
     data: bytes
     media_type: str = MEDIA_TYPE
-    # Which of an OpenAI stream's partial images this is (0-based); None for any other. A
-    # job keeps each partial image apart from its latest preview, so a stream that reads
-    # late still finds every one.
+    # Which partial image of an OpenAI stream this is (0-based), else None. Each is kept apart from
+    # the latest preview, so a late stream still finds every one.
     partial: int | None = None
 
     def data_url(self) -> str:
@@ -97,9 +82,7 @@ class Preview:
 
 
 def partial_steps(partials: int, total: int) -> set[int]:
-    """The steps after which the `partials` images an OpenAI stream asked for are made:
-    spread evenly over the steps before the last (the last one's picture is the image
-    itself); a job of fewer than partials + 1 steps has fewer distinct such steps."""
+    """Spread evenly before the last step, whose picture is the image itself."""
     if partials <= 0 or total <= 1:
         return set()
     found = {round(k * total / (partials + 1)) for k in range(1, partials + 1)}
@@ -111,8 +94,7 @@ def is_sdxl_pipeline(pipe: Any) -> bool:
 
 
 def preview_image(latents: Any, *, pipe: Any, method: str) -> Any:
-    """The PIL image of the first latent in the batch, made the `method` way; None when this
-    pipeline cannot be previewed that way (not four latent channels, no tiny decoder)."""
+    """The first latent's image, or None when this pipeline cannot preview that way."""
     import torch
     from PIL import Image
 
@@ -170,9 +152,7 @@ def jpeg(image: Any) -> bytes:
 
 @dataclass
 class Previewer:
-    """Decides after which steps a running job's preview is made, and makes it: every
-    `policy.every` steps at most once per `policy.seconds`, and at each of `forced` (an
-    OpenAI stream's partial images) whatever the pace."""
+    """Every `policy.every` steps at most once per `policy.seconds`, and at each of `forced`."""
 
     pipe: Any
     policy: PreviewPolicy
@@ -182,7 +162,7 @@ class Previewer:
     _failed: bool = False
 
     def due(self, step: int) -> bool:
-        # A scheduler may make two timesteps of one asked step (PNDM's warm-up): one preview.
+        # PNDM's warm-up makes two timesteps of one step: one preview.
         if not self.policy.on or self._failed or step <= self._last_step:
             return False
         if step in self.forced:
@@ -192,8 +172,9 @@ class Previewer:
         return self._last is None or time.monotonic() - self._last >= self.policy.seconds
 
     def make(self, latents: Any, step: int, steps: int) -> Preview | None:
-        """The preview after `step`, or None (not due, or this pipeline has none). A preview
-        that fails is logged once and previews stop for this job: the image matters more."""
+        """The preview after `step`, or None.
+
+        A failure is logged once and stops previews for this job: the image matters more."""
         if latents is None or not self.due(step):
             return None
         try:

@@ -1,13 +1,7 @@
-"""The generating thread's CPU priority (GEN_NICE).
+"""The generating thread's CPU priority (GEN_NICE), so requests get a core first.
 
-On a 2-4 vCPU host a generation keeps every core busy with torch's threads. A todo or status
-request that wakes meanwhile waited for a core behind them, and that wait was most of its p99
-during a generation (bench/todos_bench.py --during-generation). Linux keeps a nice value per
-thread and a new thread starts with its creator's, so the generating thread lowers its own
-before its first torch call, and the threads torch starts for it follow. A request thread then
-gets a core as soon as it wakes, while a generation alone still has every core: a nice value
-only orders work that waits for a core.
-"""
+Linux keeps a nice value per thread and new threads inherit it. So the generating thread
+lowers its own first, and torch's threads follow."""
 
 import logging
 import os
@@ -19,9 +13,10 @@ LOWEST = 19  # the largest nice value Linux accepts
 
 
 def lower_this_thread(by: int) -> None:
-    """Runs the calling thread (and threads it starts from now on) `by` nice values below
-    where it runs now, at most at the lowest priority. Relative, so a service started under
-    `nice` keeps its order; raising a nice value needs no privilege, lowering it back would."""
+    """Lowers this thread's priority by `by` nice values, capped at the lowest.
+
+    Relative, so a service started under `nice` keeps its order. Raising it back would need
+    privilege."""
     if by <= 0:
         return
     thread = threading.get_native_id()

@@ -1,11 +1,7 @@
-"""How many images each API key has started this minute (`--per-minute`): the interface both
-job modes answer, and the in-process counter.
+"""Images each API key started this minute (`--per-minute`), in a fixed window per clock minute.
 
-A fixed window per clock minute: simple to share (one Redis counter a key and minute in
-distributed mode: imagegen.distributed.rates) and never more than the limit within a window;
-across a window's edge a key may start up to twice its limit in a minute's span, which a
-limit meant against floods rather than to the image can bear.
-"""
+Across a window's edge a key may start twice its limit in 60 s; a limit against floods bears
+it."""
 
 import threading
 import time
@@ -15,16 +11,16 @@ WINDOW_SECONDS = 60
 
 
 def window(now: float) -> tuple[int, int]:
-    """The window `now` falls in, and the whole seconds until it ends (at least 1)."""
+    """The window `now` falls in, and whole seconds until it ends (at least 1)."""
     index = int(now // WINDOW_SECONDS)
     return index, max(1, int((index + 1) * WINDOW_SECONDS - now + 0.999))
 
 
 class RateCounter(Protocol):
     def take(self, key: str, count: int, limit: int) -> int | None:
-        """Counts `count` images for `key` in this window when that stays within `limit`
-        and answers None; else counts nothing and answers the seconds until the window
-        ends (the Retry-After)."""
+        """Counts `count` images if that stays within `limit`, and answers None.
+
+        Otherwise counts nothing and answers the seconds until the window ends (the Retry-After)."""
 
 
 class LocalRates:

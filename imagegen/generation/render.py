@@ -1,16 +1,7 @@
-"""One image generation: the pipeline run for parameters already resolved
-(imagegen.generation.parameters), with a step-end callback that reports progress, and stop
-points inside the model's blocks (imagegen.generation.stop_points) that end it within a
-block when it is cancelled (imagegen.generation.execution runs these).
+"""One image generation: the pipeline run for resolved parameters.
 
-Progress counts the steps the client asked for, whatever the scheduler makes of them: PNDM
-runs 21 model calls for 20 steps (its warm-up), Heun two per step, and a client that asked for
-20 reads "of 20" (asked_steps_done).
-
-The run is timed by stage (text encoders, denoising steps, decode) from two hooks that cost
-nothing per step: a forward pre-hook on the UNet marks the end of the prompt encoding (its
-first call), the step-end callback marks the end of the last step.
-"""
+Progress counts the steps asked for, whatever the scheduler makes of them. Two hooks time the
+stages at no cost per step."""
 
 import time
 from collections.abc import Callable
@@ -27,25 +18,21 @@ from imagegen.model.edit_pipelines import edit_pipeline
 
 
 class Cancelled(Exception):
-    """Raised from the step-end callback, or from a stop point within a step or the decode,
-    to stop a generation."""
+    """Raised to stop a generation, from the step-end callback or a stop point."""
 
 
 @dataclass(frozen=True)
 class Rendered:
     image: Any  # a PIL image
     stages: dict[str, float]  # encode_seconds, denoise_seconds, decode_seconds
-    # Each step asked for, from the UNet's first call (or the step before) to its end: what
-    # imagegen_step_seconds observes. A scheduler that makes more timesteps than steps (PNDM's
-    # 21 for 20) has some step cover two; one that makes fewer shares a timestep's time out.
+    # Each asked step's time, from the UNet's first call to its end (imagegen_step_seconds).
     step_seconds: tuple[float, ...] = ()
 
 
 def asked_steps_done(calls_done: int, calls: int, asked: int) -> int:
-    """How many of the `asked` steps `calls_done` of the scheduler's `calls` timesteps make:
-    in proportion, rounded down, so the count never goes back and reaches `asked` at the last
-    call and not before, whether the scheduler makes more timesteps than asked (PNDM's 21 for
-    20) or fewer."""
+    """The asked steps done after `calls_done` of `calls` timesteps, in proportion, rounded down.
+
+    So the count never goes back and reaches `asked` at the last call, not before."""
     return asked if calls_done >= calls else calls_done * asked // calls
 
 
@@ -61,18 +48,10 @@ def render(
     edit: EditInputs | None = None,
     on_latents: Callable[[Any, int, int], None] | None = None,
 ) -> Rendered:
-    """Runs the pipeline on `device` (force_cpu on an accelerator host: the CPU, and back to
-    `home` afterwards) with `scheduler` from the table (None: the model's own; either way the
-    model's own one is in place after). `on_step(done, total)` runs after each of the
-    scheduler's timesteps and may raise Cancelled; both count the parameters' steps, the
-    steps asked for (an edit's: those it runs, steps_running), however many timesteps the
-    scheduler makes of them. `stop_requested()` is asked before every stoppable part of the
-    UNet and the decoder, hundreds of times a step, so it must be a flag read; True raises
-    Cancelled there. With `edit`, the img2img or inpainting pipeline built from `pipe`'s
-    components runs (imagegen.model.edit_pipelines), and an inpainting's answer is the input
-    outside its mask's blurred edge (imagegen.generation.masks). `on_latents(latents, done,
-    total)` runs after `on_step` with the step's latents, which it must not change (the
-    live previews, imagegen.generation.previews)."""
+    """Runs the pipeline on `device`, then puts `home` and the model's scheduler back.
+
+    `on_step` counts asked steps and may raise Cancelled. `stop_requested()` runs hundreds of
+    times a step, so it must be a flag read. `on_latents` must not change the latents."""
     import torch
 
     def check() -> None:

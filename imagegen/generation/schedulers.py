@@ -1,35 +1,22 @@
-"""The schedulers a generation may ask for by name, and AUTOMATIC1111's names for them.
+"""The schedulers a generation may ask for by name, and A1111's names for them.
 
-Why it exists: few-step models (LCM, Hyper-SD, SDXL-Lightning, SDXL-Turbo) need a scheduler
-their base model does not ship with, often with "trailing" timestep spacing (the schedule
-starts at the last training timestep, as they were distilled). The native API names a
-scheduler with one short id (`euler_trailing`); the A1111 adapter receives a sampler and a
-schedule type ("DPM++ 2M" + "Karras") and maps them here, so both speak of the same table.
-
-What a client reads back is always A1111's name (`a1111_name`: "Euler a", "DPM++ 2M Karras",
-"Euler SGM Uniform"), for a scheduler of the table and for a model's own one (`sampler_of`:
-Stable Diffusion's PNDM is A1111's "PLMS"): people know samplers by those names, and the ids
-are only this service's spelling of its input.
-
-A scheduler is built per job from the model's own config (`from_config(config, **overrides)`,
-which copies it: the shipped config object is never changed), so the betas and training
-timesteps stay the model's and only the sampling rule and its spacing change.
-"""
+Few-step models (LCM, SDXL-Turbo) need a scheduler their base model lacks. Both the native API
+and the A1111 adapter name them from this one table. Clients read A1111's names, which people
+know."""
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-# A1111's schedule types (1.9 and later), by the label its UI shows; "Automatic" is each
-# sampler's own default, "SGM Uniform" is what diffusers calls "trailing" spacing.
+# A1111's schedule types (1.9 and later) by UI label. "Automatic" is each sampler's default; "SGM
+# Uniform" is diffusers' "trailing".
 A1111_SCHEDULES = ("Automatic", "Uniform", "Karras", "SGM Uniform")
 
 
 @dataclass(frozen=True)
 class Scheduler:
-    """One named way to sample: a diffusers scheduler class and what it overrides in the
-    model's config."""
+    """One named way to sample: a diffusers class and its config overrides."""
 
     name: str
     class_name: str
@@ -45,21 +32,19 @@ class Scheduler:
 
     @property
     def a1111_name(self) -> str:
-        """How clients read it: "DPM++ 2M Karras" (see a1111_name())."""
+        """How clients read it: "DPM++ 2M Karras"."""
         return a1111_name(*self.a1111[0])
 
 
 def a1111_name(sampler: str, schedule: str) -> str:
-    """One name for a sampler and its schedule type, for the places that hold one string (a
-    record, a header): the sampler, then the schedule type unless it is "Automatic", as A1111
-    named them before 1.9 split the two ("DPM++ 2M Karras"). Every input here reads it back
-    (a1111_scheduler), so a record's name can be sent again."""
+    """One string for a record or header, A1111's pre-1.9 form: "DPM++ 2M Karras".
+
+    Every input reads it back, so a record's name can be resent."""
     return sampler if schedule == "Automatic" else f"{sampler} {schedule}"
 
 
 def a1111_parts(name: str) -> tuple[str, str]:
-    """The (sampler, schedule type) of an a1111_name: A1111 1.9 and later answer the two
-    apart (the info's `sampler_name`, the infotext's "Schedule type")."""
+    """A1111 1.9 and later answer sampler and schedule type apart."""
     for schedule in _NAMED_SCHEDULES:
         if name.endswith(" " + schedule):
             return name[: -len(schedule) - 1], schedule
@@ -67,8 +52,7 @@ def a1111_parts(name: str) -> tuple[str, str]:
 
 
 def infotext_sampler(name: str) -> str:
-    """The infotext's words for an a1111_name: "DPM++ 2M, Schedule type: Karras", which
-    A1111's "PNG Info" reads back as the sampler and the schedule type."""
+    """A1111's "PNG Info" reads "DPM++ 2M, Schedule type: Karras" back as two fields."""
     sampler, schedule = a1111_parts(name)
     return sampler if schedule == "Automatic" else f"{sampler}, Schedule type: {schedule}"
 
@@ -76,7 +60,7 @@ def infotext_sampler(name: str) -> str:
 _TRAILING = {"timestep_spacing": "trailing"}
 _DPMPP_2M = {"algorithm_type": "dpmsolver++", "solver_order": 2, "use_karras_sigmas": False}
 _AUTO, _UNIFORM, _KARRAS, _SGM = A1111_SCHEDULES
-# The schedule types a name can end with, the longest first ("SGM Uniform" before "Uniform").
+# Longest first: "SGM Uniform" before "Uniform".
 _NAMED_SCHEDULES = (_SGM, _KARRAS, _UNIFORM)
 
 
@@ -117,7 +101,7 @@ A1111_NAMES = tuple(s.a1111_name for s in SCHEDULERS.values())
 
 
 class UnknownScheduler(ValueError):
-    """A name outside the table; the message lists the valid ones."""
+    """The message lists the valid names."""
 
 
 def scheduler_named(name: str) -> Scheduler:
@@ -128,9 +112,9 @@ def scheduler_named(name: str) -> Scheduler:
 
 
 def scheduler_for_input(value: str) -> str:
-    """The table's name for what the native `scheduler` field takes: a name of the table, or
-    A1111's name for one, as records and X-Scheduler write it (any case, read as the A1111
-    API reads it: a1111_scheduler), so that a record's scheduler can be sent again."""
+    """The table's name for the native `scheduler` field.
+
+    It takes a table name or an A1111 name in any case, so a record's scheduler can be resent."""
     if value in SCHEDULERS:
         return value
     try:
@@ -147,9 +131,9 @@ def scheduler_for_input(value: str) -> str:
 
 @contextmanager
 def scheduler_applied(pipe: Any, name: str | None) -> Iterator[None]:
-    """Runs the body with the named scheduler on the pipeline, then puts the model's own
-    back. Jobs run one at a time on one worker thread, so swapping it on the shared pipeline
-    is safe; None leaves the model's own in place."""
+    """Jobs run one at a time, so swapping the shared pipeline's scheduler is safe.
+
+    None keeps the model's own."""
     if name is None:
         yield
         return
@@ -163,10 +147,8 @@ def scheduler_applied(pipe: Any, name: str | None) -> Iterator[None]:
 
 # --- a model's own scheduler, by A1111's name ------------------------------------------------
 
-# A1111's sampler for each diffusers class: the diffusers documentation's table of A1111
-# equivalents, and A1111's "PLMS" for PNDM without its Runge-Kutta warm-up (skip_prk_steps,
-# as Stable Diffusion ships it); DPMSolverMultistep is "DPM++ 2M" only as dpmsolver++ of
-# order 2 (sampler_of).
+# A1111's sampler per diffusers class, from the diffusers docs' table. PNDM without its warm-up is
+# "PLMS"; DPMSolverMultistep is "DPM++ 2M" only as dpmsolver++ of order 2.
 _A1111_SAMPLER_OF_CLASS = {
     "EulerDiscreteScheduler": "Euler",
     "EulerAncestralDiscreteScheduler": "Euler a",
@@ -180,18 +162,16 @@ _A1111_SAMPLER_OF_CLASS = {
     "LCMScheduler": "LCM",
     "TCDScheduler": "TCD",
 }
-# Samplers whose Automatic schedule type in A1111 is not the model's own spacing (Karras or
-# exponential), so a model's own spacing is "Uniform" for them.
+# Samplers whose Automatic type is Karras or exponential: the model's own spacing is "Uniform".
 _AUTOMATIC_IS_NOT_UNIFORM = {"DPM++ 2M", "DPM++ 2M SDE", "DPM++ SDE"}
 # Samplers that pick their own timesteps: no schedule type applies.
 _OWN_TIMESTEPS = {"LCM", "TCD"}
 
 
 def sampler_of(scheduler: Any) -> str:
-    """A1111's name for a scheduler object (the model's own, when a request chose none): its
-    class's sampler with the schedule type its config gives (Karras sigmas, trailing spacing
-    as "SGM Uniform"). A class A1111 has no sampler for keeps diffusers' name without
-    "Scheduler" ("PNDM" with its warm-up, "DEISMultistep")."""
+    """A1111's name for a scheduler object, with the schedule type its config gives.
+
+    A class A1111 lacks keeps diffusers' name without "Scheduler" ("DEISMultistep")."""
     class_name = type(scheduler).__name__
     config = scheduler.config
     sampler = _A1111_SAMPLER_OF_CLASS.get(class_name)
@@ -215,8 +195,7 @@ def sampler_of(scheduler: Any) -> str:
 
 
 def sampler_ran(pipe: Any, name: str | None) -> str:
-    """A1111's name for the scheduler a generation runs with: the chosen one of the table,
-    else the model's own (`pipe.scheduler`)."""
+    """The chosen scheduler, else the model's own."""
     return SCHEDULERS[name].a1111_name if name is not None else sampler_of(pipe.scheduler)
 
 
@@ -224,13 +203,13 @@ def sampler_ran(pipe: Any, name: str | None) -> str:
 
 
 def _key(text: str) -> str:
-    """A1111 names compared as its API compares labels and ids: "sgm_uniform" is "SGM Uniform"."""
+    """Compares as A1111's API does: "sgm_uniform" is "SGM Uniform"."""
     return " ".join(text.replace("_", " ").split()).casefold()
 
 
 # Older sampler ids A1111's API still accepts.
 _SAMPLER_ALIASES = {"k euler": "euler", "k euler a": "euler a", "k dpmpp 2m": "dpm++ 2m"}
-# Schedule types that A1111 1.9 split off the older combined sampler names, longest first.
+# Schedule types A1111 1.9 split off the older combined names, longest first.
 _SUFFIXES = ("sgm uniform", "karras", "uniform")
 
 
@@ -247,10 +226,9 @@ A1111_SAMPLERS = tuple(dict.fromkeys(s.a1111[0][0] for s in SCHEDULERS.values())
 
 
 def a1111_scheduler(sampler: str | None, schedule: str | None = None) -> str | None:
-    """The table's name for an A1111 sampler and schedule type, by A1111 1.9's rules: "DPM++
-    2M" with "Automatic" is Karras, and an older combined name ("DPM++ 2M Karras") is the
-    sampler plus that schedule type. None when no sampler is given (the service's default
-    applies). An unknown pair raises UnknownScheduler listing what is accepted."""
+    """The table's name for an A1111 sampler and schedule type, by A1111 1.9's rules.
+
+    None without a sampler: the default applies. An unknown pair raises UnknownScheduler."""
     if not sampler or not sampler.strip():
         return None
     sampler_key = _SAMPLER_ALIASES.get(_key(sampler), _key(sampler))

@@ -1,18 +1,7 @@
-"""Who waits for which jobs of a synchronous protocol request (OpenAI, AUTOMATIC1111), so an
-identical request or a retry joins the jobs already queued instead of queueing them again
-(imagegen.services.generation_run_shared). In process the registry is this process's
-memory; in distributed mode it is Redis (imagegen.distributed.runs), so a retry that the
-ingress sends to another web replica joins too.
+"""Who waits for which jobs of a synchronous OpenAI or A1111 request.
 
-A run registered with an Idempotency-Key is `kept`: it stays registered after its last
-waiter leaves (until the registry's TTL after its last join), so a retry that comes after
-its first attempt gave up on an error joins the job that attempt queued, finished or not,
-instead of running it twice (imagegen.services decides which runs may still be joined).
-
-A new run's job ids are chosen and the run registered before its jobs are queued: when the
-queueing's answer is lost (the job store stopped answering after it took the job, so the
-client was told "try again"), the retry still finds the ids and joins the job that was
-queued; had none been queued, the ids name no job and the retry queues anew."""
+An identical request or a retry joins its twin's jobs instead of queueing them again. Ids are
+registered before queueing, so a retry finds a job whose queueing answer was lost."""
 
 import secrets
 import threading
@@ -24,22 +13,19 @@ from dataclasses import dataclass, field
 
 from core.errors import ServiceError
 
-# Queues the jobs of a new run under the ids given (chosen by the registry: new_job_ids).
+# Queues a new run's jobs under the ids new_job_ids chose.
 Submit = Callable[[list[str]], None]
-# Whether a registered run's jobs may still be joined (for a run without a key: any of them
-# is still to finish).
+# Whether a run's jobs may still be joined (without a key: any is still to finish).
 Unfinished = Callable[[list[str]], bool]
 
 
 def refused(error: BaseException) -> bool:
-    """Whether a submit's error is the service's refusal, after which none of its jobs is
-    queued (a partly queued batch cancels what it queued), unlike a job store that stopped
-    answering, which may have taken a job."""
+    """Whether the service refused, so nothing is queued; a silent store may have taken a job."""
     return isinstance(error, ServiceError) and not error.may_follow_a_queued_job
 
 
 def new_job_ids(count: int) -> list[str]:
-    """Ids for jobs not yet queued, in the form every job's id takes."""
+    """Ids in the form every job's id takes."""
     return [secrets.token_hex(8) for _ in range(count)]
 
 
@@ -54,8 +40,7 @@ class SharedRun:
 
 
 class RunRegistry(ABC):
-    """A registry of runs: this process's (LocalRuns) or every replica's (RedisRuns). The
-    join-or-submit rule is written here once; each registry only stores."""
+    """The join-or-submit rule, written once; each registry only stores."""
 
     def join_or_submit(
         self,
@@ -66,10 +51,9 @@ class RunRegistry(ABC):
         count: int = 1,
         keep: bool = False,
     ) -> SharedRun:
-        """Joins the key's run while `unfinished` says its jobs may be joined, else submits a
-        new one of `count` jobs, registered first (the module's docstring); `keep`: the run
-        outlives its waiters (an Idempotency-Key's). One request at a time per key, so two
-        requests never both submit for the same key."""
+        """Joins the key's run while it may be joined, else registers and submits a new one.
+
+        One request at a time per key, so two never both submit."""
         with self._locked(key):
             run = self._find(key, keep)
             if run is None or not unfinished(run.jobs):
@@ -86,7 +70,7 @@ class RunRegistry(ABC):
 
     @abstractmethod
     def leave(self, run: SharedRun) -> bool:
-        """One request stops waiting; True when it was the last one."""
+        """True when the last waiter left."""
 
     @abstractmethod
     def _locked(self, key: str) -> AbstractContextManager[object]:
@@ -94,24 +78,23 @@ class RunRegistry(ABC):
 
     @abstractmethod
     def _find(self, key: str, keep: bool) -> SharedRun | None:
-        """The key's registered run, if any."""
+        """The key's run, if any."""
 
     @abstractmethod
     def _register(self, run: SharedRun) -> None:
-        """Registers a new run as the key's, before its jobs are queued."""
+        """Before its jobs are queued."""
 
     @abstractmethod
     def _withdraw(self, run: SharedRun) -> None:
-        """Unregisters a run whose jobs were refused, if it is still the key's."""
+        """Unregisters a refused run, if it is still the key's."""
 
     @abstractmethod
     def _join(self, run: SharedRun) -> None:
-        """Counts one more waiter of `run`, and renews its expiry."""
+        """One more waiter; renews the expiry."""
 
 
 class LocalRuns(RunRegistry):
-    """The registry of one process (the in-process job queue). Kept runs are forgotten
-    `ttl_seconds` after their last join, as RedisRuns' keys expire."""
+    """One process's registry. Kept runs expire `ttl_seconds` after their last join, as in Redis."""
 
     def __init__(self, ttl_seconds: float = 3600) -> None:
         self.ttl = ttl_seconds

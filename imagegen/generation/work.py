@@ -1,20 +1,8 @@
-"""The estimate before anything was measured: the model's work at its own size, counted, over
-this machine's pace, measured in about a second.
+"""The estimate before anything was measured: the model's counted work over this machine's pace.
 
-Why: measured timings (imagegen.generation.estimates) come only after an image was made here,
-so a fresh service let its first request, the slowest of all, run past its client's timeout.
-The work of each stage is known from the model's configs alone: torch's FlopCounterMode counts
-it on the meta device (2 FLOPs per multiply-add, no weight read; bench/efficiency.py counts
-with it for docs/performance.md). The pace is a 3x3 convolution at a UNet's shapes run
-for about a second on the model's device: the machine's best at that kind of work, so an
-estimate from it is on the short side (the service's UNet calls ran at 77 % of it, its decode
-at 90 %, docs/performance.md): a request it refuses would not have finished in time either.
-
-Counted once per process, at the model's load, before it is ready (CountOnce): never beside
-a generation. At the model's native size, for one image (batch 1), each stage
-then scaled by the pixels as the measured ones are. GEN_THROUGHPUT, when set, is the pace
-instead of the measured one.
-"""
+Without it, a fresh service let its first, slowest request run past its client's timeout. The
+pace probe is the machine's best, so estimates run short: a refused request would not have
+finished either."""
 
 import json
 import logging
@@ -39,7 +27,7 @@ TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
 
 @dataclass(frozen=True)
 class Work:
-    """FLOPs of the stages of one image at `size`, batch 1."""
+    """FLOPs of one image's stages at `size`, batch 1."""
 
     size: Size
     text: float  # the text encoders, all of them
@@ -56,8 +44,8 @@ def count_work(
     side: int | None = None,
     whole_decode: bool = False,
 ) -> Work:
-    """The work of one image of `side` x `side` (None: the model's native size) of the
-    diffusers model in `model` (its configs only), its decode as count_decode counts it.
+    """One image's work from the model's configs; `side` None is the native size.
+
     bench/efficiency.py counts its table with it."""
     import torch
     from diffusers import AutoencoderKL, UNet2DConditionModel
@@ -102,11 +90,9 @@ def count_decode(
     tile: int | None = None,
     whole: bool = False,
 ) -> float:
-    """FLOPs of the decode of one `side` x `side` image of the model in `model`: by the tiny
-    decoder in `tiny_decoder` if given, else by the full VAE, whole (`whole`) or in tiles of
-    `tile` pixels as imagegen.model.pipeline.load_pipeline decodes (0: diffusers' own; None:
-    auto, counted as AUTO_TILE). Tiles overlap and each is decoded whole: SDXL's 1024x1024
-    in tiles of 512 is 1.5x the whole image's work."""
+    """FLOPs of one image's decode, as load_pipeline decodes it.
+
+    `tile` 0 is diffusers' own; None is auto. Tiles overlap: SDXL 1024x1024 in 512 tiles is 1.5x."""
     import torch
     from diffusers import AutoencoderKL, AutoencoderTiny
 
@@ -127,7 +113,7 @@ def count_decode(
 
 
 def flops(run: Callable[[], object]) -> float:
-    """What torch's FlopCounterMode counts for `run` (2 FLOPs per multiply-add)."""
+    """2 FLOPs per multiply-add."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -140,9 +126,8 @@ def json_of(path: Path) -> dict[str, Any]:
 
 
 def measure_throughput(device: str, seconds: float = PROBE_SECONDS) -> float:
-    """FLOP/s of a 3x3 convolution of 320 channels on a 64x64 map (an SD UNet's first
-    blocks at 512x512) on `device`, in fp32 as the pipeline runs: the best of as many runs as
-    fit in `seconds`, after one to warm up."""
+    """FLOP/s of a 3x3 convolution like an SD UNet's first blocks, in fp32: the best run in
+    `seconds`."""
     import torch
 
     channels, side = 320, 64
@@ -163,7 +148,7 @@ def measure_throughput(device: str, seconds: float = PROBE_SECONDS) -> float:
 
 
 def counted_timing(work: Work, throughput: float) -> Timing:
-    """`work` at `throughput` FLOP/s, as a measured image's stages are kept."""
+    """Kept like a measured image's stages."""
     return Timing(
         width=work.size[0],
         height=work.size[1],
@@ -175,8 +160,7 @@ def counted_timing(work: Work, throughput: float) -> Timing:
 
 
 def count_model(loader: ModelLoader, throughput: float | None) -> Timing | None:
-    """The loader's model counted at `throughput` FLOP/s (None: measured now on its device);
-    None while the model is not complete on the share (nothing to count yet)."""
+    """The model at `throughput` (None: measured now); None until it is complete on the share."""
     manifest = loader.source.complete_manifest()
     if manifest is None:
         return None
@@ -198,13 +182,10 @@ def count_model(loader: ModelLoader, throughput: float | None) -> Timing | None:
 
 
 class CountOnce:
-    """Counts the loader's model once for this process, at its load, and keeps it in `book`
-    (its TimingBook). In the loading thread, before the model is ready (ModelLoader.at_load):
-    never beside a generation, whose load on the CPU would halve the pace the probe reads
-    and whose job the count would slow. An estimate asked before then has no counted
-    figure. A count that fails is logged and does not fail the load (the measured timings
-    still come); one failed by the shared store (distributed mode's Redis) is tried again at
-    the next load."""
+    """Counts the model once per process, at its load, before it is ready.
+
+    Beside a generation, the probe would read half the pace. A failed count does not fail the
+    load; one failed by Redis is tried again at the next load."""
 
     def __init__(self, loader: ModelLoader, book: TimingBook, throughput: float = 0.0) -> None:
         self.loader, self.book, self.throughput = loader, book, throughput
@@ -225,5 +206,5 @@ class CountOnce:
 
 
 def _transient(exc: Exception) -> bool:
-    """A failure worth trying again: the shared store away (distributed mode's Redis)."""
+    """The shared store (Redis) was away."""
     return type(exc).__module__.startswith("redis")

@@ -1,13 +1,8 @@
-"""What the image service does on request: pull the model, take an edit's inputs, admit a
-key's images, run generations, cancel them, tell webhooks.
+"""What the image service does on request, for routes of every protocol.
 
-Routes of every protocol (the native form API, the OpenAI and AUTOMATIC1111 adapters, the
-page, MCP) call these with the process's Backend, so each rule (the queue's bound, the
-synchronous wait and its timeout, what a finished job answers) lives here once. They raise
-imagegen.errors, which the API's handlers turn into answers (config/api.py, with the
-shapes of imagegen/api/errors.py). One module per concern; this one
-names them all, so a route imports `services` alone.
-"""
+Every route calls these with the process's Backend, so each rule lives here once. They raise
+imagegen.errors, which the API's handlers answer. This module names every concern's module, so
+a route imports `services` alone."""
 
 from imagegen.services.admission import KeyQuota, key_admit
 from imagegen.services.edit_intake import edit_request

@@ -27,18 +27,11 @@ def edit_request(
     only_masked: bool = False,
     only_masked_padding: int | None = None,
 ) -> GenerationRequest:
-    """`request` made an edit of `image` (with `mask`, an inpainting): every rule checked
-    first (a FieldError naming the field otherwise, with nothing written), then both files
-    stored (the image store, on the share in distributed mode: the job's request names them
-    by sha256). Its size is the one sent, else the input's as the model takes it
-    (imagegen.generation.parameters.working_size), so the job shows it from the start; the
-    input is brought to it by `resize_mode` (any value but 1 and 2 as 0). A setting not sent
-    (None) takes its default (imagegen.generation.requests.edit_settings).
+    """`request` made an edit of `image` (an inpainting with `mask`), its files stored.
 
-    `only_masked`: "only masked" with `only_masked_padding`. The answer is then the
-    input's size as the model takes it, and a size sent is the one the cut-out is worked at
-    (A1111's inpaint_full_res); the cut-out is decided here, from the mask, so the record
-    says what ran from the start. Without a mask it changes nothing."""
+    Every rule is checked before anything is written. The size is decided here, so the job
+    shows it from the start. With `only_masked`, so is the cut-out, so the record says what
+    ran."""
     asked = edit_settings(
         strength=strength, mask_blur=mask_blur, resize_mode=resize_mode,
         only_masked=only_masked, only_masked_padding=only_masked_padding,
@@ -52,8 +45,8 @@ def edit_request(
     if only_masked:
         size = working_size(checked.size, low=low, high=high)
     if checked.mask is not None:
-        # A mark that the framing cuts away (resize_mode 1) or a resize blurs to nothing
-        # marks nothing either: refused as the mask as sent would be (check_inputs).
+        # A mark the framing cuts away or a resize blurs out marks nothing either: refused the same
+        # way.
         framed = picture_mask(checked.mask, size=size, resize_mode=mode)
         if framed.getextrema()[1] == 0:
             where = f"once brought to {size[0]}x{size[1]} (resize_mode {mode})"

@@ -1,5 +1,4 @@
-"""An edit's stored inputs live as long as something names them: an image, a job, or a
-request still on its way to being queued."""
+"""An edit's stored inputs live as long as an image, a job or a pending request names them."""
 
 import functools
 from collections.abc import Callable
@@ -18,8 +17,7 @@ T = TypeVar("T")
 
 
 def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
-    """An edit refused or ended without an image (its `request`'s inputs stored already:
-    edit_request) leaves no input behind that nothing names (_prune_inputs)."""
+    """An edit refused or ended without an image leaves no unnamed input behind."""
 
     @functools.wraps(call)
     def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -37,17 +35,16 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
 
 
 def inputs_release(backend: Backend, request: GenerationRequest) -> None:
-    """An edit refused before its job was queued (a route's refusal too: no place to wait
-    in) leaves no input behind that nothing names (_prune_inputs)."""
+    """An edit refused before queueing leaves no unnamed input behind."""
     if request.edit is not None:
         _prune_inputs(backend, input_digests(request.edit))
 
 
 def image_delete(backend: Backend, *, image_id: str, seen_by: str | None = None) -> ImageRecord:
-    """Removes a stored image (its PNG and its record) from OUTPUT_DIR, the one store of
-    both job modes; answers the record it removed. The job that made it still names it in
-    GET /jobs until the job is forgotten (JOBS_KEEP); its image_url then answers 404. An
-    edit's inputs go with it unless another image or job names them (_prune_inputs)."""
+    """Removes a stored image and its record; answers the record.
+
+    Its job still names it until forgotten (JOBS_KEEP), then image_url answers 404. The edit's
+    inputs go too, unless another image or job names them."""
     selectors.image_get(backend, image_id=image_id, seen_by=seen_by)  # another key's: 404
     record = backend.images.delete(image_id)
     if record is None:
@@ -56,16 +53,15 @@ def image_delete(backend: Backend, *, image_id: str, seen_by: str | None = None)
     return record
 
 
-# An input named by no image and no unfinished job is removed once this old: younger, its
-# request may still be on its way to being queued (save_input makes a reused one young).
+# An unnamed input is removed once this old. Younger, its request may still be on its way.
 INPUT_GRACE_SECONDS = 600
 
 
 def _prune_inputs(backend: Backend, freed: set[str]) -> None:
-    """Removes the inputs no stored image and no unfinished job names: those of `freed`
-    (a deleted edit's, a refused edit's) at once, any other once INPUT_GRACE_SECONDS old
-    (left by a crash). Nothing to free, nothing is read. An edit's source is the
-    user's picture: it does not outlive what was made from it."""
+    """Removes inputs no image and no unfinished job names: `freed` at once, others after the
+    grace.
+
+    Nothing to free, nothing is read. A user's picture does not outlive what was made from it."""
     if not freed:  # a text-to-image delete: no scan of every record on the share for it
         return
     store = backend.images

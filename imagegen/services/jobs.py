@@ -1,6 +1,7 @@
-"""A generation's job: submitted, waited for, cancelled; a synchronous request refused at
-once when its estimate is past its timeout, and a retry with an Idempotency-Key joining the
-job its first attempt queued."""
+"""A generation's job: submitted, waited for, cancelled.
+
+A synchronous request past its timeout's estimate is refused at once. A retry with an
+Idempotency-Key joins the job its first attempt queued."""
 
 import contextlib
 import functools
@@ -38,11 +39,9 @@ def generation_submit(
     key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
-    """Queues a generation, or refuses it at once (nothing to load, queue full, the key's
-    `key_limit` reached); `job_id`: one chosen before (a keyed run's, registered first:
-    imagegen.generation.shared_runs); `client`: a protocol request's client (an OpenAI
-    stream), whose /progress then shows it, as a batch of one; `key_name`: the API key it
-    belongs to (apikeys.auth), `key_limit` its --max-queued (JobBoard.submit)."""
+    """Queues a generation, or refuses it at once.
+
+    `job_id` is chosen beforehand by a keyed run. A protocol `client` sees it in /progress."""
     batch = None if client is None else secrets.token_hex(8)
     job = backend.jobs.submit(
         request, job_id=job_id, owner=client, batch=batch, key=key_name, key_limit=key_limit
@@ -56,21 +55,20 @@ def _failure(job: JobView) -> ServiceError:
 
 
 def _image(job: JobView) -> ImageRecord:
-    """A succeeded job's image: every board sets it with the state (execution.run_job)."""
+    """A succeeded job's image, which every board sets with the state."""
     assert job.image is not None, f"job {job.id} succeeded without its image"
     return job.image
 
 
 def generation_result(backend: Backend, *, job: JobView, timeout: float | None) -> ImageRecord:
-    """Waits for the job's image. A client that stops waiting (the timeout) has its job
-    cancelled, since nobody will collect the image; a job that finished in the meantime
-    still answers with its image."""
+    """Waits for the job's image. At the timeout nobody will collect it, so the job is cancelled.
+
+    A job that finished meanwhile still answers with its image."""
     return _answer(backend, backend.jobs.wait(job.id, timeout) or job, alone=True)
 
 
 def _answer(backend: Backend, job: JobView, *, alone: bool) -> ImageRecord:
-    """The image of a job waited for, or why there is none. One still unfinished (the
-    timeout) is cancelled when nobody else (`alone`) waits for it."""
+    """An unfinished job (the timeout) is cancelled when nobody else (`alone`) waits for it."""
     jobs = backend.jobs
     if job.state not in FINISHED:
         if not alone:
@@ -90,9 +88,9 @@ def _answer(backend: Backend, job: JobView, *, alone: bool) -> ImageRecord:
 def _refuse_past_timeout(
     backend: Backend, request: GenerationRequest, count: int, timeout: float | None
 ) -> None:
-    """A synchronous request that the estimate puts past GEN_SYNC_REFUSE_FACTOR x its
-    `timeout` is refused now, with nothing queued, rather than cancelled at the timeout (a
-    504 minutes later); with nothing measured yet nothing is refused."""
+    """Refuses now, with nothing queued, past GEN_SYNC_REFUSE_FACTOR x `timeout`.
+
+    Better than a 504 minutes later. With nothing measured, nothing is refused."""
     if timeout is None or not settings.GEN_SYNC_REFUSE_FACTOR:  # 0: none refused, none asked
         return
     verdict = selectors.generation_estimate(backend, request=request, count=count, timeout=timeout)
@@ -111,9 +109,9 @@ def generation_run(
     key_name: str | None = None,
     key_limit: int | None = None,
 ) -> tuple[JobView, ImageRecord]:
-    """A synchronous generation: submitted as a job like any other, then waited for; refused
-    at once when it cannot finish in time (asynchronous ones are taken as they come). With
-    an Idempotency-Key, a retry joins the job its first attempt queued (_keyed_job)."""
+    """A synchronous generation: a job like any other, then waited for.
+
+    Refused at once when it cannot finish in time."""
     if idempotency_key is not None:
         job, last = _keyed_job(
             backend, request, timeout, client, idempotency_key, KeyQuota(key_name, key_limit),
@@ -134,10 +132,8 @@ def generation_submit_waited(
     key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
-    """The job of a synchronous generation whose caller waits for it itself (an MCP tool,
-    which reports its progress meanwhile) and then asks generation_result with what is left
-    of `timeout`: refused at once when it cannot finish within `timeout`, as
-    generation_run refuses."""
+    """For a caller that waits itself (an MCP tool reporting progress), refused as generation_run
+    is."""
     _refuse_past_timeout(backend, request, 1, timeout)
     return generation_submit(backend, request=request, key_name=key_name, key_limit=key_limit)
 
@@ -146,8 +142,7 @@ def generation_submit_waited(
 def generation_waited_result(
     backend: Backend, *, request: GenerationRequest, job: JobView, timeout: float
 ) -> ImageRecord:
-    """generation_result for the job generation_submit_waited queued for `request`: an edit
-    that ends without its image (the timeout) leaves no input behind, as generation_run's."""
+    """An edit that ends without its image leaves no input behind, as in generation_run."""
     return generation_result(backend, job=job, timeout=timeout)
 
 
@@ -161,8 +156,7 @@ def generation_submit_keyed(
     key_name: str | None = None,
     key_limit: int | None = None,
 ) -> JobView:
-    """An asynchronous POST /generate with an Idempotency-Key: its retry answers the job
-    the first attempt queued (_keyed_job), not a second one."""
+    """An asynchronous POST /generate with an Idempotency-Key: a retry answers the first job."""
     quota = KeyQuota(key_name, key_limit)
     return _keyed_job(backend, request, None, client, idempotency_key, quota, wait=False)[0]
 
@@ -177,15 +171,10 @@ def _keyed_job(
     *,
     wait: bool,
 ) -> tuple[JobView, bool]:
-    """POST /generate with an Idempotency-Key: the first request from this client with the
-    key queues the job; a retry with the same key (after a timeout on the client's side, a
-    dropped connection, or a 503 while the job store was unreachable, when the job may have
-    been queued and run on) joins that job, queued, running or succeeded, on any replica,
-    for GEN_SYNC_TIMEOUT + 60 s after its last attempt; a job that failed or was cancelled
-    is queued anew (_joinable). The body does not count: the key decides alone, as under
-    /v1. Returns the job (when `wait`, once finished or at `timeout`) and whether no other
-    attempt waits for it still (only then may the timeout cancel it). `quota`: the API key
-    the job belongs to and its --max-queued."""
+    """The first request with an Idempotency-Key queues the job; a retry joins it on any replica.
+
+    The rules: docs/image-api.md, "Retrying safely". Also answers whether no other attempt
+    waits: only then may the timeout cancel the job."""
     run_key = _run_key(request, 1, client, f"generate:{idempotency_key}")
 
     def submit(job_ids: list[str]) -> None:
@@ -212,8 +201,7 @@ def _keyed_job(
 
 
 def _joinable(backend: Backend, job_ids: list[str]) -> bool:
-    """Whether a retry with the same Idempotency-Key may join these jobs: none failed, was
-    cancelled or was forgotten (JOBS_KEEP); a retry of one of those queues anew."""
+    """None failed, was cancelled or was forgotten; otherwise a retry queues anew."""
     jobs = backend.jobs
     views = [jobs.lookup(job_id) for job_id in job_ids]
     return all(
@@ -240,8 +228,9 @@ def job_cancel(backend: Backend, *, job_id: str, seen_by: str | None = None) -> 
 
 
 def generation_interrupt(backend: Backend, *, client: str, running_only: bool = False) -> list[str]:
-    """Cancels this client's unfinished jobs (A1111's interrupt), or only its running one
-    (A1111's skip: the rest of its batch goes on); never another client's. Returns their ids."""
+    """A1111's interrupt cancels this client's unfinished jobs; skip, only its running one.
+
+    Never another client's. Returns their ids."""
     jobs = backend.jobs
     stopped = []
     for job in selectors.client_jobs(backend, client=client):
@@ -254,7 +243,7 @@ def generation_interrupt(backend: Backend, *, client: str, running_only: bool = 
 
 
 def _views(backend: Backend, job_ids: list[str]) -> list[JobView]:
-    """The jobs as they are now; one forgotten meanwhile (JOBS_KEEP) counts as failed."""
+    """A job forgotten meanwhile (JOBS_KEEP) counts as failed."""
     jobs = backend.jobs
     return [jobs.lookup(job_id) or _forgotten(job_id) for job_id in job_ids]
 

@@ -1,6 +1,4 @@
-"""Synchronous requests of the protocol adapters (OpenAI, AUTOMATIC1111): one job per image,
-and a twin request (same client, same body or Idempotency-Key) joining the jobs of the first
-instead of queueing them again."""
+"""Synchronous OpenAI and A1111 requests: one job per image, and a twin joining the first's jobs."""
 
 import contextlib
 import functools
@@ -28,8 +26,8 @@ from imagegen.services.jobs import (
 
 
 def _nth_seed(request: GenerationRequest, index: int) -> GenerationRequest:
-    """The request of the index-th image: seed, seed+1, ... when a seed is given (wrapping
-    at SEED_MAX); with none, each job draws its own."""
+    """seed, seed+1, ... when a seed is given (wrapping at SEED_MAX); else each job draws its
+    own."""
     if request.seed is None or index == 0:
         return request
     return request.model_copy(update={"seed": (request.seed + index) % (SEED_MAX + 1)})
@@ -43,10 +41,10 @@ def _submit_batch(
     timeout: float | None,
     quota: KeyQuota,
 ) -> None:
-    """A job under each id or none: refused whole when they cannot all finish within
-    `timeout`; when the queue fills part-way (or the key's --max-queued is reached: `quota`,
-    its name and limit), the ones queued are cancelled (they never run) and the request is
-    refused as a whole."""
+    """Queues every job, or none.
+
+    Refused whole when they cannot all finish within `timeout`. When the queue or the key's
+    limit fills part-way, the queued ones are cancelled and never run."""
     _refuse_past_timeout(backend, request, len(job_ids), timeout)
     jobs_queue, batch, jobs = backend.jobs, secrets.token_hex(8), []
     try:
@@ -59,9 +57,8 @@ def _submit_batch(
             metrics.JOBS_SUBMITTED.labels(surface=current_surface()).inc()
             jobs.append(job_id)
     except Exception:  # the queue filled up, the model went away, the store stopped answering
-        # Every job tried, the failing one too (the store may have taken it and lost its
-        # answer): none is left to run for nobody. A cancel the store cannot take is given up:
-        # the request's own error is the answer.
+        # Every job tried, the failing one too: the store may have taken it and lost its answer. A
+        # cancel the store cannot take is given up; the request's error is the answer.
         for job_id in job_ids[: len(jobs) + 1]:
             with contextlib.suppress(Exception):
                 jobs_queue.cancel(job_id)
@@ -79,8 +76,7 @@ def _join_or_submit(
     *,
     keyed: bool,
 ) -> SharedRun:
-    """A twin's run is joined whatever its estimate (its jobs were taken already); a new one
-    is estimated first."""
+    """A twin's run is joined whatever its estimate; a new one is estimated first."""
 
     def submit(job_ids: list[str]) -> None:
         _submit_batch(backend, request, job_ids, client, timeout, quota)
@@ -102,7 +98,7 @@ def _join_or_submit(
 
 
 def _unfinished(backend: Backend, job_id: str) -> bool:
-    """A job forgotten meanwhile (JOBS_KEEP) counts as finished: the request queues anew."""
+    """A job forgotten meanwhile counts as finished: the request queues anew."""
     job = backend.jobs.lookup(job_id)
     return job is not None and job.state not in FINISHED
 
@@ -120,7 +116,7 @@ def _wait(backend: Backend, job_ids: list[str], timeout: float | None, *, partia
 
 
 def _cancel_unfinished(backend: Backend, jobs: list[JobView]) -> list[str]:
-    """Cancels the jobs still queued or running; returns their ids."""
+    """Returns the cancelled ids."""
     cancelled = []
     for job in jobs:
         if job.state not in FINISHED:
@@ -143,21 +139,12 @@ def generation_run_shared(
     key_name: str | None = None,
     key_limit: int | None = None,
 ) -> list[ImageRecord]:
-    """A synchronous request for `count` images, as the OpenAI and A1111 routes make: one
-    ordinary job per image (seed, seed+1, ... when a seed is given), all in the one queue.
+    """A synchronous request for `count` images: one ordinary job per image, in the one queue.
 
-    Clients of these protocols wait, and retry when they stop waiting: a request from the
-    same client (apikeys.auth.client_identity) with the same Idempotency-Key, or without one
-    the same request, that arrives while its twin's jobs are queued or running joins them
-    instead of queueing them again, and gets the same images; with a key, also once they
-    succeeded (a retry of an answer lost on the way), as POST /generate's (_keyed_job). A
-    new request whose estimate is past GEN_SYNC_REFUSE_FACTOR x `timeout` is refused at
-    once (PastSyncTimeout). A
-    request that gives up (`timeout`) cancels the jobs only if nobody else waits for them.
-
-    A job cancelled meanwhile (DELETE /jobs/<id>, an A1111 interrupt) makes the answer 409,
-    or with `partial` leaves its image out (A1111 answers what was finished). `key_name`:
-    the API key the jobs belong to, `key_limit` its --max-queued (KeyQuota)."""
+    Clients of these protocols retry when they stop waiting. A twin joins the first's jobs and
+    gets the same images (docs/protocols.md). Giving up cancels jobs only when nobody else
+    waits. A job cancelled meanwhile makes the answer 409; with `partial` its image is left
+    out, as in A1111."""
     run_key = _run_key(request, count, client, idempotency_key)
     quota = KeyQuota(key_name, key_limit)
     run = _join_or_submit(

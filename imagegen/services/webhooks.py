@@ -1,5 +1,4 @@
-"""A job's webhook: which URL and secret, checked before the job is queued, and the
-process's senders."""
+"""A job's webhook: URL and secret checked before queueing, and the process's senders."""
 
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ NO_SECRET = (
 
 
 class WebhookPlan(NamedTuple):
-    """The webhook a job about to be submitted will tell, checked before it is queued."""
+    """The webhook a job will tell, checked before it is queued."""
 
     url: str
     origin: str
@@ -33,10 +32,9 @@ class WebhookPlan(NamedTuple):
 def webhook_plan(
     *, url: str | None, caller: Caller | None, origin: str, asynchronous: bool
 ) -> WebhookPlan | None:
-    """The request's `webhook_url`, else (asynchronous jobs only) its key's `--webhook`,
-    else WEBHOOK_URL; None when there is none. Refused now, nothing queued (400 naming where
-    it came from and the rule): a URL the address rules refuse, one on a synchronous
-    request, or no secret to sign with."""
+    """The request's `webhook_url`, else its key's `--webhook` (async only), else WEBHOOK_URL.
+
+    A bad one is refused before queueing, with a 400 naming where it came from and the rule."""
     field = "webhook_url"
     if url and not asynchronous:
         raise FieldError(field, SYNC_WEBHOOK)
@@ -58,20 +56,19 @@ def webhook_plan(
 
 
 def webhook_watch(backend: Backend, *, job_id: str, plan: WebhookPlan) -> None:
-    """Tells the job's webhook when it ends (imagegen.webhooks.delivery notices it)."""
+    """Tells the job's webhook when it ends."""
     backend.webhooks.watch(Watch(job_id, plan.url, plan.origin, plan.signer))
 
 
 def webhook_secrets(signer: str) -> list[str]:
-    """The secrets that sign for `signer` now: the key's own, else WEBHOOK_SECRET's."""
+    """The key's own secrets, else WEBHOOK_SECRET's."""
     if signer.startswith("key:") and (own := key_webhook_secret(name=signer[4:])):
         return [own]
     return list(settings.WEBHOOK_SECRET)
 
 
 def webhooks_start(backend: Backend, *, describe: Callable[[JobView, Watch], dict]) -> None:
-    """The process's webhook senders, started once (imagegen.apps) on the backend it starts
-    with; they also send what a stopped process left in the outbox."""
+    """Started once, on the backend; they also send what a stopped process left in the outbox."""
     policy = Policy(
         allow=Allowance.parse(settings.WEBHOOK_ALLOW),
         retry_seconds=settings.WEBHOOK_RETRY_SECONDS,

@@ -1,5 +1,4 @@
-"""The page's addresses: /ui/ (and /ui, which leads there), and /favicon.ico, which browsers
-and tools ask for by that name, leading to the page's icon."""
+"""The page's addresses: /ui/ and /ui. Browsers ask for /favicon.ico by that name."""
 
 from django.templatetags.static import static
 from django.urls import path

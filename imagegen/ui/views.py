@@ -1,10 +1,7 @@
-"""The page for people at /ui/: one server-rendered template; its script calls the same API
-routes (and the same token) as any client.
+"""The page for people at /ui/. Its script calls the API like any client.
 
-The HTML is served without the token: it holds no data, only the form's bounds and defaults,
-which GET /api shows openly too. Everything private (jobs, images, prompts) comes through the
-API with the token the page asks for.
-"""
+The HTML is served without the token. It holds only the form's bounds and defaults, also open
+at GET /api. Everything private comes through the API, with the token."""
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -23,10 +20,9 @@ from imagegen.generation.requests import (
 )
 from imagegen.generation.schedulers import SCHEDULERS
 
-# The page loads nothing from another origin: its script, stylesheet and every call are its
-# own; its images are blob: URLs of PNGs it fetched (with the token). No inline script, style
-# or handler runs (the config is a JSON data block, which is never executed), so none is
-# allowed. Set here, on the page alone: the API's answers are no documents.
+# Everything the page loads is its own; images are blob: URLs of PNGs it fetched. No inline script,
+# style or handler runs (the config is a JSON data block), so none is allowed. Set on the page
+# alone: API answers are no documents.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data: blob:; frame-ancestors 'none'"  # no other page may frame it
@@ -34,7 +30,7 @@ CONTENT_SECURITY_POLICY = (
 
 
 def _sizes(low: int, high: int) -> list[str]:
-    """Square sizes worth offering in the size field's suggestions, within the bounds."""
+    """Square sizes to suggest, within the bounds."""
     sides = [low, 256, 512, 768, 1024, 1536, 2048, high]
     return [f"{side}x{side}" for side in sorted(set(sides)) if low <= side <= high]
 
@@ -62,18 +58,16 @@ def page(request: HttpRequest) -> HttpResponse:
         "strength_default": STRENGTH_DEFAULT,
         "mask_blur_default": MASK_BLUR_DEFAULT,
         "mask_blur_max": MASK_BLUR_MAX,
-        # A share only where several machines read one (distributed mode); on one machine
-        # MODEL_DIR is a folder of its own.
+        # A share only in distributed mode; on one machine MODEL_DIR is its own folder.
         "weights_label": "Weights on the share" if is_distributed() else "Weights downloaded",
     }
     config = {
         "tokenRequired": protected(),
         "galleryPage": 12,
-        # The batch count's bound is the page's own check (one POST /generate per image):
-        # the native route takes one image a request, so no API answer names it.
+        # The page's own bound (one POST /generate per image), so no API answer names it.
         "countMax": settings.GEN_MAX_N,
         "seedMax": SEED_MAX,
-        # What Pull fetches, said before it is pressed; /model/status's own figure once known.
+        # What Pull fetches, shown beforehand; /model/status's figure once known.
         "pullBytes": selectors.model_download_estimate(current_backend()),
     }
     response = render(

@@ -1,10 +1,7 @@
-"""Which URLs a webhook may reach: only http and https, and only public addresses unless
-WEBHOOK_ALLOW names them, so a caller cannot make the service knock on its own network
-(its Redis, a cloud's metadata address, an admin page on loopback).
+"""Which URLs a webhook may reach: http(s) to public addresses, unless WEBHOOK_ALLOW names them.
 
-A name is resolved once per try, and the address the connection is made to is the one that
-was checked (and is checked again once connected), so a DNS answer that changes between the
-check and the connection cannot slip a private address through."""
+So a caller cannot make the service knock on its own network. The address connected to is the
+one checked, and is checked again once connected. A changing DNS answer cannot slip through."""
 
 import ipaddress
 import socket
@@ -19,7 +16,7 @@ NOT_PUBLIC = "resolves to an address that is not public (loopback, private, link
 
 
 class UrlRefused(Exception):
-    """A webhook URL these rules refuse; `rule` says which, in a person's words."""
+    """`rule` says which rule refused, in a person's words."""
 
     def __init__(self, rule: str) -> None:
         super().__init__(rule)
@@ -28,7 +25,7 @@ class UrlRefused(Exception):
 
 @dataclass(frozen=True)
 class Allowance:
-    """WEBHOOK_ALLOW: hosts by name, and addresses or networks, reachable though not public."""
+    """WEBHOOK_ALLOW: names, addresses and networks reachable though not public."""
 
     hosts: frozenset[str] = frozenset()
     networks: tuple[IPNetwork, ...] = ()
@@ -51,7 +48,7 @@ class Allowance:
 
 @dataclass(frozen=True)
 class Target:
-    """A webhook URL split for the connection: its scheme, host, port and request path."""
+    """A webhook URL split for the connection."""
 
     url: str
     scheme: str
@@ -81,8 +78,7 @@ def parse_url(url: str) -> Target:
 
 
 def is_public(address: IPAddress) -> bool:
-    """Global unicast only: not loopback, private, link-local, shared, reserved or multicast
-    (an IPv4 address written as IPv6 is judged as the IPv4 address it is)."""
+    """Global unicast only. An IPv4 address written as IPv6 is judged as IPv4."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_global and not address.is_multicast
@@ -93,8 +89,7 @@ def admitted(host: str, address: IPAddress, allow: Allowance) -> bool:
 
 
 def resolve(target: Target, allow: Allowance) -> IPAddress:
-    """The address to connect to: the first the name resolves to that the rules admit, or
-    UrlRefused."""
+    """The first resolved address the rules admit, or UrlRefused."""
     try:
         found = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
@@ -107,7 +102,7 @@ def resolve(target: Target, allow: Allowance) -> IPAddress:
 
 
 def check_url(url: str, allow: Allowance) -> Target:
-    """What a request's webhook URL must pass when the job is submitted."""
+    """Checked when the job is submitted."""
     target = parse_url(url)
     resolve(target, allow)
     return target

@@ -1,11 +1,8 @@
-"""The senders: a thread that notices watched jobs ending and turns each into a delivery,
-and a bounded pool that tries the deliveries that are due, retrying those that get no 2xx.
+"""The senders: a thread turning ended jobs into deliveries, and a bounded pool trying them.
 
-They run beside the request threads and the generation, never in them: a slow or dead
-receiver costs one of WEBHOOK_SENDERS threads for at most a try's timeout, nothing else.
-Started by the app itself at start (imagegen.apps), in every web process; each picks up
-what a stopped process left in the outbox, and the outbox's claims keep two processes from
-sending one try twice."""
+They never run in request or generation threads. A dead receiver costs one of WEBHOOK_SENDERS
+threads for a try's timeout, nothing else. Every web process starts them and picks up what a
+stopped one left; claims keep two processes from sending one try twice."""
 
 import json
 import logging
@@ -35,8 +32,7 @@ TICK = 0.5  # how often the outbox is read for ended jobs and due deliveries
 
 
 def next_wait(tries: int, *, rng: Callable[[float, float], float] = random.uniform) -> float:
-    """Seconds before the next try after `tries` failed ones: 1 s, then doubling, each
-    within +-25 %, never more than 5 minutes."""
+    """1 s, then doubling, each within +-25 %, never more than 5 minutes."""
     base = FIRST_RETRY * 2 ** min(tries - 1, 30)
     return min(LONGEST_WAIT, base * rng(1 - JITTER, 1 + JITTER))
 
@@ -49,8 +45,7 @@ class Policy:
 
 
 class Dispatcher:
-    """`describe(view, watch)`: the event's `data` (the job as its route answers it, with the
-    image's signed link). `secrets_for(signer)`: the secrets that sign for a watch's signer."""
+    """`describe` makes the event's `data`; `secrets_for` gives a signer's secrets."""
 
     def __init__(
         self,

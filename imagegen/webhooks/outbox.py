@@ -1,16 +1,9 @@
-"""Where deliveries wait until they are delivered or given up: kept where the jobs are
-kept, so a restart of the process that sends them loses none.
+"""Where deliveries wait, kept where the jobs are, so a sender's restart loses none.
 
-Three things are kept. A *watch*: a job that named a webhook and has not ended yet (the
-receiver, the request's origin for the image link, who signs). A *delivery*: the event of a
-job that ended, its body made once (the same bytes on every try), waiting for its next try.
-A *record*: what the job's answer shows of it (each try's time and status).
-
-Both outboxes hand each due delivery to one sender only: DiskOutbox by renaming its file
-into `claimed/` (a rename succeeds once; no file lock, as the share has none), RedisOutbox
-(imagegen.distributed.webhook_outbox) in one script. A claim is a lease: a delivery claimed
-by a process that stopped before it settled is due again after CLAIM_LEASE seconds, so it is
-sent at least once, never lost."""
+A *watch* is a job that named a webhook and has not ended. A *delivery* is its event, its body
+made once. A *record* is what the job's answer shows of it. Each due delivery goes to one
+sender only. A claim is a lease: one claimed by a process that stopped is due again after
+CLAIM_LEASE. So it is sent at least once, never lost."""
 
 import json
 import os
@@ -21,7 +14,7 @@ from typing import Any, Protocol
 
 from imagegen.atomic_files import is_partial, write_atomically
 
-# Longer than a try may take (its 10 s timeout and the name's resolution).
+# Longer than a try may take (10 s and the name's resolution).
 CLAIM_LEASE = 30.0
 
 
@@ -37,8 +30,7 @@ class Watch:
 
 @dataclass
 class Delivery:
-    """One event on its way. `id` is the `webhook-id` of every try, so a receiver can drop a
-    repeat; `created` and `due` are Unix times."""
+    """`id` is every try's `webhook-id`, so a receiver can drop a repeat. Times are Unix seconds."""
 
     id: str
     job_id: str
@@ -64,8 +56,7 @@ def delivery_id(job_id: str) -> str:
 
 
 def record_of(delivery: Delivery, state: str) -> dict[str, Any]:
-    """What the job's answer shows (its `webhook` field): the receiver, the event, whether
-    it is pending, delivered or given up, and each try."""
+    """The job's `webhook` field: receiver, event, state and each try."""
     return {"url": delivery.url, "event": delivery.event, "state": state, "tries": delivery.tries}
 
 
@@ -79,33 +70,32 @@ class Outbox(Protocol):
     def watches(self) -> list[Watch]: ...
 
     def unwatch(self, job_id: str) -> None:
-        """A watched job that is gone (forgotten before it was seen ending)."""
+        """For a job forgotten before it was seen ending."""
 
     def enqueue(self, delivery: Delivery) -> bool:
-        """Turns the job's watch into this delivery, due now; False when another process
-        did it first (the watch was gone)."""
+        """Turns the job's watch into this delivery, due now; False when another process did it
+        first."""
 
     def claim(self, now: float, limit: int) -> list[Delivery]:
-        """Up to `limit` deliveries due by `now`, each handed to this caller alone."""
+        """Up to `limit` due deliveries, each handed to this caller alone."""
 
     def retry(self, delivery: Delivery) -> None:
-        """A claimed delivery back, due at its `due`, its tries as they are now."""
+        """Puts a claimed delivery back, due at its `due`."""
 
     def settle(self, delivery: Delivery, state: str) -> None:
-        """A claimed delivery done: `delivered` or `given up`."""
+        """`delivered` or `given up`."""
 
     def record(self, job_id: str) -> dict[str, Any] | None: ...
 
     def pending(self) -> tuple[int, float | None]:
-        """How many deliveries wait, and the creation time of the oldest."""
+        """The count waiting, and the oldest's creation time."""
 
 
 class DiskOutbox:
-    """The outbox of the in-process mode: files in a folder beside the image records.
+    """The in-process outbox: files beside the image records.
 
-    `watching/<job>.json`, `pending/<due ms>-<id>.json` (the due time in the name, so a scan
-    reads names only), `claimed/<id>.json` (its modification time is the claim's),
-    `records/<job>.json`. Every file is written whole (imagegen.atomic_files)."""
+    The due time is in a pending file's name, so a scan reads names only. A rename claims a
+    file once; the share has no file locks. Every file is written whole."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -171,7 +161,7 @@ class DiskOutbox:
         return claimed
 
     def _release_stale(self, now: float) -> None:
-        """Claims older than the lease go back to pending, due now (their process stopped)."""
+        """Claims older than the lease go back to pending, due now: their process stopped."""
         for path in self._files("claimed"):
             try:
                 if path.suffix == ".json" and path.stat().st_mtime < now - CLAIM_LEASE:
@@ -208,7 +198,7 @@ class DiskOutbox:
         return len(paths), oldest
 
     def forget_records(self, older_than: float) -> None:
-        """Records of jobs long gone (the process keeps its jobs only while it lives)."""
+        """Records of jobs long gone: the process keeps jobs only while it lives."""
         cutoff = time.time() - older_than
         for path in self._files("records"):
             try:

@@ -1,10 +1,8 @@
-"""One try of a delivery: an HTTP POST to the address that was checked, nothing else.
+"""One try of a delivery: an HTTP POST to the checked address, nothing else.
 
-The standard library's http.client, because the connection must go to the address
-imagegen.webhooks.addresses resolved and admitted (and the socket's peer is checked again),
-while the request still names the URL's host (its Host header, TLS's server name and
-certificate check). It never follows a redirect, and reads at most RESPONSE_CAP bytes of the
-answer, which is never logged."""
+http.client, because it must connect to the admitted address while naming the URL's host for
+Host, SNI and the certificate. It never follows a redirect. It reads at most RESPONSE_CAP
+bytes, never logged."""
 
 import http.client
 import socket
@@ -27,7 +25,7 @@ RESPONSE_CAP = 1024
 
 
 class _PinnedConnection(http.client.HTTPConnection):
-    """An HTTP(S) connection to one address, for a URL whose host it still names."""
+    """An HTTP(S) connection to one address, naming the URL's host."""
 
     def __init__(self, target: Target, address: IPAddress, allow: Allowance) -> None:
         super().__init__(target.host, target.port, timeout=TIMEOUT)
@@ -46,7 +44,7 @@ class _PinnedConnection(http.client.HTTPConnection):
 
 
 def post(url: str, *, body: bytes, headers: dict[str, str], allow: Allowance) -> int:
-    """The answer's status; raises OSError, http.client's errors or UrlRefused."""
+    """Raises OSError, http.client's errors or UrlRefused."""
     target = parse_url(url)
     connection = _PinnedConnection(target, resolve(target, allow), allow)
     try:

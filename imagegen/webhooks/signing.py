@@ -1,10 +1,7 @@
-"""A delivery's signature as the Standard Webhooks specification says: HMAC-SHA256 over
-`id.timestamp.body` with each `whsec_` secret, made by the `standardwebhooks` package, so a
-receiver verifies with that same package (or any implementation of the specification).
+"""A delivery's Standard Webhooks signature, made by the `standardwebhooks` package.
 
-Several secrets (WEBHOOK_SECRET during a rotation) each add a signature to the one
-`webhook-signature` header, space-separated, as the specification allows: a receiver that
-knows either secret accepts the delivery."""
+So a receiver verifies with any implementation. Each secret adds a signature to the header, so
+during a rotation either secret verifies."""
 
 from datetime import UTC, datetime
 
@@ -12,8 +9,7 @@ from standardwebhooks.webhooks import Webhook
 
 
 def signed_headers(*, msg_id: str, body: str, secrets: list[str], at: datetime) -> dict[str, str]:
-    """The three headers of one try: its id (the same on every try), its time, and one
-    signature per secret."""
+    """The try's id (the same on every try), its time, and a signature per secret."""
     when = at.astimezone(UTC)
     signatures = [Webhook(secret).sign(msg_id, when, body) for secret in secrets]
     return {

@@ -1,7 +1,6 @@
-"""manage.py keys: create, list, revoke and rotate the service's named API keys.
+"""manage.py keys: create, list, revoke and rotate named API keys.
 
-The secret is printed once, by create and rotate, on stdout alone (so `... | tee` or a
-secret store's CLI takes it as it is); everything else goes to stderr."""
+The secret is printed once, alone on stdout, so a pipe takes it as is."""
 
 import sys
 
@@ -110,8 +109,8 @@ class Command(BaseCommand):
     def _issued(self, name: str, secret: str, what: str) -> None:
         self.stderr.write(f"key {name!r} {what}; its secret, shown this once:")
         self.stdout.write(secret)
-        # Whether the service takes it, as its settings say (./scripts/manage: the running
-        # service's); a warning, never a failure: keys may be made before they are turned on.
+        # Warns, never fails, when the service does not take keys: keys may be made before they are
+        # on.
         if settings.API_KEYS:
             self.stderr.write("API_KEYS is on: the service takes it from the next request on")
         else:
