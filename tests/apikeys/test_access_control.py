@@ -1,6 +1,8 @@
-"""API_TOKEN: writes and compute need the bearer token; probes and reads stay open. One
-closed service answers every refusal (a refused request changes nothing); the accepted pull,
-which starts the model's download, gets a service of its own."""
+"""API_TOKEN: writes and compute need the bearer token; probes and reads stay open. The token
+is checked per request: one closed service served in this process (served_here, on the
+session's database) answers every refusal (a refused request changes nothing); the accepted
+pull, which starts the model's download, gets a service of its own. The warning of an open
+service is a start's: the session's gunicorn (tests/conftest.py `app`, no token) logs it."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +11,7 @@ import pytest
 import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.in_process import LoopbackApp, served_here, todos_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env
 from tests.support.processes import AppServer
@@ -17,9 +20,9 @@ TOKEN = "s3cret-token"
 
 
 @pytest.fixture(scope="module")
-def app(
+def closed(
     hub_root: Path, mongo: EmbeddedMongo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
+) -> Iterator[LoopbackApp]:
     work = tmp_path_factory.mktemp("closed")
     (work / "share").mkdir()
     with LocalHub(hub_root) as hub:
@@ -28,7 +31,9 @@ def app(
             "API_TOKEN": TOKEN,
             "MONGODB_URI": mongo.uri(),
         }
-        with AppServer(env, work / "app.log") as server:
+        # The todo routes' database connected as a start connects it; the app served is
+        # served_here's (todos_here's own loopback is not used).
+        with served_here(**env) as server, todos_here(mongo.uri()):
             yield server
 
 
@@ -37,7 +42,8 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("headers", [{}, bearer("wrong"), {"Authorization": TOKEN}])
-def test_pull_and_generate_need_the_token(app, headers):
+def test_pull_and_generate_need_the_token(closed, headers):
+    app = closed
     for path, data in [("/model/pull", None), ("/generate", {"prompt": "x"})]:
         response = requests.post(app.url(path), data=data, headers=headers)
         assert response.status_code == 401
@@ -47,25 +53,28 @@ def test_pull_and_generate_need_the_token(app, headers):
 
 
 @pytest.mark.parametrize("path", ["/jobs", "/jobs/abc", "/images", "/images/abc"])
-def test_jobs_and_images_need_the_token(app, path):
+def test_jobs_and_images_need_the_token(closed, path):
+    app = closed
     assert requests.get(app.url(path)).status_code == 401
     assert requests.get(app.url(path), headers=bearer(TOKEN)).status_code in (200, 404)
 
 
-def test_probes_and_status_stay_open(app):
+def test_probes_and_status_stay_open(closed):
+    app = closed
     assert requests.get(app.url("/health")).status_code == 200
     assert requests.get(app.url("/model/status")).status_code == 200
     index = requests.get(app.url("/api")).json()  # a closed service does not warn
     assert index["open"] is False and index["warning"] is None
 
 
-def test_the_right_token_is_accepted(start_app, mongo: EmbeddedMongo):
-    app = start_app(API_TOKEN=TOKEN, MONGODB_URI=mongo.uri())
-    response = requests.post(app.url("/model/pull"), headers=bearer(TOKEN))
+def test_the_right_token_is_accepted(model_env):
+    with served_here(**model_env, API_TOKEN=TOKEN) as app:
+        response = requests.post(app.url("/model/pull"), headers=bearer(TOKEN))
     assert response.status_code == 202
 
 
-def test_todo_writes_need_the_token_and_answer_in_the_envelope(app):
+def test_todo_writes_need_the_token_and_answer_in_the_envelope(closed):
+    app = closed
     todo = {"todo": {"title": "guarded"}}
     refused = requests.post(app.url("/todo"), json=todo)
     assert refused.status_code == 401
@@ -88,6 +97,7 @@ def test_todo_writes_need_the_token_and_answer_in_the_envelope(app):
     assert requests.delete(app.url(f"/todo/{todo_id}"), headers=bearer(TOKEN)).status_code == 202
 
 
-def test_an_open_service_warns_in_its_log(start_app):
-    app = start_app(DEBUG="1")  # at every start, DEBUG or not
+def test_an_open_service_warns_in_its_log(app: AppServer):
+    """Its start: the session's gunicorn, open (no API_TOKEN, no API_KEYS)."""
+    assert "API_TOKEN" not in app.env and app.env.get("API_KEYS", "") in ("", "0")
     assert "API_TOKEN is not set" in app.log_path.read_text()

@@ -70,9 +70,11 @@ class SlowClients:
             connection.close()
 
 
-def answer_times(base_url: str, *, only: str | None = None) -> dict[str, float]:
+def answer_times(
+    base_url: str, *, only: str | None = None, timeout: float = 5.0
+) -> dict[str, float]:
     """How long /health, a todo list and a new todo (or the one named `only`) each take to
-    answer (a timeout counts as its 5 s), asked while the slow clients hold their
+    answer (a timeout counts as its `timeout`), asked while the slow clients hold their
     connections."""
     times = {}
     for name, method, path, body in [
@@ -84,7 +86,7 @@ def answer_times(base_url: str, *, only: str | None = None) -> dict[str, float]:
             continue
         started = time.monotonic()
         try:
-            response = requests.request(method, base_url + path, json=body, timeout=5)
+            response = requests.request(method, base_url + path, json=body, timeout=timeout)
             assert response.status_code in (200, 201), response.text
         except requests.RequestException:
             pass
@@ -101,30 +103,54 @@ def app_env(mongo: EmbeddedMongo, tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_slow_clients_hold_no_thread_behind_the_proxy_and_sigterm_stops_it_cleanly(
-    mongo: EmbeddedMongo, tmp_path: Path
-):
-    app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / "app.log")
-    with app:
-        with SlowClients(app.port, headers=THREADS + 1, bodies=THREADS + 1):
-            for _ in range(3):
-                times = answer_times(app.base_url)
-                assert max(times.values()) < ANSWER_WITHIN, times
-        assert app.process is not None
-        assert requests.get(app.url("/health"), timeout=10).json()["status"] == "healthy"
-        app.process.send_signal(signal.SIGTERM)
-        assert app.process.wait(60) == 0  # both stopped cleanly: success
+@pytest.fixture(scope="module")
+def proxied(
+    mongo: EmbeddedMongo, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedApp]:
+    """The pair as the container runs it, shared by the module: todos on the session's
+    database, the tiny model pulled, THREADS gunicorn threads, 127.0.0.2 playing the
+    platform's proxy. At the end SIGTERM stops both cleanly: the process exits 0."""
+    work = tmp_path_factory.mktemp("proxied")
+    env = {
+        **model_service_env("", work / "share", work),
+        **app_env(mongo, work),
+        "TRUSTED_PROXIES": "127.0.0.2",
+        "GEN_MAX_STEPS": "500",
+        "GEN_SYNC_REFUSE_FACTOR": "0",
+    }
+    with LocalHub(hub_root) as hub:
+        env["HF_ENDPOINT"] = hub.url
+        app = ProxiedApp(env, work / "app.log").start()
+        try:
+            pull_until_ready(app, timeout=PULL_TIMEOUT["in-process"])
+            yield app
+            assert app.process is not None
+            app.process.send_signal(signal.SIGTERM)
+            assert app.process.wait(60) == 0, app.log_tail()  # both stopped cleanly: success
+        finally:
+            app.kill()
 
 
-def test_the_same_slow_clients_hold_every_thread_of_gunicorn_alone(
-    mongo: EmbeddedMongo, tmp_path: Path
-):
-    """The check above is a real one: without the proxy, these clients stall the service."""
-    with AppServer(app_env(mongo, tmp_path), tmp_path / "app.log") as app:
-        with SlowClients(app.port, headers=THREADS, bodies=0):
-            assert answer_times(app.base_url, only="health")["health"] > ANSWER_WITHIN
-        with SlowClients(app.port, headers=0, bodies=THREADS):
-            assert answer_times(app.base_url, only="health")["health"] > ANSWER_WITHIN
+def test_slow_clients_hold_no_thread_behind_the_proxy(proxied: ProxiedApp):
+    """(SIGTERM stopping the pair cleanly is checked as `proxied` ends.)"""
+    with SlowClients(proxied.port, headers=THREADS + 1, bodies=THREADS + 1):
+        for _ in range(3):
+            times = answer_times(proxied.base_url)
+            assert max(times.values()) < ANSWER_WITHIN, times
+    assert requests.get(proxied.url("/health"), timeout=10).json()["status"] == "healthy"
+
+
+def test_the_same_slow_clients_hold_every_thread_of_gunicorn_alone(proxied: ProxiedApp):
+    """The check above is a real one: sent to the same gunicorn without the proxy (its
+    loopback port behind nginx), these clients stall the service."""
+    alone = f"http://127.0.0.1:{proxied.env['PROXY_UPSTREAM_PORT']}"
+    upstream = int(proxied.env["PROXY_UPSTREAM_PORT"])
+    wait = 2 * ANSWER_WITHIN
+    with SlowClients(upstream, headers=THREADS, bodies=0):
+        assert answer_times(alone, only="health", timeout=wait)["health"] > ANSWER_WITHIN
+    with SlowClients(upstream, headers=0, bodies=THREADS):
+        assert answer_times(alone, only="health", timeout=wait)["health"] > ANSWER_WITHIN
+    assert requests.get(alone + "/health", timeout=10).status_code == 200  # free again
 
 
 def test_either_process_stopping_stops_the_pair(mongo: EmbeddedMongo, tmp_path: Path):
@@ -347,10 +373,10 @@ def test_the_image_command_puts_the_proxy_in_front_beyond_loopback(tmp_path: Pat
         assert server.wait(60) == 0
 
 
-@pytest.mark.parametrize(("bind", "server"), [("0.0.0.0", "nginx"), ("127.0.0.1", "gunicorn")])
-def test_serve_puts_the_proxy_in_front_beyond_loopback_only(
-    mongo: EmbeddedMongo, tmp_path: Path, bind: str, server: str
-):
+def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp_path: Path):
+    """(On loopback serve starts gunicorn alone: README's demo start checks that,
+    tests/operations/test_readme_demo.py.)"""
+    bind, server = "0.0.0.0", "nginx"
     port = free_port()
     env = {
         **os.environ,
@@ -392,23 +418,6 @@ def test_the_azure_templates_send_their_ingress_and_probes_to_the_proxy(template
     assert not names & {"BIND", "FRONT_PROXY"}  # the image's own: 0.0.0.0:8000, proxied
 
 
-@pytest.fixture(scope="module")
-def model_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedApp]:
-    """The tiny model's service behind the pair; 127.0.0.2 plays the platform's proxy."""
-    work = tmp_path_factory.mktemp("proxied-model")
-    env = {
-        **model_service_env("", work / "share", work),
-        "TRUSTED_PROXIES": "127.0.0.2",
-        "GEN_MAX_STEPS": "500",
-        "GEN_SYNC_REFUSE_FACTOR": "0",
-    }
-    with LocalHub(hub_root) as hub:
-        env["HF_ENDPOINT"] = hub.url
-        with ProxiedApp(env, work / "app.log") as app:
-            pull_until_ready(app, timeout=PULL_TIMEOUT["in-process"])
-            yield app
-
-
 def send_from(app: AppServer, source: str, path: str, body: dict, **headers: str) -> tuple:
     """POSTs `body` as JSON from the loopback address `source`: (status, parsed answer)."""
     connection = http.client.HTTPConnection(
@@ -426,7 +435,7 @@ def send_from(app: AppServer, source: str, path: str, body: dict, **headers: str
 
 
 def test_the_service_behind_the_proxy_believes_what_a_trusted_proxy_forwarded(
-    model_app: ProxiedApp,
+    proxied: ProxiedApp,
 ):
     """The platform's proxy (a client on 127.0.0.2, named in TRUSTED_PROXIES) says the client
     came over https: nginx passes that on and the image link is https. Anyone else's say is
@@ -435,7 +444,7 @@ def test_the_service_behind_the_proxy_believes_what_a_trusted_proxy_forwarded(
     links = {}
     for source in ("127.0.0.2", "127.0.0.1"):
         status, answer = send_from(
-            model_app, source, "/v1/images/generations", body, **{"X-Forwarded-Proto": "https"}
+            proxied, source, "/v1/images/generations", body, **{"X-Forwarded-Proto": "https"}
         )
         assert status == 200, answer
         links[source] = answer["data"][0]["url"]
@@ -443,31 +452,31 @@ def test_the_service_behind_the_proxy_believes_what_a_trusted_proxy_forwarded(
     assert links["127.0.0.1"].startswith("http://127.0.0.1:")
 
 
-def test_clients_behind_the_proxy_stay_apart(model_app: ProxiedApp):
+def test_clients_behind_the_proxy_stay_apart(proxied: ProxiedApp):
     """Who a client is comes through the proxy: another client's A1111 interrupt does not
     stop this one's generation (the service trusts the proxy on loopback and reads the
     address it forwards; without that, every client would be the proxy)."""
     long = {"prompt": "a long one behind the proxy", "steps": 400, "width": 64, "height": 64}
     answers: list[tuple] = []
     runner = threading.Thread(
-        target=lambda: answers.append(send_from(model_app, "127.0.0.3", "/sdapi/v1/txt2img", long))
+        target=lambda: answers.append(send_from(proxied, "127.0.0.3", "/sdapi/v1/txt2img", long))
     )
     runner.start()
     try:
         deadline = time.monotonic() + 60
         while not any(
             job["state"] == "running" and job["parameters"]["prompt"] == long["prompt"]
-            for job in requests.get(model_app.url("/jobs"), timeout=10).json()
+            for job in requests.get(proxied.url("/jobs"), timeout=10).json()
         ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert send_from(model_app, "127.0.0.4", "/sdapi/v1/interrupt", {})[0] == 200
+        assert send_from(proxied, "127.0.0.4", "/sdapi/v1/interrupt", {})[0] == 200
         time.sleep(1.0)
-        jobs = requests.get(model_app.url("/jobs"), timeout=10).json()
+        jobs = requests.get(proxied.url("/jobs"), timeout=10).json()
         mine = [job for job in jobs if job["parameters"]["prompt"] == long["prompt"]]
         assert mine and mine[0]["state"] == "running"  # another client's interrupt: not it
     finally:
-        send_from(model_app, "127.0.0.3", "/sdapi/v1/interrupt", {})
+        send_from(proxied, "127.0.0.3", "/sdapi/v1/interrupt", {})
         runner.join(120)
     assert answers and answers[0][0] == 200  # its own interrupt ended it, as A1111's does
 

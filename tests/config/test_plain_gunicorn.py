@@ -19,7 +19,7 @@ from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.jobs import cancel_all
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
-from tests.support.processes import ROOT, AppServer, free_port
+from tests.support.processes import ROOT, AppServer
 from tests.support.sse import open_stream
 
 GUNICORN = Path(sys.executable).with_name("gunicorn")
@@ -46,12 +46,12 @@ class PlainGunicorn(AppServer):
 
 
 @pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainGunicorn]:
+def app(
+    hub_root: Path, mongo: EmbeddedMongo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PlainGunicorn]:
+    """The plain start on the session's database (tests/conftest.py `mongo`)."""
     work = tmp_path_factory.mktemp("plain-gunicorn")
-    with (
-        LocalHub(hub_root) as hub,
-        EmbeddedMongo(work / "mongo", port=free_port()) as mongo,
-    ):
+    with LocalHub(hub_root) as hub:
         env = {
             **model_service_env(hub.url, work / "share", work),
             "HOME": str(work),

@@ -71,6 +71,7 @@ def test_readmes_demo_command_serves_the_tiny_model_offline_and_makes_an_image(t
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "NO_PROXY": "127.0.0.1,localhost",
     }
+    env.pop("FRONT_PROXY", None)  # its default: the proxy only beyond loopback
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -92,6 +93,8 @@ def test_readmes_demo_command_serves_the_tiny_model_offline_and_makes_an_image(t
         response = requests.post(url + "/generate", data=curl_fields(generate), timeout=120)
         assert response.status_code == 200, response.text
         assert response.headers["X-Size"] == "64x64"
+        # On loopback serve puts no proxy in front: gunicorn answers itself.
+        assert response.headers["Server"] == "gunicorn"
         assert time.monotonic() - started < 60  # well inside GEN_SYNC_TIMEOUT
     finally:
         if process.poll() is None:

@@ -57,6 +57,19 @@ def run_command(*args: str, env: dict[str, str] | None = None) -> Result:
     return Result(returncode, stdout.getvalue(), stderr.getvalue())
 
 
+def run_beside(*args: str) -> Result:
+    """`manage.py *args` for a command that only talks HTTP to a service (gate, model_status
+    --base-url), run in this process with this process's settings and backend left as they
+    are: beside an app this process serves (tests/support/in_process.py served_here), whose
+    backend run_command's fresh start would replace. The exit code and the command's stdout
+    and stderr are the real process's; the served app's log lines stay out of them, as they
+    would in a process of its own."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        returncode = run(args, stdout, stderr)
+    return Result(returncode, stdout.getvalue(), stderr.getvalue())
+
+
 def run(args: tuple[str, ...], stdout: io.StringIO, stderr: io.StringIO) -> int:
     """manage.py's handling of one command line (ManagementUtility.execute, then
     BaseCommand.run_from_argv), with call_command running the command."""

@@ -1,6 +1,7 @@
-"""A frozen (SIGSTOP) or killed database process: every todo request gives up within its
-bound, the answer says what is known about a write, and /health and the image routes keep
-answering while todo requests pile up."""
+"""A frozen (SIGSTOP), then killed database process under gunicorn: every todo request gives
+up within its bound, the answer says what is known about a write, and /health and the image
+routes keep answering while todo requests pile up. A create whose answer the client lost is
+the routes' behaviour: served in this process (todos_here)."""
 
 import contextlib
 import http.client
@@ -10,12 +11,15 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
+from uuid import uuid4
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.in_process import todos_here
 from tests.support.processes import AppServer, free_port
 from todos.errors import DATABASE_UNREACHABLE as UNREACHABLE
 from todos.errors import UNCONFIRMED
@@ -44,9 +48,11 @@ def timed(method: str, url: str, **kwargs) -> tuple[requests.Response, float]:
     return response, time.monotonic() - started
 
 
-def test_a_frozen_database_bounds_every_todo_request_spares_health_and_tells_a_sent_write(
+def test_a_frozen_then_killed_database_bounds_every_todo_request_and_tells_a_sent_write(
     stack,
 ):
+    """Frozen: the bounds, /health spared, a sent write unconfirmed; then thawed and
+    killed: unreachable, a write never sent (one gunicorn and database for both)."""
     mongo, app = stack
     os.kill(mongo.process.pid, signal.SIGSTOP)
     answers: list[tuple[requests.Response, float]] = []
@@ -86,6 +92,8 @@ def test_a_frozen_database_bounds_every_todo_request_spares_health_and_tells_a_s
     assert refused.get("busy", 0) == told_busy
     assert refused.get("unreachable", 0) == 16 - told_busy
     assert_a_write_sent_is_unconfirmed_and_a_read_unreachable(app)
+    os.kill(mongo.process.pid, signal.SIGCONT)
+    a_killed_database_is_unreachable_and_a_write_was_never_sent(mongo, app)
 
 
 def assert_a_write_sent_is_unconfirmed_and_a_read_unreachable(app: AppServer) -> None:
@@ -98,39 +106,44 @@ def assert_a_write_sent_is_unconfirmed_and_a_read_unreachable(app: AppServer) ->
     assert read.json()["error"]["message"] == UNREACHABLE  # a read can simply be retried
 
 
-def test_a_killed_database_is_unreachable_and_a_write_was_never_sent(stack):
-    mongo, app = stack
+def a_killed_database_is_unreachable_and_a_write_was_never_sent(
+    mongo: EmbeddedMongo, app: AppServer
+) -> None:
     mongo.stop()
     response, seconds = timed("POST", app.url("/todo"), json={"todo": {"title": "never sent"}})
     assert response.status_code == 503 and seconds < BOUND + SLACK
     assert response.json()["error"]["message"] == UNREACHABLE
 
 
-def test_a_create_whose_answer_was_lost_is_found_by_its_key(stack):
+def test_a_create_whose_answer_was_lost_is_found_by_its_key(mongo: EmbeddedMongo):
     """The client sends a create and loses the answer (it hangs up before reading it, as
     after a timeout); the todo is saved all the same. Its retry with the same key gets
     the first outcome, where a plain retry meets its own todo as a 409."""
-    _mongo, app = stack
+    with todos_here(mongo.uri(f"lost-{uuid4().hex[:8]}")) as app:
+        a_create_whose_answer_was_lost_is_found_by_its_key(app.base_url)
+
+
+def a_create_whose_answer_was_lost_is_found_by_its_key(base_url: str) -> None:
     body = json.dumps({"todo": {"title": "answer lost"}})
-    connection = http.client.HTTPConnection("127.0.0.1", app.port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", urlsplit(base_url).port, timeout=10)
     connection.request(
         "POST", "/todo", body=body,
         headers={"Content-Type": "application/json", "Idempotency-Key": "lost-answer"},
     )  # fmt: skip
     connection.close()  # hung up without reading the answer
     deadline = time.monotonic() + 10
-    while not (listed := requests.get(app.url("/todos"), timeout=10).json()["data"]) or all(
+    while not (listed := requests.get(base_url + "/todos", timeout=10).json()["data"]) or all(
         t["title"] != "answer lost" for t in listed
     ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     saved = next(t for t in listed if t["title"] == "answer lost")
     retry = requests.post(
-        app.url("/todo"), data=body, timeout=10,
+        base_url + "/todo", data=body, timeout=10,
         headers={"Content-Type": "application/json", "Idempotency-Key": "lost-answer"},
     )  # fmt: skip
     assert retry.status_code == 201 and retry.headers["Idempotent-Replayed"] == "true"
     assert retry.json()["data"] == saved
-    plain = requests.post(app.url("/todo"), data=body, timeout=10,
+    plain = requests.post(base_url + "/todo", data=body, timeout=10,
                           headers={"Content-Type": "application/json"})  # fmt: skip
     assert plain.status_code == 409

@@ -1,9 +1,10 @@
 """manage.py gate against real processes: the app under gunicorn, a placeholder http.server,
 a closed port, a failing hub, a slow download, and a scripted service for what the app does
 only by accident (a silent pull, flapping or restarting status); each ends with its own exit
-code. A cold and warm deployment runs the gate as its own process; the rest run the same
-command in this process (run_command), which answers the same exit code and output without
-a Python start each."""
+code. A cold deployment (gunicorn) and a warm one run the gate as its own process; the rest
+run the same command in this process (run_command, or run_beside next to the app served in
+this process: served_here), which answers the same exit code and output without a Python
+start each."""
 
 import re
 import subprocess
@@ -12,7 +13,8 @@ import time
 
 import pytest
 
-from tests.support.commands import Result, manage, run_command
+from tests.support.commands import Result, manage, run_beside, run_command
+from tests.support.in_process import served_here
 from tests.support.processes import ROOT, free_port, wait_for_http
 from tests.support.scripted_service import DROP, HANG, Reply, ScriptedService, model_state
 
@@ -29,7 +31,12 @@ def gate_here(base_url: str, *extra: str):
     return run_command("gate", "--base-url", base_url, *FAST, *extra)
 
 
-def test_cold_then_warm_deployment_passes(start_app, hub):
+def gate_beside(base_url: str, *extra: str):
+    """The same command line run in this process beside the app it serves (served_here)."""
+    return run_beside("gate", "--base-url", base_url, *FAST, *extra)
+
+
+def test_cold_then_warm_deployment_passes(start_app, model_env, hub, tmp_path):
     cold = gate(start_app().base_url)
     assert cold.returncode == 0, cold.stderr
     lines = cold.stdout.splitlines()
@@ -41,8 +48,10 @@ def test_cold_then_warm_deployment_passes(start_app, hub):
     assert "gate: status: ready on cpu" in cold.stdout
     assert lines[-1] == "gate: passed"
 
-    hub.reset_log()  # a new revision: a new process on the warm share
-    warm = gate(start_app().base_url)
+    hub.reset_log()  # a new revision: a new backend, served here, on the warm share
+    warm_env = {**model_env, "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache-warm")}
+    with served_here(**warm_env) as app:
+        warm = gate(app.base_url)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout.splitlines()[1] == "gate: pull: accepted (202), state loading"
     assert "downloading" not in warm.stdout
@@ -82,11 +91,11 @@ def test_nothing_listening_is_a_health_timeout():
     assert "/health did not succeed within 2s" in result.stderr
 
 
-def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
+def test_a_hub_error_fails_fast_long_before_the_timeout(model_env, hub):
     hub.fail_status = 500
-    app = start_app()
     started = time.monotonic()
-    result = gate_here(app.base_url, "--timeout", "600")
+    with served_here(**model_env) as app:
+        result = gate_beside(app.base_url, "--timeout", "600")
     assert result.returncode == 13
     assert "the model failed" in result.stderr and "500" in result.stderr
     # /model/status's error, as a person reads it: what happened, what to do, the raw cause.
@@ -95,19 +104,20 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(start_app, hub):
     assert time.monotonic() - started < 60
 
 
-def test_a_load_slower_than_the_timeout_is_a_ready_timeout(start_app, hub):
+def test_a_load_slower_than_the_timeout_is_a_ready_timeout(model_env, hub):
     hub.throttle_bytes_per_sec = 100_000
-    result = gate_here(start_app().base_url, "--timeout", "2")
+    with served_here(**model_env) as app:
+        result = gate_beside(app.base_url, "--timeout", "2")
     assert result.returncode == 14
     assert "not ready within 2s (last state: downloading)" in result.stderr
 
 
-def test_a_refused_pull_is_its_own_failure(start_app):
-    app = start_app(API_TOKEN="right-token")
-    result = gate_here(app.base_url, "--token", "wrong-token")
-    assert result.returncode == 12
-    assert "POST /model/pull answered 401" in result.stderr
-    assert gate_here(app.base_url, "--token", "right-token").returncode == 0
+def test_a_refused_pull_is_its_own_failure(model_env):
+    with served_here(**model_env, API_TOKEN="right-token") as app:
+        result = gate_beside(app.base_url, "--token", "wrong-token")
+        assert result.returncode == 12
+        assert "POST /model/pull answered 401" in result.stderr
+        assert gate_beside(app.base_url, "--token", "right-token").returncode == 0
 
 
 # -- against a scripted service: what the real app shows only by accident -------------------

@@ -3,8 +3,9 @@ model_status (the share, or a service by --base-url) and generate as operators r
 
 Each command runs once as a real process (manage: the cold pull, model_status --json in
 test_run_command_answers_as_the_real_process, the generation that writes a PNG); the other
-calls run in this process (run_command), with the settings, exit code and output the real
-process gives: test_run_command_answers_as_the_real_process holds the two to each other."""
+calls run in this process (run_command; run_beside next to the service served here), with
+the settings, exit code and output the real process gives:
+test_run_command_answers_as_the_real_process holds the two to each other."""
 
 import json
 from dataclasses import astuple
@@ -14,7 +15,8 @@ from django.conf import settings
 from PIL import Image
 
 from imagegen import backend
-from tests.support.commands import manage, run_command
+from tests.support.commands import manage, run_beside, run_command
+from tests.support.in_process import served_here
 from tests.support.model_service import SD_REPO, SDXL_REPO
 from tests.support.processes import free_port
 from tests.support.scripted_service import Reply, ScriptedService
@@ -86,12 +88,13 @@ def test_pull_model_fails_with_one_clear_line_on_a_hub_error(model_env, hub, sha
     assert not (share / "testorg--tiny-sd" / ".manifest.json").exists()
 
 
-def test_model_status_of_a_running_service(start_app):
-    app = start_app()
-    result = run_command("model_status", "--base-url", app.base_url, "--json")
+def test_model_status_of_a_running_service(model_env):
+    """The service served in this process (served_here), asked as a client process asks it."""
+    with served_here(**model_env) as app:
+        result = run_beside("model_status", "--base-url", app.base_url, "--json")
+        plain = run_beside("model_status", "--base-url", app.base_url)
     assert result.returncode == 0
     assert json.loads(result.stdout)["state"] == "not_started"
-    plain = run_command("model_status", "--base-url", app.base_url)
     assert plain.returncode == 0, plain.stderr
     assert "state: not_started" in [line.strip() for line in plain.stdout.splitlines()]
 
