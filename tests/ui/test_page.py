@@ -16,7 +16,7 @@ from tests.ui.conftest import TOKEN, WAIT_MS, screenshot
 
 # Runs until cancelled: at 64x64 its 400 steps could end, on an idle core, before the test's
 # Cancel reaches it (a Cancel after the end is answered 409, and the entry leaves).
-LONG = {"prompt": "a long one", "steps": "400", "size": "512x512"}
+LONG = {"prompt": "a long one", "steps": "400", "size": "256x256"}
 
 
 def open_ui(new_page, app: AppServer, **viewport: int) -> Page:
