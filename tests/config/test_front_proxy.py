@@ -375,7 +375,7 @@ def test_the_image_command_puts_the_proxy_in_front_beyond_loopback(tmp_path: Pat
 
 def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp_path: Path):
     """(On loopback serve starts gunicorn alone: README's demo start checks that,
-    tests/operations/test_readme_demo.py.)"""
+    tests/scripts/test_readme_demo.py.)"""
     bind, server = "0.0.0.0", "nginx"
     port = free_port()
     env = {

@@ -1,6 +1,10 @@
 """The page in a real browser: Debian's chromium, driven headless by Playwright (Python), against
-the app under gunicorn on the tiny pipeline. Nothing is downloaded: Playwright launches the
-system's chromium (scripts/system_packages.sh installs it), never a browser of its own.
+the app on the tiny pipeline, served from this process (tests/support/in_process.py's loopback
+server): what the page shows is the routes' and the page's behaviour, not gunicorn's. One
+browser and one server serve the package; each app is a backend of its own, built once, and
+a test's app fixture makes it the one served (UiApp.serving). Nothing is downloaded:
+Playwright launches the system's chromium (scripts/system_packages.sh installs it), never a
+browser of its own.
 
 Every page is held to its app's own origin (the page promises no third-party asset): a request
 to any other origin fails the test, and one off the test machine never leaves the browser. So
@@ -10,6 +14,7 @@ Screenshots of each state go to .artifacts/ui/ (kept out of git)."""
 
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,11 +23,19 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from django.conf import settings
+from django.test import override_settings
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 
+from imagegen.api.webhook_events import event_data
+from imagegen.backend import Backend, build_backend, installed
+from imagegen.services.webhooks import webhook_secrets
+from imagegen.webhooks.addresses import Allowance
+from imagegen.webhooks.delivery import TICK, Dispatcher, Policy
+from tests.support.in_process import LoopbackApp, loopback, settings_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env
-from tests.support.processes import ROOT, AppServer
+from tests.support.processes import ROOT
 
 ARTIFACTS = ROOT / ".artifacts" / "ui"
 # Each event stream's life in ui_app: even a job of a few steps outlives a few streams, so
@@ -49,46 +62,135 @@ def app_env(**extra: str) -> dict[str, str]:
     return {"GEN_MAX_STEPS": "500", "GEN_DEFAULT_STEPS": "3", **extra}
 
 
-def wait_until_loaded(app: AppServer, timeout: float = 300) -> dict:
+def wait_until_loaded(app: "UiApp", timeout: float = 300) -> dict:
     """The model's status once its pull ends; each look may wait long on a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
-        status = requests.get(app.url("/model/status"), timeout=60).json()
+        status = requests.get(app.url("/model/status"), headers=app.headers, timeout=60).json()
         if status["state"] in ("ready", "failed") or time.monotonic() > deadline:
             return status
-        time.sleep(0.2)
+        time.sleep(0.1)
+
+
+class UiApp(LoopbackApp):
+    """An app served from this process (the package's one loopback server) on a backend of
+    its own, built from its settings as a start builds one. Several are built for the
+    package; `serving()` makes one the app the server answers for, settings and backend."""
+
+    def __init__(self, base_url: str, built: Backend, env: dict[str, str]) -> None:
+        super().__init__(base_url, built, env)
+        self.overrides = settings_for(env)
+        token = env.get("API_TOKEN")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @contextmanager
+    def serving(self) -> Iterator["UiApp"]:
+        assert self.backend is not None
+        with override_settings(**self.overrides), installed(self.backend):
+            yield self
 
 
 @contextmanager
-def pulled_app(hub_root: Path, work: Path, **env: str) -> Iterator[AppServer]:
-    """An app of its own with the tiny model pulled (with the token when it has one); the
-    pull may take minutes on a loaded machine. Killed at the end, not stopped: the tests are
-    over and nothing waits for an answer, so a graceful stop would only wait out whatever is
-    still open (a job's webhook tries, a stream)."""
-    headers = {"Authorization": f"Bearer {env['API_TOKEN']}"} if "API_TOKEN" in env else {}
+def webhook_senders(app: UiApp) -> Iterator[None]:
+    """The webhook senders a web process starts at its start (imagegen.apps), on this app's
+    backend: the app's own Dispatcher, its tick run every TICK seconds until the block ends
+    (a process's loop never ends, and this one's backend does)."""
+    assert app.backend is not None
+    with app.serving():
+        policy = Policy(
+            allow=Allowance.parse(settings.WEBHOOK_ALLOW),
+            retry_seconds=settings.WEBHOOK_RETRY_SECONDS,
+            senders=settings.WEBHOOK_SENDERS,
+        )
+    dispatcher = Dispatcher(app.backend.webhooks, app.backend.jobs, policy,
+                            describe=event_data, secrets_for=webhook_secrets)  # fmt: skip
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(TICK):
+            dispatcher.tick()
+
+    thread = threading.Thread(target=loop, name="ui-webhooks", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+@contextmanager
+def pulled_app(base_url: str, hub_root: Path, work: Path, **env: str) -> Iterator[UiApp]:
+    """An app of its own served here (UiApp) with the tiny model pulled through its routes
+    (with the token when it has one): its hub lives as long as it does. Its unfinished jobs
+    are cancelled at the end."""
     with LocalHub(hub_root) as hub:
         base = model_service_env(hub.url, work / "share", work)
-        app = AppServer({**base, **app_env(**env)}, work / "app.log").start(timeout=240)
+        full = {**base, **app_env(**env)}
+        with override_settings(**settings_for(full)):
+            built = build_backend()
+        app = UiApp(base_url, built, full)
         try:
-            pulled = requests.post(app.url("/model/pull"), headers=headers, timeout=30)
-            assert pulled.status_code == 202, pulled.text
-            assert wait_until_loaded(app)["state"] == "ready", app.log_tail()
+            with app.serving():
+                pulled = requests.post(app.url("/model/pull"), headers=app.headers, timeout=30)
+                assert pulled.status_code == 202, pulled.text
+                assert wait_until_loaded(app)["state"] == "ready"
             yield app
         finally:
-            app.kill()
+            for job in built.jobs.unfinished():
+                built.jobs.cancel(job.id)
 
 
 @pytest.fixture(scope="package")
-def ui_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+def ui_server() -> Iterator[str]:
+    """The package's loopback server: it answers for whichever UiApp is serving."""
+    with loopback() as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="package")
+def _open_app(
+    ui_server: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiApp]:
     work = tmp_path_factory.mktemp("ui-app")
     webhooks = {"WEBHOOK_SECRET": WEBHOOK_SECRET, "WEBHOOK_ALLOW": "127.0.0.1"}
-    with pulled_app(hub_root, work, EVENT_STREAM_SECONDS=str(STREAM_SECONDS), **webhooks) as app:
+    stream = {"EVENT_STREAM_SECONDS": str(STREAM_SECONDS)}
+    with (
+        pulled_app(ui_server, hub_root, work, **stream, **webhooks) as app,
+        webhook_senders(app),
+    ):
         yield app
 
 
 @pytest.fixture(scope="package")
-def token_ui_app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    with pulled_app(hub_root, tmp_path_factory.mktemp("ui-token-app"), API_TOKEN=TOKEN) as app:
+def _token_app(
+    ui_server: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiApp]:
+    with pulled_app(ui_server, hub_root, tmp_path_factory.mktemp("ui-token-app"),
+                    API_TOKEN=TOKEN) as app:  # fmt: skip
+        yield app
+
+
+@contextmanager
+def served_to(new_page, app: UiApp) -> Iterator[UiApp]:
+    """`app` served for a test; its pages close before it stops being served, so no request
+    of theirs reaches another app."""
+    with app.serving():
+        try:
+            yield app
+        finally:
+            new_page.close_pages()
+
+
+@pytest.fixture
+def ui_app(new_page, _open_app: UiApp) -> Iterator[UiApp]:
+    with served_to(new_page, _open_app) as app:
+        yield app
+
+
+@pytest.fixture
+def token_ui_app(new_page, _token_app: UiApp) -> Iterator[UiApp]:
+    with served_to(new_page, _token_app) as app:
         yield app
 
 
@@ -150,9 +252,13 @@ def new_page(browser: Browser) -> Iterator:
         page.on("console", console)
         return page
 
+    def close_pages() -> None:
+        while contexts:
+            contexts.pop().close()
+
+    open_page.close_pages = close_pages  # type: ignore[attr-defined]
     yield open_page
-    for context in contexts:
-        context.close()
+    close_pages()
     problems = {
         "requests to an origin other than the app's own": elsewhere,
         "Content-Security-Policy violations": violations,

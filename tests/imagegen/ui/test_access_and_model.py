@@ -4,13 +4,19 @@ and to failed with the error: each state says what a person can do (press Pull, 
 fetches), and so does the form when Generate was refused for the model."""
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from itertools import count
+from pathlib import Path
 
+import pytest
 import requests
 from playwright.sync_api import Request, Route, expect
 
 from imagegen.model.adapters import DEFAULT_MODEL_ID
 from imagegen.model.download_size import LIGHTNING_4STEP_LORA_BYTES, SDXL_BASE_FP16_BYTES
 from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, screenshot
+from tests.support.in_process import LoopbackApp, served_here
 from tests.support.processes import free_port
 
 
@@ -104,8 +110,28 @@ def test_a_refusal_answered_after_a_new_token_was_given_retries_with_it(new_page
     assert page.evaluate("sessionStorage.getItem('imagegen.token')") == TOKEN
 
 
+@pytest.fixture
+def start_app(
+    new_page, tmp_path: Path, model_env: dict[str, str]
+) -> Iterator[Callable[..., LoopbackApp]]:
+    """Starts apps served from this process (served_here) on this test's share, each a
+    backend of its own as a new process builds one, with a fresh local download cache, as a
+    new container revision would. The last one started is the one served (the pages of
+    earlier ones follow it, and are asked nothing more); the pages close before the apps."""
+    started = count()
+    with ExitStack() as apps:
+
+        def start(**env: str) -> LoopbackApp:
+            cache = {"DOWNLOAD_CACHE_DIR": str(tmp_path / f"cache-{next(started)}")}
+            return apps.enter_context(served_here(**{**model_env, **cache, **env}))
+
+        try:
+            yield start
+        finally:
+            new_page.close_pages()
+
+
 def test_the_model_panel_shows_the_state_and_pulls(start_app, hub, new_page):
-    # The pages (new_page) close before the apps stop: no open request to wait out.
     app = start_app()
     page = new_page()
     page.goto(app.url("/ui/"))

@@ -14,7 +14,9 @@ from playwright.sync_api import Locator, Page, Request, expect
 from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, screenshot
 from tests.support.processes import AppServer
 
-LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
+# Runs until cancelled: at 64x64 its 400 steps could end, on an idle core, before the test's
+# Cancel reaches it (a Cancel after the end is answered 409, and the entry leaves).
+LONG = {"prompt": "a long one", "steps": "400", "size": "256x256"}
 
 
 def open_ui(new_page, app: AppServer, **viewport: int) -> Page:

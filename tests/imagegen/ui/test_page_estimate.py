@@ -12,7 +12,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from tests.imagegen.ui.conftest import WAIT_MS, pulled_app, screenshot
+from tests.imagegen.ui.conftest import WAIT_MS, pulled_app, screenshot, served_to
 from tests.imagegen.ui.test_page_edit import choose, source_png
 
 
@@ -88,11 +88,11 @@ def test_an_edit_is_estimated_at_its_images_size_and_its_strengths_steps(new_pag
 
 
 @pytest.fixture
-def fresh_app(hub_root: Path, tmp_path: Path):
+def fresh_app(new_page, ui_server: str, hub_root: Path, tmp_path: Path):
     """An app of its own: nothing measured in it yet."""
     work = tmp_path / "fresh-app"
     work.mkdir()
-    with pulled_app(hub_root, work) as app:
+    with pulled_app(ui_server, hub_root, work) as app, served_to(new_page, app):
         yield app
 
 

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
-from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, pulled_app, screenshot
+from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, UiApp, pulled_app, screenshot, served_to
 from tests.imagegen.ui.test_page import queued
 from tests.support.key_database import connected_database
 from tests.support.processes import AppServer
@@ -31,13 +31,19 @@ def keys(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def keys_app(
-    keys: dict[str, str], hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
+def _keys_app(
+    keys: dict[str, str], ui_server: str, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiApp]:
     # API_TOKEN as well: pulled_app pulls the model with it.
     work = tmp_path_factory.mktemp("ui-keys-app")
     env = {"API_KEYS": "1", "MONGODB_URI": keys["uri"], "API_TOKEN": TOKEN}
-    with pulled_app(hub_root, work, **env) as app:
+    with pulled_app(ui_server, hub_root, work, **env) as app:
+        yield app
+
+
+@pytest.fixture
+def keys_app(new_page, _keys_app: UiApp) -> Iterator[UiApp]:
+    with served_to(new_page, _keys_app) as app:
         yield app
 
 

@@ -33,7 +33,7 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppServer]:
 def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps_it(app, new_page):
     page = open_ui(new_page, app)
     try:
-        fill(page, prompt=PROMPT, steps="400", size="128x128")
+        fill(page, prompt=PROMPT, steps="400", size="256x256")  # minutes: cancelled under way
         page.click("#generate")
         item = queued(page, PROMPT)
         figure = item.locator(".job-preview")
@@ -43,7 +43,7 @@ def test_a_running_job_shows_its_preview_and_time_left_and_a_cancelled_one_keeps
             re.compile(r"^Preview at step [1-9]\d* of 400$")
         )
         natural = figure.locator("img").evaluate("img => [img.naturalWidth, img.naturalHeight]")
-        assert 0 < max(natural) <= 128 // 4  # the approximation: the output's side / 4
+        assert 0 < max(natural) <= 256 // 4  # the approximation: the output's side / 4
         # The time left: the remaining steps at the measured step time (the API's ETA).
         steps = item.locator(".job-steps")
         expect(steps).to_have_text(re.compile(r"^Step \d+ of 400, about \d+ s left$"))

@@ -22,7 +22,10 @@ def test_a_queue_entry_shows_its_jobs_webhook_and_its_last_delivery(new_page, ui
     hook = f"http://127.0.0.1:{closed.getsockname()[1]}/hook"
     page = open_ui(new_page, ui_app)
     try:
-        data = {"prompt": PROMPT, "steps": "400", "size": "64x64", "async": "true",
+        # Long enough to be cancelled under way: at 64x64 its 400 steps end in a few seconds
+        # on an idle core, before the page's next idle poll (5 s) may even show it, and a
+        # Cancel pressed after its end is answered 409 and the entry leaves for the gallery.
+        data = {"prompt": PROMPT, "steps": "400", "size": "256x256", "async": "true",
                 "webhook_url": hook}  # fmt: skip
         response = requests.post(ui_app.url("/generate"), data=data, timeout=30)
         assert response.status_code == 202, response.text
