@@ -1,10 +1,10 @@
 """Clients of these protocols wait, and retry: a retry or an identical request that arrives
 while its twin is queued or running joins that job instead of queueing the work again; a
 request that cannot succeed by retrying says so (x-should-retry: false). Against the open
-app (GEN_SYNC_TIMEOUT 8 s; the SDK's retry against the token app, which runs in both job
-modes), with a long job holding the worker so that what is submitted waits in the queue for
-as long as a test needs. A request meant to give up is sent under a GEN_SYNC_TIMEOUT of a
-few seconds (read per request), so no test waits out the open app's."""
+app (the SDK's retry against the token app, which runs in both job modes), with a long job
+holding the worker so that what is submitted waits in the queue for as long as a test needs.
+A request meant to give up is sent under a GEN_SYNC_TIMEOUT of a few seconds (read per
+request); the others have the apps' 60 s."""
 
 import base64
 import threading
@@ -161,7 +161,7 @@ def test_a_request_that_gives_up_leaves_the_job_to_a_twin_still_waiting(app):
     with override_settings(GEN_SYNC_TIMEOUT=SHORT_SYNC_TIMEOUT):  # read as it arrives
         first = Call(post, app, body)
         (job,) = queued(app, "dup patient")
-    twin = Call(post, app, body)  # the open app's 8 s: it joins long before the first gives up
+    twin = Call(post, app, body)  # the app's 60 s: it joins long before the first gives up
     gave_up = first.outcome()
     assert gave_up.status_code == 504
     assert gave_up.headers["x-should-retry"] == "false"
