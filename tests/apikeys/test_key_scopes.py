@@ -23,7 +23,7 @@ from PIL import Image
 from apikeys import services
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.in_process_app import in_process_app
-from tests.support.key_database import connected_database
+from tests.support.key_database import connected_database, in_one_minute
 from tests.support.mcp_client import call_tool
 from tests.support.model_service import MODES
 from tests.support.processes import AppServer
@@ -38,7 +38,6 @@ def secrets(mongo: EmbeddedMongo) -> Iterator[dict[str, str]]:
             "bob": services.key_create(name="bob").secret,
             "root": services.key_create(name="root", admin=True).secret,
             "carol": services.key_create(name="carol", max_queued=1).secret,
-            "dave": services.key_create(name="dave", per_minute=2).secret,
             "erin": services.key_create(name="erin", max_queued=1).secret,
         }
         yield {**made, "uri": uri}
@@ -248,16 +247,24 @@ def test_max_queued_holds_for_requests_of_one_key_at_the_same_instant(
 def test_per_minute_counts_images_across_replicas(
     apps: list[AppServer], secrets: dict[str, str]
 ) -> None:
-    if time.time() % 60 > 40:  # the whole test inside one minute's window
-        time.sleep(61 - time.time() % 60)
     first, other = apps[0], apps[-1]
-    sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=secrets["dave"], max_retries=0)
-    assert len(sdk.images.generate(prompt="dave two", size="64x64", n=2).data) == 2
-    again = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["dave"], max_retries=0)
-    with pytest.raises(openai.RateLimitError) as refused:
-        again.images.generate(prompt="dave three", size="64x64")
-    assert 1 <= int(refused.value.response.headers["Retry-After"]) <= 60
-    assert "2 images a minute" in str(refused.value)
+
+    def spend(n: int) -> tuple[int, openai.RateLimitError | None]:
+        """A fresh key of --per-minute 2: its two images, then its third's refusal."""
+        dave = services.key_create(name=f"dave-{uuid.uuid4().hex[:8]}", per_minute=2).secret
+        sdk = openai.OpenAI(base_url=first.url("/v1"), api_key=dave, max_retries=0)
+        made = len(sdk.images.generate(prompt="dave two", size="64x64", n=2).data)
+        again = openai.OpenAI(base_url=other.url("/v1"), api_key=dave, max_retries=0)
+        try:
+            again.images.generate(prompt="dave three", size="64x64")
+        except openai.RateLimitError as refused:
+            return made, refused
+        return made, None
+
+    made, refused = in_one_minute(spend)  # the whole try inside one minute's window
+    assert made == 2 and refused is not None
+    assert 1 <= int(refused.response.headers["Retry-After"]) <= 60
+    assert "2 images a minute" in str(refused)
     # Others are not counted with dave.
     alice = openai.OpenAI(base_url=other.url("/v1"), api_key=secrets["alice"], max_retries=0)
     assert alice.images.generate(prompt="alice not counted", size="64x64").data

@@ -2,7 +2,7 @@
 same database (its embedded one, on its own port) and the service's own API_KEYS where the
 terminal they run in sets none; the secret alone on stdout, whether the service takes it on
 stderr. With no service running, ./scripts/manage starts the embedded database for the command,
-and the key is there for the next start."""
+and the key is there for the next start (the start the docs' commands then run against)."""
 
 import os
 import re
@@ -69,8 +69,17 @@ def test_the_docs_key_commands_work_as_written_against_the_service_serve_started
     commands = doc_commands()
     assert [c[:3] for c in commands] == [["./scripts/manage", "keys", c[2]] for c in commands]
     env = terminal(tmp_path, free_port())
+    # No service yet: the embedded database on DATA_DIR for the command alone; this terminal
+    # has no API_KEYS, so the key is made with a warning, not a failure.
+    done = run(["./scripts/manage", "keys", "create", "bob"], env)
+    assert done.returncode == 0, done.stderr
+    bob = done.stdout.strip()
+    assert SECRET.fullmatch(bob), done.stdout
+    assert "no ./scripts/serve runs on" in done.stderr
+    assert "warning: API_KEYS is off, so the service does not take named keys yet" in done.stderr
     secrets: dict[str, str] = {}
     with serving(env, free_port(), tmp_path / "serve.log") as url:
+        assert status_with(url, bob) == 200  # the key made before is there for the start
         for command in commands:
             done = run(command, env)
             assert done.returncode == 0, (command, done.stderr)
@@ -90,19 +99,7 @@ def test_the_docs_key_commands_work_as_written_against_the_service_serve_started
                     assert status_with(url, old) == 401  # rotated: the old one stops
             elif action == "list":
                 names = [line.split("\t")[0] for line in done.stdout.splitlines()[1:]]
-                assert sorted(names) == ["alice", "open-webui", "ops", "prometheus"]
+                assert sorted(names) == ["alice", "bob", "open-webui", "ops", "prometheus"]
             elif action == "revoke":
                 assert status_with(url, secrets[name]) == 401
-        assert status_with(url, secrets["open-webui"]) == 200
-
-    # No service now: the embedded database on DATA_DIR for the command alone; this terminal
-    # has no API_KEYS, so the key is made with a warning, not a failure.
-    done = run(["./scripts/manage", "keys", "create", "bob"], env)
-    assert done.returncode == 0, done.stderr
-    bob = done.stdout.strip()
-    assert SECRET.fullmatch(bob), done.stdout
-    assert "no ./scripts/serve runs on" in done.stderr
-    assert "warning: API_KEYS is off, so the service does not take named keys yet" in done.stderr
-    with serving(env, free_port(), tmp_path / "serve.log") as url:
-        assert status_with(url, bob) == 200
         assert status_with(url, secrets["open-webui"]) == 200

@@ -1,8 +1,9 @@
 """The package's apps, the tiny model pulled, shared by its tests: one with API_TOKEN set
-behind a trusted proxy (127.0.0.1), as on Azure, and an open one with a short
-GEN_SYNC_TIMEOUT for the retry and timeout cases. Their synchronous requests wait behind long
-jobs and time out on purpose, so neither refuses one by its estimate (GEN_SYNC_REFUSE_FACTOR=0;
-the refusal in each protocol's shape: tests/imagegen/generation/test_estimates.py).
+behind a trusted proxy (127.0.0.1), as on Azure, and an open one. Their synchronous requests
+wait behind long jobs (GEN_SYNC_TIMEOUT 60 s: long for a busy machine) and the retry and
+timeout cases time out on purpose, each under a GEN_SYNC_TIMEOUT of a few seconds of its own
+(read per request), so neither refuses one by its estimate (GEN_SYNC_REFUSE_FACTOR=0; the
+refusal in each protocol's shape: tests/imagegen/generation/test_estimates.py).
 
 In process, both are this process's app on a loopback port (tests/support/in_process_app.py),
 one backend with the model pulled once for the package, each test under the token app's or
@@ -14,9 +15,9 @@ Tests marked `both_modes` run in distributed mode too (Redis and a worker behind
 app): one smoke per protocol, and each protocol path that reads or changes the job board or
 the shared runs (progress, interrupt and skip, a joined retry, image links from the shared
 store), against a web replica under gunicorn on the session's shared Redis and worker. What
-the job mode changes beneath them has its own tests in both modes
-(tests/imagegen/generation/test_jobs.py, tests/imagegen/api/test_job_events.py,
-tests/imagegen/distributed/); a protocol's parsing and answers are the same code in either mode."""
+the job mode changes beneath them has its own tests in both modes (tests/imagegen/
+test_jobs.py, test_job_events.py, tests/imagegen/distributed/); a protocol's parsing and answers are the
+same code in either mode."""
 
 import ipaddress
 import time
@@ -35,18 +36,19 @@ from tests.support.processes import AppServer
 
 TOKEN = "protocol-test-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
-LINK_TTL = 4  # seconds an image link of the token app lives
-OPEN_SYNC_TIMEOUT = 8  # seconds the open app's synchronous requests wait
+LINK_TTL = 300  # seconds an image link of the token app lives (its expiry: a TTL of 1 s)
+SYNC_TIMEOUT = 60  # seconds the apps' synchronous requests wait
 
 # Both apps: long synchronous requests, on purpose (above).
-SHARED = {"GEN_MAX_STEPS": "500", "GEN_SYNC_REFUSE_FACTOR": "0"}
+SHARED = {"GEN_MAX_STEPS": "500", "GEN_SYNC_REFUSE_FACTOR": "0",
+          "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT)}  # fmt: skip
 TOKEN_ENV = {"API_TOKEN": TOKEN, "TRUSTED_PROXIES": "127.0.0.1",
-             "IMAGE_URL_TTL": str(LINK_TTL), "GEN_SYNC_TIMEOUT": "60", **SHARED}  # fmt: skip
-OPEN_ENV = {"GEN_SYNC_TIMEOUT": str(OPEN_SYNC_TIMEOUT), **SHARED}
+             "IMAGE_URL_TTL": str(LINK_TTL), **SHARED}  # fmt: skip
+OPEN_ENV = dict(SHARED)
 # The same as Django settings, for the app in process.
 TOKEN_SETTINGS = {"API_TOKEN": TOKEN, "TRUSTED_PROXIES": [ipaddress.ip_network("127.0.0.1")],
-                  "IMAGE_URL_TTL": LINK_TTL, "GEN_SYNC_TIMEOUT": 60}  # fmt: skip
-OPEN_SETTINGS = {"API_TOKEN": "", "TRUSTED_PROXIES": [], "GEN_SYNC_TIMEOUT": OPEN_SYNC_TIMEOUT}
+                  "IMAGE_URL_TTL": LINK_TTL, "GEN_SYNC_TIMEOUT": SYNC_TIMEOUT}  # fmt: skip
+OPEN_SETTINGS = {"API_TOKEN": "", "TRUSTED_PROXIES": [], "GEN_SYNC_TIMEOUT": SYNC_TIMEOUT}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,7 +1,9 @@
 """What A1111 clients send and read beyond webuiapi's calls, as their code does it: SillyTavern
 stops its user's generation with a POST to /sdapi/v1/interrupt that has no body and no content
 type (as webuiapi's interrupt and skip do); LibreChat reads txt2img's `info` as JSON and takes
-`infotexts[0]`'s last line, `seed`, `width` and `height` from it."""
+`infotexts[0]`'s last line, `seed`, `width` and `height` from it. What the job mode changes
+beneath an interrupt or a skip is tested in both modes with webuiapi's calls, which send the
+same bodyless POSTs (test_webuiapi.py)."""
 
 import base64
 import io
@@ -9,7 +11,6 @@ import json
 import re
 import threading
 
-import pytest
 import requests
 from PIL import Image
 
@@ -32,7 +33,6 @@ def txt2img_in_background(app: AppServer, prompt: str) -> tuple[threading.Thread
     return thread, answers
 
 
-@pytest.mark.both_modes
 def test_sillytaverns_bodyless_interrupt_cancels_that_callers_job(app):
     thread, answers = txt2img_in_background(app, "tavern long")
     interrupt = requests.Request("POST", app.url("/sdapi/v1/interrupt"), headers=BASIC).prepare()
@@ -46,7 +46,6 @@ def test_sillytaverns_bodyless_interrupt_cancels_that_callers_job(app):
     assert {job["state"] for job in jobs(app, "tavern long")} == {"cancelled"}
 
 
-@pytest.mark.both_modes
 def test_webuiapis_bodyless_skip_stops_that_callers_running_job(app):
     thread, answers = txt2img_in_background(app, "tavern skipped")
     skip = requests.Request("POST", app.url("/sdapi/v1/skip"), headers=BASIC).prepare()

@@ -1,6 +1,8 @@
 """Replays of the requests Open WebUI sends for its "Automatic1111" and "OpenAI" image engines
 (backend/open_webui/routers/images.py: set_image_model, get_models, image_generations),
-header for header and field for field, and the way it reads the answers."""
+header for header and field for field, and the way it reads the answers. In distributed mode,
+the Automatic1111 engine's model setting and generation; the links it fetches are the openai
+SDK's (test_openai_sdk.py, both modes)."""
 
 import base64
 import contextlib
@@ -98,15 +100,22 @@ def test_the_model_list_open_webui_builds(app):
     assert listed == [{"id": "testorg/tiny-sd", "name": "tiny-sd"}]
 
 
-@pytest.mark.both_modes
-@pytest.mark.parametrize("model", ["testorg/tiny-sd", "tiny-sd"])
-def test_automatic1111_engine_with_api_auth(app, model):
+def a1111_with_api_auth(app: AppServer, model: str) -> None:
     prompt = f"owui a1111 {model}"
     images, info = a1111_generate(app, f"openwebui:{TOKEN}", model, prompt, n=2)
     assert len(images) == 2 and all(is_png(image) for image in images)
     assert '"all_seeds"' in info
     found = jobs(app, prompt)
     assert len(found) == 2 and {j["parameters"]["steps"] for j in found} == {IMAGE_STEPS}
+
+
+@pytest.mark.both_modes
+def test_automatic1111_engine_with_api_auth_setting_the_models_name(app):
+    a1111_with_api_auth(app, "tiny-sd")  # not the listed title: Open WebUI posts /options
+
+
+def test_automatic1111_engine_with_api_auth_and_the_models_title(app):
+    a1111_with_api_auth(app, "testorg/tiny-sd")  # the listed title: no /options post
 
 
 @pytest.mark.parametrize("api_auth", [None, ""])
@@ -140,7 +149,6 @@ def test_openai_engine_with_a_gpt_image_model_sends_no_response_format(app, mode
     assert len(images) == 2 and all(is_png(image) for image in images)
 
 
-@pytest.mark.both_modes
 def test_openai_engine_fetching_a_url_with_its_headers(app):
     """A compatible server may answer links; Open WebUI fetches them with its Bearer header
     (and the SSRF check aside, nothing else)."""

@@ -1,8 +1,10 @@
 """webuiapi's img2img and png_info, unchanged, against the service over HTTP: with and
 without `mask_image` (the kept pixels exact, the repainted area changed, the size, the same
-seed giving the same picture), in both job modes; /progress and /interrupt and /skip over an
-img2img job; png-info reading back what was made; an identical retry joining its twin. What
-each A1111 field does in detail is tested in process (tests/imagegen/api/test_a1111_img2img.py)."""
+seed giving the same picture), with one in both job modes (an edit's inputs reach the worker
+so, mask or not; the rendering is the same code in either mode); /progress and /interrupt and
+/skip over an img2img job; png-info reading back what was made; an identical retry joining
+its twin. What each A1111 field does in detail is tested in process
+(tests/imagegen/api/test_a1111_img2img.py)."""
 
 import threading
 import time
@@ -72,7 +74,6 @@ def test_img2img_with_a_mask_repaints_only_the_marked_area(app):
     assert job["parameters"]["edit"]["only_masked"]["size"] == [SIZE, SIZE]
 
 
-@pytest.mark.both_modes
 def test_img2img_without_a_mask_changes_the_whole_picture(app):
     api = webui(app)
     out = edit(api, denoising_strength=0.6)
