@@ -31,9 +31,10 @@ from imagegen.generation.requests import (
     EditRequest,
 )
 from imagegen.model.edit_pipelines import edit_pipeline
+from imagegen.model.loader import ModelLoader
 from imagegen.model.pipeline import load_pipeline
 from tests.support.framing import check_framed, middle_mark
-from tests.support.loaders import ready_loader, serve
+from tests.support.loaders import pulled_loader, serve
 from tests.support.model_service import SD_REPO, SDXL_REPO
 
 SIZE = 64
@@ -42,9 +43,14 @@ SQUARE = (24, 24, 40, 40)
 REACH = 8
 
 
+@pytest.fixture(scope="module")
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
+    """The model pulled and loaded once for the module; each test has a queue of its own."""
+    return pulled_loader(hub_root, tmp_path_factory.mktemp("edits"))
+
+
 @pytest.fixture
-def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = ready_loader(hub, share, tmp_path / "cache")
+def queue(loader: ModelLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

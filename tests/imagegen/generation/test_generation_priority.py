@@ -6,10 +6,10 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
 import requests
 
 from imagegen.generation.priority import lower_this_thread
+from tests.support.in_process import Served, ready_here
 from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
 
@@ -33,14 +33,15 @@ def worker_pid(app: AppServer) -> int:
     return int(child)
 
 
-def generate_one(app: AppServer) -> None:
+def generate_one(app: Served) -> None:
     fields = {"prompt": "a red cube", "size": "256x256", "steps": "2", "seed": "1"}
     response = requests.post(app.url("/generate"), data=fields, timeout=120)
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("nice", [7, 0])
-def test_the_generation_runs_gen_nice_below_the_request_threads(hub_root, tmp_path, nice):
+def test_the_generation_runs_gen_nice_below_the_request_threads(hub_root, tmp_path):
+    """Under gunicorn: the worker's generating thread and the torch threads it starts."""
+    nice = 7
     with ready_app(hub_root, tmp_path, GEN_NICE=str(nice), TORCH_THREADS="2") as app:
         pid = worker_pid(app)
         generate_one(app)
@@ -51,12 +52,25 @@ def test_the_generation_runs_gen_nice_below_the_request_threads(hub_root, tmp_pa
     base = nices[pid]  # the worker's main thread: where the process runs (0 unless under nice)
     lowered = [tid for tid, value in nices.items() if value != base]
     assert all(nices[tid] == min(19, base + nice) for tid in lowered), nices
-    if nice:
-        # the generating thread and the native threads torch started from it (its second
-        # intra-op thread among them; no other thread of ours starts in that thread)
-        assert len(lowered) >= 2, nices
-    else:
-        assert lowered == [], nices
+    # the generating thread and the native threads torch started from it (its second
+    # intra-op thread among them; no other thread of ours starts in that thread)
+    assert len(lowered) >= 2, nices
+
+
+def test_gen_nice_0_leaves_the_generation_where_the_process_runs(hub_root, tmp_path):
+    """Served from this process: the generating thread's nice, read from inside the UNet's
+    calls, is the process's own."""
+    with ready_here(hub_root, tmp_path, GEN_NICE="0") as app:
+        seen: list[int] = []
+        unet = app.backend.loader.pipeline(60).unet
+        hook = unet.register_forward_pre_hook(
+            lambda *_: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        )
+        try:
+            generate_one(app)
+        finally:
+            hook.remove()
+    assert seen and set(seen) == {os.getpriority(os.PRIO_PROCESS, os.getpid())}
 
 
 def test_a_thread_lowers_itself_relative_to_where_it_runs_and_no_further_than_19():

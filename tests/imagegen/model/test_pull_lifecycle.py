@@ -1,7 +1,8 @@
 """The model's lifecycle: cold pull, warm restart, lazy load, failures; then the transfer itself.
 
 Under gunicorn, only what takes a real process: a cold pull answered over HTTP (on a share
-where every lock fails), a new process on a warm share, WARM_START at a process's start.
+where every lock fails), WARM_START at a process's start; a new process on a warm share is a
+backend built from the settings as a start builds it, served from this process.
 The rest of the state machine runs in this process: each "process" is a new ModelLoader on
 the test's share with a fresh download cache (start_loader), and what a route answers is the
 return value or the ServiceError of the service call it makes (tests.support.loaders.serve)."""
@@ -36,6 +37,7 @@ from imagegen.model.decoder import DecoderChoice
 from imagegen.model.hub import DownloadProgress, ModelSource, download_to_share, fetch_and_place
 from imagegen.model.loader import ModelLoader
 from imagegen.model.share import ModelFile
+from tests.support.in_process import served_here
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready, wait_for_state
@@ -70,7 +72,7 @@ def warm(hub, tmp_path: Path) -> None:
     hub.reset_log()
 
 
-# --- under gunicorn: what takes a real process ----------------------------------------------
+# --- what a new process does: under gunicorn, or a start's backend served here ---------------
 
 
 def test_cold_pull_on_a_share_without_locks_fetches_only_the_variant_files_then_is_ready(
@@ -111,14 +113,15 @@ def test_cold_pull_on_a_share_without_locks_fetches_only_the_variant_files_then_
 
 
 def test_a_new_process_on_a_warm_share_starts_not_started_and_skips_the_download(
-    start_app, hub, tmp_path, no_telemetry
+    model_env, hub, tmp_path, no_telemetry
 ):
+    """A backend built from the settings as a start builds one, served from this process."""
     warm(hub, tmp_path)
-    app = start_app()
-    status = requests.get(app.url("/model/status")).json()
-    assert status["state"] == "not_started"
-    assert status["weights_on_share"] is True
-    pull_until_ready(app)
+    with served_here(**model_env) as app:
+        status = requests.get(app.url("/model/status")).json()
+        assert status["state"] == "not_started"
+        assert status["weights_on_share"] is True
+        pull_until_ready(app)
     assert hub.requests == []  # no metadata call, no file GET: loaded from the share alone
 
 
