@@ -154,6 +154,10 @@ HF_TOKEN = env_str("HF_TOKEN", "") or None
 os.environ.setdefault("HF_XET_HIGH_PERFORMANCE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
+# More hub models offered beside MODEL_ID, comma-separated org/name[@revision]: each request
+# may name one (imagegen/generation/catalog.py). Checked by the imagegen app (imagegen/checks.py).
+MODELS = env_str("MODELS", "")
+
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 # Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even
 # to empty (the base model as it is), it is taken as it is (env_str keeps an empty value).

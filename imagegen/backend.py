@@ -17,6 +17,7 @@ distributed modules are imported only in that mode.
 """
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from imagegen.errors import JobNotFound, JobNotInStore
+from imagegen.generation.catalog import Catalog, OfferedModel, parse_models
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
@@ -34,9 +36,12 @@ from imagegen.generation.rates import LocalRates, RateCounter
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
 from imagegen.model import hub
 from imagegen.model.cpu import torch_threads
+from imagegen.model.decoder import FULL_DECODER
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelLoader
+from imagegen.model.memory import memory_limit
 from imagegen.model.pipeline import LoadOptions
+from imagegen.model.shelf import ModelShelf
 from imagegen.model.status import ModelHandle
 from imagegen.webhooks.outbox import DiskOutbox, Outbox
 
@@ -66,11 +71,28 @@ def model_source() -> hub.ModelSource:
     )
 
 
-def new_loader() -> ModelLoader:
-    """A process's own model: the one an in-process web process or a worker loads. A web
-    process of distributed mode keeps one too, for its source and status fields only."""
+def entry_source(model_id: str, revision: str) -> hub.ModelSource:
+    """A MODELS entry's source: MODEL_ID's share, cache, hub and variant, none of its
+    adapters, decoder or inpainting checkpoint."""
+    return dataclasses.replace(
+        model_source(), model_id=model_id, revision=revision, adapters=(),
+        decoder=FULL_DECODER, inpaint=None,
+    )  # fmt: skip
+
+
+def offered_sources() -> list[hub.ModelSource]:
+    """MODEL_ID's source, then each MODELS entry's (imagegen.checks refused a malformed one
+    at the start)."""
+    entries = parse_models(settings.MODELS)
+    return [model_source(), *(entry_source(e.repo, e.revision) for e in entries)]
+
+
+def new_loader(source: hub.ModelSource | None = None) -> ModelLoader:
+    """A process's own model (MODEL_ID's unless `source` says another): the one an
+    in-process web process or a worker loads. A web process of distributed mode keeps one
+    too, for its source and status fields only."""
     return ModelLoader(
-        model_source(),
+        source or model_source(),
         compute_device(),
         LoadOptions(
             threads=torch_threads(settings.TORCH_THREADS),
@@ -98,6 +120,28 @@ def rules_from_settings() -> GenerationRules:
     )
 
 
+def entry_rules(model_id: str) -> GenerationRules:
+    """A MODELS entry's rules: its recognised preset (none with GEN_FOLLOW_MODEL off) within
+    the form's bounds; MODEL_ID's GEN_DEFAULT_* and caps are MODEL_ID's alone."""
+    preset = preset_for(model_id=model_id, adapters=()) if settings.GEN_FOLLOW_MODEL else None
+    return generation_rules(
+        preset=preset, default_steps=None, default_guidance=None, default_scheduler=None,
+        steps_cap=None, guidance_cap=None, max_steps=settings.GEN_MAX_STEPS,
+        max_guidance=settings.GEN_MAX_GUIDANCE,
+    )  # fmt: skip
+
+
+def catalog_of(sources: list[hub.ModelSource], default_rules: GenerationRules) -> Catalog:
+    """The offered models: the first source is MODEL_ID's, under `default_rules`."""
+    first, *others = sources
+    return Catalog(
+        (
+            OfferedModel(first, default_rules, default=True),
+            *(OfferedModel(s, entry_rules(s.model_id)) for s in others),
+        )
+    )
+
+
 # How long a webhook's record outlives its last possible try (in process; Redis expires them).
 RECORDS_OUTLIVE_RETRIES = 86400
 
@@ -116,6 +160,20 @@ class Backend:
     webhooks: Outbox  # where webhook deliveries wait
     distributed: bool = False  # JOB_BROKER_URL chose Redis and Celery workers
     jobs_keep: int = 1000  # JOBS_KEEP, which the 404 of a forgotten job names in Redis
+    catalog: Catalog | None = None  # the offered models (None: MODEL_ID's alone)
+    shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
+
+    def offered(self) -> Catalog:
+        """The offered models, MODEL_ID's first."""
+        if self.catalog is not None:
+            return self.catalog
+        return Catalog((OfferedModel(self.loader.source, self.rules, default=True),))
+
+    def loader_of(self, model: OfferedModel) -> ModelLoader:
+        """This process's loader of an offered model."""
+        if model.default or self.shelf is None:
+            return self.loader
+        return self.shelf.loader(model.id)
 
     @property
     def rules(self) -> GenerationRules:
@@ -133,9 +191,12 @@ class Backend:
 def build_backend() -> Backend:
     """The backend of this process's settings: in process, or with JOB_BROKER_URL on Redis
     (the distributed modules are imported only then)."""
-    loader = new_loader()
+    sources = offered_sources()
+    loader, *others = [new_loader(source) for source in sources]
+    shelf = ModelShelf([loader, *others], memory_limit())
     images = ImageStore(settings.OUTPUT_DIR)
     rules = rules_from_settings()
+    catalog = catalog_of(sources, rules)
     run_ttl = settings.GEN_SYNC_TIMEOUT + 60
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
@@ -162,7 +223,7 @@ def build_backend() -> Backend:
             runs=RedisRuns(redis_client(), ttl_seconds=run_ttl),
             rates=RedisRates(redis_client()),
             webhooks=RedisOutbox(redis_client()),
-            distributed=True, jobs_keep=settings.JOBS_KEEP,
+            distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
     # The records of jobs this process's predecessors ran: their jobs are long gone.
@@ -181,7 +242,7 @@ def build_backend() -> Backend:
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,
         runs=LocalRuns(ttl_seconds=run_ttl), rates=LocalRates(), webhooks=outbox,
-        jobs_keep=settings.JOBS_KEEP,
+        jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from imagegen.generation.catalog import parse_models
 from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
 
@@ -25,6 +26,13 @@ def setting_problems(values: Any = settings) -> list[str]:
         problems.append(
             f"GEN_DEFAULT_SCHEDULER must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}"
         )
+    try:
+        entries = parse_models(values.MODELS)
+    except ValueError as exc:
+        problems.append(str(exc))
+    else:
+        if any(entry.repo.lower() == values.MODEL_ID.lower() for entry in entries):
+            problems.append(f"MODELS: {values.MODEL_ID!r} is MODEL_ID, offered already")
     return problems
 
 

@@ -11,6 +11,19 @@ class ModelNotPulled(ServiceError):
     message = "The model is not on the share yet: POST /model/pull first"
 
 
+class ModelPullNotHere(ServiceError):
+    """A MODELS entry pulled in distributed mode, whose workers load MODEL_ID alone so far."""
+
+    status = 501
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            f"{model_id} is offered, but in distributed mode (JOB_BROKER_URL) the workers load "
+            "MODEL_ID alone so far: pull it onto the share with manage.py pull_model --model "
+            f"{model_id}"
+        )
+
+
 class ModelLoading(ServiceError):
     status = 503
     message = "The model is still loading; try again shortly"

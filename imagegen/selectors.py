@@ -1,6 +1,7 @@
 """Reads of the image service: the model's state, jobs and stored images. Routes of every
 protocol call these; they raise imagegen.errors for what does not exist."""
 
+import json
 import math
 import re
 import time
@@ -36,6 +37,47 @@ class ImagePage:
 
 def model_status(backend: Backend) -> ModelStatus:
     return backend.models.status()
+
+
+def offered_models(backend: Backend, default: ModelStatus | None = None) -> list[dict[str, Any]]:
+    """Each offered model's state as this process sees it, MODEL_ID's first (its state is
+    `default`, the top level's, when given). In distributed mode the workers load MODEL_ID
+    alone so far: another model is not_started there."""
+    default = default or model_status(backend)
+    answer = []
+    for model in backend.offered().models:
+        loader = backend.loader_of(model)
+        status = default if model.default else loader.status()
+        if model.default:
+            resident = status.state == "ready" if backend.distributed else loader.resident
+        else:
+            resident = loader.resident
+        rules = model.rules
+        answer.append(
+            {
+                "id": model.id, "revision": model.source.revision, "default": model.default,
+                "state": status.state, "weights_on_share": status.weights_on_share,
+                "resident": resident,
+                "preset": {
+                    "name": rules.preset, "steps": rules.steps, "guidance": rules.guidance,
+                    "scheduler": rules.scheduler,
+                    "native_size": share_native_size(model.source.path),
+                },
+            }
+        )  # fmt: skip
+    return answer
+
+
+def share_native_size(path: Path) -> list[int] | None:
+    """The size a request that sends none gets, read from the configs on the share (the
+    UNet's sample size times the VAE's scale, as the loaded pipeline computes it)."""
+    try:
+        unet = json.loads((path / "unet" / "config.json").read_text())
+        vae = json.loads((path / "vae" / "config.json").read_text())
+        side = int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [side, side]
 
 
 def model_download_estimate(backend: Backend) -> int | None:

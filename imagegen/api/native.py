@@ -98,9 +98,14 @@ def index(request: HttpRequest):
 
 def status_answer() -> ModelStatusOut:
     """The model's status with the generation rules in force beside it."""
-    status = selectors.model_status(current_backend()).model_dump()
+    backend = current_backend()
+    status = selectors.model_status(backend)
     return ModelStatusOut.model_validate(
-        {**status, "generation": selectors.generation_rules(current_backend())}
+        {
+            **status.model_dump(),
+            "generation": selectors.generation_rules(backend),
+            "models": selectors.offered_models(backend, status),
+        }
     )
 
 
@@ -112,11 +117,26 @@ def model_status(request: HttpRequest):
 @router.post(
     "/model/pull",
     auth=token_required(ADMIN),
-    response={200: ModelStatusOut, 202: ModelStatusOut, **errors(503)},
+    response={200: ModelStatusOut, 202: ModelStatusOut, **errors(400, 501, 503)},
     summary="Download (cold) or skip (warm) and load the model, in the background",
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "model",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "an offered model (repo id or unique name part; also a form "
+                "field); none: MODEL_ID",
+            }
+        ]
+    },
 )
 def model_pull(request: HttpRequest):
-    started = services.model_pull(current_backend())
+    """Pulls and loads MODEL_ID, or the offered model that `model` (a query parameter or a
+    form field) names."""
+    model = request.GET.get("model") or request.POST.get("model") or None
+    started = services.model_pull(current_backend(), model=model)
     return (202 if started else 200), status_answer()
 
 

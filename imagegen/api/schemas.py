@@ -465,12 +465,43 @@ class ApiIndex(Schema):
     warning: str | None = Field(None, description="what an open service lets anyone do")
 
 
+class OfferedPresetOut(Schema):
+    """What a request naming this model gets when it leaves a field out."""
+
+    name: str | None = Field(description="the preset recognised from its id; null: none")
+    steps: int
+    guidance: float
+    scheduler: str | None = Field(description="null: the model's own")
+    native_size: list[int] | None = Field(
+        description="[width, height] of a request that sends no size; null until on the share"
+    )
+
+
+class OfferedModelOut(Schema):
+    """One offered model (MODEL_ID, then each MODELS entry) as this process sees it."""
+
+    id: str = Field(description="the hub repo id, which requests name it by")
+    revision: str
+    default: bool = Field(description="MODEL_ID: what a request naming no model runs")
+    state: str = Field(
+        description="as the top-level `state`: not_started, downloading, loading, ready or "
+        "failed; not_started again once freed for another model"
+    )
+    weights_on_share: bool
+    resident: bool = Field(description="loaded in memory now (in distributed mode: by a worker)")
+    preset: OfferedPresetOut
+
+
 class ModelStatusOut(ModelStatus):
     """GET /model/status and POST /model/pull: the model's status and, beside its adapters,
     the generation rules they put in force."""
 
     generation: GenerationRulesOut = Field(
         description="the rules in force, as GET /api's `generation` (the adapters are above)"
+    )
+    models: list[OfferedModelOut] = Field(
+        description="every offered model, MODEL_ID's first (then MODELS'); the fields above "
+        "describe MODEL_ID's"
     )
 
 

@@ -12,8 +12,10 @@ With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` puts in the ready p
 UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets).
 """
 
+import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -64,6 +66,10 @@ class ModelLoader:
         # work that must not run beside a generation (imagegen.generation.work's count and
         # pace probe). A hook's failure fails the load; a hook that must not catches its own.
         self.at_load: list[Callable[[], None]] = []
+        # Run in the loading thread before the weights are read: room made for them in memory
+        # (imagegen.model.shelf frees the least recently used models that would not fit).
+        self.before_load: list[Callable[[], None]] = []
+        self.last_used = 0.0  # time.monotonic() of the last pipeline() or load: least recent first
 
     def status(self) -> "ModelStatus":
         manifest = self.source.complete_manifest()
@@ -146,9 +152,31 @@ class ModelLoader:
         with self._lock:
             self._refuse_unloadable(on_share)
 
+    @property
+    def resident(self) -> bool:
+        """Whether the pipeline is in this process's memory now."""
+        return self._state is State.READY
+
+    def free(self) -> bool:
+        """Drops the loaded pipeline so its memory can go to another model: the state returns
+        to not_started, the weights stay on the share and the next pull or request loads them
+        again. False (nothing done) when it is not loaded, or a pull is under way."""
+        with self._lock:
+            if self._state is not State.READY or self._job_running():
+                return False
+            self._pipeline = None
+            self._unets = None
+            self.loaded_commit = None
+            self.loaded_inpaint = None
+            self._state = State.NOT_STARTED
+        gc.collect()  # the pipeline's modules hold reference cycles
+        log.info("model %s: freed (its weights stay on the share)", self.source.model_id)
+        return True
+
     def pipeline(self, timeout: float) -> Any:
         """The loaded pipeline: loads it from the share if this process has not (waiting,
         bounded, for a load under way); what cannot load soon is refused at once."""
+        self.last_used = time.monotonic()
         if self._state is State.READY:
             return self._pipeline
         on_share = self.source.complete_manifest() is not None
@@ -215,6 +243,8 @@ class ModelLoader:
                     hub.unet_config(path / manifest.inpaint.folder), hub.unet_config(path)
                 )
             decoder = manifest.decoder
+            for make_room in self.before_load:
+                make_room()
             with MODEL_CODE:
                 pipe = load_pipeline(
                     self.source.path,
@@ -233,6 +263,7 @@ class ModelLoader:
                 self.loaded_inpaint = manifest.inpaint
                 self._unets = unets
                 self._state = State.READY
+                self.last_used = time.monotonic()
             log.info("model %s: ready", self.source.model_id)
         except Exception as exc:
             log.exception("model pull failed")

@@ -9,6 +9,7 @@ the next pull repairs the directory.
 
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -170,6 +171,15 @@ def already_placed(path: Path, previous: Manifest | None, wanted: ModelFile) -> 
 def forget_manifest(path: Path) -> None:
     """Marks the directory incomplete before its files change."""
     (path / MANIFEST_NAME).unlink(missing_ok=True)
+
+
+def remove_model(path: Path) -> int:
+    """Deletes a model's directory from the share: its manifest first, so no process takes
+    the copy for complete while its files go. Returns the bytes freed."""
+    forget_manifest(path)
+    freed = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    shutil.rmtree(path)
+    return freed
 
 
 class PlacementError(OSError):

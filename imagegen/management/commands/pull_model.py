@@ -1,6 +1,7 @@
 """manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull
 (the model, its adapters and its decoder), without loading the model; --check verifies a
-download already on the share."""
+download already on the share. --model names an offered model (MODELS) instead of MODEL_ID,
+--all takes every offered one in turn, --remove deletes one from the share."""
 
 import contextlib
 import dataclasses
@@ -11,11 +12,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from imagegen.backend import model_source
+from imagegen.backend import catalog_of, model_source, offered_sources, rules_from_settings
+from imagegen.generation.catalog import UnknownModel
 from imagegen.model import hub, share
+from imagegen.model.adapters import REPO_RULE, is_repo_id
 from imagegen.model.pull_failures import explain_pull_failure
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
@@ -58,9 +62,61 @@ class Command(BaseCommand):
             action="store_true",
             help="download every file from the hub again, even when the share is complete",
         )
+        which = parser.add_mutually_exclusive_group()
+        which.add_argument(
+            "--model",
+            metavar="ORG/NAME",
+            help="an offered model (MODEL_ID or a MODELS entry, by repo id or unique name part) "
+            "instead of MODEL_ID",
+        )
+        which.add_argument(
+            "--all", action="store_true", help="every offered model in turn, MODEL_ID first"
+        )
+        which.add_argument(
+            "--remove",
+            metavar="ORG/NAME",
+            help="delete this model's folder from the share (not MODEL_ID's); a process that "
+            "has it loaded keeps it in memory until freed, then finds it gone (409)",
+        )
 
     def handle(self, *args, **options) -> None:
-        source = model_source()
+        if options["remove"]:
+            self.remove(options["remove"])
+            return
+        for source in self.sources(options):
+            self.handle_one(source, options)
+
+    def sources(self, options: dict) -> list[hub.ModelSource]:
+        """The models this command line names: MODEL_ID's by default."""
+        if options["all"]:
+            return offered_sources()
+        if options["model"] is None:
+            return [model_source()]
+        catalog = catalog_of(offered_sources(), rules_from_settings())
+        try:
+            return [catalog.find(options["model"]).source]
+        except UnknownModel as exc:
+            raise CommandError(f"--model {exc.rule}") from None
+
+    def remove(self, model_id: str) -> None:
+        """Deletes one model's folder from the share. MODEL_ID's is refused: every process
+        loads it, and a pull with no model named fetches it again. Only this command's own
+        process is seen: a web process or worker that has the model loaded keeps its memory."""
+        if not is_repo_id(model_id):
+            raise CommandError(f"--remove: {model_id!r} is not a hub repo id ({REPO_RULE})")
+        if model_id.lower() == settings.MODEL_ID.lower():
+            raise CommandError(
+                f"--remove: {model_id} is MODEL_ID, the default model every process loads; "
+                "change MODEL_ID first"
+            )
+        path = share.model_path(settings.MODEL_DIR, model_id)
+        if not path.is_dir():
+            self.stdout.write(f"{model_id} is not on the share ({path}); nothing to remove")
+            return
+        freed = share.remove_model(path)
+        self.stdout.write(f"{model_id}: removed {path} ({freed} bytes)")
+
+    def handle_one(self, source: hub.ModelSource, options: dict) -> None:
         if options["check"]:
             self.verify(source)
             return

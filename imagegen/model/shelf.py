@@ -1,0 +1,83 @@
+"""The offered models' loaders in one process, and the memory rule between them.
+
+Why: each model is 2-13 GB at fp32 and a container has a memory limit. Models that fit
+together under the limit (the container's memory.max, else the machine's: imagegen.model.
+memory) stay resident, so a mix of requests does not reload them; a model that would not fit
+beside the others frees the least recently used ones first, so the peak stays about the
+models that fit. Each model's fp32 size comes from its manifest's weight files: known before
+any byte of it is read. A freed model returns to not_started; its weights stay on the share.
+"""
+
+import logging
+import threading
+from collections.abc import Iterable
+from functools import partial
+
+from imagegen.model.loader import ModelLoader
+from imagegen.model.share import Manifest
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = ".safetensors"
+# Bytes per parameter of a weight file's dtype, by the variant its name carries; the
+# service loads every weight as fp32 (4 bytes).
+NARROW = {"fp16": 2, "bf16": 2}
+
+
+def fp32_bytes(manifest: Manifest) -> int:
+    """The model's weights at fp32: its safetensors files' sizes, those of a half-precision
+    variant counted twice."""
+    total = 0
+    for f in manifest.files:
+        if not f.path.endswith(WEIGHTS):
+            continue
+        name = f.path.rsplit("/", 1)[-1]
+        narrow = next((b for v, b in NARROW.items() if f".{v}." in name or f".{v}-" in name), 4)
+        total += f.size * 4 // narrow
+    return total
+
+
+class ModelShelf:
+    """The loaders of every offered model, the default's first; `limit` is the memory limit
+    in bytes (None: unknown, and then one model is resident at a time)."""
+
+    def __init__(self, loaders: Iterable[ModelLoader], limit: int | None) -> None:
+        self.loaders = {loader.source.model_id: loader for loader in loaders}
+        self.limit = limit
+        self._lock = threading.Lock()  # one model makes room at a time
+        for loader in self.loaders.values():
+            loader.before_load.append(partial(self.make_room, loader))
+
+    def loader(self, model_id: str) -> ModelLoader:
+        return self.loaders[model_id]
+
+    def resident(self) -> list[str]:
+        """The ids of the models in memory now."""
+        return [model_id for model_id, loader in self.loaders.items() if loader.resident]
+
+    def size(self, loader: ModelLoader) -> int:
+        """The model's fp32 bytes, 0 while the share holds no complete copy."""
+        manifest = loader.source.complete_manifest()
+        return fp32_bytes(manifest) if manifest is not None else 0
+
+    def make_room(self, incoming: ModelLoader) -> None:
+        """Frees resident models, least recently used first, until `incoming` fits beside the
+        rest under the limit (all of them when it would not fit beside any)."""
+        with self._lock:
+            others = sorted(
+                (loader for loader in self.loaders.values()
+                 if loader is not incoming and loader.resident),
+                key=lambda loader: loader.last_used,
+            )  # fmt: skip
+            needed = self.size(incoming)
+            held = sum(self.size(loader) for loader in others)
+            for loader in others:
+                if self.limit is not None and held + needed <= self.limit:
+                    break
+                if loader.free():
+                    log.info(
+                        "freed %s for %s (%d + %d bytes at fp32, limit %s)",
+                        loader.source.model_id, incoming.source.model_id, held, needed,
+                        self.limit,
+                    )  # fmt: skip
+                    held -= self.size(loader)

@@ -1,0 +1,101 @@
+"""The memory rule between offered models (imagegen/model/shelf.py): models that fit the
+memory limit together stay resident, least recently used freed first; otherwise the resident
+one is freed before the next loads. A freed model is not_started again, its weights stay on
+the share, and it loads again when asked. Real loaders on tiny pipelines from a local hub."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imagegen.model import hub as model_hub
+from imagegen.model.hub import ModelSource
+from imagegen.model.loader import ModelLoader
+from imagegen.model.share import Manifest, ModelFile
+from imagegen.model.shelf import ModelShelf, fp32_bytes
+from tests.support.loaders import wait_for
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import SD_REPO, SDXL_REPO
+
+SD_COPY = "otherorg/tiny-sd"  # SD_REPO's files under another id: a third model
+MODELS = (SD_REPO, SDXL_REPO, SD_COPY)
+
+
+@pytest.fixture(scope="module")
+def pulled(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """The three models on one share, pulled once for the module: (hub url, share, cache)."""
+    root = tmp_path_factory.mktemp("hub3")
+    for repo, target in ((SD_REPO, SD_REPO), (SDXL_REPO, SDXL_REPO), (SD_COPY, SD_REPO)):
+        (root / repo).parent.mkdir(parents=True, exist_ok=True)
+        (root / repo).symlink_to(hub_root / target)
+    work = tmp_path_factory.mktemp("memory")
+    with LocalHub(root) as hub:
+        for repo in MODELS:
+            source = source_of(repo, hub.url, work / "share", work / "cache")
+            model_hub.download_to_share(source, model_hub.DownloadProgress())
+        yield hub.url, work / "share", work / "cache"
+
+
+def source_of(repo: str, url: str, share: Path, cache: Path) -> ModelSource:
+    return ModelSource(
+        model_id=repo, revision="main", variant="fp16", model_dir=share, cache_dir=cache,
+        endpoint=url,
+    )  # fmt: skip
+
+
+def shelf_of(pulled: tuple, limit: int | None) -> ModelShelf:
+    """A new process's loaders of the three models under `limit`."""
+    return ModelShelf([ModelLoader(source_of(repo, *pulled), "cpu") for repo in MODELS], limit)
+
+
+def load(shelf: ModelShelf, repo: str) -> None:
+    loader = shelf.loader(repo)
+    loader.pull()
+    assert wait_for(loader, {"ready", "failed"}) == "ready"
+    loader.pipeline(timeout=60)  # a job's use: the least recently used is another
+
+
+def test_a_models_fp32_size_counts_half_precision_weights_twice():
+    files = (
+        ModelFile("unet/diffusion_pytorch_model.fp16.safetensors", 100),
+        ModelFile("text_encoder/model.fp16-00001-of-00002.safetensors", 10),
+        ModelFile("vae/diffusion_pytorch_model.safetensors", 7),
+        ModelFile("unet/config.json", 1000),
+    )
+    manifest = Manifest("o/n", "main", "c" * 40, "fp16", files, "now")
+    assert fp32_bytes(manifest) == 200 + 20 + 7
+
+
+def test_models_that_fit_together_stay_resident(pulled):
+    shelf = shelf_of(pulled, limit=10**12)
+    for repo in MODELS:
+        load(shelf, repo)
+    assert shelf.resident() == list(MODELS)
+
+
+def test_the_least_recently_used_model_is_freed_for_one_that_does_not_fit(pulled):
+    """Room for two of the three: loading the third frees the one used longest ago, which
+    goes back to not_started with its weights on the share, and a pull loads it again."""
+    probe = shelf_of(pulled, limit=None)
+    sizes = {repo: probe.size(probe.loader(repo)) for repo in MODELS}
+    assert all(sizes.values())
+    shelf = shelf_of(pulled, limit=sizes[SD_REPO] + sizes[SDXL_REPO] + sizes[SD_COPY] - 1)
+    load(shelf, SD_REPO)
+    load(shelf, SDXL_REPO)
+    load(shelf, SD_REPO)  # used again: SDXL_REPO is now the least recently used
+    load(shelf, SD_COPY)
+    assert shelf.resident() == [SD_REPO, SD_COPY]
+    freed = shelf.loader(SDXL_REPO).status()
+    assert (freed.state, freed.weights_on_share) == ("not_started", True)
+    load(shelf, SDXL_REPO)
+    assert shelf.resident() == [SDXL_REPO, SD_COPY]
+
+
+def test_with_room_for_one_the_resident_model_is_freed_before_the_next_loads(pulled):
+    """A limit below two models, or none known: one model at a time."""
+    for limit in (1, None):
+        shelf = shelf_of(pulled, limit=limit)
+        load(shelf, SD_REPO)
+        load(shelf, SDXL_REPO)
+        assert shelf.resident() == [SDXL_REPO]
+        assert shelf.loader(SD_REPO).status().state == "not_started"
