@@ -15,9 +15,9 @@ Tests marked `both_modes` run in distributed mode too (Redis and a worker behind
 app): one smoke per protocol, and each protocol path that reads or changes the job board or
 the shared runs (progress, interrupt and skip, a joined retry, image links from the shared
 store), against a web replica under gunicorn on the session's shared Redis and worker. What
-the job mode changes beneath them has its own tests in both modes (tests/imagegen/
-test_jobs.py, test_job_events.py, tests/imagegen/distributed/); a protocol's parsing and answers are the
-same code in either mode."""
+the job mode changes beneath them has its own tests in both modes
+(tests/imagegen/generation/test_jobs.py, tests/imagegen/api/test_job_events.py,
+tests/imagegen/distributed/); a protocol's parsing and answers are the same code in either mode."""
 
 import ipaddress
 import time
