@@ -1,9 +1,8 @@
-"""gunicorn's access log, with the page's queue poll left to its debug level.
+"""gunicorn's access log, with the page's queue poll kept to debug.
 
-The page asks GET /jobs?unfinished=true once a second while anything runs: at INFO those
-lines are most of the log. A poll that succeeds is written only when gunicorn logs at debug
-(`--log-level debug`, in GUNICORN_CMD_ARGS); a refused one is written as any other.
-"""
+The page polls GET /jobs?unfinished=true every second while anything runs. At INFO those lines
+are most of the log. A successful poll is written only at `--log-level debug`; a refused one
+always."""
 
 import logging
 from typing import Any

@@ -1,6 +1,6 @@
-"""The project's one NinjaAPI: each app adds its routers and the handlers of its own
-exceptions (config/urls.py); the exceptions every app shares become answers here, in the
-error shape the path's app registered (core.errors)."""
+"""The project's one NinjaAPI; each app adds its routers and its own exception handlers.
+
+The exceptions every app shares are answered here, in the path's registered error shape."""
 
 from typing import Any
 
@@ -25,8 +25,7 @@ from core.version import app_version
 
 
 class ProjectAPI(NinjaAPI):
-    """The NinjaAPI whose OpenAPI document also states what the middleware answers for every
-    path (405 to a method it does not take)."""
+    """Its OpenAPI also states the middleware's 405 for every path."""
 
     def get_openapi_schema(
         self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
@@ -61,7 +60,7 @@ def _field_name(loc: tuple[Any, ...] | list[Any], param_names: set[str]) -> str:
 
 
 def validation_details(errors: list[dict[str, Any]], param_names: set[str]) -> list[dict[str, str]]:
-    """Turns pydantic's errors into `{field, message}` pairs a client can show as they are."""
+    """`{field, message}` pairs a client can show as they are."""
     details = []
     for err in errors:
         message = str(err.get("msg", "is invalid"))
@@ -91,8 +90,8 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 401:
         message = shape_of(request.path).unauthorized_message  # the A1111 routes' names Basic
         response = error_response(request, 401, message)
-        # Bearer alone, even where Basic is taken: a Basic challenge makes a browser ask for
-        # a password and then send it with every request to this host, another site's too.
+        # Bearer alone, even where Basic is taken. A Basic challenge makes a browser send the
+        # password to this host with every request, another site's too.
         response["WWW-Authenticate"] = "Bearer"
         return response
     return error_response(request, exc.status_code, exc.message)

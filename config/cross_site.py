@@ -1,15 +1,10 @@
-"""What keeps a page on another site from acting here through a visitor's browser, with or
-without a token: a browser sends a cross-site form or a `text/plain` fetch without asking the
-service first (no CORS preflight), and carries whatever the browser holds for this host.
+"""What keeps another site's page from acting here through a visitor's browser.
 
-Two checks. A JSON route reads a body only when it says it is JSON (a cross-site page cannot
-send `application/json` without a preflight, which this service never answers); a request
-without a body needs no type, as clients send body-less POSTs and DELETEs. And a request
-that changes state is refused when the browser says it comes from another site
-(`Sec-Fetch-Site`) or from another origin (`Origin`): the form routes (`POST /generate`, an
-edit's upload) take what an HTML form sends, so only these headers tell such a post apart.
-Clients that are not browsers send neither header and pass.
-"""
+Browsers send cross-site forms and `text/plain` fetches without a CORS preflight. So JSON
+routes read only bodies typed as JSON, which needs a preflight this service never answers. A
+request without a body needs no type. A state-changing request is refused when
+`Sec-Fetch-Site` or `Origin` says it is cross-site. Only these headers tell a hostile form
+post apart. Non-browser clients send neither and pass."""
 
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -22,7 +17,7 @@ from apikeys.auth import public_origin
 from core.errors import ServiceError, error_response
 
 CHANGES_STATE = {"POST", "PUT", "PATCH", "DELETE"}
-# Sec-Fetch-Site values of a request the user or this origin made ("none": typed, bookmarked).
+# Sec-Fetch-Site values of requests the user or this origin made ("none": typed or bookmarked).
 OWN_SITE = {"same-origin", "none"}
 
 
@@ -37,8 +32,7 @@ def is_json(content_type: str) -> bool:
 
 
 class JsonOnlyParser(Parser):
-    """Ninja's JSON body parser, refusing a body that does not declare itself JSON. Ninja
-    turns a parser's exception into a 400; config.api answers this one as its own 415."""
+    """Refuses a body that does not declare itself JSON; config.api answers it 415."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
         if not is_json(request.headers.get("Content-Type", "")):
@@ -47,7 +41,7 @@ class JsonOnlyParser(Parser):
 
 
 def from_another_site(request: HttpRequest, own_host: str) -> bool:
-    """Whether the browser says the request comes from another site or origin."""
+    """Whether the browser says another site or origin made the request."""
     fetch_site = request.headers.get("Sec-Fetch-Site")
     if fetch_site is not None and fetch_site.lower() not in OWN_SITE:
         return True
@@ -58,7 +52,7 @@ def from_another_site(request: HttpRequest, own_host: str) -> bool:
 
 
 class CrossSiteMiddleware:
-    """403 to a state-changing request a browser made for a page on another site."""
+    """403 to a state-changing request a browser made for another site's page."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -1,17 +1,12 @@
-"""nginx in front of gunicorn, for a service that faces clients it does not know.
+"""nginx in front of gunicorn, for a service facing clients it does not know.
 
-gunicorn's threads each read a whole request before the application sees it, so a client that
-trickles its headers or a chunked body holds a thread for as long as it likes, before any
-credential is checked: a few such clients hold them all. nginx reads every request whole, with
-deadlines, before it hands it on, so gunicorn's threads only ever meet complete requests.
+A client trickling its headers or body holds a gunicorn thread before any credential is
+checked. A few such clients hold them all. nginx reads each request whole, with deadlines,
+first.
 
-`python -m config.front_proxy [gunicorn options]` is how the container and ./scripts/serve
-start the web side. When FRONT_PROXY wants the proxy (by default whenever BIND reaches beyond
-loopback) it runs both: nginx on BIND, gunicorn on 127.0.0.1:PROXY_UPSTREAM_PORT, and stops
-when either stops, stopping the other; otherwise it is gunicorn alone. The proxy only proxies
-(no document root, no page of its own). A plain `gunicorn --config python:config.gunicorn`
-still serves the application alone.
-"""
+`python -m config.front_proxy [gunicorn options]` starts the web side: both when FRONT_PROXY
+wants the proxy, else gunicorn alone. If either stops, the other is stopped. A plain `gunicorn
+--config python:config.gunicorn` still serves alone (docs/operations.md)."""
 
 import ipaddress
 import json
@@ -30,13 +25,12 @@ from core.env import env_float, env_int, env_list, env_str
 from imagegen.api.errors import openai_error
 
 GUNICORN = [sys.executable, "-m", "gunicorn", "--config", "python:config.gunicorn"]
-# Beyond the longest a response may rightly take to start or to go quiet (a synchronous
-# generation's GEN_SYNC_TIMEOUT, an event stream's EVENT_STREAM_SECONDS): the proxy never
-# cuts off what the service would still answer.
+# Beyond the longest a response may rightly take to start or go quiet, so the proxy never cuts off
+# what the service would answer.
 READ_MARGIN = 60
 TOO_LARGE = "The request body is too large"
-# Connections nginx holds at once (each proxied one takes two descriptors, hence the limit on
-# open files); a slow client holds one, not a gunicorn thread.
+# Connections nginx holds at once; each proxied one takes two descriptors. A slow client holds one
+# connection, not a gunicorn thread.
 WORKER_CONNECTIONS = 8192
 
 
@@ -85,8 +79,7 @@ def port_of(bind: str) -> int:
 
 
 def beyond_loopback(bind: str) -> bool:
-    """Whether gunicorn's BIND takes connections from other machines: any address but a
-    loopback one (a unix socket or an inherited descriptor reaches only this machine)."""
+    """Any address but loopback; a unix socket or inherited descriptor reaches only this machine."""
     if bind.startswith(("unix:", "fd://")):
         return False
     host = re.sub(r":\d+$", "", bind).strip("[]")
@@ -99,8 +92,8 @@ def beyond_loopback(bind: str) -> bool:
 
 
 def wanted() -> bool:
-    """FRONT_PROXY: `auto` (default) puts the proxy in front whenever BIND reaches beyond
-    loopback; `1` always; `0` never."""
+    """FRONT_PROXY: `auto` (default) whenever BIND reaches beyond loopback; `1` always; `0`
+    never."""
     choice = os.environ.get("FRONT_PROXY", "auto").strip().lower()
     if choice not in ("auto", "0", "1"):
         raise SystemExit(f"FRONT_PROXY must be auto, 1 or 0, got {choice!r}")
@@ -110,16 +103,12 @@ def wanted() -> bool:
 
 
 def render(settings: ProxySettings, work: Path) -> str:
-    """nginx's whole configuration. Requests are read whole (headers within
-    PROXY_HEADER_TIMEOUT, the body with at most PROXY_BODY_TIMEOUT between two reads, at most
-    MAX_BODY_BYTES) before gunicorn sees them; responses are buffered, so a slow reader does
-    not hold a thread either, except where the service says not to (`X-Accel-Buffering: no`,
-    as its event streams do) and under /mcp. Forwarded headers are passed on from
-    TRUSTED_PROXIES only; from anyone else X-Forwarded-For is replaced by the peer's address
-    and X-Forwarded-Proto and -Host are dropped (gunicorn is told to trust loopback, so the
-    proxy decides what it believes). X-Forwarded-Ssl and -Protocol, which gunicorn also reads
-    as the scheme, are dropped from everyone. One worker holds thousands of connections, so
-    it takes far more slow clients than there are threads to fill it."""
+    """nginx's whole configuration.
+
+    Requests are read whole, with deadlines and MAX_BODY_BYTES, before gunicorn sees them.
+    Responses are buffered unless the service says not to (event streams, /mcp). Forwarded
+    headers pass only from TRUSTED_PROXIES; gunicorn trusts loopback, so the proxy decides.
+    One nginx worker holds thousands of connections."""
     trusted = "".join(f"        {network} 1;\n" for network in settings.trusted_proxies)
     proxied = f"""            proxy_pass http://application;
             proxy_http_version 1.1;
@@ -209,8 +198,7 @@ http {{
 
 
 def too_large_bodies() -> str:
-    """The proxy's 413 in the service's own shape for each path (core/errors.py): the todo
-    envelope, OpenAI's error, the image service's error; as an nginx map on the path."""
+    """The proxy's 413 in each path's own error shape, as an nginx map on the path."""
     todo = json.dumps({"data": None, "error": {"message": TOO_LARGE}})
     openai = json.dumps({"error": openai_error(413, TOO_LARGE, None)})
     image = json.dumps({"error": {"message": TOO_LARGE}})
@@ -228,8 +216,9 @@ def _stop(process: subprocess.Popen, signum: int) -> None:
 
 
 def run(gunicorn_args: list[str]) -> int:
-    """nginx and gunicorn until either stops; then the other is stopped too, and this exits
-    with the first one's status (1 when it stopped on its own with 0: the pair is down)."""
+    """Runs both until either stops, then stops the other and exits with the first's status.
+
+    A first exit of 0 becomes 1: the pair is down."""
     settings = ProxySettings.from_env()
     work = Path(tempfile.mkdtemp(prefix="imagegen-proxy-"))
     work.chmod(0o711)  # nginx's workers may run as another user when started by root

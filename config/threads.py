@@ -1,19 +1,13 @@
-"""The request threads this process serves with, for the bounds kept below them
-(EVENT_STREAMS_MAX, SYNC_WAITERS_MAX, JOB_STORE_MAX_CONCURRENT, TODO_MAX_CONCURRENT).
+"""The request threads this process serves with, for the bounds kept below them.
 
-In a gunicorn worker it is gunicorn's own `threads` setting, parsed again by gunicorn's own
-parser from what the worker was started with (its command line, GUNICORN_CMD_ARGS, its config
-file), so any way of starting gunicorn (`gunicorn config.wsgi --threads 8`, the project's
-config file, the container) gets bounds below its real count. Elsewhere (a management
-command, a test in process) it is GUNICORN_THREADS.
-"""
+In gunicorn, its own `threads` setting, parsed again by gunicorn's own parser. So any way of
+starting gunicorn gets bounds below its real count. Elsewhere, GUNICORN_THREADS."""
 
 import sys
 
 
 def gunicorn_threads() -> int | None:
-    """The `threads` of the gunicorn that runs this process; None outside gunicorn or where
-    its command line is not gunicorn's own (an application embedding gunicorn)."""
+    """None outside gunicorn, or when the command line is not gunicorn's own."""
     if "gunicorn.arbiter" not in sys.modules:
         return None
     from gunicorn.app.wsgiapp import WSGIApplication

@@ -1,5 +1,4 @@
-"""URL configuration: the page at /ui/, and the project's one NinjaAPI for everything else,
-each app's routers with the handlers of the exceptions that only its routes raise."""
+"""URL configuration: the page at /ui/, and the project's one NinjaAPI for everything else."""
 
 from django.urls import include, path
 

@@ -1,6 +1,7 @@
-"""WSGI entry point for gunicorn (scripts/serve, the Dockerfile, or a plain
-`gunicorn config.wsgi`): everything the service needs at start happens here or in the
-settings, none of it in gunicorn's hooks."""
+"""WSGI entry point for gunicorn.
+
+Everything the service needs at start happens here or in the settings, never in gunicorn's
+hooks. So a plain `gunicorn config.wsgi` works."""
 
 import logging
 import os
@@ -11,10 +12,8 @@ from django.core.wsgi import get_wsgi_application
 from core.file_modes import keep_new_files_private
 from imagegen.model.malloc_arena import use_one_arena
 
-# Before the application starts any thread (the job queue's, gunicorn's request threads):
-# they all allocate from the main malloc arena, so the generation thread keeps the pages it
-# frees (imagegen/model/malloc_arena.py). Here, not in a gunicorn hook, so any start of the
-# service gets it.
+# Before any thread starts: they all allocate from the main malloc arena, so the generation thread
+# keeps the pages it frees. Here, not in a gunicorn hook, so every start gets it.
 use_one_arena()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 keep_new_files_private()  # files 0600, folders 0700 (core/file_modes.py)
@@ -40,8 +39,7 @@ if settings.PRELOAD_MODEL_CODE and not settings.JOB_BROKER_URL:
     except Exception:  # the todo API still serves; a load reports the same error
         logging.getLogger("imagegen.model.preload").exception("importing the model code failed")
 
-# In distributed mode (JOB_BROKER_URL) web processes never load the model: the workers do,
-# each at its own start with WARM_START (imagegen/management/commands/run_worker.py).
+# Distributed web processes never load the model. Workers do, at start with WARM_START.
 if settings.WARM_START and not settings.JOB_BROKER_URL:
     from imagegen.backend import current_backend
 

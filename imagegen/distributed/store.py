@@ -184,7 +184,8 @@ local function cancel_asked(key)
 end
 """
 
-# A running job's change from its worker. -1: this run is no longer current; 1: cancel asked; 0.
+# A running job's change from its worker. -1: this run is no longer current; 1: cancel asked;
+# else 0.
 _UPDATE = (
     _CURRENT
     + """

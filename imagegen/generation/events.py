@@ -1,8 +1,7 @@
 """A job's progress as Server-Sent Events, built from JobViews alone, so any board drives it.
 
 Step events come from step numbers, so none is lost or doubled. An event's id says what the
-client has seen, so `Last-Event-ID` resumes on any replica. Previews have no id: a late one is
-never replayed."""
+client has seen, so `Last-Event-ID` resumes on any replica."""
 
 import hashlib
 import json

@@ -86,8 +86,7 @@ def only_masked_region(
 ) -> Region | None:
     """The cut-out for `mask`, or None when it marks nothing.
 
-    The marked box grown by `reach` and `padding`. Worked at `size` if sent, else at the box's
-    size rounded up to a multiple of 8. The box then grows to that shape (A1111's
+    The marked box grown by `reach` and `padding`, then to the working size's shape (A1111's
     expand_crop_region)."""
     marked = np.argwhere(np.asarray(mask.convert("L")) > 0)
     if marked.size == 0:

@@ -1,8 +1,7 @@
 """Stored generated images: a PNG and a JSON record per image, in OUTPUT_DIR.
 
-The record is renamed into place last, so it exists only beside a complete image. Ids sort by
-time, so a page reads only its own records. The PNG holds no ids or timings, so a request and
-seed give the same bytes."""
+The record is renamed into place last, so it exists only beside a complete image. The PNG
+holds no ids or timings, so a request and seed give the same bytes."""
 
 import contextlib
 import hashlib

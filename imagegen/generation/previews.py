@@ -1,9 +1,7 @@
-"""Live previews: the picture as it forms, made from the latents after a step.
+"""Live previews: the picture as it forms, made cheaply from the latents after a step.
 
-A person watching a minutes-long generation wants to cancel a bad one early. The full VAE
-costs several steps, so PREVIEW picks a cheaper way (docs/image-api.md, "Live previews").
-Previews read a copy of the latents and draw no random numbers, so they never change the
-image."""
+A person watching a minutes-long generation wants to cancel a bad one early. Previews read a
+copy of the latents and draw no random numbers, so they never change the image."""
 
 import base64
 import io

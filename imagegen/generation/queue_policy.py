@@ -36,8 +36,8 @@ def key_jobs(unfinished_keys: Iterable[str | None], key: str | None) -> int:
 def fair_round(rounds: dict[str, int], key: str | None, *, served: int) -> int:
     """The round a new job of `key` runs in, recorded in `rounds`.
 
-    Each round takes one job per waiting key, so a batch of 8 does not block other keys. A key
-    with no jobs starts after the running round. Jobs of no key share one turn."""
+    One job per waiting key a round, so a batch of 8 does not block other keys. Jobs of no key
+    share one turn."""
     name = key or ""
     found = max(served, rounds.get(name, 0)) + 1
     rounds[name] = found

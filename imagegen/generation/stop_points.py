@@ -1,8 +1,7 @@
 """Where a running generation can be stopped: before each part of the UNet and the VAE.
 
-One SDXL step on a CPU takes half a minute, so a cancel cannot wait for its end. Forward
-pre-hooks run one check per pipeline; generations on a pipeline run one at a time. Raising from a
-hook unwinds the call and keeps nothing, so the next job runs as if nothing happened."""
+One SDXL step on a CPU takes half a minute, too long for a cancel to wait. Forward pre-hooks
+run one check per pipeline. Raising from one unwinds the call and keeps nothing."""
 
 import weakref
 from collections.abc import Callable, Iterator
@@ -60,10 +59,10 @@ def stop_points(pipe: Any) -> StopPoints:
 
 
 def stoppable_modules(pipe: Any) -> list[Any]:
-    """Every composite module in the UNet's blocks and the VAE's decoder and encoder.
+    """Every composite module in the UNet's blocks and the VAE's coders; never a lone layer or
+    list.
 
-    Never a single layer, and never a ModuleList, which is never called. SDXL at 1024x1024 has
-    389 points per UNet call; the longest gap, 4.3 s, is the most a cancel waits."""
+    SDXL at 1024x1024 has 389 points per UNet call; the longest gap, 4.3 s, bounds a cancel."""
     from torch import nn
 
     unet, vae = getattr(pipe, "unet", None), getattr(pipe, "vae", None)

@@ -83,7 +83,7 @@ class Outbox(Protocol):
         """Puts a claimed delivery back, due at its `due`."""
 
     def settle(self, delivery: Delivery, state: str) -> None:
-        """`delivered` or `given up`."""
+        """Ends a claimed delivery: `delivered` or `given up`."""
 
     def record(self, job_id: str) -> dict[str, Any] | None: ...
 
