@@ -1,6 +1,5 @@
 """Schema fuzzing: schemathesis generates requests from the service's own OpenAPI document and
-sends them to the app served from this process (tests/support/in_process.py: the routes'
-behaviour, not gunicorn's; tiny pipeline, small generation bounds, a real
+sends them to the app under gunicorn (tiny pipeline, small generation bounds, a real
 wire-protocol database). Any 5xx, any status the document does not declare, and any
 schema-valid request the service refuses fails the test, except the reviewed entries of
 ALLOWED_REFUSALS, each of which says why refusing is right. A refusal is let pass by its
@@ -58,7 +57,7 @@ from imagegen.generation.schedulers import (
 from imagegen.services import NO_SECRET, SYNC_WEBHOOK
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.health_watch import health_beside
-from tests.support.in_process import ready_here, todos_here
+from tests.support.model_service import ready_app
 from tests.support.processes import AppServer
 from todos.cursors import NOT_A_CURSOR, Cursor
 
@@ -402,10 +401,7 @@ def fuzz_app(
         "GEN_QUEUE_MAX": "100",  # a full queue's 503 is tested elsewhere
         "GEN_SYNC_TIMEOUT": "60",
     }
-    with (
-        todos_here(mongo.uri()),
-        ready_here(hub_root, tmp_path_factory.mktemp("fuzz"), **env) as app,
-    ):
+    with ready_app(hub_root, tmp_path_factory.mktemp("fuzz"), **env) as app:
         yield app
 
 

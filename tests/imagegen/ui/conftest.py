@@ -12,6 +12,7 @@ does a Content-Security-Policy violation, which the page's policy turns any such
 
 Screenshots of each state go to .artifacts/ui/ (kept out of git)."""
 
+import logging
 import re
 import shutil
 import threading
@@ -108,7 +109,10 @@ def webhook_senders(app: UiApp) -> Iterator[None]:
 
     def loop() -> None:
         while not stop.wait(TICK):
-            dispatcher.tick()
+            try:
+                dispatcher.tick()
+            except Exception:  # as the process's loop: the next tick tries again
+                logging.getLogger(__name__).exception("webhooks: a tick failed")
 
     thread = threading.Thread(target=loop, name="ui-webhooks", daemon=True)
     thread.start()

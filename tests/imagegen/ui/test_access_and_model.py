@@ -6,17 +6,18 @@ fetches), and so does the form when Generate was refused for the model."""
 import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from itertools import count
 from pathlib import Path
 
 import pytest
 import requests
+from django.test import override_settings
 from playwright.sync_api import Request, Route, expect
 
+from imagegen.backend import build_backend
 from imagegen.model.adapters import DEFAULT_MODEL_ID
 from imagegen.model.download_size import LIGHTNING_4STEP_LORA_BYTES, SDXL_BASE_FP16_BYTES
-from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, screenshot
-from tests.support.in_process import LoopbackApp, served_here
+from tests.imagegen.ui.conftest import TOKEN, WAIT_MS, UiApp, screenshot
+from tests.support.in_process import settings_for
 from tests.support.processes import free_port
 
 
@@ -112,23 +113,33 @@ def test_a_refusal_answered_after_a_new_token_was_given_retries_with_it(new_page
 
 @pytest.fixture
 def start_app(
-    new_page, tmp_path: Path, model_env: dict[str, str]
-) -> Iterator[Callable[..., LoopbackApp]]:
-    """Starts apps served from this process (served_here) on this test's share, each a
-    backend of its own as a new process builds one, with a fresh local download cache, as a
-    new container revision would. The last one started is the one served (the pages of
-    earlier ones follow it, and are asked nothing more); the pages close before the apps."""
-    started = count()
-    with ExitStack() as apps:
+    new_page, ui_server: str, tmp_path: Path, model_env: dict[str, str]
+) -> Iterator[Callable[..., UiApp]]:
+    """Starts apps on this test's share, each a backend of its own built as a new process
+    builds one, with a fresh local download cache, as a new container revision would. Served
+    here, one at a time: the last one started is the one the package's server answers for
+    (an earlier one's pages follow it, and are asked nothing more); the pages close first."""
+    started: list[UiApp] = []
+    with ExitStack() as current:
 
-        def start(**env: str) -> LoopbackApp:
-            cache = {"DOWNLOAD_CACHE_DIR": str(tmp_path / f"cache-{next(started)}")}
-            return apps.enter_context(served_here(**{**model_env, **cache, **env}))
+        def start(**env: str) -> UiApp:
+            cache = {"DOWNLOAD_CACHE_DIR": str(tmp_path / f"cache-{len(started)}")}
+            full = {**model_env, **cache, **env}
+            current.close()  # built on its own settings alone, not over the last app's
+            with override_settings(**settings_for(full)):
+                app = UiApp(ui_server, build_backend(), full)
+            started.append(app)
+            current.enter_context(app.serving())
+            return app
 
         try:
             yield start
         finally:
             new_page.close_pages()
+    for app in started:
+        assert app.backend is not None
+        for job in app.backend.jobs.unfinished():
+            app.backend.jobs.cancel(job.id)
 
 
 def test_the_model_panel_shows_the_state_and_pulls(start_app, hub, new_page):

@@ -1,4 +1,4 @@
-"""The page at /ui/ in a real browser against the app under gunicorn (tiny pipeline): a job in
+"""The page at /ui/ in a real browser against the app served here (tiny pipeline): a job in
 the Queue panel whose image then leads the gallery, where its settings can be reused; the
 Queue panel keeping every job (the page's and other clients') across reloads, cancelling from
 it, and ended jobs kept until dismissed; a refused field's message beside it; the queue

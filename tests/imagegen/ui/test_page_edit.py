@@ -1,4 +1,4 @@
-"""Starting from an image on the page, in a real browser against the app under gunicorn (tiny
+"""Starting from an image on the page, in a real browser against the app served here (tiny
 pipeline, 64 px, 2 steps): a mask stroke painted with the mouse repaints only its area (every
 pixel beyond the stroke's reach plus twice the mask's blur is the source's, exactly), the
 result shown beside its source; a finger's stroke (touch) painting, not scrolling; the

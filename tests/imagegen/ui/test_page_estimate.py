@@ -1,4 +1,4 @@
-"""The estimate beside Generate, in a real browser against the app under gunicorn (tiny
+"""The estimate beside Generate, in a real browser against the app served here (tiny
 pipeline): before anything is sent the page says how long the form's settings would take
 now; for settings past a synchronous request's limit, that the page queues them (it sends
 every request asynchronously), not the advice a synchronous client gets; the estimate follows

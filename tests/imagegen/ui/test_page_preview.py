@@ -1,6 +1,6 @@
-"""The Queue panel's live preview in a real browser against the app under gunicorn (tiny
-pipeline), in both job modes (distributed: a web replica on the session's shared Redis and
-worker, where the worker writes the previews to Redis): a running job shows the picture
+"""The Queue panel's live preview in a real browser against the app (tiny pipeline), in both
+job modes (in process: served here; distributed: a web replica on the session's shared Redis
+and worker, where the worker writes the previews to Redis): a running job shows the picture
 forming in its place and the time left (its remaining steps at the pace measured so far, as
 the API's eta_seconds); a cancelled job keeps its last preview, captioned "Cancelled at step
 n"."""

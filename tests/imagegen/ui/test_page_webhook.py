@@ -1,4 +1,4 @@
-"""The Queue panel shows a job's webhook in a real browser (in process, under gunicorn):
+"""The Queue panel shows a job's webhook in a real browser (in-process mode, served here):
 while the job runs, that it will be told; once it ended, its delivery's state, its tries and
 the last one's answer, as the job's `webhook` field says."""
 
