@@ -134,7 +134,7 @@ def test_a_refused_field_over_http_is_a_400_in_the_image_error_shape(app):
 
 def test_health_answers_fast_during_a_generation(app):
     worker = threading.Thread(
-        target=generate, args=(app,), kwargs={"prompt": "busy", "steps": "8", "size": "64x64"}
+        target=generate, args=(app,), kwargs={"prompt": "busy", "steps": "12", "size": "128x128"}
     )
     worker.start()
     latencies = []

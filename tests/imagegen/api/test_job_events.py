@@ -158,7 +158,7 @@ def test_a_queued_job_gets_an_event_when_a_job_ahead_leaves_and_keepalives_meanw
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    time.sleep(1.5)  # nothing changes for the watched job: keep-alive comments only
+    time.sleep(1)  # nothing changes for the watched job: keep-alive comments only (0.5 s)
     assert [(e.name, e.data["position"]) for e in seen] == [("queued", 2)]
     requests.delete(app.url(f"/jobs/{leaving}"))
     watcher.join(10)

@@ -33,20 +33,14 @@ from imagegen.api.mcp import WAIT_FALSE
 from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.requests import GenerationRequest
-from imagegen.model.loader import ModelLoader
-from tests.support.loaders import pulled_loader, serve
+from tests.support.loaders import ready_loader, serve
 
 TOOLS = {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}
 
 
-@pytest.fixture(scope="module")
-def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
-    """The model pulled and loaded once for the module; each test has a queue of its own."""
-    return pulled_loader(hub_root, tmp_path_factory.mktemp("mcp"))
-
-
 @pytest.fixture
-def queue(loader: ModelLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
+def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
+    loader = ready_loader(hub, share, tmp_path / "cache")
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

@@ -78,7 +78,7 @@ def test_the_receiver_gets_exactly_the_events_of_the_jobs_named_for_it(
     ended(app, stopped)
 
     events = receiver.wait_for(3, timeout=60)
-    time.sleep(2)  # none more comes
+    time.sleep(1)  # none more comes: two of the senders' looks (TICK) after the last
     assert receiver.events() == events
     by_job = {event["data"]["id"]: event for event in events}
     assert set(by_job) == {told, edited, stopped}
