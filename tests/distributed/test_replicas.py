@@ -1,8 +1,10 @@
 """Distributed mode with real parts: one redis-server, two web replicas under gunicorn on
 different ports (A and B) and two Celery worker processes, on the tiny pipeline. Any replica
 answers for any job; the queue and its bound are shared; a killed worker's job runs again on
-the other worker (found with nobody looking), and fails naming both when it loses two; Redis
-can stop and start again under the service, for longer than the heartbeat's TTL too."""
+the other worker (found with nobody looking), and fails naming both when it loses two; the
+workers started in their place wait for a pull, or load from the share with WARM_START, and a
+web replica started again loads no model; Redis can stop and start again under the service,
+for longer than the heartbeat's TTL too, or freeze."""
 
 import json
 import threading
