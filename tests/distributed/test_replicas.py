@@ -1,9 +1,10 @@
 """Distributed mode with real parts: one redis-server, two web replicas under gunicorn on
 different ports (A and B) and two Celery worker processes, on the tiny pipeline. Any replica
 answers for any job; the queue and its bound are shared; a killed worker's job runs again on
-the other worker (found with nobody looking), and fails naming both when it loses two; the
-workers started in their place wait for a pull, or load from the share with WARM_START, and a
-web replica started again loads no model; Redis can stop and start again under the service,
+the other worker (found with nobody looking; what a client waiting on a job that loses two
+workers is answered: tests/distributed/test_lost_worker_answer.py); the workers started in its
+place wait for a pull, or load from the share with WARM_START, and a web replica started again
+loads no model; Redis can stop and start again under the service,
 for longer than the heartbeat's TTL too, or freeze."""
 
 import json
@@ -291,7 +292,9 @@ def unfinished_ids(ready: Stack) -> list[str]:
     return [i.decode() for i in ready.redis.client().lrange("imagegen:unfinished", 0, -1)]
 
 
-def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(ready, a):
+def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(
+    ready, replica_hub, a
+):
     # Killed at its first step: a short job is long enough, and its second run is short.
     taken = submit(a, prompt="outlives its first worker", steps="100", size="64x64", seed="8")
     first = kill_its_worker(ready, taken["id"])
@@ -308,54 +311,16 @@ def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(
     images = ImageStore(ready.work / "images").page(limit=500)
     assert [i.parameters.prompt for i in images].count("outlives its first worker") == 1
     assert job(a, taken["id"])["image_url"] == f"/images/{json.loads(final['image'])['id']}.png"
-    # The next tests find their workers as the module started them: ready.
-    a_new_worker_waits_for_a_pull(ready, a, ready.add_worker(40))
-
-
-def test_a_job_that_loses_two_workers_fails_naming_both_its_client_waiting_till_then(
-    ready, replica_hub, a, b
-):
-    """A synchronous request waits through the first loss (the job runs again) and is
-    answered with the failure, naming both workers, at the second."""
-    prompt = "loses two workers"
-    answer: list[requests.Response | Exception] = []
-
-    def ask() -> None:
-        data = {"prompt": prompt, "steps": "100", "size": "64x64", "seed": "4"}
-        try:
-            answer.append(requests.post(b.url("/generate"), data=data, timeout=200))
-        except Exception as error:  # reported by the assertion below
-            answer.append(error)
-
-    waiting = threading.Thread(target=ask)
-    waiting.start()
-    deadline = time.monotonic() + 60
-    while not (found := jobs_for(b, prompt)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    job_id = found[0]["id"]
-    first = kill_its_worker(ready, job_id)
-    stored_until(ready, job_id, lambda j: j["worker"] != first, timeout=2 * TTL + 60)
-    assert waiting.is_alive() and not answer  # the client keeps waiting for the second run
-    second = kill_its_worker(ready, job_id)
-    killed = time.monotonic()
-    waiting.join(2 * TTL + 30)
-    # No worker is left: the waiting request's own reads found the job lost.
-    assert time.monotonic() - killed <= 2 * TTL
-    assert answer and isinstance(answer[0], requests.Response), answer
-    assert answer[0].status_code in (500, 503), answer[0].text
-    message = answer[0].json()["error"]["message"]
-    assert f"lost 2 workers, {first} and {second}" in message, message
-    final = job(b, job_id)
-    assert final["state"] == "failed" and f"{first} and {second}" in final["error"]
-    assert job_id not in unfinished_ids(ready)
-    # Two workers again, for the next tests: one started warm, one waiting for a pull.
+    # Workers started in its place: one warm, one waiting for a pull; then the module's two
+    # workers again, ready, for the next tests.
     replica_hub.reset_log()
-    warm, late = ready.launch_worker(41, WARM_START="1"), ready.launch_worker(42)
+    warm, late = ready.launch_worker(40, WARM_START="1"), ready.launch_worker(41)
     for worker in (warm, late):
         worker.wait_ready()
-    a_warm_worker_loads_from_the_share(b, warm, replica_hub)
+    a_warm_worker_loads_from_the_share(a, warm, replica_hub)
     a_new_worker_waits_for_a_pull(ready, a, late)
+    late.stop()
+    ready.workers.remove(late)
 
 
 def maps_torch(pid: int) -> bool:
