@@ -218,3 +218,50 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def _clients_of_its_own(url: str, timeout_ms: int) -> Iterator[None]:
+    """This process's distributed-mode clients made afresh for the block, and again after it:
+    the Redis clients and job store that imagegen.distributed.connection keeps once per
+    process, and the Celery app's broker (its URL and options come from settings at import),
+    so a web replica served here talks to the Redis of its own settings, not to one an
+    earlier test's replica used."""
+    from imagegen.distributed import connection
+    from imagegen.distributed.celery_app import app
+
+    def fresh(broker_url: str, options: dict) -> None:
+        for cached in (connection.redis_client, connection.listener_client, connection.job_store):
+            cached.cache_clear()
+        # Its broker connections and producers, made again at the next send (what Celery
+        # does in a forked child: Celery._after_fork).
+        pool = app.__dict__.get("_pool")
+        if pool is not None:
+            pool.force_close_all()
+        app._after_fork()
+        app.conf.broker_url, app.conf.broker_transport_options = broker_url, options
+
+    before = (app.conf.broker_url, dict(app.conf.broker_transport_options))
+    fresh(url, {**before[1], "socket_timeout": max(2.0, timeout_ms / 1000)})
+    try:
+        yield
+    finally:
+        fresh(*before)
+
+
+@contextlib.contextmanager
+def replica_here(**env: str) -> Iterator:
+    """A web replica of distributed mode (`env` with JOB_BROKER_URL) served in this process
+    (tests/support/in_process.py `served_here`) on clients of its own, its change feed's
+    listener stopped at the end: for tests whose point is the routes' and the job store's
+    behaviour on the web side, the workers staying processes."""
+    from tests.support.in_process import served_here
+
+    timeout_ms = int(env.get("JOB_STORE_TIMEOUT_MS", "5000"))  # config/settings.py's default
+    with _clients_of_its_own(env["JOB_BROKER_URL"], timeout_ms), served_here(**env) as app:
+        try:
+            yield app
+        finally:
+            changes = getattr(app.backend.jobs, "changes", None) if app.backend else None
+            if changes is not None:
+                changes.close()

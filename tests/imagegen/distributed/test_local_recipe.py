@@ -1,7 +1,8 @@
 """docs/distributed.md's Redis, as written: the local recipe's Redis listens on loopback alone
 with a password and the recipe keeps its data in a folder of its own; and a Redis other
 machines reach, configured by the docs' lines (a user of its own, the default user off, TLS
-only), carries a web replica and a worker that pull the model and make an image."""
+only), carries a web replica (its routes served in this process) and a worker process that
+pull the model and make an image."""
 
 import os
 import re
@@ -15,7 +16,7 @@ import redis
 import requests
 
 from tests.support.commands import settings_of
-from tests.support.distributed import REDIS_SERVER, Stack
+from tests.support.distributed import REDIS_SERVER, Stack, replica_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
 from tests.support.processes import ROOT, free_port
@@ -150,14 +151,15 @@ def test_a_redis_with_the_docs_user_and_tls_carries_the_service(
         stack.redis = server  # type: ignore[assignment]
         stack.env["JOB_BROKER_URL"] = server.url
         with stack:
-            stack.start(replicas=1, workers=1)  # the stack starts its Redis: this one
-            app = stack.apps[0]
-            pull_until_ready(app, timeout=180)
-            made = requests.post(
-                app.url("/generate"), data={"prompt": "a lighthouse", "size": "64x64"}, timeout=120
-            )
-            assert made.status_code == 200, made.text
-            assert made.headers["Content-Type"] == "image/png"
+            stack.start(replicas=0, workers=1)  # the stack starts its Redis: this one
+            with replica_here(**stack.env) as app:
+                pull_until_ready(app, timeout=180)
+                made = requests.post(
+                    app.url("/generate"), data={"prompt": "a lighthouse", "size": "64x64"},
+                    timeout=120,
+                )  # fmt: skip
+                assert made.status_code == 200, made.text
+                assert made.headers["Content-Type"] == "image/png"
             # Without the user: refused; the plain-text port is off.
             anonymous = server.url.replace(server.url.split("@")[0] + "@", "rediss://")
             with pytest.raises(redis.AuthenticationError):

@@ -150,6 +150,9 @@ def test_a_job_message_published_to_a_frozen_store_gives_up(redis_server, settin
 
     options, retry = app.conf.broker_transport_options, app.conf.task_publish_retry
     assert retry is False  # kombu's retry reconnects to the frozen Redis and waits again
+    assert options["socket_timeout"] == max(2.0, settings.JOB_STORE_TIMEOUT_MS / 1000)
+    # Its floor (a JOB_STORE_TIMEOUT_MS of 2 s or less), not the default's 5 s, for the wait.
+    options = {**options, "socket_timeout": 2.0}
     bound = options["socket_timeout"] + 1  # docs/configuration.md
     with kombu.Connection(redis_server.url, transport_options=options) as connection:
         producer = connection.Producer()
