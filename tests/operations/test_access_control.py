@@ -1,8 +1,8 @@
 """API_TOKEN: writes and compute need the bearer token; probes and reads stay open. The token
 is checked per request: one closed service served in this process (served_here, on the
 session's database) answers every refusal (a refused request changes nothing); the accepted
-pull, which starts the model's download, gets a service of its own. The warning of an open
-service is a start's: the session's gunicorn (tests/conftest.py `app`, no token) logs it."""
+pull, which starts the model's download, gets a service of its own. The warning an open
+service logs at its start: tests/operations/test_cross_site.py, on the session's gunicorn."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +14,6 @@ from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.in_process import LoopbackApp, served_here, todos_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env
-from tests.support.processes import AppServer
 
 TOKEN = "s3cret-token"
 
@@ -95,9 +94,3 @@ def test_todo_writes_need_the_token_and_answer_in_the_envelope(closed):
     todo_id = created.json()["data"]["id"]
     assert requests.get(app.url(f"/todo/{todo_id}")).status_code == 200
     assert requests.delete(app.url(f"/todo/{todo_id}"), headers=bearer(TOKEN)).status_code == 202
-
-
-def test_an_open_service_warns_in_its_log(app: AppServer):
-    """Its start: the session's gunicorn, open (no API_TOKEN, no API_KEYS)."""
-    assert "API_TOKEN" not in app.env and app.env.get("API_KEYS", "") in ("", "0")
-    assert "API_TOKEN is not set" in app.log_path.read_text()
