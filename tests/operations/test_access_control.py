@@ -13,7 +13,7 @@ import requests
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.in_process import LoopbackApp, served_here, todos_here
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env
+from tests.support.model_service import model_service_env, wait_for_state
 
 TOKEN = "s3cret-token"
 
@@ -69,7 +69,8 @@ def test_probes_and_status_stay_open(closed):
 def test_the_right_token_is_accepted(model_env):
     with served_here(**model_env, API_TOKEN=TOKEN) as app:
         response = requests.post(app.url("/model/pull"), headers=bearer(TOKEN))
-    assert response.status_code == 202
+        assert response.status_code == 202
+        wait_for_state(app, {"ready", "failed"})  # the pull this process runs ends here
 
 
 def test_todo_writes_need_the_token_and_answer_in_the_envelope(closed):
