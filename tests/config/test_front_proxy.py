@@ -15,18 +15,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from unittest import mock
 from uuid import uuid4
 
 import pytest
 import requests
 import yaml
 
-from config.front_proxy import ProxySettings, beyond_loopback, render, wanted
+from config.front_proxy import READ_MARGIN, ProxySettings, beyond_loopback, render, wanted
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.support.commands import settings_of
 from tests.support.front_proxy import ProxiedApp
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import PULL_TIMEOUT, model_service_env, pull_until_ready
-from tests.support.processes import ROOT, AppServer, free_port, wait_for_http
+from tests.support.processes import ROOT, AppServer, alive, children, free_port, wait_for_http
 
 THREADS = 4
 ANSWER_WITHIN = 1.0
@@ -154,35 +156,22 @@ def test_the_same_slow_clients_hold_every_thread_of_gunicorn_alone(proxied: Prox
 
 
 def test_either_process_stopping_stops_the_pair(mongo: EmbeddedMongo, tmp_path: Path):
-    """The container exits when either process exits: the platform restarts it whole."""
-    for victim in ("nginx", "gunicorn"):
-        app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / f"{victim}.log").start()
-        assert app.process is not None
-        try:
-            pids = _children(app.process.pid)
-            target = next(pid for pid, command in pids if victim in command)
-            os.kill(target, signal.SIGKILL if victim == "nginx" else signal.SIGTERM)
-            assert app.process.wait(60) != 0
-            assert f"{victim} exited" in app.log_tail()
-            for pid, _command in pids:
-                assert not _alive(pid), f"{_command} left running"
-        finally:
-            app.kill()
-
-
-def _children(pid: int) -> list[tuple[int, str]]:
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True)
-    rows = [line.strip().split(None, 1) for line in out.stdout.decode().splitlines()]
-    return [(int(row[0]), row[1]) for row in rows if len(row) == 2]
-
-
-def _alive(pid: int) -> bool:
+    """The container exits when either process exits: the platform restarts it whole.
+    gunicorn stopping here; nginx dying in the image's own start (test_container_image.py
+    test_the_image_command_serves_health_outside_docker_behind_its_proxy)."""
+    victim = "gunicorn"
+    app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / f"{victim}.log").start()
+    assert app.process is not None
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
+        pids = children(app.process.pid)
+        target = next(pid for pid, command in pids if victim in command)
+        os.kill(target, signal.SIGTERM)
+        assert app.process.wait(60) != 0
+        assert f"{victim} exited" in app.log_tail()
+        for pid, _command in pids:
+            assert not alive(pid), f"{_command} left running"
+    finally:
+        app.kill()
 
 
 @pytest.mark.parametrize(
@@ -349,30 +338,6 @@ def test_the_container_starts_the_proxy_for_the_web_role_only():
     assert "worker) exec python manage.py run_worker ;;" in start
 
 
-def test_the_image_command_puts_the_proxy_in_front_beyond_loopback(tmp_path: Path):
-    """The image's command with the image's settings on an address beyond loopback: nginx
-    answers /health (the platform's readiness check) for gunicorn."""
-    from tests.deploy.test_container_image import dockerfile_cmd, image_env
-
-    port = free_port()
-    env = image_env(tmp_path, BIND=f"0.0.0.0:{port}", PROXY_UPSTREAM_PORT=str(free_port()))
-    server = subprocess.Popen(dockerfile_cmd(), cwd=ROOT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with suppress(requests.RequestException):
-                health = requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
-                if health.status_code == 200:
-                    break
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        assert health.headers["Server"] == "nginx"
-        assert health.json()["status"] == "healthy"
-    finally:
-        server.terminate()
-        assert server.wait(60) == 0
-
-
 def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp_path: Path):
     """(On loopback serve starts gunicorn alone: README's demo start checks that,
     tests/scripts/test_readme_demo.py.)"""
@@ -499,25 +464,13 @@ def test_a_wrong_proxy_setting_stops_the_start_naming_it(monkeypatch, variables,
 
 def test_the_proxys_defaults_are_the_services_own():
     """The proxy reads GEN_SYNC_TIMEOUT, EVENT_STREAM_SECONDS and MAX_BODY_BYTES before
-    Django's settings exist: with none set, its limits are the settings' defaults."""
-    script = (
-        "import django, json\n"
-        "django.setup()\n"
-        "from django.conf import settings\n"
-        "from config.front_proxy import READ_MARGIN, ProxySettings\n"
-        "proxy = ProxySettings.from_env()\n"
-        "longest = max(settings.GEN_SYNC_TIMEOUT, settings.EVENT_STREAM_SECONDS)\n"
-        "print(json.dumps([proxy.max_body_bytes, settings.DATA_UPLOAD_MAX_MEMORY_SIZE,\n"
-        "                  proxy.read_timeout, int(longest) + READ_MARGIN]))\n"
-    )
+    Django's settings exist: with none set, its limits are the settings' defaults (the
+    settings as a process started with that environment has them: settings_of)."""
     read = ("GEN_SYNC_TIMEOUT", "EVENT_STREAM_SECONDS", "MAX_BODY_BYTES")
     env = {k: v for k, v in os.environ.items() if k not in read}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings", SECRET_KEY="test", DEBUG="0")
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    body_proxy, body_service, read_proxy, read_service = json.loads(done.stdout)
-    assert body_proxy == body_service
-    assert read_proxy == read_service
+    settings = settings_of(env)
+    with mock.patch.dict(os.environ, env, clear=True):
+        proxy = ProxySettings.from_env()
+    longest = max(settings["GEN_SYNC_TIMEOUT"], settings["EVENT_STREAM_SECONDS"])
+    assert proxy.max_body_bytes == settings["DATA_UPLOAD_MAX_MEMORY_SIZE"]
+    assert proxy.read_timeout == int(longest) + READ_MARGIN

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from scripts.embedded_mongo import EmbeddedMongo
+from tests.core.test_file_modes import assert_private, modes_beneath
 from tests.support.jobs import cancel_all
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import model_service_env, pull_until_ready
@@ -79,6 +80,16 @@ def test_it_pulled_and_generates_with_its_headers(app: PlainGunicorn):
     assert answer.headers["Content-Type"] == "image/png"
     assert answer.content.startswith(b"\x89PNG")
     assert answer.headers["X-App-Version"] and answer.headers["X-Request-ID"]
+
+
+def test_what_its_worker_writes_is_its_user_alone(app: PlainGunicorn):
+    """Files 0600 in folders 0700 (core/file_modes.py, set in config/wsgi.py): the model its
+    pull placed on the share, a generated image and its record."""
+    made = requests.post(app.url("/generate"), data={"prompt": "private", "size": "64x64"})
+    assert made.status_code == 200, made.text
+    images = Path(app.env["OUTPUT_DIR"])
+    assert list(images.glob("*.png")) and list(images.glob("*.json"))
+    assert_private(modes_beneath(Path(app.env["MODEL_DIR"]), images))
 
 
 def test_a_todo_round_trip(app: PlainGunicorn):

@@ -6,9 +6,11 @@ Container Apps docs and the CLI's source say: the gate's platform step (manage.p
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -281,6 +283,32 @@ def provision(fake: FakeAz, **settings: str) -> str:
     return built.stdout.strip()
 
 
+@pytest.fixture(scope="module")
+def provisions(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """deploy/azure.sh provision and image, run once per module for each set of settings:
+    `provisions(fake, **settings)` leaves `fake` as they leave the control plane (their
+    calls in its log too) and answers the image reference they printed."""
+    done: dict[tuple, tuple[FakeAz, str]] = {}
+
+    def provisioned(fake: FakeAz, **settings: str) -> str:
+        key = tuple(sorted(settings.items()))
+        if key not in done:
+            once = FakeAz(tmp_path_factory.mktemp("provisioned"))
+            done[key] = (once, provision(once, **settings))
+        once, image = done[key]
+        for name in ("state.json", "calls.log"):
+            shutil.copy(once.dir / name, fake.dir / name)
+        return image
+
+    return provisioned
+
+
+@pytest.fixture
+def provisioned(fake: FakeAz, provisions: Callable[..., str]) -> str:
+    """`fake` provisioned with the default settings: the image reference."""
+    return provisions(fake)
+
+
 def profile_added(fake: FakeAz) -> dict:
     (call,) = [c for c in fake.calls() if c.startswith("containerapp env workload-profile add")]
     options = dict(re.findall(r"--([\w-]+) (\S+)", call))
@@ -291,16 +319,21 @@ def profile_added(fake: FakeAz) -> dict:
     }
 
 
-def test_fake_az_control_plane_provision_makes_room_for_every_rollout(fake):
-    image = provision(fake)
+def test_fake_az_control_plane_provision_makes_room_for_every_rollout(fake, provisioned):
+    """Two deploys: the second (an update, whose secret changed) rolls out beside the first,
+    whose revision keeps its node until the new one is ready. Secrets are not in the
+    template: without a new revision the running container would keep the old value; each
+    deploy's own revision suffix makes one."""
+    image = provisioned
     first = azure_sh(fake, "deploy", IMAGE=image)
     assert first.returncode == 0, first.stderr
-    second = azure_sh(fake, "deploy", IMAGE=image)  # an update: the old revision keeps its node
+    second = azure_sh(fake, "deploy", IMAGE=image, API_TOKEN="rotated-token")
     assert second.returncode == 0, second.stderr
     revisions = fake.state()["revisions"]
     assert len(revisions) == 2
     latest = fake.latest_revision()
     assert latest["ready"] and latest["active"]
+    assert latest["secrets"]["api-token"] == "rotated-token"
     assert [r["active"] for r in revisions.values()].count(True) == 1
     assert "is ready and runs the image's own command" in second.stdout
 
@@ -310,13 +343,13 @@ def app_env(fake: FakeAz, app: str = "imagegen") -> dict[str, str]:
     return {item["name"]: item.get("value") for item in container["env"]}
 
 
-@pytest.mark.parametrize(
-    "layout", [{}, {"LAYOUT": "distributed", "REDIS_NAME": "imagegenjobs", "MAX_NODES": "3"}]
-)
-def test_fake_az_control_plane_the_app_trusts_its_environments_ingress_subnet_alone(fake, layout):
+def test_fake_az_control_plane_the_app_trusts_its_environments_ingress_subnet_alone(
+    fake, provisioned
+):
     """provision gives the environment a network of its own; deploy sets TRUSTED_PROXIES to
-    its infrastructure subnet (where the ingress is), so links are https, and HSTS on."""
-    image = provision(fake, **layout)
+    its infrastructure subnet (where the ingress is), so links are https, and HSTS on. (The
+    distributed layout's web app: test_..._distributed_layout_provisions_redis_and_...)"""
+    image, layout = provisioned, {}
     deployed = azure_sh(fake, "deploy", IMAGE=image, **layout)
     assert deployed.returncode == 0, deployed.stderr
     env = app_env(fake)
@@ -420,8 +453,10 @@ def test_fake_az_control_plane_new_enough_extension_is_accepted(fake):
         ("workloadProfileName", "workloadProfileName is 'Consumption', not 'd4'"),
     ],
 )
-def test_fake_az_control_plane_fields_the_cli_drops_stop_the_deploy(fake, dropped, stop):
-    image = provision(fake)
+def test_fake_az_control_plane_fields_the_cli_drops_stop_the_deploy(
+    fake, provisioned, dropped, stop
+):
+    image = provisioned
     fake.set(cli={"unknown_fields": [dropped], "drops_empty_lists": False, "refills_secrets": True})
     result = azure_sh(fake, "deploy", IMAGE=image)
     assert result.returncode == 1, result.stderr
@@ -442,8 +477,8 @@ def test_readback_reads_the_spec_as_a_yaml_parser_does():
     assert readback.expected(text)["mountOptions"]  # the share's options are there to check
 
 
-def test_fake_az_control_plane_image_tags_name_one_build(fake):
-    image = provision(fake)
+def test_fake_az_control_plane_image_tags_name_one_build(fake, provisioned):
+    image = provisioned
     commit = subprocess.run(
         ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -455,25 +490,12 @@ def test_fake_az_control_plane_image_tags_name_one_build(fake):
     assert sum(call.startswith("acr build") for call in fake.calls()) == 1
 
 
-def test_fake_az_control_plane_deploy_pins_a_tag_to_its_digest(fake):
-    provision(fake)
+def test_fake_az_control_plane_deploy_pins_a_tag_to_its_digest(fake, provisioned):
     (tag,) = fake.state()["images"]
     result = azure_sh(fake, "deploy", IMAGE=f"imagegenacr.azurecr.io/{tag}")
     assert result.returncode == 0, result.stderr
     image = fake.applied()[-1]["spec"]["properties"]["template"]["containers"][0]["image"]
     assert image == f"imagegenacr.azurecr.io/imagegen@{fake.state()['images'][tag]}"
-
-
-def test_fake_az_control_plane_secret_change_reaches_a_new_revision(fake):
-    # Secrets are not in the template: without a new revision the running container would
-    # keep the old value. Each deploy's own revision suffix makes one.
-    image = provision(fake)
-    assert azure_sh(fake, "deploy", IMAGE=image).returncode == 0
-    result = azure_sh(fake, "deploy", IMAGE=image, API_TOKEN="rotated-token")
-    assert result.returncode == 0, result.stderr
-    latest = fake.latest_revision()
-    assert latest["ready"] and latest["secrets"]["api-token"] == "rotated-token"
-    assert len(fake.state()["revisions"]) == 2
 
 
 def test_new_revision_suffixes_follow_the_platforms_rules():
@@ -508,8 +530,10 @@ def test_docs_settings_table_holds_the_scripts_defaults():
 DISTRIBUTED = {"LAYOUT": "distributed", "REDIS_NAME": "imagegenjobs", "MAX_NODES": "3"}
 
 
-def test_fake_az_control_plane_distributed_layout_provisions_redis_and_deploys_two_apps(fake):
-    image = provision(fake, **DISTRIBUTED)
+def test_fake_az_control_plane_distributed_layout_provisions_redis_and_deploys_two_apps(
+    fake, provisions
+):
+    image = provisions(fake, **DISTRIBUTED)
     assert any(c.startswith("redis create --name imagegenjobs") for c in fake.calls())
     result = azure_sh(fake, "deploy", IMAGE=image, **DISTRIBUTED)
     assert result.returncode == 0, result.stderr
@@ -524,6 +548,10 @@ def test_fake_az_control_plane_distributed_layout_provisions_redis_and_deploys_t
     assert len(images) == 1 and "@sha256:" in images.pop()
     env = {e["name"]: e for e in web["template"]["containers"][0]["env"]}
     assert env["ROLE"]["value"] == "web" and env["JOB_BROKER_URL"]["secretRef"]
+    # The environment's ingress subnet trusted, links https, HSTS on (as the single app's).
+    assert env["TRUSTED_PROXIES"]["value"] == "10.42.0.0/23"
+    assert env["SECURE_PROXY_SSL_HEADER"]["value"] == "1"
+    assert int(env["SECURE_HSTS_SECONDS"]["value"]) >= 86400
     assert web["workloadProfileName"] == "Consumption"
     assert web["template"]["scale"]["maxReplicas"] == 3  # any replica answers for any job
     worker_env = {e["name"]: e for e in worker["template"]["containers"][0]["env"]}

@@ -1,10 +1,12 @@
 """The container image and the deployment spec: the application starts by default, with the
 same command outside Docker (no Docker engine runs here), and the platform settings hold."""
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from tests.support.processes import ROOT, free_port, wait_for_http
+from tests.support.processes import ROOT, alive, children, free_port
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -87,20 +89,43 @@ def image_tree(target: Path) -> Path:
     return target
 
 
-def test_the_image_command_serves_health_outside_docker(tmp_path: Path):
-    """From exactly what the image copies (image_tree), started by the image's command."""
+def test_the_image_command_serves_health_outside_docker_behind_its_proxy(tmp_path: Path):
+    """From exactly what the image copies (image_tree), started by the image's command with
+    the image's settings on an address beyond loopback, as its BIND is: nginx answers
+    /health (the platform's readiness check) for gunicorn. Then nginx dies: the container's
+    process exits and leaves nothing running (the platform restarts it whole)."""
     port = free_port()
-    env = image_env(tmp_path, BIND=f"127.0.0.1:{port}")
+    env = image_env(tmp_path, BIND=f"0.0.0.0:{port}", PROXY_UPSTREAM_PORT=str(free_port()))
     for outside in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH"):  # the tests', not the image's
         env.pop(outside, None)
     app = image_tree(tmp_path / "app")
-    server = subprocess.Popen(dockerfile_cmd(), cwd=app, env=env)
+    log = tmp_path / "image.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            dockerfile_cmd(), cwd=app, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
     try:
-        wait_for_http(f"http://127.0.0.1:{port}/health", 60, server)
-        health = requests.get(f"http://127.0.0.1:{port}/health").json()
-        assert health["status"] == "healthy" and health["device"] == "cpu"
+        deadline = time.monotonic() + 60
+        while True:  # nginx answers 502 until gunicorn is up
+            with contextlib.suppress(requests.RequestException):
+                health = requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                if health.status_code == 200:
+                    break
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert health.headers["Server"] == "nginx"
+        assert health.json()["status"] == "healthy" and health.json()["device"] == "cpu"
+
+        pids = children(server.pid)
+        os.kill(next(pid for pid, command in pids if "nginx" in command), signal.SIGKILL)
+        assert server.wait(60) != 0
+        assert "nginx exited" in log.read_text()
+        for pid, command in pids:
+            assert not alive(pid), f"{command} left running"
     finally:
-        server.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
         server.wait(30)
 
 

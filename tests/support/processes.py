@@ -34,6 +34,23 @@ def wait_for_http(url: str, timeout: float, process: subprocess.Popen | None = N
             time.sleep(0.1)
 
 
+def children(pid: int) -> list[tuple[int, str]]:
+    """The processes `pid` started, still there: (pid, command line) each."""
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True)
+    rows = [line.strip().split(None, 1) for line in out.stdout.decode().splitlines()]
+    return [(int(row[0]), row[1]) for row in rows if len(row) == 2]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
 # The job modes of the apps launched while the running test runs (tests/support/end_to_end.py).
 launched_modes: set[str] = set()
 

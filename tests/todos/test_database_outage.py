@@ -1,24 +1,28 @@
-"""With the database stopped the API answers 503 in the envelope, and recovers by itself."""
+"""With the database stopped the API answers 503 in the envelope, and recovers by itself: the
+routes' behaviour, served in this process (todos_here). A killed database under gunicorn:
+tests/todos/test_database_faults.py."""
 
 import time
 
 import pytest
 import requests
+from django.test import override_settings
 
 from scripts.embedded_mongo import EmbeddedMongo
-from tests.support.processes import AppServer, free_port
+from tests.support.in_process import todos_here
+from tests.support.processes import free_port
 
 
 @pytest.fixture
 def own_stack(tmp_path):
-    """A database and an app of this test's own, so stopping the database disturbs no other test."""
+    """A database of this test's own, so stopping it disturbs no other test, and the app
+    served here on it with MONGODB_TIMEOUT_MS 1 s."""
     mongo = EmbeddedMongo(tmp_path / "mongo", port=free_port()).start()
-    app = AppServer(
-        {"MONGODB_URI": mongo.uri(), "MONGODB_TIMEOUT_MS": "1000"}, tmp_path / "app.log"
-    ).start()
-    yield mongo, app
-    app.stop()
-    mongo.stop()
+    try:
+        with override_settings(MONGODB_TIMEOUT_MS=1000), todos_here(mongo.uri()) as app:
+            yield mongo, app
+    finally:
+        mongo.stop()
 
 
 def test_503_while_the_database_is_down_then_recovery(own_stack):

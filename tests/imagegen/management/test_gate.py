@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.commands import Result, manage, run_beside, run_command
 from tests.support.in_process import served_here
+from tests.support.model_service import wait_for_state
 from tests.support.processes import ROOT, free_port, wait_for_http
 from tests.support.scripted_service import DROP, HANG, Reply, ScriptedService, model_state
 
@@ -108,6 +109,8 @@ def test_a_load_slower_than_the_timeout_is_a_ready_timeout(model_env, hub):
     hub.throttle_bytes_per_sec = 100_000
     with served_here(**model_env) as app:
         result = gate_beside(app.base_url, "--timeout", "2")
+        hub.throttle_bytes_per_sec = None  # the pull this process runs ends with the test
+        wait_for_state(app, {"ready", "failed"})
     assert result.returncode == 14
     assert "not ready within 2s (last state: downloading)" in result.stderr
 
