@@ -11,6 +11,15 @@ class ModelNotPulled(ServiceError):
     message = "The model is not on the share yet: POST /model/pull first"
 
 
+class ModelNotOffered(ServiceError):
+    """A model looked up by name (GET /v1/models/<id>) that this service does not offer."""
+
+    status = 404
+
+    def __init__(self, asked: str, offered: list[str]) -> None:
+        super().__init__(f"No model {asked!r} here; offered: {', '.join(offered)}")
+
+
 class ModelPullNotHere(ServiceError):
     """A MODELS entry pulled in distributed mode, whose workers load MODEL_ID alone so far."""
 
