@@ -22,7 +22,7 @@ from imagegen.services.jobs import (
     generation_waited_result,
     job_cancel,
 )
-from imagegen.services.models import model_pull
+from imagegen.services.models import model_pull, with_model
 from imagegen.services.shared_runs import generation_run_shared
 from imagegen.services.webhooks import (
     NO_SECRET,
@@ -58,4 +58,5 @@ __all__ = [
     "webhook_secrets",
     "webhook_watch",
     "webhooks_start",
+    "with_model",
 ]
