@@ -359,17 +359,9 @@ class JobQueue:
 
     def _run(self, job: Job) -> None:
         assert job.started_at is not None, "a job runs once _work has started it"
-        outcome = run_job(
-            job_id=job.id,
-            loader=self.model_of(job.request)[0],
-            store=self.store,
-            request=job.request,
-            key=job.key,
-            queued_seconds=(job.started_at - job.created_at).total_seconds(),
-            load_timeout=self.load_timeout,
-            report=_LocalReport(self._lock, job, self._changed),
-            previews=self.previews,
-        )
+        loader = self.model_of(job.request)[0]
+        with loader.in_use():  # not freed for another model's load under this job
+            outcome = self._run_on(job, loader)
         # Measured before the job is seen finished, so its client's next request is
         # estimated with it.
         # The measurements are MODEL_ID's (the estimates'): another model's would mislead them.
@@ -382,6 +374,20 @@ class JobQueue:
             self.timings.record(timing, native=job.request.size is None)
         self._finish(job, outcome)
         count_finished(outcome)
+
+    def _run_on(self, job: Job, loader: ModelLoader) -> Outcome:
+        assert job.started_at is not None, "a job runs once _work has started it"
+        return run_job(
+            job_id=job.id,
+            loader=loader,
+            store=self.store,
+            request=job.request,
+            key=job.key,
+            queued_seconds=(job.started_at - job.created_at).total_seconds(),
+            load_timeout=self.load_timeout,
+            report=_LocalReport(self._lock, job, self._changed),
+            previews=self.previews,
+        )
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
