@@ -238,6 +238,7 @@ def build_backend() -> Backend:
         nice=settings.GEN_NICE,
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
+        models={m.id: (shelf.loader(m.id), m.rules) for m in catalog.models if not m.default},
     )
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,

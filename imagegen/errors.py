@@ -11,6 +11,38 @@ class ModelNotPulled(ServiceError):
     message = "The model is not on the share yet: POST /model/pull first"
 
 
+class OfferedModelNotPulled(ModelNotPulled):
+    """A request naming a MODELS entry that is not on the share: 409 naming it and how to
+    pull it; nothing is queued."""
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            f"The model {model_id} is offered but not on the share yet: POST "
+            f"/model/pull?model={model_id} (or manage.py pull_model --model {model_id}) first"
+        )
+
+
+class ModelNotServedHere(ServiceError):
+    """A MODELS entry asked of distributed mode, whose workers run MODEL_ID alone so far."""
+
+    status = 501
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            f"{model_id} is offered, but in distributed mode (JOB_BROKER_URL) the workers run "
+            "MODEL_ID alone so far: send no model, or use the in-process mode"
+        )
+
+
+class ModelNotOffered(ServiceError):
+    """A model looked up by name (GET /v1/models/<id>) that this service does not offer."""
+
+    status = 404
+
+    def __init__(self, asked: str, offered: list[str]) -> None:
+        super().__init__(f"No model {asked!r} here; offered: {', '.join(offered)}")
+
+
 class ModelPullNotHere(ServiceError):
     """A MODELS entry pulled in distributed mode, whose workers load MODEL_ID alone so far."""
 

@@ -529,17 +529,23 @@ def refresh_checkpoints(request: HttpRequest):
 
 @router.get("/sd-models", auth=auth, response={200: list[SdModel], **errors()})
 def sd_models(request: HttpRequest):
-    status = selectors.model_status(current_backend())
-    return [
-        SdModel(
-            title=status.model_id,
-            model_name=model_titles()[-1],
-            hash=status.commit[:10] if status.commit else None,
-            sha256=None,
-            filename=server_path(request, status.model_path),
-            config=None,
+    """Every offered model, MODEL_ID's first: `title` its repo id, `model_name` its name part,
+    `hash` its commit's first 10 characters once on the share."""
+    backend = current_backend()
+    listed = []
+    for model in backend.offered().models:
+        status = backend.loader_of(model).status()
+        listed.append(
+            SdModel(
+                title=model.id,
+                model_name=model.name,
+                hash=status.commit[:10] if status.commit else None,
+                sha256=None,
+                filename=server_path(request, status.model_path),
+                config=None,
+            )
         )
-    ]
+    return listed
 
 
 # What A1111 lists and this service does not have; clients ask for these lists unasked, so

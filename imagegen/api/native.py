@@ -180,6 +180,7 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
+    png["X-Model"] = parameters.model_id
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"
     png["X-Image-Id"] = record.id
     png["X-Job-Id"] = job.id
@@ -273,10 +274,11 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     """The form's generation; with an `image` (and a `mask`), an edit of it."""
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
+    chosen = services.with_model(current_backend(), form.to_request())
     if image is None:
-        return form.to_request()
+        return chosen
     return services.edit_request(
-        current_backend(), request=form.to_request(), image=image, mask=mask,
+        current_backend(), request=chosen, image=image, mask=mask,
         strength=form.strength, mask_blur=form.mask_blur, resize_mode=form.resize_mode,
         only_masked=bool(form.only_masked), only_masked_padding=form.only_masked_padding,
     )  # fmt: skip

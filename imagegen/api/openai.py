@@ -48,6 +48,8 @@ from imagegen.api.schemas import (
 )
 from imagegen.api.schemas import errors as declared_errors
 from imagegen.backend import current_backend
+from imagegen.errors import ModelNotOffered
+from imagegen.generation.catalog import UnknownModel
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.output_formats import MEDIA_TYPES, OutputFormat, encoded
@@ -437,7 +439,26 @@ def image_by_link(request: HttpRequest, image_id: str, query: Query[LinkQuery]):
     return HttpResponse(image, content_type=MEDIA_TYPES[query.output_format or "png"])
 
 
+def listed(model_id: str) -> Model:
+    """An offered model as OpenAI lists one (`created` is 0: not known)."""
+    return Model(id=model_id, created=0, owned_by="imagegen")
+
+
 @router.get("/models", auth=token_required(), response={200: ModelList, **errors()})
 def models(request: HttpRequest):
-    """The one configured model (`created` is 0: not known)."""
-    return ModelList(data=[Model(id=settings.MODEL_ID, created=0, owned_by="imagegen")])
+    """Every offered model, MODEL_ID's first, each by its repo id."""
+    return ModelList(data=[listed(model_id) for model_id in current_backend().offered().ids])
+
+
+@router.get(
+    "/models/{path:model}",
+    auth=token_required(),
+    response={200: Model, **errors(404)},
+    summary="One offered model, by its repo id (the slash as it is or as %2F) or name part",
+)
+def model(request: HttpRequest, model: str):
+    offered = current_backend().offered()
+    try:
+        return listed(offered.find(model).id)
+    except UnknownModel:
+        raise ModelNotOffered(model, offered.ids) from None

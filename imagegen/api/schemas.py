@@ -185,6 +185,11 @@ class GenerateForm(Schema):
     )
     seed: Annotated[Annotated[int, Field(ge=0, le=SEED_MAX), Integer] | None, *Optional] = None
     force_cpu: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = False
+    model: Annotated[Annotated[str, Field(max_length=200)] | None, *Optional] = Field(
+        default=None,
+        description="an offered model (MODEL_ID or a MODELS entry) by repo id or unique name "
+        "part; default MODEL_ID",
+    )
     strength: Annotated[
         Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
     ] = Field(
@@ -283,6 +288,7 @@ class GenerateForm(Schema):
             size=parse_size(self.size) if self.size else None,
             seed=self.seed,
             force_cpu=self.force_cpu,
+            model=self.model,
         )
 
 
@@ -499,9 +505,11 @@ class ModelStatusOut(ModelStatus):
     generation: GenerationRulesOut = Field(
         description="the rules in force, as GET /api's `generation` (the adapters are above)"
     )
-    models: list[OfferedModelOut] = Field(
+    models: list[OfferedModelOut] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
         description="every offered model, MODEL_ID's first (then MODELS'); the fields above "
-        "describe MODEL_ID's"
+        "describe MODEL_ID's. GET /model/status and POST /model/pull always answer it",
     )
 
 

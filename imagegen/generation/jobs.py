@@ -9,7 +9,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,7 +17,7 @@ from core import request_context
 from core.errors import ServiceError
 from core.timestamps import utc_now
 from imagegen import metrics
-from imagegen.errors import JobFinished
+from imagegen.errors import JobFinished, ModelNotPulled, OfferedModelNotPulled
 from imagegen.generation import queue_policy
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
@@ -109,8 +109,11 @@ class JobQueue:
         nice: int = 0,
         previews: PreviewPolicy = DEFAULT_PREVIEWS,
         throughput: float = 0.0,
+        models: Mapping[str, tuple[ModelLoader, GenerationRules]] | None = None,
     ) -> None:
         self.loader = loader
+        # The MODELS entries by repo id, each its loader and rules: a request's `model`.
+        self.models = dict(models or {})
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.nice = nice  # GEN_NICE: how far below the request threads the generation runs
         self.rules = rules
@@ -147,8 +150,14 @@ class JobQueue:
 
         The key's jobs are counted under the lock that admits it. The model loads when the worker
         takes the job."""
-        self.loader.check_loadable()  # 409/503 now rather than a failed job later
-        request = with_defaults(request, rules=self.rules)
+        loader, rules = self.model_of(request)
+        try:
+            loader.check_loadable()  # 409/503 now rather than a failed job later
+        except ModelNotPulled:
+            if request.model is None:
+                raise
+            raise OfferedModelNotPulled(request.model) from None
+        request = with_defaults(request, rules=rules)
         job = Job(
             request=request, owner=owner, batch=batch, key=key,
             request_id=request_context.current_request_id(),
@@ -174,10 +183,17 @@ class JobQueue:
             self._lock.notify_all()  # the worker, among the watchers waiting on the lock
         return self.view(job)
 
+    def model_of(self, request: GenerationRequest) -> tuple[ModelLoader, GenerationRules]:
+        """The loader and rules of the model that runs `request`: MODEL_ID's unless it names
+        a MODELS entry."""
+        if request.model is None:
+            return self.loader, self.rules
+        return self.models[request.model]
+
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images would take if submitted now, behind the running job and the
         queue."""
-        request = with_defaults(request, rules=self.rules)
+        request = with_defaults(request, rules=self.model_of(request)[1])
         with self._lock:
             jobs = [job for job in (self._running, *self._queued) if job is not None]
             ahead = [found for job in jobs if (found := ahead_of(self.view(job)))]
@@ -332,9 +348,27 @@ class JobQueue:
 
     def _run(self, job: Job) -> None:
         assert job.started_at is not None, "a job runs once _work has started it"
-        outcome = run_job(
+        loader = self.model_of(job.request)[0]
+        with loader.in_use():  # not freed for another model's load under this job
+            outcome = self._run_on(job, loader)
+        # Measured before the job is seen finished, so its client's next request is
+        # estimated with it.
+        # The measurements are MODEL_ID's (the estimates'): another model's would mislead them.
+        default = job.request.model is None
+        if (
+            default
+            and outcome.image
+            and (timing := measured(outcome.image, home=self.loader.device))
+        ):
+            self.timings.record(timing, native=job.request.size is None)
+        self._finish(job, outcome)
+        count_finished(outcome)
+
+    def _run_on(self, job: Job, loader: ModelLoader) -> Outcome:
+        assert job.started_at is not None, "a job runs once _work has started it"
+        return run_job(
             job_id=job.id,
-            loader=self.loader,
+            loader=loader,
             store=self.store,
             request=job.request,
             key=job.key,
@@ -343,11 +377,6 @@ class JobQueue:
             report=_LocalReport(self._lock, job, self._changed),
             previews=self.previews,
         )
-        # Measured before the job is seen finished, so the client's next estimate uses it.
-        if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
-            self.timings.record(timing, native=job.request.size is None)
-        self._finish(job, outcome)
-        count_finished(outcome)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:

@@ -77,6 +77,10 @@ class GenerationRequest(BaseModel):
     partial_images: int = Field(
         default=0, description="an OpenAI stream's partial images: previews made at their steps"
     )
+    model: str | None = Field(
+        default=None,
+        description="the offered model (MODELS) that runs it, by repo id; absent: MODEL_ID",
+    )
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, and no
     # `partial_images` unless a stream asked for some.
@@ -86,6 +90,8 @@ class GenerationRequest(BaseModel):
         data = without_absent_edit(self, handler)
         if isinstance(data, dict) and not self.partial_images:
             data.pop("partial_images", None)
+        if isinstance(data, dict) and self.model is None:
+            data.pop("model", None)
         return data
 
     adjusted: list[Adjustment] = Field(

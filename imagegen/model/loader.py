@@ -12,11 +12,12 @@ With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` puts in the ready p
 UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets).
 """
 
+import contextlib
 import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class ModelLoader:
         # (imagegen.model.shelf frees the least recently used models that would not fit).
         self.before_load: list[Callable[[], None]] = []
         self.last_used = 0.0  # time.monotonic() of the last pipeline() or load: least recent first
+        self._users = 0  # jobs running on the pipeline now: it is not freed under them
 
     def status(self) -> "ModelStatus":
         manifest = self.source.complete_manifest()
@@ -157,12 +159,29 @@ class ModelLoader:
         """Whether the pipeline is in this process's memory now."""
         return self._state is State.READY
 
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """A job runs on the pipeline for the block: free() leaves it loaded meanwhile."""
+        with self._lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job runs on the pipeline now (in_use)."""
+        return self._users > 0
+
     def free(self) -> bool:
         """Drops the loaded pipeline so its memory can go to another model: the state returns
         to not_started, the weights stay on the share and the next pull or request loads them
-        again. False (nothing done) when it is not loaded, or a pull is under way."""
+        again. False (nothing done) when it is not loaded, a pull is under way or a job runs
+        on it."""
         with self._lock:
-            if self._state is not State.READY or self._job_running():
+            if self._state is not State.READY or self._job_running() or self._users:
                 return False
             self._pipeline = None
             self._unets = None

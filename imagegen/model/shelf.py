@@ -10,6 +10,7 @@ any byte of it is read. A freed model returns to not_started; its weights stay o
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from functools import partial
 
@@ -35,6 +36,9 @@ def fp32_bytes(manifest: Manifest) -> int:
         narrow = next((b for v, b in NARROW.items() if f".{v}." in name or f".{v}-" in name), 4)
         total += f.size * 4 // narrow
     return total
+
+
+BUSY_POLL = 0.05  # seconds between looks at a model a job still runs on
 
 
 class ModelShelf:
@@ -74,6 +78,8 @@ class ModelShelf:
             for loader in others:
                 if self.limit is not None and held + needed <= self.limit:
                     break
+                while loader.busy:  # its job ends first: the peak stays what fits
+                    time.sleep(BUSY_POLL)
                 if loader.free():
                     log.info(
                         "freed %s for %s (%d + %d bytes at fp32, limit %s)",

@@ -17,7 +17,7 @@ from imagegen.services.jobs import (
     generation_waited_result,
     job_cancel,
 )
-from imagegen.services.models import model_pull
+from imagegen.services.models import model_pull, with_model
 from imagegen.services.shared_runs import generation_run_shared
 from imagegen.services.webhooks import (
     NO_SECRET,
@@ -53,4 +53,5 @@ __all__ = [
     "webhook_secrets",
     "webhook_watch",
     "webhooks_start",
+    "with_model",
 ]

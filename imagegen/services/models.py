@@ -1,7 +1,8 @@
 """The model's pull: what POST /model/pull starts."""
 
 from imagegen.backend import Backend
-from imagegen.errors import ModelPullNotHere
+from imagegen.errors import ModelNotServedHere, ModelPullNotHere
+from imagegen.generation.requests import GenerationRequest
 
 
 def model_pull(backend: Backend, *, model: str | None = None) -> bool:
@@ -18,3 +19,17 @@ def model_pull(backend: Backend, *, model: str | None = None) -> bool:
     if backend.distributed:
         raise ModelPullNotHere(offered.id)
     return backend.loader_of(offered).pull()
+
+
+def with_model(backend: Backend, request: GenerationRequest) -> GenerationRequest:
+    """`request` with its `model` (a repo id or unique name part, as sent) made the offered
+    model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`. In
+    distributed mode a MODELS entry is refused (501): the workers run MODEL_ID alone so far."""
+    if request.model is None:
+        return request
+    offered = backend.offered().find(request.model)
+    if offered.default:
+        return request.model_copy(update={"model": None})
+    if backend.distributed:
+        raise ModelNotServedHere(offered.id)
+    return request.model_copy(update={"model": offered.id})

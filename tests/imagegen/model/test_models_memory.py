@@ -3,6 +3,7 @@ memory limit together stay resident, least recently used freed first; otherwise 
 one is freed before the next loads. A freed model is not_started again, its weights stay on
 the share, and it loads again when asked. Real loaders on tiny pipelines from a local hub."""
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,18 @@ def test_with_room_for_one_the_resident_model_is_freed_before_the_next_loads(pul
         load(shelf, SDXL_REPO)
         assert shelf.resident() == [SDXL_REPO]
         assert shelf.loader(SD_REPO).status().state == "not_started"
+
+
+def test_a_model_a_job_runs_on_is_freed_only_once_the_job_ends(pulled):
+    """Room for one: the next model's load waits for the running job of the resident one
+    (ModelLoader.in_use, as JobQueue runs a job), so the two are never in memory together."""
+    shelf = shelf_of(pulled, limit=1)
+    load(shelf, SD_REPO)
+    running = shelf.loader(SD_REPO)
+    with running.in_use():
+        incoming = shelf.loader(SDXL_REPO)
+        incoming.pull()
+        time.sleep(1.0)  # far longer than the tiny model's load, which is waiting
+        assert incoming.status().state == "loading" and shelf.resident() == [SD_REPO]
+    assert wait_for(incoming, {"ready", "failed"}) == "ready"
+    assert shelf.resident() == [SDXL_REPO]
