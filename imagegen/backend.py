@@ -208,21 +208,22 @@ def build_backend() -> Backend:
         from imagegen.distributed.timings import RedisTimings, measured_model
         from imagegen.distributed.webhook_outbox import RedisOutbox
 
-        models: ModelHandle = SharedModel(loader, redis_client())
+        client = redis_client()  # one pool for the process's every store call
+        models: ModelHandle = SharedModel(loader, client)
         jobs: JobBoard = RedisJobBoard(
-            job_store(),
+            job_store(client),
             models=models,
             queue_max=settings.GEN_QUEUE_MAX,
             keep=settings.JOBS_KEEP,
             rules=rules,
-            timings=RedisTimings(redis_client(), measured_model(model_source())),
+            timings=RedisTimings(client, measured_model(model_source())),
             changes=ChangeFeed(listener_client()),
         )
         return Backend(
             jobs=jobs, models=models, loader=loader, images=images,
-            runs=RedisRuns(redis_client(), ttl_seconds=run_ttl),
-            rates=RedisRates(redis_client()),
-            webhooks=RedisOutbox(redis_client()),
+            runs=RedisRuns(client, ttl_seconds=run_ttl),
+            rates=RedisRates(client),
+            webhooks=RedisOutbox(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
@@ -286,13 +287,14 @@ def worker_runtime(name: str) -> "WorkerRuntime":
     from imagegen.distributed.timings import RedisTimings, measured_model
     from imagegen.distributed.worker import WorkerRuntime
 
+    client = redis_client()
     return WorkerRuntime(
-        job_store(),
+        job_store(client),
         new_loader(),
         ImageStore(settings.OUTPUT_DIR),
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
-        timings=RedisTimings(redis_client(), measured_model(model_source())),
+        timings=RedisTimings(client, measured_model(model_source())),
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
     )

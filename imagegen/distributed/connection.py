@@ -1,7 +1,9 @@
-"""The one Redis client and job store of a process in distributed mode."""
+"""The Redis clients and job store of distributed mode, made by the backend that holds them.
+
+Nothing here is cached: a backend built again (a test's, or one of other settings) talks to
+the Redis of its own settings."""
 
 import logging
-from functools import cache
 
 import redis
 from django.conf import settings
@@ -30,7 +32,6 @@ def store_client(url: str, *, timeout: float, max_waiting: int | None) -> redis.
     return redis.Redis(connection_pool=pool)
 
 
-@cache
 def redis_client() -> redis.Redis:
     """In a web process each waiting call holds a request thread, hence JOB_STORE_MAX_CONCURRENT."""
     return store_client(
@@ -40,7 +41,6 @@ def redis_client() -> redis.Redis:
     )
 
 
-@cache
 def listener_client() -> redis.Redis:
     """The change feed's own connection, with no places and no call budget.
 
@@ -69,6 +69,5 @@ def wake_a_worker(job_id: str) -> None:
         log.warning("job %s: queued again, but no worker was told: %s", job_id, exc)
 
 
-@cache
-def job_store() -> JobStore:
-    return JobStore(redis_client(), heartbeat_ttl=settings.JOB_HEARTBEAT_TTL, wake=wake_a_worker)
+def job_store(client: redis.Redis) -> JobStore:
+    return JobStore(client, heartbeat_ttl=settings.JOB_HEARTBEAT_TTL, wake=wake_a_worker)

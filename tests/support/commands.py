@@ -109,17 +109,13 @@ def settings_of(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def cached_builders() -> list[Any]:
-    """The process-wide objects built once from the settings: the compute device, the
-    thread places and, where distributed mode was imported, its Redis connections (the
-    backend is installed, not cached: start_afresh builds it anew)."""
+    """The process-wide objects built once from the settings: the compute device and the
+    thread places (the backend, with its Redis clients, is installed, not cached:
+    start_afresh builds it anew)."""
     from imagegen.api import places
     from imagegen.model import device
 
-    builders = [device.compute_device, places._stream_places, places._waiter_places]
-    connection = sys.modules.get("imagegen.distributed.connection")
-    if connection is not None:
-        builders += [connection.redis_client, connection.listener_client, connection.job_store]
-    return builders
+    return [device.compute_device, places._stream_places, places._waiter_places]
 
 
 def start_afresh() -> None:

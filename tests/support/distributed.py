@@ -221,18 +221,14 @@ class Stack:
 
 
 @contextlib.contextmanager
-def _clients_of_its_own(url: str, timeout_ms: int) -> Iterator[None]:
-    """This process's distributed-mode clients made afresh for the block, and again after it:
-    the Redis clients and job store that imagegen.distributed.connection keeps once per
-    process, and the Celery app's broker (its URL and options come from settings at import),
-    so a web replica served here talks to the Redis of its own settings, not to one an
-    earlier test's replica used."""
-    from imagegen.distributed import connection
+def _broker_of_its_own(url: str, timeout_ms: int) -> Iterator[None]:
+    """The Celery app's broker pointed at `url` for the block, and back after it: its URL and
+    options come from settings at import, so a web replica served here would otherwise send
+    its messages to the Redis an earlier test's replica used. (The Redis clients are the
+    backend's own, built with it.)"""
     from imagegen.distributed.celery_app import app
 
     def fresh(broker_url: str, options: dict) -> None:
-        for cached in (connection.redis_client, connection.listener_client, connection.job_store):
-            cached.cache_clear()
         # Its broker connections and producers, made again at the next send (what Celery
         # does in a forked child: Celery._after_fork).
         pool = app.__dict__.get("_pool")
@@ -252,13 +248,13 @@ def _clients_of_its_own(url: str, timeout_ms: int) -> Iterator[None]:
 @contextlib.contextmanager
 def replica_here(**env: str) -> Iterator:
     """A web replica of distributed mode (`env` with JOB_BROKER_URL) served in this process
-    (tests/support/in_process.py `served_here`) on clients of its own, its change feed's
+    (tests/support/in_process.py `served_here`) on a broker of its own, its change feed's
     listener stopped at the end: for tests whose point is the routes' and the job store's
     behaviour on the web side, the workers staying processes."""
     from tests.support.in_process import served_here
 
     timeout_ms = int(env.get("JOB_STORE_TIMEOUT_MS", "5000"))  # config/settings.py's default
-    with _clients_of_its_own(env["JOB_BROKER_URL"], timeout_ms), served_here(**env) as app:
+    with _broker_of_its_own(env["JOB_BROKER_URL"], timeout_ms), served_here(**env) as app:
         try:
             yield app
         finally:

@@ -177,20 +177,3 @@ def todos_here(mongodb_uri: str) -> Iterator[LoopbackApp]:
                 yield LoopbackApp(base_url)
         finally:
             mongoengine.disconnect()
-
-
-@contextmanager
-def replica_here(redis_url: str, **env: str) -> Iterator[LoopbackApp]:
-    """served_here as a web replica of distributed mode on the Redis at `redis_url` (no
-    worker: for what a replica answers itself). The process's cached Redis connections are
-    dropped before and after, so neither this block nor a later one talks to another Redis."""
-    from tests.support.commands import cached_builders
-
-    for builder in cached_builders():
-        builder.cache_clear()
-    try:
-        with served_here(**env, JOB_BROKER_URL=redis_url) as app:
-            yield app
-    finally:
-        for builder in cached_builders():
-            builder.cache_clear()

@@ -13,7 +13,8 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.in_process import LoopbackApp, replica_here, served_here
+from tests.support.distributed import replica_here
+from tests.support.in_process import LoopbackApp, served_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env, pull_until_ready
 
@@ -119,7 +120,7 @@ def test_in_distributed_mode_a_models_entry_is_refused_before_anything_is_queued
     hub_url, work, redis_server
 ):
     env = model_service_env(hub_url, work / "share", work)
-    with replica_here(redis_server.url, **env, MODELS=SDXL_REPO) as replica:
+    with replica_here(**env, JOB_BROKER_URL=redis_server.url, MODELS=SDXL_REPO) as replica:
         refused = generate(replica, model="tiny-sdxl")
         assert refused.status_code == 501
         assert "the workers run MODEL_ID alone so far" in refused.json()["error"]["message"]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.in_process import LoopbackApp, replica_here, served_here
+from tests.support.distributed import replica_here
+from tests.support.in_process import LoopbackApp, served_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env
 
@@ -108,7 +109,7 @@ def test_in_distributed_mode_the_offered_models_are_listed_and_another_pull_is_r
     saying how to put it on the share: the workers load MODEL_ID alone so far."""
     with LocalHub(hub_root) as hub:
         env = model_service_env(hub.url, tmp_path / "share", tmp_path)
-        with replica_here(redis_server.url, **env, MODELS=SDXL_REPO) as app:
+        with replica_here(**env, JOB_BROKER_URL=redis_server.url, MODELS=SDXL_REPO) as app:
             top = status(app)
             assert "workers" in top  # distributed mode's answer
             default, sdxl = top["models"]
