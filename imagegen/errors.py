@@ -22,6 +22,16 @@ class OfferedModelNotPulled(ModelNotPulled):
         )
 
 
+def naming_model(exc: ServiceError, model_id: str) -> ServiceError:
+    """`exc` (a 503 of the model's state) for a MODELS entry: the model named, and its pull
+    by name, since a bare POST /model/pull acts on MODEL_ID."""
+    text = exc.message.replace("The model", f"The model {model_id}", 1)
+    text = text.replace("POST /model/pull", f"POST /model/pull?model={model_id}")
+    named = ServiceError(text, retry_after=exc.retry_after)
+    named.status = exc.status
+    return named
+
+
 class ModelNotServedHere(ServiceError):
     """A MODELS entry asked of distributed mode, whose workers run MODEL_ID alone so far."""
 

@@ -17,7 +17,15 @@ from core import request_context
 from core.errors import ServiceError
 from core.timestamps import utc_now
 from imagegen import metrics
-from imagegen.errors import JobFinished, ModelNotPulled, OfferedModelNotPulled
+from imagegen.errors import (
+    JobFinished,
+    ModelDownloading,
+    ModelFailed,
+    ModelLoading,
+    ModelNotPulled,
+    OfferedModelNotPulled,
+    naming_model,
+)
 from imagegen.generation import queue_policy
 from imagegen.generation.estimates import Estimate, LocalTimings, estimate, measured
 from imagegen.generation.execution import Outcome, count_finished, run_job
@@ -157,6 +165,10 @@ class JobQueue:
             if request.model is None:
                 raise
             raise OfferedModelNotPulled(request.model) from None
+        except (ModelLoading, ModelDownloading, ModelFailed) as exc:
+            if request.model is None:
+                raise
+            raise naming_model(exc, request.model) from None
         request = with_defaults(request, rules=rules)
         job = Job(
             request=request, owner=owner, batch=batch, key=key,

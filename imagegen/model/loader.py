@@ -18,13 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, inpaint, share
-from imagegen.model.adapters import Adapter
+from imagegen.model.adapters import Adapter, give_back_freed_memory
 from imagegen.model.pipeline import LoadOptions, load_pipeline, load_unet
 from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.share import InpaintRecord
@@ -40,6 +41,8 @@ from imagegen.model.status import (
 from imagegen.model.unets import BASE, INPAINT, UnetSwap
 
 log = logging.getLogger(__name__)
+
+DRAIN_POLL = 0.05  # seconds between looks while room is made for another model
 
 # Held while a load imports and builds the model's code. diffusers and transformers import
 # their classes lazily, and two threads resolving them at once can see a module half made
@@ -67,9 +70,10 @@ class ModelLoader:
         # work that must not run beside a generation (imagegen.generation.work's count and
         # pace probe). A hook's failure fails the load; a hook that must not catches its own.
         self.at_load: list[Callable[[], None]] = []
-        # Run in the loading thread before the weights are read: room made for them in memory
-        # (imagegen.model.shelf frees the least recently used models that would not fit).
-        self.before_load: list[Callable[[], None]] = []
+        # Held in the loading thread from before the weights are read until the model is
+        # resident: room made for them in memory, one load at a time (imagegen.model.shelf).
+        self.load_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext
+        self._draining = False  # room is being made: no new job starts on the pipeline
         self.last_used = 0.0  # time.monotonic() of the last pipeline() or load: least recent first
         self._users = 0  # jobs running on the pipeline now: it is not freed under them
 
@@ -161,9 +165,14 @@ class ModelLoader:
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
-        """A job runs on the pipeline for the block: free() leaves it loaded meanwhile."""
-        with self._lock:
-            self._users += 1
+        """A job runs on the pipeline for the block: free() leaves it loaded meanwhile. It waits
+        while room is being made (draining), so a steady queue cannot keep a model resident."""
+        while True:
+            with self._lock:
+                if not self._draining:
+                    self._users += 1
+                    break
+            time.sleep(DRAIN_POLL)
         try:
             yield
         finally:
@@ -174,6 +183,17 @@ class ModelLoader:
     def busy(self) -> bool:
         """Whether a job runs on the pipeline now (in_use)."""
         return self._users > 0
+
+    @contextlib.contextmanager
+    def draining(self) -> Iterator[None]:
+        """No new job starts on the pipeline for the block; running ones finish."""
+        with self._lock:
+            self._draining = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._draining = False
 
     def free(self) -> bool:
         """Drops the loaded pipeline so its memory can go to another model: the state returns
@@ -189,6 +209,7 @@ class ModelLoader:
             self.loaded_inpaint = None
             self._state = State.NOT_STARTED
         gc.collect()  # the pipeline's modules hold reference cycles
+        give_back_freed_memory()  # else malloc keeps the pages, and the next load adds to them
         log.info("model %s: freed (its weights stay on the share)", self.source.model_id)
         return True
 
@@ -262,9 +283,7 @@ class ModelLoader:
                     hub.unet_config(path / manifest.inpaint.folder), hub.unet_config(path)
                 )
             decoder = manifest.decoder
-            for make_room in self.before_load:
-                make_room()
-            with MODEL_CODE:
+            with self.load_guard(), MODEL_CODE:
                 pipe = load_pipeline(
                     self.source.path,
                     variant=manifest.load_variant,
@@ -276,13 +295,13 @@ class ModelLoader:
                 unets = self._unet_swap(pipe, manifest) if manifest.inpaint else None
                 for hook in self.at_load:
                     hook()
-            with self._lock:
-                self._pipeline = pipe
-                self.loaded_commit = manifest.commit
-                self.loaded_inpaint = manifest.inpaint
-                self._unets = unets
-                self._state = State.READY
-                self.last_used = time.monotonic()
+                with self._lock:  # resident before the guard lets the next load make room
+                    self._pipeline = pipe
+                    self.loaded_commit = manifest.commit
+                    self.loaded_inpaint = manifest.inpaint
+                    self._unets = unets
+                    self._state = State.READY
+                    self.last_used = time.monotonic()
             log.info("model %s: ready", self.source.model_id)
         except Exception as exc:
             log.exception("model pull failed")

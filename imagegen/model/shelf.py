@@ -8,13 +8,15 @@ models that fit. Each model's fp32 size comes from its manifest's weight files: 
 any byte of it is read. A freed model returns to not_started; its weights stay on the share.
 """
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import partial
 
 from imagegen.model.loader import ModelLoader
+from imagegen.model.memory import NEEDS_WITH_TILE
 from imagegen.model.share import Manifest
 
 log = logging.getLogger(__name__)
@@ -49,8 +51,11 @@ class ModelShelf:
         self.loaders = {loader.source.model_id: loader for loader in loaders}
         self.limit = limit
         self._lock = threading.Lock()  # one model makes room at a time
+        # One load at a time, from making room until it is resident: each load then sees the
+        # one before it as resident, so two that do not fit are never read in together.
+        self._loading = threading.Lock()
         for loader in self.loaders.values():
-            loader.before_load.append(partial(self.make_room, loader))
+            loader.load_guard = partial(self.loading, loader)
 
     def loader(self, model_id: str) -> ModelLoader:
         return self.loaders[model_id]
@@ -64,6 +69,22 @@ class ModelShelf:
         manifest = loader.source.complete_manifest()
         return fp32_bytes(manifest) if manifest is not None else 0
 
+    @contextlib.contextmanager
+    def loading(self, incoming: ModelLoader) -> Iterator[None]:
+        """Room made for `incoming`, then its load, with no other load beside it."""
+        with self._loading:
+            self.make_room(incoming)
+            yield
+
+    def fits(self, sizes: Iterable[int]) -> bool:
+        """Whether models of these fp32 sizes fit the limit together, with the working memory
+        of the largest one's generation (memory.NEEDS_WITH_TILE) on top."""
+        sizes = list(sizes)
+        if self.limit is None:
+            return len(sizes) <= 1
+        headroom = (NEEDS_WITH_TILE - 1) * max(sizes, default=0)
+        return sum(sizes) + headroom <= self.limit
+
     def make_room(self, incoming: ModelLoader) -> None:
         """Frees resident models, least recently used first, until `incoming` fits beside the
         rest under the limit (all of them when it would not fit beside any)."""
@@ -74,16 +95,19 @@ class ModelShelf:
                 key=lambda loader: loader.last_used,
             )  # fmt: skip
             needed = self.size(incoming)
-            held = sum(self.size(loader) for loader in others)
+            kept = {loader: self.size(loader) for loader in others}
+            held = sum(kept.values())
             for loader in others:
-                if self.limit is not None and held + needed <= self.limit:
+                if self.fits([*kept.values(), needed]):
                     break
-                while loader.busy:  # its job ends first: the peak stays what fits
-                    time.sleep(BUSY_POLL)
-                if loader.free():
+                with loader.draining():  # its running job ends first; no new one starts on it
+                    while loader.resident and not loader.free():
+                        time.sleep(BUSY_POLL)
+                if not loader.resident:
+                    size = kept.pop(loader)
                     log.info(
                         "freed %s for %s (%d + %d bytes at fp32, limit %s)",
                         loader.source.model_id, incoming.source.model_id, held, needed,
                         self.limit,
                     )  # fmt: skip
-                    held -= self.size(loader)
+                    held -= size

@@ -75,13 +75,14 @@ class Command(BaseCommand):
         which.add_argument(
             "--remove",
             metavar="ORG/NAME",
-            help="delete this model's folder from the share (not MODEL_ID's); a process that "
-            "has it loaded keeps it in memory until freed, then finds it gone (409)",
+            help="delete an offered model's folder from the share (not MODEL_ID's; one not "
+            "offered only with --force); a process that has it loaded keeps it in memory until "
+            "freed, then finds it gone (409)",
         )
 
     def handle(self, *args, **options) -> None:
         if options["remove"]:
-            self.remove(options["remove"])
+            self.remove(options["remove"], force=options["force"])
             return
         for source in self.sources(options):
             self.handle_one(source, options)
@@ -98,12 +99,24 @@ class Command(BaseCommand):
         except UnknownModel as exc:
             raise CommandError(f"--model {exc.rule}") from None
 
-    def remove(self, model_id: str) -> None:
+    def remove(self, name: str, *, force: bool) -> None:
         """Deletes one model's folder from the share. MODEL_ID's is refused: every process
-        loads it, and a pull with no model named fetches it again. Only this command's own
-        process is seen: a web process or worker that has the model loaded keeps its memory."""
-        if not is_repo_id(model_id):
-            raise CommandError(f"--remove: {model_id!r} is not a hub repo id ({REPO_RULE})")
+        loads it, and a pull with no model named fetches it again. A model this deployment does
+        not offer may be another's on a shared share: only with --force. Only this command's
+        own process is seen: a web process or worker that has the model loaded keeps its memory."""
+        catalog = catalog_of(offered_sources(), rules_from_settings())
+        try:
+            model_id = catalog.find(name).source.model_id
+        except UnknownModel as exc:
+            if not force:
+                raise CommandError(
+                    f"--remove {exc.rule}; a model another deployment may use is removed only "
+                    "with --force"
+                ) from None
+            if not is_repo_id(name):
+                rule = f"--remove: {name!r} is not a hub repo id ({REPO_RULE})"
+                raise CommandError(rule) from None
+            model_id = name
         if model_id.lower() == settings.MODEL_ID.lower():
             raise CommandError(
                 f"--remove: {model_id} is MODEL_ID, the default model every process loads; "

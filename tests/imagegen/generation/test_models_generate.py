@@ -143,3 +143,18 @@ def until(condition: Callable[[], bool], timeout: float = 120) -> None:
 
 def image_infotext(png: bytes) -> str:
     return Image.open(io.BytesIO(png)).text["parameters"]
+
+
+def test_an_offered_model_that_failed_to_load_is_named_with_its_own_pull(hub_url, work):
+    """A MODELS entry whose pull failed: the 503 names it and the pull by name (a bare pull
+    would retry MODEL_ID)."""
+    missing = "testorg/not-on-the-hub"
+    with service(hub_url, work / "failed", MODELS=missing) as served:
+        pulled = requests.post(served.url("/model/pull"), data={"model": missing}, timeout=30)
+        assert pulled.status_code == 202, pulled.text
+        until(lambda: status(served)["models"][1]["state"] == "failed")
+        refused = generate(served, model=missing)
+        assert refused.status_code == 503, refused.text
+        message = refused.json()["error"]["message"]
+        assert message.startswith(f"The model {missing} failed to load: "), message
+        assert message.endswith(f"POST /model/pull?model={missing} to retry"), message

@@ -3,6 +3,9 @@ memory limit together stay resident, least recently used freed first; otherwise 
 one is freed before the next loads. A freed model is not_started again, its weights stay on
 the share, and it loads again when asked. Real loaders on tiny pipelines from a local hub."""
 
+import itertools
+import math
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from imagegen.model import hub as model_hub
 from imagegen.model.hub import ModelSource
 from imagegen.model.loader import ModelLoader
+from imagegen.model.memory import NEEDS_WITH_TILE
 from imagegen.model.share import Manifest, ModelFile
 from imagegen.model.shelf import ModelShelf, fp32_bytes
 from tests.support.loaders import wait_for
@@ -56,6 +60,21 @@ def load(shelf: ModelShelf, repo: str) -> None:
     loader.pipeline(timeout=60)  # a job's use: the least recently used is another
 
 
+def probe_room(sizes: list[int]) -> int:
+    """The least limit under which models of these sizes fit together (ModelShelf.fits)."""
+    return math.ceil(sum(sizes) + (NEEDS_WITH_TILE - 1) * max(sizes))
+
+
+def test_models_fit_with_the_working_memory_of_the_largest_on_top():
+    """A generation needs about 0.3x its model's weights beside them (memory.NEEDS_WITH_TILE):
+    two models whose weights alone fit a limit may not fit with that on top."""
+    shelf = ModelShelf([], limit=100)
+    assert shelf.fits([40, 40])  # 80 + 12
+    assert not shelf.fits([45, 45])  # 90 + 13.5: the weights alone would fit
+    assert shelf.fits([76]) and not shelf.fits([77])
+    assert ModelShelf([], limit=None).fits([10**12]) and not ModelShelf([], None).fits([1, 1])
+
+
 def test_a_models_fp32_size_counts_half_precision_weights_twice():
     files = (
         ModelFile("unet/diffusion_pytorch_model.fp16.safetensors", 100),
@@ -80,7 +99,10 @@ def test_the_least_recently_used_model_is_freed_for_one_that_does_not_fit(pulled
     probe = shelf_of(pulled, limit=None)
     sizes = {repo: probe.size(probe.loader(repo)) for repo in MODELS}
     assert all(sizes.values())
-    shelf = shelf_of(pulled, limit=sizes[SD_REPO] + sizes[SDXL_REPO] + sizes[SD_COPY] - 1)
+    pairs = [[sizes[a], sizes[b]] for a, b in itertools.combinations(MODELS, 2)]
+    room_for_two = max(probe_room(pair) for pair in pairs)
+    assert room_for_two < probe_room(list(sizes.values()))
+    shelf = shelf_of(pulled, limit=room_for_two)
     load(shelf, SD_REPO)
     load(shelf, SDXL_REPO)
     load(shelf, SD_REPO)  # used again: SDXL_REPO is now the least recently used
@@ -115,3 +137,43 @@ def test_a_model_a_job_runs_on_is_freed_only_once_the_job_ends(pulled):
         assert incoming.status().state == "loading" and shelf.resident() == [SD_REPO]
     assert wait_for(incoming, {"ready", "failed"}) == "ready"
     assert shelf.resident() == [SDXL_REPO]
+
+
+def test_two_pulls_at_once_load_one_after_the_other(pulled):
+    """Room for one and two pulls started together: each load sees the one before it resident
+    and frees it, so no load runs beside another (each records what else is in memory)."""
+    shelf = shelf_of(pulled, limit=1)
+    beside: dict[str, list[str]] = {}
+    for repo in (SD_REPO, SDXL_REPO):
+        loader = shelf.loader(repo)
+        loader.at_load.append(lambda repo=repo: beside.setdefault(repo, shelf.resident()))
+    for repo in (SD_REPO, SDXL_REPO):
+        shelf.loader(repo).pull()
+    for repo in (SD_REPO, SDXL_REPO):
+        assert wait_for(shelf.loader(repo), {"ready", "failed", "not_started"}) != "failed"
+    assert beside == {SD_REPO: [], SDXL_REPO: []}
+    assert len(shelf.resident()) == 1
+
+
+def test_no_new_job_starts_on_a_model_that_is_making_room(pulled):
+    """A steady queue cannot keep a model resident: while room is made for another model, the
+    next job on it waits, and finds it freed."""
+    shelf = shelf_of(pulled, limit=1)
+    load(shelf, SD_REPO)
+    running = shelf.loader(SD_REPO)
+    seen: list[bool] = []
+
+    def next_job() -> None:
+        with running.in_use():
+            seen.append(running.resident)
+
+    with running.in_use():
+        shelf.loader(SDXL_REPO).pull()
+        time.sleep(0.5)  # the incoming load is waiting for this job: room is being made
+        waiting = threading.Thread(target=next_job)
+        waiting.start()
+        time.sleep(0.5)
+        assert seen == []  # it has not started beside the running one
+    waiting.join(60)
+    assert seen == [False]
+    assert wait_for(shelf.loader(SDXL_REPO), {"ready", "failed"}) == "ready"

@@ -38,5 +38,10 @@ def test_pull_model_pulls_one_offered_model_then_all_then_removes_one(hub, share
     assert removed.returncode == 0, removed.stderr
     assert f"{SDXL_REPO}: removed" in removed.stdout
     assert not share.joinpath("testorg--tiny-sdxl").exists() and complete(share, SD_REPO)
-    again = run_command("pull_model", "--remove", SDXL_REPO, env=env)
+    again = run_command("pull_model", "--remove", SDXL_REPO.split("/")[1], env=env)  # by name
     assert again.returncode == 0 and "nothing to remove" in again.stdout
+    # A model this deployment does not offer may be another's on a shared share.
+    foreign = run_command("pull_model", "--remove", "otherorg/their-model", env=env)
+    assert foreign.returncode != 0 and "--force" in foreign.stderr, foreign.stderr
+    forced = run_command("pull_model", "--remove", "otherorg/their-model", "--force", env=env)
+    assert forced.returncode == 0 and "nothing to remove" in forced.stdout, forced.stderr
