@@ -118,8 +118,8 @@ def test_multipart_form_is_accepted_like_urlencoded(app):
 
 
 def test_a_refused_field_over_http_is_a_400_in_the_image_error_shape(app):
-    """Every rule is checked in-process (test_generate_form.py); this one goes through
-    gunicorn and the middleware, as a client sees it."""
+    """Every rule is checked in-process (test_generate_form.py); this one goes over HTTP
+    through the middleware, as a client sees it."""
     response = generate(app, prompt="fine", steps="0")
     assert response.status_code == 400
     assert response.json() == {

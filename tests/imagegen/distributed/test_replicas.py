@@ -195,7 +195,7 @@ def test_an_identical_protocol_request_on_b_joins_the_job_it_queued_on_a(ready, 
     """A client's retry that the ingress sends to another replica gets the same image from
     the same job, as it would from the replica that took the first attempt."""
     path, fields, images = PROTOCOLS[protocol]
-    body = {"prompt": f"one {protocol} job for both", "steps": 150, "seed": 3, **fields}
+    body = {"prompt": f"one {protocol} job for both", "steps": 400, "seed": 3, **fields}
     answers: dict[str, requests.Response | Exception] = {}
 
     def ask(name: str, app) -> None:
@@ -296,7 +296,7 @@ def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(
     ready, replica_hub, a
 ):
     # Killed at its first step: a short job is long enough, and its second run is short.
-    taken = submit(a, prompt="outlives its first worker", steps="100", size="64x64", seed="8")
+    taken = submit(a, prompt="outlives its first worker", steps="250", size="64x64", seed="8")
     first = kill_its_worker(ready, taken["id"])
     killed = time.monotonic()
     # From here no replica reads the job: only the live worker's sweep can find it.

@@ -95,7 +95,9 @@ class UiApp(LoopbackApp):
 def webhook_senders(app: UiApp) -> Iterator[None]:
     """The webhook senders a web process starts at its start (imagegen.apps), on this app's
     backend: the app's own Dispatcher, its tick run every TICK seconds until the block ends
-    (a process's loop never ends, and this one's backend does)."""
+    (a process's loop never ends, and this one's backend does). It mirrors
+    imagegen.services.webhooks.webhooks_start, which starts one loop for a process's life;
+    that start itself is tested end to end (tests/imagegen/webhooks/test_webhooks.py)."""
     assert app.backend is not None
     with app.serving():
         policy = Policy(

@@ -9,7 +9,7 @@ request); the others have the apps' 60 s."""
 import base64
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx2
 import openai
@@ -73,15 +73,20 @@ def sdk(
     attempts: list,
     api_key: str = "k",
     retry_timeout: float | None = None,
+    on_retry: Callable[[], None] | None = None,
     **options,
 ) -> openai.OpenAI:
     """The SDK with a hook that records each attempt it sends (its retry count header), and
-    gives each retry `retry_timeout` seconds when set (the first attempt has the SDK's own)."""
+    gives each retry `retry_timeout` seconds when set (the first attempt has the SDK's own);
+    `on_retry` runs as each retry is sent."""
 
     def record(request: httpx2.Request) -> None:
         attempts.append(request.headers["x-stainless-retry-count"])
-        if retry_timeout is not None and attempts[-1] != "0":
-            request.extensions["timeout"] = httpx2.Timeout(retry_timeout).as_dict()
+        if attempts[-1] != "0":
+            if retry_timeout is not None:
+                request.extensions["timeout"] = httpx2.Timeout(retry_timeout).as_dict()
+            if on_retry is not None:
+                on_retry()
 
     http = openai.DefaultHttpxClient(event_hooks={"request": [record]})
     return openai.OpenAI(base_url=app.url("/v1"), api_key=api_key, http_client=http, **options)
@@ -107,7 +112,11 @@ def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(token):
     app = token
     blocker = start_blocker(app)
     attempts: list[str] = []
-    client = sdk(app, attempts, api_key=TOKEN, retry_timeout=60, timeout=2, max_retries=3)
+    at_retry: list[int] = []  # the jobs there as the retry is sent: the first attempt's
+    client = sdk(
+        app, attempts, api_key=TOKEN, retry_timeout=60, timeout=2, max_retries=3,
+        on_retry=lambda: at_retry.append(len(jobs(app, "dup retry"))),
+    )  # fmt: skip
     call = Call(client.images.generate, prompt="dup retry", size="64x64", extra_body={"seed": 5})
     wait_until(lambda: len(attempts) >= 2, timeout=30)  # the first attempt timed out
     time.sleep(0.5)  # the retry reaches the service, which has the job queued still
@@ -115,6 +124,7 @@ def test_the_sdks_retry_after_its_timeout_joins_the_job_it_started(token):
     cancel(app, blocker)
     result = call.outcome()
     assert attempts == ["0", "1"]  # the retry got the image
+    assert at_retry == [1]  # it joined the job the first attempt had queued
     (job,) = jobs(app, "dup retry")  # and the queue shows one job
     assert job["state"] == "succeeded" and job["parameters"]["seed"] == 5
     assert base64.b64decode(result.data[0].b64_json) == stored_png(app, job)

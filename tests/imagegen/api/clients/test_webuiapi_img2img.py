@@ -138,6 +138,7 @@ def test_skip_stops_the_running_img2img_and_the_batch_goes_on(app):
     assert by_seed == {100: "cancelled", 101: "succeeded"}
 
 
+@pytest.mark.both_modes
 def test_an_identical_img2img_from_the_same_client_joins_its_twin(open_app: AppServer):
     settle(open_app)
     blocker = start_blocker(open_app)
