@@ -57,7 +57,7 @@ from imagegen.generation.schedulers import (
 from imagegen.services import NO_SECRET, SYNC_WEBHOOK
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.health_watch import health_beside
-from tests.support.model_service import ready_app
+from tests.support.model_service import SD_REPO, ready_app
 from tests.support.processes import AppServer
 from todos.cursors import NOT_A_CURSOR, Cursor
 
@@ -136,6 +136,19 @@ _SCHEDULE_LABELS = {
     **{label: label for label in A1111_SCHEDULES},
     **{label.lower().replace(" ", "_"): label for label in A1111_SCHEDULES},
 }
+
+
+# A model the deployment does not offer: the message names what was sent (one key for all).
+NOT_OFFERED = "is not offered (MODELS)"
+
+
+def is_unoffered_model(case: Case, field: str) -> bool:
+    """The fuzzed app offers its MODEL_ID alone (the tests' tiny SD: no MODELS): any other
+    `model` than its repo id or name part, in any case, is refused."""
+    value = sent(case, field)
+    if value in (MISSING, None, ""):
+        return False
+    return str(value).lower() not in {SD_REPO.lower(), SD_REPO.split("/")[1].lower()}
 
 
 def is_unoffered_sampler(case: Case, field: str) -> bool:
@@ -353,6 +366,11 @@ ALLOWED_REFUSALS = {
         "to sign it with, which no schema can know",
         webhook_without_secret,
     ),
+    ("model", NOT_OFFERED): Allowed(
+        "which models a deployment offers is its settings' (MODEL_ID, MODELS), not the "
+        "document's: the description says so, and the 400 lists the offered ids",
+        is_unoffered_model,
+    ),
     ("sampler_name", SAMPLER_RULE): Allowed(
         "A1111's sampler and schedule type are each one of a listed set (their enums), but not "
         "every sampler has every schedule type; JSON Schema states no such pairs on a field",
@@ -374,7 +392,15 @@ def allowed_refusal(response) -> list[dict[str, str]] | None:
 
 def entry(detail: dict[str, str]) -> tuple[str, str | None]:
     """A refused field's key in ALLOWED_REFUSALS: its name without a todo's place."""
-    return re.sub(r"^todos?\.(\d+\.)?", "", detail.get("field", "")), detail.get("message")
+    field = re.sub(r"^todos?\.(\d+\.)?", "", detail.get("field", ""))
+    message = detail.get("message")
+    if (
+        field == "model"
+        and message
+        and re.fullmatch(r"(['\"]).*\1 is not offered; offered: .*", message, re.S)
+    ):
+        message = NOT_OFFERED
+    return field, message
 
 
 def unconfirmed(case: Case, details: list[dict[str, str]]) -> list[str]:

@@ -100,7 +100,8 @@ def test_a_model_chosen_makes_the_same_bytes_as_served_alone_and_across_swaps(ap
     bytes every time, and SDXL's the same as a service whose MODEL_ID it is makes."""
     app.backend.shelf.limit = 1
     for loader in app.backend.shelf.loaders.values():  # nothing resident, as after a start
-        assert loader.free()
+        loader.free()
+    assert app.backend.shelf.resident() == []
     first_sd = generate(app, model=SD_REPO)
     chosen = generate(app, model="tiny-sdxl")
     again_sd = generate(app)

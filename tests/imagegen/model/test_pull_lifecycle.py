@@ -41,6 +41,7 @@ from tests.support.in_process import served_here
 from tests.support.loaders import new_loader, serve, wait_for
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready, wait_for_state
+from tests.support.processes import ROOT
 from tests.support.tiny_adapters import (
     DECODER_FILES,
     KOHYA_FILE,
@@ -80,7 +81,7 @@ def test_cold_pull_on_a_share_without_locks_fetches_only_the_variant_files_then_
 ):
     # The share refuses every lock, as SMB does (a module on PYTHONPATH traps them).
     lock_log = tmp_path / "locks.log"
-    support = Path(__file__).parents[1] / "support" / "share_without_locks"
+    support = ROOT / "tests" / "support" / "share_without_locks"
     app = start_app(PYTHONPATH=str(support), NO_LOCKS_UNDER=str(share), NO_LOCKS_LOG=str(lock_log))
     before = requests.get(app.url("/model/status")).json()
     assert before["state"] == "not_started" and before["weights_on_share"] is False
