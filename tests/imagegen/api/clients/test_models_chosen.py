@@ -18,6 +18,7 @@ import openai
 import pytest
 import requests
 import webuiapi
+from django.test import override_settings
 from PIL import Image
 
 from tests.support.distributed import replica_here
@@ -214,7 +215,11 @@ def test_a_chosen_model_makes_the_same_bytes_as_served_alone_where_any_name_runs
     chosen_a1111 = a1111_png(
         webui(app).txt2img(**A1111, override_settings={"sd_model_checkpoint": "tiny-sdxl"})
     )
-    with served_here(**env(hub_url, work), MODEL_ID=SDXL_REPO) as alone:
+    # MODELS unset: served_here changes only what differs from this process's settings, so
+    # the module app's MODELS is cleared here.
+    unset = override_settings(MODELS="")
+    with unset, served_here(**{**env(hub_url, work), "MODEL_ID": SDXL_REPO}) as alone:
+        assert alone.backend and not alone.backend.offered().several
         pull_until_ready(alone)
         for name in ("tiny-sd", "sdxl-turbo", "dall-e-3"):
             made = client().images.generate(model=name, **OPENAI)
