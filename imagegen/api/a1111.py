@@ -23,12 +23,14 @@ from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from apikeys.auth import client_identity, request_caller, token_or_basic_required
+from core.errors import FieldError
 from core.version import app_version
 from imagegen import selectors, services
 from imagegen.api.bounds import AtLeast, AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
+from imagegen.generation.catalog import UnknownModel
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
@@ -91,14 +93,44 @@ def model_titles() -> list[str]:
     return list(dict.fromkeys([settings.MODEL_ID, settings.MODEL_ID.rsplit("/", 1)[-1]]))
 
 
+CHECKPOINT = "sd_model_checkpoint"
+CHECKPOINT_FIELD = f"override_settings.{CHECKPOINT}"
+OVERRIDE_SETTINGS = (
+    f"{CHECKPOINT}: the model of this request alone, a title /sd-models lists, a model name "
+    "or a repo id (with MODELS unset, ignored: MODEL_ID runs); every other key is ignored"
+)
+
+
+def chosen_checkpoint(generation: GenerationRequest, checkpoint: JsonValue) -> GenerationRequest:
+    """`generation` run by the model override_settings.sd_model_checkpoint names: a title as
+    /sd-models lists it (the repo id), a model name (the unique name part) or a repo id. With
+    MODELS unset it is ignored, as before models could be chosen (A1111 clients send the
+    checkpoint they last saw); with MODELS set an unknown one is a 400 naming the field and
+    listing the offered titles, before anything is stored or queued."""
+    backend = current_backend()
+    offered = backend.offered()
+    if checkpoint is None or not offered.several:
+        return generation
+    if not isinstance(checkpoint, str):
+        raise FieldError(CHECKPOINT_FIELD, f"must be a title /sd-models lists; offered: "
+                         f"{', '.join(offered.ids)}")  # fmt: skip
+    try:
+        model = offered.find(checkpoint)
+    except UnknownModel as unknown:
+        raise FieldError(CHECKPOINT_FIELD, unknown.rule) from None
+    return services.with_model(backend, generation.model_copy(update={"model": model.id}))
+
+
 # A side in pixels within GEN_MIN_SIDE to GEN_MAX_SIDE, read per request.
 Side = Annotated[int, AtLeast("GEN_MIN_SIDE"), AtMost("GEN_MAX_SIDE")]
 
 
 class Txt2ImgIn(Schema):
     """A1111's txt2img body. Every field is optional and an omitted one takes this service's
-    default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size). A1111's other keys
-    (override_settings, hr_*, alwayson_scripts, ...) are accepted and ignored."""
+    default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size).
+    override_settings.sd_model_checkpoint picks the model of this request alone
+    (chosen_checkpoint); A1111's other keys (the other override_settings, hr_*,
+    alwayson_scripts, ...) are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -130,6 +162,7 @@ class Txt2ImgIn(Schema):
     )
     send_images: bool | None = True
     save_images: bool | None = Field(False, description="every image is stored either way")
+    override_settings: dict[str, JsonValue] | None = Field(None, description=OVERRIDE_SETTINGS)
 
     @field_validator("n_iter")
     @classmethod
@@ -144,7 +177,7 @@ class Txt2ImgIn(Schema):
 
     def to_request(self) -> GenerationRequest:
         width, height = self.width or self.height, self.height or self.width
-        return GenerationRequest(
+        generation = GenerationRequest(
             prompt=self.prompt or "",
             negative_prompt=self.negative_prompt or None,
             steps=self.steps,
@@ -153,6 +186,7 @@ class Txt2ImgIn(Schema):
             seed=None if self.seed in (None, -1) else self.seed,
             **scheduler_fields(self.sampler_name or self.sampler_index, self.scheduler),
         )
+        return chosen_checkpoint(generation, (self.override_settings or {}).get(CHECKPOINT))
 
 
 class Txt2ImgOut(Schema):
@@ -331,8 +365,12 @@ class ScheduleType(Schema):
     need_inner_model: bool
 
 
-def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
-    """A1111's `info`, from the images as they were made."""
+def _info(
+    payload: Txt2ImgIn, records: list[ImageRecord], generation: GenerationRequest
+) -> dict[str, Any]:
+    """A1111's `info`, from the images as they were made (with none, from `generation`):
+    `sd_model_name` the repo id of the model that ran, `sd_model_hash` its commit's first 10
+    characters, as /sd-models gives it."""
     made = [record.parameters for record in records]
     first = made[0] if made else None
     seeds = [p.seed for p in made]
@@ -355,7 +393,7 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
         "steps": first.steps if first else payload.steps,
         "batch_size": payload.batch_size or 1,
         "restore_faces": False,
-        "sd_model_name": first.model_id if first else settings.MODEL_ID,
+        "sd_model_name": first.model_id if first else generation.model or settings.MODEL_ID,
         "sd_model_hash": (first.revision or "")[:10] if first else None,
         "seed_resize_from_w": -1,
         "seed_resize_from_h": -1,
@@ -377,8 +415,9 @@ def _info(payload: Txt2ImgIn, records: list[ImageRecord]) -> dict[str, Any]:
 )
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
     # partial: an interrupt answers the images made so far, as A1111 does.
-    records = run_for_client(request, payload.to_request(), count=payload.count, partial=True)
-    return _answer(payload, records, payload.model_dump(), _info(payload, records))
+    generation = payload.to_request()
+    records = run_for_client(request, generation, count=payload.count, partial=True)
+    return _answer(payload, records, payload.model_dump(), _info(payload, records, generation))
 
 
 def _answer(
@@ -416,7 +455,7 @@ def img2img(request: HttpRequest, payload: Img2ImgIn):
     if not payload.include_init_images:  # A1111 leaves the inputs out unless asked
         sent |= {"init_images": None, "mask": None}
     edit = records[0].parameters.edit if records else None
-    info = _info(payload, records) | {
+    info = _info(payload, records, generation) | {
         "denoising_strength": edit.strength if edit else payload.denoising_strength,
         "extra_generation_params": {"Mask blur": edit.mask_blur} if edit and edit.mask else {},
     }

@@ -101,6 +101,41 @@ OUTPUT_COMPRESSION = (
 )
 
 
+MODEL = (
+    "an offered model (GET /v1/models: its repo id, or its name part where that is unique); "
+    "none, dall-e-2, dall-e-3 or gpt-image-*: MODEL_ID. With MODELS unset any name runs "
+    "MODEL_ID; with it set another name is a 400 listing the offered ids"
+)
+# OpenAI's own model names, which clients hard-code: they run MODEL_ID.
+OPENAI_NAMES = ("dall-e-2", "dall-e-3")
+OPENAI_PREFIX = "gpt-image-"
+
+
+def is_openai_name(name: str) -> bool:
+    wanted = name.strip().lower()
+    return wanted in OPENAI_NAMES or wanted.startswith(OPENAI_PREFIX)
+
+
+def chosen_model(generation: GenerationRequest, name: str | None) -> GenerationRequest:
+    """`generation` run by the model `name` picks. With MODELS unset any name (or none) runs
+    MODEL_ID, as clients that send `dall-e-3` expect of a one-model service. With MODELS set,
+    an offered model's repo id or unique name part runs that model, OpenAI's own names and
+    none run MODEL_ID, and any other name is a 400 naming `model` and listing the offered
+    ids, before anything is stored or queued (services.with_model: in distributed mode a
+    MODELS entry is a 501)."""
+    backend = current_backend()
+    offered = backend.offered()
+    if not offered.several or name is None or not name.strip():
+        return generation
+    try:
+        model = offered.find(name)
+    except UnknownModel:
+        if is_openai_name(name):
+            return generation
+        raise
+    return services.with_model(backend, generation.model_copy(update={"model": model.id}))
+
+
 PARTIALS_MAX = 3
 STREAM = (
     "true: Server-Sent Events as the openai SDK reads them (`partial_images` previews, then "
@@ -123,15 +158,15 @@ def one_image_streamed(form: "ImageGenerationIn | ImageEditForm") -> None:
 class ImageGenerationIn(Schema):
     """OpenAI's `images.generate` body. Keys this service does not know are ignored: clients
     of compatible servers send extras (`background`, `moderation`, ...), and refusing them
-    would break those clients. `model`, `quality`, `style` and `user` are accepted and
-    change nothing (the configured model makes every image)."""
+    would break those clients. `model` picks an offered model (chosen_model);
+    `quality`, `style` and `user` are accepted and change nothing."""
 
     model_config = ConfigDict(extra="ignore")
 
     prompt: NotBlank = Field(
         min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
     )
-    model: str | None = Field(None, description="any name; the configured model answers")
+    model: str | None = Field(None, description=MODEL)
     n: Annotated[int, Field(ge=1), AtMost("GEN_MAX_N")] | None = Field(
         None, description="default 1"
     )
@@ -180,9 +215,7 @@ class ImageEditForm(Schema):
     prompt: NotBlank = Field(
         min_length=1, max_length=PROMPT_MAX, description=f"required; {NOT_BLANK}"
     )
-    model: Annotated[str | None, *Optional] = Field(
-        None, description="any name; the configured model answers"
-    )
+    model: Annotated[str | None, *Optional] = Field(None, description=MODEL)
     n: Annotated[Annotated[int, Field(ge=1), AtMost("GEN_MAX_N"), Integer] | None, *Optional] = (
         Field(None, description="default 1")
     )
@@ -355,16 +388,17 @@ def images_response(
     summary="OpenAI images.generate: n images, as base64 PNGs or signed links; stream: SSE",
 )
 def images_generations(request: HttpRequest, payload: ImageGenerationIn):
+    generation = chosen_model(payload.to_request(), payload.model)
     if payload.stream:
         one_image_streamed(payload)
         admit(request, 1)  # an API key's limits, as run_for_client applies them
         return streamed_image(
-            payload.to_request(), client=client_identity(request), prefix=GENERATION,
+            generation, client=client_identity(request), prefix=GENERATION,
             key=owner_key(request), key_limit=queue_limit(request), stream_key=stream_key(request),
             partials=payload.partial_images or 0, output_format=payload.output_format,
             compression=payload.output_compression,
         )  # fmt: skip
-    records = run_for_client(request, payload.to_request(), count=payload.n or 1)
+    records = run_for_client(request, generation, count=payload.n or 1)
     return images_response(request, records, payload)
 
 
@@ -383,7 +417,7 @@ def images_edits(request: HttpRequest):
     admit(request, 1 if form.stream else form.n or 1)  # before the images are decoded
     image, mask = edit_files(request)
     generation = services.edit_request(
-        current_backend(), request=form.to_request(), image=image,
+        current_backend(), request=chosen_model(form.to_request(), form.model), image=image,
         mask=None if mask is None else repaint_mask(mask),
         strength=form.strength, mask_blur=form.mask_blur,
     )  # fmt: skip
