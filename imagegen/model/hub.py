@@ -1,26 +1,18 @@
 """What to fetch from the model hub, and how it reaches the share.
 
-The libraries decide the files: diffusers' own download rules for a pipeline loaded with
-the configured `variant` and `use_safetensors=True` (the allow and ignore patterns that
-`DiffusionPipeline.download` builds from model_index.json and the repo's file list, with
-diffusers' helpers), applied with huggingface_hub's `filter_repo_objects` as
-`snapshot_download` applies them. Two rules of this service narrow that set: only
-model_index.json and the folders of the pipeline's components (what `from_pretrained`
-reads; never a single-file checkpoint at the repo root), and never a pickle, ONNX, Flax or
-OpenVINO file (NEVER).
+Diffusers decides the files. We use its download rules for the configured `variant` with
+`use_safetensors=True`, applied with huggingface_hub's `filter_repo_objects`. Two rules of
+ours narrow that set. Only model_index.json and the components' folders: `from_pretrained`
+reads nothing else. Never a pickle, ONNX, Flax or OpenVINO file (NEVER).
 
-Each file is downloaded by huggingface_hub into its own cache on local disk (it locks
-beside its files, which SMB cannot do), copied onto the share under a temporary name,
-checked for the size the hub lists and renamed into place (imagegen.model.share), then its
-local copy is removed, so the local disk holds only the files in flight. The manifest is
-written last. Progress comes from huggingface_hub's progress-bar hook, per chunk written.
+Each file lands first in huggingface_hub's cache on local disk. Its locks live beside its
+files, and SMB cannot lock. It is then copied to the share under a temporary name,
+size-checked and renamed into place (imagegen.model.share). The local copy is then removed, so
+local disk holds only files in flight. The manifest is written last.
 
-The LoRA adapters (MODEL_ADAPTERS), the tiny decoder (VAE_DECODER=tiny) and the inpainting
-checkpoint's UNet (INPAINT_MODEL_ID, imagegen.model.inpaint) come from their own repos
-(imagegen.model.extras) the same way, into the model's directory, and the same manifest
-lists them. A file the last complete manifest lists with the hub's same hash is
-kept where it is, so changing the adapters fetches only the adapters.
-"""
+Adapters, the tiny decoder and the inpainting UNet come from their own repos the same way
+(imagegen.model.extras). The same manifest lists them. A file the last complete manifest lists
+with the same hub hash stays put. So changing the adapters fetches only the adapters."""
 
 import dataclasses
 import json
@@ -50,8 +42,8 @@ from imagegen.model.share import InpaintRecord, Manifest, ModelFile
 log = logging.getLogger(__name__)
 
 MODEL_INDEX = "model_index.json"
-# Formats the service never fetches, even where diffusers' rules would let one through (a
-# folder without safetensors weights is fetched whole: `scheduler/*`).
+# Formats we never fetch, even where diffusers would. A folder without safetensors weights is
+# fetched whole: `scheduler/*`.
 NEVER = ["*.bin", "*.ckpt", "*.pt", "*.pth", "*.msgpack", "*.onnx", "*.onnx_data", "*.pb",
          "*openvino_model.*"]  # fmt: skip
 
@@ -77,8 +69,7 @@ class ModelSource:
         return share.model_path(self.model_dir, self.model_id)
 
     def complete_manifest(self) -> Manifest | None:
-        """The manifest, when the share holds a complete copy of the model and exactly the
-        configured adapters, decoder and inpainting checkpoint."""
+        """The manifest, if the share holds a complete copy of the configured model and extras."""
         manifest = share.complete_manifest(
             self.path, model_id=self.model_id, revision=self.revision, variant=self.variant
         )
@@ -104,11 +95,9 @@ class ModelSource:
 class DownloadProgress:
     """Bytes of the pull so far, for /model/status and pull_model's bar.
 
-    huggingface_hub reports every chunk it writes into its cache through its progress-bar
-    hook (`tqdm_class`, see `hook`), so the figure moves during a large file too. A file
-    that needed no transfer (already in the cache, or placed from another path's copy of
-    the same blob) counts whole once it is placed. The figure never moves backwards.
-    """
+    huggingface_hub reports each chunk it writes through its progress-bar hook. So the figure
+    moves during a large file too. A file needing no transfer counts whole once placed. The
+    figure never moves backwards."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -122,7 +111,7 @@ class DownloadProgress:
             self.bytes_total = total
 
     def hook(self, path: str) -> type[hf_tqdm]:
-        """The `tqdm_class` to hand huggingface_hub for the download of `path`."""
+        """The `tqdm_class` for downloading `path`."""
         return type("FileBytes", (_FileBytes,), {"progress": self, "path": path})
 
     def add(self, path: str, n: int) -> None:
@@ -131,7 +120,7 @@ class DownloadProgress:
             self._counted += n
 
     def file_done(self, path: str, size: int) -> None:
-        """`path` is on the share: it counts exactly its size, whatever the hook reported."""
+        """`path` is on the share: it counts exactly its size, whatever the hook said."""
         with self._lock:
             self._counted += size - self._per_file.get(path, 0)
             self._per_file[path] = size
@@ -145,11 +134,10 @@ class DownloadProgress:
 
 
 class _FileBytes(hf_tqdm):
-    """huggingface_hub's progress bar for one file, counting into a DownloadProgress instead of
-    drawing. `http_get` and `xet_get` call `update(n)` for every chunk written to the cache
-    (n < 0 when a resumed transfer has to start over). `update_transfer` makes a Xet download
-    report through this one bar, as snapshot_download's own aggregating bar does, and is
-    ignored: the bytes written, not the bytes received, are what the pull has."""
+    """A progress bar that counts into a DownloadProgress instead of drawing.
+
+    `update(n)` comes per chunk written; n < 0 when a resumed transfer restarts. Xet's
+    `update_transfer` is ignored: bytes written, not received, are what the pull has."""
 
     progress: DownloadProgress
     path: str
@@ -162,7 +150,7 @@ class _FileBytes(hf_tqdm):
         self.progress.add(self.path, int(n or 0))
 
     def update_transfer(self, n: float | None = 1) -> None:
-        """Network bytes (see the class docstring)."""
+        """Network bytes: ignored."""
 
     def set_transfer_postfix_str(self, *args, **kwargs) -> None:
         """No bar to label."""
@@ -174,13 +162,11 @@ class _FileBytes(hf_tqdm):
 def download_patterns(
     filenames: set[str], components: Iterable[str], variant: str | None
 ) -> tuple[list[str], list[str]]:
-    """(allow, ignore): the glob patterns `DiffusionPipeline.download` (diffusers 0.42) hands
-    to `snapshot_download` for this listing, with use_safetensors=True, no ONNX and no custom
-    code, built by the same diffusers helpers. Raises OSError when a component has no
-    safetensors weights, and ValueError when no file of the repo has `variant`.
+    """(allow, ignore) globs as `DiffusionPipeline.download` (diffusers 0.42) builds them.
 
-    Imported here, not at the top: importing diffusers takes seconds, and this module is
-    imported when the service starts."""
+    Uses safetensors only, no ONNX and no custom code. Raises OSError when a component has no
+    safetensors weights. Raises ValueError when no file has `variant`. Diffusers is imported
+    here: it takes seconds, and this module loads at start-up."""
     from diffusers.pipelines.pipeline_loading_utils import (
         _get_ignore_patterns,
         filter_model_files,
@@ -193,8 +179,7 @@ def download_patterns(
         for folder in map(posixpath.dirname, filter_model_files(filenames))
         if folder in components
     }
-    # The ignores: diffusers annotates these two list[str], and passes sets itself (0.42's
-    # DiffusionPipeline.download, whose call this is).
+    # Diffusers annotates the ignores list[str] but passes sets itself (0.42).
     ignore = _get_ignore_patterns(
         passed_components=[],
         model_folder_names=model_folders,  # type: ignore[arg-type]
@@ -206,7 +191,7 @@ def download_patterns(
         use_flashpack=False,
         variant=variant,
     )
-    # Annotated `list[os.PathLike] | str` in diffusers; it returns (usable, variant) name sets.
+    # Annotated `list[os.PathLike] | str`; returns (usable, variant) name sets.
     model_files, _ = cast(
         tuple[set[str], set[str]],
         variant_compatible_siblings(filenames, variant=variant, ignore_patterns=ignore),
@@ -224,11 +209,11 @@ def download_patterns(
 def wanted_files(
     repo_files: list[ModelFile], model_index: dict, variant: str | None
 ) -> list[ModelFile]:
-    """The files `from_pretrained(variant=..., use_safetensors=True)` reads from a copy of the
-    repo: diffusers' download rules (`download_patterns`), only model_index.json and the
-    components' folders, never NEVER. A component without `variant` weights gets its
-    default ones, as in diffusers; a repo with no `variant` file at all gets its default
-    files (where diffusers raises), so MODEL_VARIANT=fp16 works for any repo."""
+    """The files `from_pretrained(variant=..., use_safetensors=True)` reads.
+
+    A component without `variant` weights gets its default ones, as in diffusers. A repo with
+    no `variant` file at all gets its defaults, where diffusers raises. So MODEL_VARIANT=fp16
+    works for any repo."""
     components = set(pipeline_components(model_index))
     names = {f.path for f in repo_files} - set(model_index.get("_ignore_files", []))
     try:
@@ -246,19 +231,18 @@ def wanted_files(
 
 
 def _in_pipeline(path: str, components: set[str]) -> bool:
-    """model_index.json, or a file in a component's folder: diffusers' rules would also fetch
-    variant weights of folders model_index does not name (SDXL base's `vae_1_0`) and
-    transformers-style files at the repo root, which the pipeline never reads."""
+    """model_index.json, or a file in a component's folder.
+
+    Diffusers would also fetch unused folders (SDXL's `vae_1_0`) and root files."""
     return path == MODEL_INDEX or path.split("/", 1)[0] in components
 
 
 def inpaint_unet(
     api: HfApi, choice: inpainting.InpaintChoice, variant: str | None
 ) -> tuple[list[ModelFile], dict[str, extras.Origin], InpaintRecord]:
-    """The inpainting checkpoint's `unet` folder as wanted_files picks a component's files
-    (config.json, the `variant` weights, else the default ones), at the paths they take on
-    the share, with their origins and the manifest's record. Raises ExtraNotFound naming
-    INPAINT_MODEL_ID when the repo or its UNet is not there."""
+    """The inpainting checkpoint's `unet` files, picked as wanted_files picks them.
+
+    Raises ExtraNotFound naming INPAINT_MODEL_ID when the repo or its UNet is missing."""
     commit = extras.commit_of_setting(api, choice.repo, choice.revision, "INPAINT_MODEL_ID")
     try:
         entries = api.list_repo_tree(
@@ -298,9 +282,10 @@ def _model_file(entry: RepoFile) -> ModelFile:
 
 
 def same_blob_groups(files: list[ModelFile]) -> list[list[ModelFile]]:
-    """Files grouped by content (the hub's hash, which names the blob in huggingface_hub's
-    cache): SDXL's two tokenizers ship identical files. Each group is fetched once and placed
-    at each of its paths, so no worker removes a blob another one is still placing."""
+    """Files grouped by hub hash: SDXL's two tokenizers ship identical files.
+
+    Each blob is fetched once and placed at each path. So no worker removes a blob another
+    still places."""
     groups: dict[str, list[ModelFile]] = {}
     for f in files:
         groups.setdefault(f.sha256 or f.blob_id or f.path, []).append(f)
@@ -308,9 +293,9 @@ def same_blob_groups(files: list[ModelFile]) -> list[list[ModelFile]]:
 
 
 def remove_local_copy(local: Path, cache_dir: Path) -> None:
-    """Removes a file's copy from huggingface_hub's cache: the blob its snapshot entry points
-    to, then the entry. Nothing outside the cache is touched. The lock files
-    huggingface_hub keeps in the cache's `.locks` stay: small, and harmless on local disk."""
+    """Removes a file's blob and snapshot entry from huggingface_hub's cache.
+
+    Nothing outside the cache is touched. The small `.locks` files stay."""
     blob = Path(os.path.realpath(local))
     if blob.is_relative_to(os.path.realpath(cache_dir)):
         blob.unlink(missing_ok=True)
@@ -324,10 +309,9 @@ def fetch_and_place(
     cache_dir: Path,
     progress: DownloadProgress,
 ) -> None:
-    """Fetches one blob, places it at each of its paths on the share (size-checked), then
-    removes the local copy, on failure too. A local copy that vanished before it was placed
-    (another process pulling through the same cache removed the shared blob) is fetched once
-    more."""
+    """Fetches one blob, places it at each path, then removes the local copy, even on failure.
+
+    If another process sharing the cache removed the blob first, it is fetched once more."""
     for attempt in (1, 2):
         local = fetch(group[0].path)
         try:
@@ -351,10 +335,10 @@ def unet_config(path: Path) -> dict:
 def download_to_share(
     source: ModelSource, progress: DownloadProgress, *, reuse: bool = True
 ) -> Manifest:
-    """Fetches the model, its adapters and its decoder onto the share and writes the manifest.
-    With `reuse`, a file the last complete manifest lists with the hub's same hash and that
-    still has its size is kept, not fetched again (share.already_placed): after a change of
-    MODEL_ADAPTERS or VAE_DECODER only the new files travel. `pull_model --force` passes
+    """Fetches the model and its extras onto the share, then writes the manifest.
+
+    With `reuse`, a file the last manifest lists with the same hash and size stays. So after
+    changing MODEL_ADAPTERS or VAE_DECODER only new files travel. `pull_model --force` passes
     reuse=False."""
     api = HfApi(endpoint=source.endpoint, token=source.token)
     commit = extras.commit_of(api, source.model_id, source.revision)
@@ -416,7 +400,7 @@ def download_to_share(
             for future in futures:
                 future.result()
         finally:
-            # On a failure, files not started yet are not fetched in vain.
+            # On failure, files not yet started are skipped.
             pool.shutdown(wait=True, cancel_futures=True)
     finally:
         # Placed and removed with the others, unless the pull failed before.

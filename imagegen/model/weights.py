@@ -1,19 +1,16 @@
 """Loads a component's weights into one fp32 block per file, cast chunk by chunk.
 
-diffusers' own loading reads a component's whole fp16 state dict, then casts it into the
-fp32 model: for a moment both are in memory, 1.5x the fp32 size (for SDXL's 10 GB UNet,
-15 GB of a 16 GiB container). Here the model is built without memory (accelerate's empty
-weights), and a file's floating-point tensors are cast into one fp32 block: the file is read
-in 64 MiB chunks with plain reads (no mmap, so the file's pages never count as the
-process's memory) into two reused buffers, a reader thread reading the next chunk while this
-one is cast, and the tensors are views into the block. The peak stays near the fp32 size.
-Some 30 large casts instead of a thousand small ones (one per tensor) and no fresh memory
-per tensor made the load faster (bench/load_bench.py). The page cache of what was read is
-dropped as it goes, since on the share those pages only crowd the container's memory limit.
+Diffusers reads the whole fp16 state dict, then casts it into the fp32 model. For a moment
+both are in memory: 1.5x the fp32 size. For SDXL's 10 GB UNet that is 15 GB of a 16 GiB
+container. Here the model is built without memory (accelerate's empty weights). Each file's
+float tensors are cast into one fp32 block, and the tensors are views into it. The file is
+read in 64 MiB chunks into two reused buffers. A reader thread reads ahead while one chunk is
+cast. Plain reads, not mmap, so file pages never count as process memory. The peak stays near
+the fp32 size. Some 30 large casts beat a thousand small ones (bench/load_bench.py). Read
+pages are dropped from the page cache: on the share they only crowd the memory limit.
 
-The safetensors layout is read directly: an 8-byte little-endian header length, a JSON
-header of {name: {dtype, shape, data_offsets}}, then the data.
-"""
+Safetensors layout: an 8-byte little-endian header length, a JSON header of {name: {dtype,
+shape, data_offsets}}, then the data."""
 
 import importlib
 import json
@@ -55,9 +52,10 @@ ALIGN_BYTES = 64  # what torch's CPU allocator gives a tensor of its own
 
 
 def weight_variant(filename: str) -> str | None:
-    """`a.fp16.safetensors`, `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` -> None.
-    Not used to choose what to fetch: the streaming loader names the files of a component on
-    the share with it."""
+    """`a.fp16.safetensors` and `a.fp16-00001-of-00002.safetensors` -> fp16; `a.safetensors` ->
+    None.
+
+    The streaming loader uses it to name a component's files on the share."""
     stem = _SHARD.sub("", filename[: -len(WEIGHTS_SUFFIX)])
     return stem.rsplit(".", 1)[1] if "." in stem else None
 
@@ -85,12 +83,12 @@ def _raw_header(f, path: Path) -> tuple[dict[str, Any], int]:
 
 
 def read_metadata(f, path: Path) -> dict[str, str]:
-    """The file's `__metadata__` (free-form strings; {} without any)."""
+    """The file's `__metadata__`: free-form strings, {} without any."""
     return _raw_header(f, path)[0].get("__metadata__") or {}
 
 
 def read_header(f, path: Path) -> list[Entry]:
-    """The file's tensors in file order, every offset checked against the file's size."""
+    """The file's tensors in file order, every offset checked against the file size."""
     size = path.stat().st_size
     header, base = _raw_header(f, path)
     header.pop("__metadata__", None)
@@ -108,9 +106,10 @@ def read_header(f, path: Path) -> list[Entry]:
 
 
 def _layout(entries: list[Entry], dtype: torch.dtype) -> tuple[dict[str, int], int]:
-    """Where each floating-point tensor starts in the block, and the block's length: each
-    start aligned to 64 bytes, as a tensor of its own would be. (Unaligned weights made
-    oneDNN take other code paths and images differ from diffusers' in the last bits.)"""
+    """Each float tensor's start in the block, and the block's length.
+
+    Starts are 64-byte aligned, as separate tensors would be. Unaligned weights sent oneDNN
+    down other paths, and images differed from diffusers' in the last bits."""
     starts, element = {}, 0
     align = ALIGN_BYTES // dtype.itemsize
     for e in entries:
@@ -125,8 +124,9 @@ Chunk = tuple[int, int, torch.dtype, int]
 
 
 def _chunks(entries: list[Entry], starts: dict[str, int]) -> list[Chunk]:
-    """(file offset, bytes, stored dtype, first element in the block) of each chunk to cast:
-    runs of tensors adjacent both in the file and in the block, cut at CHUNK_BYTES."""
+    """(file offset, bytes, stored dtype, first block element) of each chunk to cast.
+
+    A chunk is a run of tensors adjacent in file and block, cut at CHUNK_BYTES."""
     runs: list[Chunk] = []
     for e in entries:
         if e.stored not in FLOATS or not e.length:
@@ -148,8 +148,7 @@ def _chunks(entries: list[Entry], starts: dict[str, int]) -> list[Chunk]:
 
 
 def read_safetensors(path: Path, dtype: torch.dtype):
-    """Yields (name, tensor) in file order, floating-point tensors cast to `dtype` (views
-    into one block per file), the others as stored."""
+    """Yields (name, tensor) in file order; float tensors cast to `dtype`, others as stored."""
     with open(path, "rb", buffering=0) as f:
         entries = read_header(f, path)
         starts, total = _layout(entries, dtype)
@@ -159,7 +158,7 @@ def read_safetensors(path: Path, dtype: torch.dtype):
             _cast_chunks(f, chunks, block)
         for e in entries:
             if e.stored in FLOATS:
-                # A view: the block lives as long as any of the file's tensors does.
+                # A view: the block lives as long as any of the file's tensors.
                 yield e.name, block[starts[e.name] : starts[e.name] + e.count].view(e.shape)
             else:
                 raw = torch.empty(e.length, dtype=torch.uint8)
@@ -169,8 +168,9 @@ def read_safetensors(path: Path, dtype: torch.dtype):
 
 
 def read_entry(f, entry: Entry, dtype: torch.dtype) -> torch.Tensor:
-    """One tensor of an open safetensors file (see read_header): floating point cast to
-    `dtype`, the others as stored. For reading a file a few tensors at a time."""
+    """One tensor of an open file; float cast to `dtype`, others as stored.
+
+    For reading a file a few tensors at a time."""
     raw = torch.empty(entry.length, dtype=torch.uint8)
     _pread_exactly(f, raw.numpy().data, entry.offset)
     tensor = raw.view(entry.stored).reshape(entry.shape)
@@ -194,7 +194,7 @@ def _cast_chunks(f, chunks: list[Chunk], block: torch.Tensor) -> None:
         for index, (_, length, stored, first) in enumerate(chunks):
             raw = pending.result()
             if index + 1 < len(chunks):
-                # Into the other buffer: this one is free again once cast below.
+                # Into the other buffer: this one is free once cast below.
                 pending = reader.submit(read, index + 1)
             count = length // stored.itemsize
             block[first : first + count].copy_(raw.view(stored))
@@ -207,8 +207,9 @@ def _read_bytes(f, count: int, offset: int) -> bytes:
 
 
 def _pread_exactly(f, view: memoryview, offset: int) -> None:
-    """Reads at `offset` (the file's position is shared with no one) until `view` is full: a
-    read may return less (network file systems, reads over 2 GiB)."""
+    """Reads at `offset` until `view` is full.
+
+    A read may return less on network file systems or over 2 GiB."""
     done = 0
     while done < len(view):
         got = os.preadv(f.fileno(), [view[done:]], offset + done)
@@ -226,13 +227,13 @@ def weight_files(folder: Path, variant: str | None) -> list[Path]:
 
 def load_component(path: Path, name: str, library: str, class_name: str, *,
                    variant: str | None, dtype: torch.dtype) -> Any | None:  # fmt: skip
-    """Builds one torch component of a pipeline from its folder, streaming its weights;
-    None when the file's tensor names do not match the model's."""
+    """Builds one torch component from its folder, streaming its weights.
+
+    None when the tensor names do not match the model's."""
     cls = getattr(importlib.import_module(library), class_name)
     folder = path / name
-    # Empty weights (on the meta device), and no random initialisation of them: on meta
-    # tensors each init call still costs about 1 ms of Python, a thousand times over. Both
-    # patch torch process-wide, so one construction at a time.
+    # Empty meta weights, and no random init: each init call still costs about 1 ms of Python, a
+    # thousand times over. Both patch torch process-wide, so one construction at a time.
     with _CONSTRUCTION, init_empty_weights(), no_init_weights():
         if library == "diffusers":
             model = cls.from_config(cls.load_config(folder))
@@ -251,8 +252,7 @@ def load_component(path: Path, name: str, library: str, class_name: str, *,
         model.tie_weights()
     missing = [key for key, value in model.state_dict().items() if value.device.type == "meta"]
     if missing or unexpected:
-        # Names this loader does not map (old layouts diffusers renames on load): let
-        # diffusers load this component its own way.
+        # Names we do not map (old layouts diffusers renames): let diffusers load this one.
         log.warning(
             "%s: %d tensors unmatched, %d missing; loading it with diffusers instead",
             name, len(unexpected), len(missing),
@@ -269,12 +269,12 @@ def streamed_components(
     skip: frozenset[str] = frozenset(),
     prepare: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> dict[str, Any]:
-    """Every torch component named in model_index.json, loaded by load_component, except
-    those in `skip` (a component the caller brings itself: the tiny decoder's `vae`). The
-    components in `prepare` are loaded first, each handed to its function before the next
-    one is loaded: the adapters are fused into the UNet while it is the only component in
-    memory (imagegen.model.adapters). One that load_component gives back to diffusers
-    (None) is not prepared, and not returned."""
+    """Every torch component in model_index.json, loaded by load_component, except `skip`.
+
+    `skip` holds what the caller brings itself, like the tiny decoder's `vae`. Each component
+    in `prepare` is loaded first and handed to its function before the next loads. So adapters
+    fuse into the UNet while it is alone in memory. A component handed back to diffusers
+    (None) is neither prepared nor returned."""
     prepare = prepare or {}
     index = json.loads((path / "model_index.json").read_text())
     listed = pipeline_components(index)
