@@ -1,17 +1,14 @@
-"""LoRA adapters named by MODEL_ADAPTERS: fetched onto the share beside the model and fused
-into the fp32 UNet at load, so a step costs what it cost without them.
+"""LoRA adapters named by MODEL_ADAPTERS, fused into the fp32 UNet at load.
 
-MODEL_ADAPTERS is a comma-separated list of `repo:file[:scale]`, for example
+Fused, a step costs what it cost without them. MODEL_ADAPTERS is a comma-separated list of
+`repo:file[:scale]`, for example
 `latent-consistency/lcm-lora-sdxl:pytorch_lora_weights.safetensors` or
 `ByteDance/SDXL-Lightning:sdxl_lightning_4step_lora.safetensors:1.0`.
 
-On the share an adapter lies inside the model's directory, at
-`adapters/<org>--<name>/<file>` (`Adapter.share_path`): a LoRA is trained for one base model,
-so it belongs to that model's copy, the model's manifest lists it like the model's own files
-(one manifest written last covers both, `pull_model --check` hashes both), and the pull's
-clean-up removes an adapter that left MODEL_ADAPTERS with the same code that removes a file
-that left the model.
-"""
+On the share an adapter lies at `adapters/<org>--<name>/<file>` in the model's directory. A
+LoRA is trained for one base model, so it belongs with that model's copy. The model's manifest
+lists it, and `pull_model --check` hashes it. The pull's clean-up removes a dropped adapter
+like any dropped model file."""
 
 import ctypes
 import json
@@ -25,16 +22,16 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 FORM = "repo:file[:scale], comma-separated (e.g. org/name:weights.safetensors:1.0)"
-# The model the service ships with, and the few-step LoRA it is pulled and fused with unless
-# MODEL_ADAPTERS says otherwise: SDXL base at its own defaults (20 steps with guidance: 40
-# UNet calls at 1024x1024) takes many times a synchronous request's 230 s on a CPU; with this
-# LoRA a request that sends only a prompt gets its preset's 4 calls without an unconditional
-# pass (imagegen.generation.presets). Why this LoRA: docs/performance.md, "Fast images".
+# The default model and the few-step LoRA fused with it unless MODEL_ADAPTERS says otherwise. SDXL
+# base at its defaults (20 steps with guidance: 40 UNet calls at 1024x1024) takes many times a
+# synchronous request's 230 s on a CPU. With this LoRA a prompt-only request gets 4 calls and no
+# unconditional pass (imagegen.generation.presets). Why this LoRA: docs/performance.md, "Fast
+# images".
 DEFAULT_MODEL_ID = "stabilityai/stable-diffusion-xl-base-1.0"
 DEFAULT_MODEL_ADAPTERS = "ByteDance/SDXL-Lightning:sdxl_lightning_4step_lora.safetensors"
 ADAPTERS_FOLDER = "adapters"
-# The hub's rule for a repo id (huggingface_hub's validate_repo_id), here with the org
-# required; "--" and ".." are refused by the hub too, so `org--name` names one repo only.
+# The hub's repo id rule (validate_repo_id), with the org required. The hub refuses "--" and "..",
+# so `org--name` names one repo only.
 _REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
 REPO_RULE = "org/name: letters, digits, '-', '_', '.'; no '--' or '..'"
 
@@ -44,7 +41,7 @@ def is_repo_id(repo: str) -> bool:
 
 
 class AdapterError(ValueError):
-    """An adapter that cannot be fused into this model (its layers are not the model's)."""
+    """An adapter whose layers are not this model's."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +66,11 @@ def share_folder_name(repo: str) -> str:
 
 
 def default_adapters(model_id: str) -> str:
-    """MODEL_ADAPTERS' value when the variable is absent: the default model's few-step LoRA,
-    none for any other MODEL_ID (a LoRA is distilled for one base model, and another MODEL_ID
-    may be any pipeline). Hub ids are case-insensitive, so the default id in any case is the
-    default model; naming it explicitly (as deploy/azure.sh does) changes nothing."""
+    """MODEL_ADAPTERS' value when unset: the default model's few-step LoRA, else none.
+
+    A LoRA is distilled for one base model; another MODEL_ID may be any pipeline. Hub ids are
+    case-insensitive, so naming the default model explicitly (deploy/azure.sh) changes
+    nothing."""
     return DEFAULT_MODEL_ADAPTERS if model_id.casefold() == DEFAULT_MODEL_ID.casefold() else ""
 
 
@@ -116,33 +114,28 @@ def parse_adapters(raw: str) -> tuple[Adapter, ...]:
 
 # --- fusing ----------------------------------------------------------------------------------
 #
-# An adapter is fused layer by layer, into the UNet first (a part of its layers at a time)
-# and then into the text encoders, each with diffusers' LoRA loading on peft: the weights
-# (read as fp32) become peft LoRA layers beside the layers they adapt (with
-# `low_cpu_mem_usage`, the tensors are assigned, not copied), `fuse_lora` adds
-# scale x B.A into each weight in place, and the LoRA layers are unloaded, so the pipeline
-# keeps exactly the layers it had and a step costs what it did. Layer by layer is exact:
-# each weight gets its own B.A only.
+# Each adapter is fused layer by layer with diffusers' LoRA loading on peft: the UNet first, a part
+# at a time, then the text encoders. The weights, read as fp32, become peft LoRA layers;
+# `low_cpu_mem_usage` assigns the tensors rather than copying. `fuse_lora` adds scale x B.A into
+# each weight in place. Then the LoRA layers are unloaded. So the pipeline keeps exactly its layers,
+# and a step costs what it did. Layer by layer is exact.
 #
-# Why the UNet in parts, and first: the model's load peaks near 1.1x its fp32 bytes
-# (imagegen.model.weights), and peft's merge of one layer holds two copies of that layer's
-# B.A (up to 2 x 118 MB for SD 1.5's largest convolution), on top of the adapter's weights
-# (0.27 GB for SD 1.5's LCM-LoRA, 6 % of the model). Fused into the UNet before the text
-# encoders and the VAE are loaded, a part at a time, none of it raises the load's peak
-# (docs/performance.md has the figure).
+# Why the UNet first, in parts: the load peaks near 1.1x the fp32 bytes (imagegen.model.weights).
+# peft's merge of one layer holds two copies of its B.A: up to 2 x 118 MB for SD 1.5's largest
+# convolution. The adapter adds 0.27 GB for SD 1.5's LCM-LoRA (6 % of the model). Fused before the
+# text encoders and VAE load, none of it raises the peak (docs/performance.md has the figure).
 #
-# The fuse frees thousands of tensors smaller than glibc malloc's mmap threshold (32 MB at
-# most): their pages would stay with the process, unused by the components loaded next (each
-# one large block), and raise the load's peak by 0.05x; they are given back after each stage
+# The fuse frees thousands of tensors under glibc's mmap threshold (32 MB at most). Their pages
+# would stay with the process and raise the peak by 0.05x. So they are given back after each stage
 # (`give_back_freed_memory`).
 #
-# One adapter at a time also because `fuse_lora` scales every active adapter of a layer:
-# two loaded together would each get the other's scale too.
+# One adapter at a time, too: `fuse_lora` scales every active adapter of a layer. Two loaded
+# together would each get the other's scale.
 
 CHUNK_BYTES = 64 * 2**20  # an adapter's fp32 UNet weights loaded and fused at a time
-# Where a LoRA tensor's name ends and its layer's begins, in the layouts diffusers reads:
-# peft's (`.lora_A.weight`), kohya's (`.lora_down.weight`, `.alpha`, `.dora_scale`), and
-# diffusers' older ones (`.to_q_lora.down.weight`, `.lora_linear_layer.down.weight`).
+# Where a LoRA tensor's name ends and its layer's begins, in the layouts diffusers reads: peft's
+# (`.lora_A.weight`), kohya's (`.lora_down.weight`, `.alpha`, `.dora_scale`), and diffusers' older
+# ones (`.to_q_lora.down.weight`, `.lora_linear_layer.down.weight`).
 _LAYER_END = re.compile(
     r"[._]lora[._](?:down|up|A|B)\b|\.lora_linear_layer\.|\.alpha$|\.lora_magnitude_vector"
     r"|\.dora_scale$"
@@ -152,14 +145,13 @@ METADATA_KEY = "lora_adapter_metadata"  # diffusers' LoraConfig of the file, whe
 
 
 def layer_of(name: str) -> str | None:
-    """The layer a LoRA tensor belongs to (its name up to its LoRA part); None when the
-    name is in no layout known here."""
+    """The layer a LoRA tensor belongs to; None for a name in no known layout."""
     match = _LAYER_END.search(name)
     return name[: match.start()] if match else None
 
 
 def lora_metadata(file: Path) -> dict[str, Any] | None:
-    """diffusers' adapter metadata of the file (its LoraConfig: rank, alpha, targets)."""
+    """diffusers' adapter metadata of the file: its LoraConfig (rank, alpha, targets)."""
     from imagegen.model.weights import read_metadata
 
     with open(file, "rb", buffering=0) as f:
@@ -170,11 +162,11 @@ def lora_metadata(file: Path) -> dict[str, Any] | None:
 def lora_parts(
     file: Path, *, unet: bool, chunk_bytes: float = CHUNK_BYTES
 ) -> Iterator[dict[str, Any]]:
-    """The adapter's tensors for the UNet (`unet`) or for the rest, floating point as fp32,
-    in parts of whole layers (every tensor of a layer in one part) of about `chunk_bytes`
-    each, read from the file a part at a time without mapping it (imagegen.model.weights).
-    A file with diffusers' adapter metadata comes in one part each (its LoraConfig names
-    every target layer); one with a tensor name in no known layout is refused."""
+    """The adapter's UNet tensors (`unet`) or the rest, as fp32, in parts of about `chunk_bytes`.
+
+    A part holds whole layers. Parts are read one at a time without mapping the file. A file
+    with diffusers' metadata comes in one part: its LoraConfig names every target. A tensor
+    name in no known layout is refused."""
     import torch
 
     from imagegen.model.weights import read_entry, read_header
@@ -217,8 +209,7 @@ def lora_layers(*modules: Any) -> int:
 
 
 def give_back_freed_memory() -> None:
-    """Returns the pages malloc keeps after frees to the system (glibc's malloc_trim); does
-    nothing where the C library has no malloc_trim."""
+    """Returns malloc's freed pages to the system (glibc's malloc_trim), where there is one."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
@@ -244,10 +235,10 @@ def fuse_into_unet(
     adapters: Sequence[tuple[Adapter, Path]],
     chunk_bytes: float = CHUNK_BYTES,
 ) -> None:
-    """Fuses the adapters' UNet layers into `unet`, before (or without) a pipeline: the
-    pipeline class's own conversion (`lora_state_dict`: kohya's names, SDXL's block
-    numbering) and loading (`load_lora_into_unet`), then the UNet's `fuse_lora` and
-    `unload_lora`, which are what the pipeline's methods call for its UNet."""
+    """Fuses the adapters' UNet layers into `unet`, before any pipeline exists.
+
+    It uses the pipeline class's own conversion and loading, then the UNet's `fuse_lora` and
+    `unload_lora`: what the pipeline's methods call."""
     for index, (adapter, file) in enumerate(adapters):
         metadata = lora_metadata(file)
         parts = _parts(adapter, file, unet=True, chunk_bytes=chunk_bytes)
@@ -272,12 +263,11 @@ def fuse_into_unet(
 
 
 def fuse_into_text_encoders(pipe: Any, adapters: Sequence[tuple[Adapter, Path]]) -> None:
-    """Fuses the adapters' other layers (the text encoders') into the built pipeline: its
-    own conversion and `load_lora_into_text_encoder` for each of its text encoders, then
-    its `fuse_lora` and `unload_lora_weights`. In one part per adapter: diffusers tells the
-    layout of a text encoder's LoRA from all of its names together (a part without an
-    `out_proj` layer is not recognised), and a text encoder's LoRA is small (SDXL's two at
-    rank 64: about 0.1 GB in fp32). Layers that are no text encoder's stop the load."""
+    """Fuses the adapters' text encoder layers into the built pipeline.
+
+    One part per adapter: diffusers tells a text encoder LoRA's layout from all its names at
+    once. A part without `out_proj` is not recognised. These LoRAs are small: SDXL's two at
+    rank 64 are about 0.1 GB in fp32. Layers of no text encoder stop the load."""
     encoders = [
         name
         for name in pipe._lora_loadable_modules

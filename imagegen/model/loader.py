@@ -1,16 +1,15 @@
 """The process's one pipeline and the state machine that gets it there.
 
-State is per process: every start is `not_started`, even with the weights on the share.
-A pull runs in one background job at a time (download if the share lacks a complete copy,
-then load); concurrent and repeated pulls share that job.
+State is per process: every start is `not_started`, even with the weights on the share. One
+background job pulls at a time: download if the share lacks a complete copy, then load.
+Concurrent and repeated pulls share that job.
 
-    not_started -> downloading -> loading -> ready      (cold: weights not on the share)
-    not_started -> loading -> ready                      (warm: weights on the share)
-    downloading | loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
+not_started -> downloading -> loading -> ready      (cold: weights not on the share)
+not_started -> loading -> ready                      (warm: weights on the share) downloading
+| loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
 
-With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` puts in the ready pipeline the
-UNet a job runs, swapping the base's and the checkpoint's (imagegen.model.unets).
-"""
+With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` swaps in the UNet a job needs
+(imagegen.model.unets)."""
 
 import contextlib
 import gc
@@ -44,9 +43,9 @@ log = logging.getLogger(__name__)
 
 DRAIN_POLL = 0.05  # seconds between looks while room is made for another model
 
-# Held while a load imports and builds the model's code. diffusers and transformers import
-# their classes lazily, and two threads resolving them at once can see a module half made
-# ("cannot import name"). The load's hooks (ModelLoader.at_load) run with it held.
+# Held while a load imports and builds the model's code. diffusers and transformers import lazily;
+# two threads at once can see a half-made module ("cannot import name"). The load's hooks
+# (ModelLoader.at_load) run with it held.
 MODEL_CODE = threading.Lock()
 
 
@@ -66,12 +65,12 @@ class ModelLoader:
         self._unets: UnetSwap | None = None
         self._job_done: threading.Event | None = None
         self._progress = hub.DownloadProgress()
-        # Run in the loading thread once the pipeline is built, before the state turns ready:
-        # work that must not run beside a generation (imagegen.generation.work's count and
-        # pace probe). A hook's failure fails the load; a hook that must not catches its own.
+        # Run in the loading thread after the build, before the state turns ready. For work that
+        # must not run beside a generation (imagegen.generation.work's count and pace probe). A
+        # hook's failure fails the load; a hook that must not fail catches its own.
         self.at_load: list[Callable[[], None]] = []
-        # Held in the loading thread from before the weights are read until the model is
-        # resident: room made for them in memory, one load at a time (imagegen.model.shelf).
+        # Held in the loading thread from before the weights are read until the model is resident.
+        # It makes room in memory, one load at a time (imagegen.model.shelf).
         self.load_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext
         self._draining = False  # room is being made: no new job starts on the pipeline
         self.last_used = 0.0  # time.monotonic() of the last pipeline() or load: least recent first
@@ -138,9 +137,10 @@ class ModelLoader:
             return True
 
     def warm_start(self) -> bool:
-        """WARM_START: loads the model from the share at process start, when a complete copy
-        is there, so the first request after a restart does not pay the load. Off by default:
-        a new process stays `not_started` until a pull or a generation (the contract)."""
+        """WARM_START: loads a complete copy from the share at process start.
+
+        So the first request after a restart skips the load. Off by default: the contract says
+        a new process stays `not_started` until a pull or a generation."""
         if self.source.complete_manifest() is None:
             return False
         with self._lock:
@@ -149,9 +149,10 @@ class ModelLoader:
         return True
 
     def check_loadable(self) -> None:
-        """Refuses at once what cannot become ready soon (nothing on the share, a download
-        under way, a failed pull), and starts nothing: a refused request must not start a
-        14 GB load."""
+        """Refuses at once what cannot become ready soon, and starts nothing.
+
+        That is nothing on the share, a download under way, or a failed pull. A refused
+        request must not start a 14 GB load."""
         if self._state is State.READY:
             return
         on_share = self.source.complete_manifest() is not None
@@ -165,8 +166,9 @@ class ModelLoader:
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
-        """A job runs on the pipeline for the block: free() leaves it loaded meanwhile. It waits
-        while room is being made (draining), so a steady queue cannot keep a model resident."""
+        """A job runs on the pipeline for the block; free() leaves it loaded meanwhile.
+
+        It waits while room is made (draining), so a steady queue cannot pin a model."""
         while True:
             with self._lock:
                 if not self._draining:
@@ -196,10 +198,10 @@ class ModelLoader:
                 self._draining = False
 
     def free(self) -> bool:
-        """Drops the loaded pipeline so its memory can go to another model: the state returns
-        to not_started, the weights stay on the share and the next pull or request loads them
-        again. False (nothing done) when it is not loaded, a pull is under way or a job runs
-        on it."""
+        """Drops the loaded pipeline so another model can have its memory.
+
+        The state returns to not_started; the weights stay on the share for the next load.
+        False, doing nothing, when not loaded, while a pull runs, or while a job uses it."""
         with self._lock:
             if self._state is not State.READY or self._job_running() or self._users:
                 return False
@@ -214,8 +216,9 @@ class ModelLoader:
         return True
 
     def pipeline(self, timeout: float) -> Any:
-        """The loaded pipeline: loads it from the share if this process has not (waiting,
-        bounded, for a load under way); what cannot load soon is refused at once."""
+        """The loaded pipeline, loaded from the share if need be.
+
+        It waits, bounded, for a load under way. What cannot load soon is refused at once."""
         self.last_used = time.monotonic()
         if self._state is State.READY:
             return self._pipeline
@@ -248,14 +251,15 @@ class ModelLoader:
         return self._job_done is not None and not self._job_done.is_set()
 
     def _start_job(self, on_share: bool) -> None:
-        """Called with the lock held; the state moves at once, so no answer after this one
-        reports the previous job's outcome."""
+        """Called with the lock held.
+
+        The state moves at once, so no later answer reports the previous job's outcome."""
         self._state = State.LOADING if on_share else State.DOWNLOADING
         self._error = None
         self._progress = hub.DownloadProgress()
         self._job_done = threading.Event()
-        # A daemon: stopping the process must not wait for a download; an interrupted one
-        # leaves no manifest, so the next pull repairs it.
+        # A daemon: stopping must not wait for a download. An interrupted one leaves no manifest, so
+        # the next pull repairs it.
         threading.Thread(
             target=self._run_job,
             args=(self._job_done, self._progress),
@@ -306,7 +310,7 @@ class ModelLoader:
         except Exception as exc:
             log.exception("model pull failed")
             with self._lock:
-                # What to do is said for a failed download; a load's failure is the model's.
+                # A failed download says what to do; a failed load is the model's fault.
                 downloading = self._state is State.DOWNLOADING
                 self._state = State.FAILED
                 if downloading:
@@ -317,14 +321,13 @@ class ModelLoader:
             done.set()
 
     def _adapter_files(self, manifest: share.Manifest) -> list[tuple[Adapter, Path]]:
-        """The configured adapters (their scales) with their files on the share, in the
-        order MODEL_ADAPTERS names them."""
+        """The configured adapters' scales and share files, in MODEL_ADAPTERS order."""
         placed = {(a.repo, a.file): a.path for a in manifest.adapters}
         return [(a, self.source.path / placed[(a.repo, a.file)]) for a in self.source.adapters]
 
     def _unet_swap(self, pipe: Any, manifest: share.Manifest) -> UnetSwap:
-        """The swap between the loaded pipeline's UNet and the inpainting checkpoint's, each
-        (re)loaded from the share as load_pipeline loads the pipeline's."""
+        """The swap between the base UNet and the inpainting checkpoint's, each loaded from the
+        share."""
         assert manifest.inpaint is not None
         load = partial(
             load_unet, variant=manifest.load_variant, device=self.device, options=self.options,
@@ -336,11 +339,11 @@ class ModelLoader:
         )
 
     def use_unet(self, *, inpaint: bool) -> InpaintRecord | None:
-        """Puts in the ready pipeline the UNet a job runs, loading it if it is not resident
-        (imagegen.model.unets): the inpainting checkpoint's for an inpainting (`inpaint`)
-        when INPAINT_MODEL_ID names one, else the base model's. Returns the checkpoint's
-        record when its UNet is the one, None for the base's. Called inside the job, after
-        `pipeline`."""
+        """Puts the UNet a job runs into the ready pipeline, loading it if not resident.
+
+        An inpainting job (`inpaint`) gets INPAINT_MODEL_ID's UNet when set, else the base's.
+        Returns the checkpoint's record for its UNet, None for the base's. Called in the job,
+        after `pipeline` (imagegen.model.unets)."""
         unets = self._unets
         if unets is None:
             return None
