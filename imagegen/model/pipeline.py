@@ -1,14 +1,12 @@
 """Builds the diffusers pipeline from the share, with every load knob in one place.
 
-The contract's rules: fp32 weights from safetensors, on the device, with attention slicing and
-VAE slicing and tiling to fit memory. No accelerate offload helper: on a CPU-only host
+The contract's rules: fp32 weights from safetensors, on the device. Attention slicing and VAE
+slicing and tiling make it fit memory. No accelerate offload helper: on a CPU-only host
 `enable_model_cpu_offload` fails ("requires accelerator, but not found").
 
-What is loaded beside the repo's own components: LoRA adapters, fused into the fp32 weights
-(into the UNet as soon as it is loaded, before the other components: imagegen.model.adapters),
-and the tiny decoder in place of the pipeline's VAE (imagegen.model.decoder), whose own VAE
-is then never read.
-"""
+Beside the repo's components we load LoRA adapters, fused into the fp32 weights. They go into
+the UNet as soon as it loads, before the rest (imagegen.model.adapters). The tiny decoder can
+replace the VAE (imagegen.model.decoder); the repo's VAE is then never read."""
 
 import json
 import logging
@@ -31,9 +29,9 @@ class LoadOptions:
     threads: int | None = None  # torch's CPU threads (TORCH_THREADS; imagegen.model.cpu)
     streaming: bool = True  # imagegen.model.weights, peak near fp32 size; off: diffusers' own
     attention_slicing: bool = True  # ATTENTION_SLICING: the contract's rule, on by default
-    # (each slice computed by torch's fused kernel: imagegen.model.attention)
-    # VAE_TILE_SIZE: the full VAE's decode tiles in pixels; 0: diffusers'; None (auto): from
-    # the memory limit and the weights (imagegen.model.memory.vae_tile_for)
+    # (each slice computed by torch's fused kernel: imagegen.model.attention) VAE_TILE_SIZE: the
+    # full VAE's decode tiles in pixels; 0: diffusers'; None (auto): from the memory limit and the
+    # weights (imagegen.model.memory.vae_tile_for)
     vae_tile: int | None = 0
 
 
@@ -46,8 +44,7 @@ def load_pipeline(
     adapters: Sequence[tuple[Adapter, Path]] = (),
     tiny_decoder: Path | None = None,
 ):
-    """The pipeline in `path`, with `adapters` (each with its file) fused in, and the tiny
-    decoder from the folder `tiny_decoder` as its VAE when given."""
+    """The pipeline in `path`, with `adapters` fused in and `tiny_decoder` as VAE if given."""
     import torch
     from diffusers import DiffusionPipeline
 
@@ -119,11 +116,10 @@ def load_unet(
     pipeline_class: Any,
     adapters: Sequence[tuple[Adapter, Path]] = (),
 ):
-    """The UNet in `path`'s `unet` folder, built as load_pipeline builds a pipeline's: fp32
-    from safetensors (`variant` where the folder has it), streamed (diffusers' own loading
-    when `streaming` is off), the adapters fused in (`pipeline_class`'s LoRA conversion),
-    attention sliced (each slice on torch's fused kernel), on `device`. For a UNet that
-    replaces the loaded pipeline's (imagegen.model.unets): its other components stay."""
+    """The UNet in `path`'s `unet` folder, built as load_pipeline builds a pipeline's.
+
+    It replaces the loaded pipeline's UNet; the other components stay (imagegen.model.unets).
+    `pipeline_class` gives the LoRA conversion. Without `streaming`, diffusers loads it."""
     import torch
     from diffusers import UNet2DConditionModel
 
@@ -156,17 +152,16 @@ def load_unet(
 
 
 def decode_in_tiles_of(vae, side: int) -> None:
-    """Makes the full VAE decode in tiles of `side` pixels where diffusers' tiles (the model's
-    native size) are larger. With its own tiles an SDXL decode at 1024x1024 is one tile, and
-    its activations at full resolution (about 3.9 GiB) come on top of the 12.9 GiB of fp32
-    weights: 1.43x the weights, past a 16 GiB container. In tiles of 512 pixels it needs 1.2
-    GiB (tiles of 256: 0.5 GiB, for 1.1x the time of 512; the tiles overlap by a quarter;
-    docs/performance.md). 512 leaves SD 1.x's 512x512 decode whole. The tiny decoder
-    (AutoencoderTiny) has tiles of its own and a small peak: left as it is."""
+    """Makes the full VAE decode in `side`-pixel tiles where diffusers' tiles are larger.
+
+    With diffusers' tiles an SDXL decode at 1024x1024 is one tile. Its activations (about 3.9
+    GiB) come on top of 12.9 GiB of fp32 weights: past a 16 GiB container. Tiles of 512 pixels
+    need 1.2 GiB. Tiles of 256 need 0.5 GiB but take 1.1x the time (docs/performance.md). 512
+    leaves SD 1.x's 512x512 decode whole. The tiny decoder tiles itself and peaks low: left as
+    is."""
     from diffusers import AutoencoderKL
 
-    # The ignores: diffusers' __init__ gives type checkers AutoencoderKL as its dummy placeholder
-    # (diffusers.utils.dummy_pt_objects), which has none of the model's attributes.
+    # diffusers shows type checkers a dummy AutoencoderKL without the model's attributes.
     if isinstance(vae, AutoencoderKL) and side < vae.tile_sample_min_size:  # type: ignore[attr-defined]
         scale = 2 ** (len(vae.config.block_out_channels) - 1)  # type: ignore[attr-defined]
         vae.tile_sample_min_size, vae.tile_latent_min_size = side, side // scale  # type: ignore[attr-defined]

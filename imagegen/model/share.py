@@ -1,11 +1,10 @@
 """The model's directory on the mounted share, and when it counts as complete.
 
-The share is SMB: it has no POSIX locks, so nothing here locks. Every file arrives under a
-temporary name and is renamed into place, and the manifest (revision, files, sizes) is
-written last, the same way. A download is complete when, and only when, the manifest is
-there and every file it lists has its size: a crash at any point leaves no manifest, and
-the next pull repairs the directory.
-"""
+The share is SMB and has no POSIX locks, so nothing here locks. Every file arrives under a
+temporary name and is renamed into place. The manifest (revision, files, sizes) is written
+last, the same way. A download is complete only when the manifest is there and every file it
+lists has its size. So a crash at any point leaves no manifest, and the next pull repairs the
+directory."""
 
 import hashlib
 import json
@@ -30,8 +29,9 @@ class ModelFile:
 
 @dataclass(frozen=True)
 class AdapterRecord:
-    """A LoRA adapter on the share: where it came from and where it lies (`path`, relative to
-    the model's directory, one of the manifest's files)."""
+    """A LoRA adapter on the share: its origin, and `path` among the manifest's files.
+
+    Paths are relative to the model's directory."""
 
     repo: str
     file: str
@@ -41,8 +41,9 @@ class AdapterRecord:
 
 @dataclass(frozen=True)
 class DecoderRecord:
-    """The tiny decoder on the share: its repo, commit, and folder (relative to the model's
-    directory) holding config.json and the weights, which the manifest's files list."""
+    """The tiny decoder on the share: repo, commit, and folder of config.json and weights.
+
+    The folder is relative to the model's directory; the manifest lists its files."""
 
     repo: str
     commit: str
@@ -51,9 +52,10 @@ class DecoderRecord:
 
 @dataclass(frozen=True)
 class InpaintRecord:
-    """The inpainting checkpoint's UNet on the share (INPAINT_MODEL_ID): its repo, the
-    revision asked, its commit, and the folder (relative to the model's directory) holding
-    its `unet` folder, whose files the manifest's files list."""
+    """The inpainting checkpoint's UNet on the share (INPAINT_MODEL_ID).
+
+    It records the repo, revision asked, commit, and the folder holding `unet`. The folder is
+    relative to the model's directory; the manifest lists its files."""
 
     repo: str
     requested_revision: str
@@ -124,7 +126,7 @@ def complete_manifest(
 
 
 def git_blob_id(path: Path) -> str:
-    """The id git gives the file's content: sha1 over a `blob <size>` header and the bytes."""
+    """The file's git id: sha1 over a `blob <size>` header and the bytes."""
     header = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with path.open("rb") as f:
         return hashlib.file_digest(f, lambda: header).hexdigest()
@@ -136,8 +138,9 @@ def sha256_of(path: Path) -> str:
 
 
 def broken_files(path: Path, manifest: Manifest) -> list[str]:
-    """Files of the manifest that are missing, of the wrong size, or whose content does not
-    hash to what the hub listed (sha256 for large files, the git blob id for the others)."""
+    """Manifest files that are missing, of the wrong size, or hashing wrong.
+
+    The hub lists sha256 for large files, the git blob id for others."""
     broken = []
     for f in manifest.files:
         file = path / f.path
@@ -154,10 +157,11 @@ def broken_files(path: Path, manifest: Manifest) -> list[str]:
 
 
 def already_placed(path: Path, previous: Manifest | None, wanted: ModelFile) -> bool:
-    """Whether `wanted` is on the share already: the last complete manifest listed the same
-    path with the same size and the hub's same hash, and the file still has that size. A
-    new pull keeps such a file instead of fetching it again (the model, when only
-    MODEL_ADAPTERS or VAE_DECODER changed; the unchanged files of a new commit)."""
+    """Whether `wanted` is on the share already, so a new pull can keep it.
+
+    The last complete manifest must list the same path, size and hub hash. The file must still
+    have that size. This spares the model when only MODEL_ADAPTERS or VAE_DECODER changed, and
+    unchanged files of a new commit."""
     if previous is None or not (wanted.sha256 or wanted.blob_id):
         return False
     if wanted not in previous.files:  # path, size and both hashes equal
@@ -174,8 +178,9 @@ def forget_manifest(path: Path) -> None:
 
 
 def remove_model(path: Path) -> int:
-    """Deletes a model's directory from the share: its manifest first, so no process takes
-    the copy for complete while its files go. Returns the bytes freed."""
+    """Deletes a model's directory from the share; returns the bytes freed.
+
+    The manifest goes first, so no process takes the copy for complete meanwhile."""
     forget_manifest(path)
     freed = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     shutil.rmtree(path)
@@ -187,10 +192,10 @@ class PlacementError(OSError):
 
 
 def place_file(source: Path, path: Path, relative: str, *, size: int) -> None:
-    """Copies a downloaded file onto the share; it appears under its name only when whole
-    and of the `size` the hub lists. The size, not a hash: huggingface_hub checks only the
-    byte count of a download too, and hashing would read every byte once more;
-    `pull_model --check` compares the hub's hashes on demand (broken_files)."""
+    """Copies a downloaded file onto the share, named only when whole and of `size`.
+
+    The size, not a hash: huggingface_hub checks only byte counts too, and hashing rereads
+    every byte. `pull_model --check` compares hashes on demand (broken_files)."""
 
     def has_listed_size(copy: Path) -> None:
         copied = copy.stat().st_size
@@ -228,8 +233,10 @@ def write_manifest(
 
 
 def remove_leftovers(path: Path, keep: set[str], *, partial_age: float = 3600.0) -> None:
-    """Removes files no longer in the model, and temporary files of interrupted copies once
-    they are old enough that no other process (an operator's pull) can still be writing them."""
+    """Removes files no longer in the model, and old temporary files of interrupted copies.
+
+    Temporary files wait until no other process, like an operator's pull, can still write
+    them."""
     now = time.time()
     for file in path.rglob("*"):
         relative = file.relative_to(path).as_posix()

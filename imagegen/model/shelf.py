@@ -1,12 +1,11 @@
 """The offered models' loaders in one process, and the memory rule between them.
 
-Why: each model is 2-13 GB at fp32 and a container has a memory limit. Models that fit
-together under the limit (the container's memory.max, else the machine's: imagegen.model.
-memory) stay resident, so a mix of requests does not reload them; a model that would not fit
-beside the others frees the least recently used ones first, so the peak stays about the
-models that fit. Each model's fp32 size comes from its manifest's weight files: known before
-any byte of it is read. A freed model returns to not_started; its weights stay on the share.
-"""
+Each model is 2-13 GB at fp32, and a container has a memory limit. Models that fit together
+under the limit stay resident, so mixed requests do not reload them. The limit is the
+container's memory.max, else the machine's (imagegen.model.memory). A model that does not fit
+frees the least recently used ones first. Each model's fp32 size comes from its manifest:
+known before a byte is read. A freed model returns to not_started; its weights stay on the
+share."""
 
 import contextlib
 import logging
@@ -22,14 +21,13 @@ from imagegen.model.share import Manifest
 log = logging.getLogger(__name__)
 
 WEIGHTS = ".safetensors"
-# Bytes per parameter of a weight file's dtype, by the variant its name carries; the
-# service loads every weight as fp32 (4 bytes).
+# Bytes per parameter of a weight file's dtype, by its variant; every weight loads as fp32 (4
+# bytes).
 NARROW = {"fp16": 2, "bf16": 2}
 
 
 def fp32_bytes(manifest: Manifest) -> int:
-    """The model's weights at fp32: its safetensors files' sizes, those of a half-precision
-    variant counted twice."""
+    """The model's weights at fp32: half-precision files count twice their size."""
     total = 0
     for f in manifest.files:
         if not f.path.endswith(WEIGHTS):
@@ -44,15 +42,16 @@ BUSY_POLL = 0.05  # seconds between looks at a model a job still runs on
 
 
 class ModelShelf:
-    """The loaders of every offered model, the default's first; `limit` is the memory limit
-    in bytes (None: unknown, and then one model is resident at a time)."""
+    """The loaders of every offered model, the default's first.
+
+    `limit` is the memory limit in bytes. None means unknown: then one model is resident."""
 
     def __init__(self, loaders: Iterable[ModelLoader], limit: int | None) -> None:
         self.loaders = {loader.source.model_id: loader for loader in loaders}
         self.limit = limit
         self._lock = threading.Lock()  # one model makes room at a time
-        # One load at a time, from making room until it is resident: each load then sees the
-        # one before it as resident, so two that do not fit are never read in together.
+        # One load at a time, from making room until resident. So two that do not fit are never read
+        # in together.
         self._loading = threading.Lock()
         for loader in self.loaders.values():
             loader.load_guard = partial(self.loading, loader)
@@ -77,8 +76,10 @@ class ModelShelf:
             yield
 
     def fits(self, sizes: Iterable[int]) -> bool:
-        """Whether models of these fp32 sizes fit the limit together, with the working memory
-        of the largest one's generation (memory.NEEDS_WITH_TILE) on top."""
+        """Whether these fp32 sizes fit the limit together, plus the largest one's working
+        memory.
+
+        The working memory is memory.NEEDS_WITH_TILE."""
         sizes = list(sizes)
         if self.limit is None:
             return len(sizes) <= 1
@@ -86,8 +87,9 @@ class ModelShelf:
         return sum(sizes) + headroom <= self.limit
 
     def make_room(self, incoming: ModelLoader) -> None:
-        """Frees resident models, least recently used first, until `incoming` fits beside the
-        rest under the limit (all of them when it would not fit beside any)."""
+        """Frees resident models, least recently used first, until `incoming` fits.
+
+        If it fits beside none, all go."""
         with self._lock:
             others = sorted(
                 (loader for loader in self.loaders.values()
