@@ -1,13 +1,10 @@
-"""Files from other hub repos that the model needs beside its own: the LoRA adapters of
-MODEL_ADAPTERS and the tiny decoder of VAE_DECODER=tiny.
+"""Files the model needs from other hub repos: MODEL_ADAPTERS' LoRAs and VAE_DECODER=tiny.
 
-Each is resolved to its repo's current commit and listed with the size and hash the hub
-gives, under the path it takes inside the model's directory on the share; the pull fetches
-them with the model's files through the same lock-free placement, and the manifest lists
-them among its files and records where each came from. The copy on the share is complete
-only when the manifest's adapters and decoder are exactly the configured ones (`matches`):
-changing MODEL_ADAPTERS or VAE_DECODER makes it incomplete until the next pull.
-"""
+Each resolves to its repo's current commit, with the hub's size and hash. Each gets a path
+inside the model's directory on the share. The pull fetches them with the model's files,
+through the same lock-free placement. The manifest lists them and records each origin. The
+copy is complete only when the manifest's extras are exactly the configured ones (`matches`).
+So changing MODEL_ADAPTERS or VAE_DECODER makes it incomplete until the next pull."""
 
 import posixpath
 from collections.abc import Callable, Sequence
@@ -51,8 +48,9 @@ class Extras:
 
 
 def commit_of(api: HfApi, repo: str, revision: str) -> str:
-    """The commit `revision` of `repo` is at. huggingface_hub types ModelInfo.sha as optional
-    (its dataclass takes any answer), but the hub's answer for a revision names its commit."""
+    """The commit `revision` of `repo` is at.
+
+    huggingface_hub types ModelInfo.sha as optional, but the hub always names the commit."""
     sha = api.model_info(repo, revision=revision).sha
     if sha is None:
         raise OSError(f"the hub named no commit for {repo}@{revision}")
@@ -64,7 +62,7 @@ def _commit(api: HfApi, repo: str, setting: str) -> str:
 
 
 def commit_of_setting(api: HfApi, repo: str, revision: str, setting: str) -> str:
-    """commit_of, a repo the hub does not give refused naming the `setting` that names it."""
+    """commit_of, refusing a missing repo by naming its `setting`."""
     try:
         return commit_of(api, repo, revision)
     except GatedRepoError as exc:
@@ -123,10 +121,10 @@ def matches(
     choice: DecoderChoice,
     model_index: Callable[[], dict[str, Any] | None],
 ) -> bool:
-    """Whether the manifest's adapters and decoder are exactly the configured ones (the
-    scales are not part of it: they change how the files are fused, not which). The
-    default tiny decoder depends on the pipeline's type, read from `model_index()` only
-    then."""
+    """Whether the manifest's adapters and decoder are exactly the configured ones.
+
+    Scales do not count: they change how files fuse, not which. The default tiny decoder
+    depends on the pipeline type, so `model_index()` is read only then."""
     on_share = {(a.repo, a.file) for a in manifest.adapters}
     if on_share != {(a.repo, a.file) for a in adapters}:
         return False

@@ -1,14 +1,12 @@
-"""What a failed pull says to the person who pressed Pull (or ran the gate, or pull_model).
+"""What a failed pull tells the person who pressed Pull, ran the gate, or ran pull_model.
 
-The exception of a failed download names the library's view of it ("ConnectError: [Errno -2]
-Name or service not known"), which tells a newcomer neither what went wrong in their terms nor
-what to do. The failures a person meets on a first pull are few (no route to the hub, a gated,
-private or missing repo, a hub in trouble, a full disk), and each has one thing to do: a mirror
-or the offline demo, HF_TOKEN, MODEL_ID, free space. So the model's status `error` says that,
-for every client at once (/model/status, the page, the gate, a refused /generate), and keeps
-the raw cause at its end, so nothing an operator could search for is lost. A failure of
-another kind keeps the raw cause alone.
-"""
+The raw exception speaks the library's terms ("ConnectError: [Errno -2] Name or service not
+known"). It tells a newcomer neither what went wrong nor what to do. First-pull failures are
+few: no route to the hub, a gated, private or missing repo, a hub in trouble, a full disk.
+Each has one fix: a mirror or the offline demo, HF_TOKEN, MODEL_ID, free space. So the status
+`error` says that to every client (/model/status, the page, the gate, a refused /generate).
+The raw cause stays at its end, so nothing searchable is lost. Other failures keep the raw
+cause alone."""
 
 import errno
 import re
@@ -40,9 +38,9 @@ _REPO_IN_PATH = re.compile(r"/api/models/([^/]+/[^/]+)(?:/|$)|/([^/]+/[^/]+)/res
 
 
 def hub_address(source: ModelSource) -> str:
-    """The hub a pull talks to (HF_ENDPOINT, else huggingface_hub's default), as it may be
-    shown to anyone who reads /model/status (an open route): without a user name, password
-    or query string that a mirror's address might carry."""
+    """The hub a pull talks to (HF_ENDPOINT, else huggingface_hub's default), safe to show.
+
+    /model/status is an open route, so a mirror's user name, password or query string is cut."""
     parts = urlsplit(source.endpoint or constants.ENDPOINT)
     host = parts.hostname or ""
     if ":" in host:  # an IPv6 literal
@@ -52,16 +50,19 @@ def hub_address(source: ModelSource) -> str:
 
 
 def explain_pull_failure(exc: BaseException, source: ModelSource) -> str:
-    """The status `error` of a pull that raised `exc`: what happened and what to do, then the
-    raw cause; or the raw cause alone for a failure of no kind known here."""
+    """The status `error` for `exc`: what happened, what to do, then the raw cause.
+
+    A failure of no known kind gets the raw cause alone."""
     cause = describe(exc)
     advice = _advice(exc, source)
     return f"{advice} Cause: {cause}" if advice else cause
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and those it was raised from or during, outermost first: the libraries
-    wrap the socket's error (httpx2's ConnectError from httpcore's, from the OSError)."""
+    """The exception and those it was raised from or during, outermost first.
+
+    The libraries wrap the socket's error: httpx2's ConnectError wraps httpcore's, which wraps
+    the OSError."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

@@ -1,10 +1,9 @@
 """A model's readiness as clients read it, and the calls that move it.
 
-Two handles implement ModelHandle: a process's own loader (imagegen.model.loader), and in
-distributed mode the shared model a web process reports for its workers
-(imagegen.distributed.shared_model). POST /model/pull and GET /model/status act on whichever
-imagegen.backend built, so the answer's type lives here, below both.
-"""
+Two handles implement ModelHandle. One is a process's own loader (imagegen.model.loader). The
+other is the shared model a web process reports for distributed workers
+(imagegen.distributed.shared_model). The model routes act on whichever imagegen.backend built.
+So the answer's type lives here, below both."""
 
 from enum import StrEnum
 from typing import Protocol
@@ -67,8 +66,9 @@ class WorkerModel(BaseModel):
 
 
 class ModelStatus(BaseModel):
-    """The contract's model status object (state, device, model_path) and what an operator
-    needs beside it; answered by GET /model/status as it is."""
+    """The contract's model status (state, device, model_path) plus what an operator needs.
+
+    GET /model/status answers it as it is."""
 
     state: str = Field(description="not_started, downloading, loading, ready or failed")
     device: str
@@ -89,7 +89,7 @@ class ModelStatus(BaseModel):
         description="the inpainting checkpoint whose UNet runs every edit with a mask "
         "(INPAINT_MODEL_ID); null when none is configured: the base model's UNet inpaints",
     )
-    # Absent (not null) in the in-process mode, whose answers stay as they were.
+    # Absent, not null, in the in-process mode: its answers keep the contract's shape.
     workers: list[WorkerModel] | None = Field(
         default=None,
         exclude_if=lambda value: value is None,
@@ -112,8 +112,9 @@ class ModelStatus(BaseModel):
 
 
 class ModelHandle(Protocol):
-    """What POST /model/pull, GET /model/status and a job's submission act on. mypy checks
-    both (ModelLoader, SharedModel) against it where the Backend (imagegen.backend) holds them."""
+    """What the model routes and a job's submission act on.
+
+    mypy checks ModelLoader and SharedModel against it where the Backend holds them."""
 
     def pull(self) -> bool:
         """Starts acquiring and loading the model; False when it is ready already."""
