@@ -1,13 +1,11 @@
 """VAE_DECODER: which autoencoder turns the latents into pixels.
 
-`full` is the pipeline's own VAE, with slicing and tiling, as the contract says.
-`tiny` is a tiny autoencoder (TAESD, diffusers' `AutoencoderTiny`): a few MB instead of
-hundreds, and a decode that costs a fraction of the full VAE's, at some cost in fine detail.
-It is pulled like the adapters, from its own hub repo (VAE_DECODER_REPO, by default the one
-made for the pipeline's latent space: SDXL's differs from SD 1.x's), onto the share inside
-the model's directory at `decoders/<org>--<name>/` (config.json and the fp32 safetensors
-weights), listed in the model's manifest, and loaded in fp32 with slicing and tiling on.
-"""
+`full` is the pipeline's own VAE, with slicing and tiling, as the contract says. `tiny` is
+TAESD (diffusers' `AutoencoderTiny`): a few MB, not hundreds. Its decode costs a fraction of
+the full VAE's, at some loss of fine detail. It is pulled like the adapters, from
+VAE_DECODER_REPO. The default repo matches the pipeline's latent space: SDXL's differs from SD
+1.x's. It lies in the model's directory at `decoders/<org>--<name>/`. The manifest lists it.
+It loads in fp32 with slicing and tiling on."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,8 +26,8 @@ from imagegen.model.adapters import (
 FULL, TINY = "full", "tiny"
 TAESD, TAESDXL = "madebyollin/taesd", "madebyollin/taesdxl"
 DECODERS_FOLDER = "decoders"
-# What `AutoencoderTiny.from_pretrained(folder, use_safetensors=True)` reads: diffusers'
-# CONFIG_NAME and SAFETENSORS_WEIGHTS_NAME (the repo's default, fp32, weights).
+# What `AutoencoderTiny.from_pretrained(folder, use_safetensors=True)` reads: the repo's default
+# fp32 weights.
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"
 DECODER_FILES = (CONFIG_FILE, WEIGHTS_FILE)
@@ -47,8 +45,9 @@ class DecoderChoice:
         return self.kind == TINY
 
     def tiny_repo(self, model_index: dict[str, Any] | None) -> str | None:
-        """The tiny decoder's repo for a pipeline with this model_index.json; None for the
-        full decoder, or when the default depends on a model_index not yet known."""
+        """The tiny decoder's repo for this model_index.json.
+
+        None for the full decoder, or while the default awaits an unknown model_index."""
         if not self.tiny:
             return None
         if self.repo:
@@ -62,22 +61,18 @@ FULL_DECODER = DecoderChoice()
 
 
 def is_sdxl(model_index: dict[str, Any]) -> bool:
-    """SDXL pipelines (text-to-image, img2img, inpaint, ...) are the StableDiffusionXL*
-    classes; their latents need taesdxl, every other pipeline here gets taesd."""
+    """SDXL pipelines are the StableDiffusionXL* classes: their latents need taesdxl."""
     return str(model_index.get("_class_name", "")).startswith("StableDiffusionXL")
 
 
 def default_decoder(model_id: str, adapters: Sequence[Adapter]) -> str:
-    """VAE_DECODER's value when the variable is absent: `tiny` for the shipped preset (the
-    default MODEL_ID with its few-step LoRA alone, MODEL_ADAPTERS absent or naming it),
-    `full` for any other model or adapters.
+    """VAE_DECODER when unset: `tiny` for the shipped preset, `full` otherwise.
 
-    Why: the preset's four UNet calls take about 160-170 s at 1024x1024 on 2 vCPU, and the
-    full VAE's decode of that image 64 s whole (past a 16 GiB container) or 90-105 s in the
-    tiles that fit: past a synchronous request's 230 s on a slow day. TAESDXL decodes it in
-    a few seconds (docs/performance.md, "Fast images"). Whoever chose another model or other
-    adapters chose what they wait for: the full decoder unless they say tiny.
-    """
+    The preset is the default MODEL_ID with only its few-step LoRA. Its four UNet calls take
+    about 160-170 s at 1024x1024 on 2 vCPU. The full VAE decode then takes 64 s whole, past a
+    16 GiB container. In tiles that fit it takes 90-105 s. That passes a synchronous request's
+    230 s on a slow day. TAESDXL takes a few seconds (docs/performance.md, "Fast images").
+    Another model or adapters gets the full decoder unless tiny is asked for."""
     shipped = tuple(parse_adapters(default_adapters(model_id)))
     return TINY if shipped and tuple(adapters) == shipped else FULL
 
@@ -100,8 +95,9 @@ def share_folder(repo: str) -> str:
 
 
 def load_tiny_decoder(folder: Path) -> Any:
-    """The tiny autoencoder from its folder on the share: fp32, safetensors, no network.
-    Slicing and tiling are switched on by the pipeline's loader, as for the full VAE."""
+    """The tiny autoencoder from its share folder: fp32, safetensors, no network.
+
+    The pipeline's loader turns on slicing and tiling, as for the full VAE."""
     import torch
     from diffusers import AutoencoderTiny
 

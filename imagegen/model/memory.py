@@ -1,17 +1,14 @@
-"""VAE_TILE_SIZE=auto: the full VAE's decode tiles chosen from the memory the service may use.
+"""VAE_TILE_SIZE=auto: full VAE decode tiles chosen from the memory the service may use.
 
-Why: SDXL's own VAE tile is the whole 1024x1024 image (3.9 GiB of activations on top of 12.9
-GiB of fp32 weights). In tiles of 512 pixels the service's peak in a request was 1.15-1.25x
-the weights (16.0 GiB at most), past a 16 GiB container; in tiles of 256 the decode needs
-about a third of that (0.3 against 0.95-1.14 GiB above the VAE) for 0.97x the time of 512 in
-the same run (docs/performance.md, "VAE tiles"). Smaller tiles are not always free, though:
-they would cut SD 1.x's 512x512 decode, which 512 leaves whole, into overlapping pieces. So
-the small tiles go where the memory needs them: where the memory limit is below what the
-weights and 512-pixel tiles were measured to take.
+SDXL's own VAE tile is the whole 1024x1024 image: 3.9 GiB of activations over 12.9 GiB of fp32
+weights. With 512-pixel tiles a request peaked at 1.15-1.25x the weights (16.0 GiB at most).
+That is past a 16 GiB container. 256-pixel tiles need about a third (0.3 against 0.95-1.14 GiB
+above the VAE). They took 0.97x the time of 512 in the same run (docs/performance.md, "VAE
+tiles"). But small tiles would cut SD 1.x's 512x512 decode into pieces. So 256 goes only where
+the limit is below what 512 was measured to need.
 
-The limit is the container's (cgroup v2 `memory.max`, else v1 `memory.limit_in_bytes`), or
-the machine's total memory where no container limit is set, whichever is smaller.
-"""
+The limit is the smaller of the container's (cgroup v2 `memory.max`, else v1
+`memory.limit_in_bytes`) and the machine's total memory."""
 
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,13 +17,14 @@ from typing import Any
 CGROUP = Path("/sys/fs/cgroup")
 MEMINFO = Path("/proc/meminfo")
 TILE, SMALL_TILE = 512, 256
-# The peak with tiles of 512 (1.25x the fp32 weights at most, SDXL at 1024x1024) and a little
-# room for the rest of the process: below this many times the weights, tiles of 256.
+# The 512-tile peak (1.25x the fp32 weights at most, SDXL at 1024x1024) plus a little room. Below
+# this many times the weights, tiles of 256.
 NEEDS_WITH_TILE = 1.3
 
 
 def memory_limit(root: Path = CGROUP, meminfo: Path = MEMINFO) -> int | None:
-    """Bytes this process may use: the cgroup's limit or the machine's total, the smaller;
+    """Bytes this process may use: the smaller of the cgroup's limit and total memory.
+
     None when neither can be read."""
     limits = []
     for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
@@ -59,9 +57,7 @@ def weights_bytes(components: Iterable[Any]) -> int:
 
 
 def vae_tile_for(weights: int, limit: int | None) -> int:
-    """VAE_TILE_SIZE=auto for a pipeline of `weights` bytes under a memory `limit`: tiles of
-    256 pixels where the limit is below what tiles of 512 were measured to need, else 512
-    (which leaves SD 1.x's own 512-pixel decode whole)."""
+    """Tiles of 256 pixels where `limit` is below what 512 needs for `weights`, else 512."""
     if limit is not None and limit < NEEDS_WITH_TILE * weights:
         return SMALL_TILE
     return TILE

@@ -1,21 +1,16 @@
-"""Which UNet the loaded pipeline runs: the base model's, or the inpainting checkpoint's
-(INPAINT_MODEL_ID, imagegen.model.inpaint) for an edit with a mask. One is in memory at a time.
+"""Which UNet the pipeline runs: the base model's, or the inpainting checkpoint's.
 
-Why one: an SDXL UNet is about 10 GB in fp32 and the rest of the pipeline about 3 GB; both
-UNets beside each other need 23 GB, past a 16 GiB container. So the pipeline holds one UNet,
-and a job that needs the other swaps them: every reference to the resident one is dropped
-first (the pipeline's and those of its img2img and inpainting pipelines,
-imagegen.model.edit_pipelines.set_unet) and its memory handed back to the system, then the
-other is loaded from the share by the same streaming loader as the pipeline's
-(imagegen.model.pipeline.load_unet: fp32, the adapters fused, attention sliced), so the peak
-stays about one model. The price is one UNet load each time the kind of job changes (an
-inpainting after a text-to-image or img2img job, or back); jobs of one kind in a row pay
-nothing. The VAE (slicing and tiling on), the text encoders and the tiny decoder stay.
+The inpainting one (INPAINT_MODEL_ID, imagegen.model.inpaint) serves edits with a mask. One is
+in memory at a time. An SDXL UNet is about 10 GB in fp32, the rest of the pipeline about 3 GB.
+Both UNets need 23 GB, past a 16 GiB container. So a job needing the other UNet swaps them.
+Every reference to the resident one is dropped first, including the edit pipelines'
+(imagegen.model.edit_pipelines.set_unet). Its memory goes back to the system. Then the other
+loads by the pipeline's streaming loader (imagegen.model.pipeline.load_unet). So the peak
+stays about one model. Each change of job kind costs one UNet load; same-kind jobs pay
+nothing. The VAE, text encoders and tiny decoder stay.
 
-Jobs run one at a time in a process (the queue's one worker thread, a worker process's one
-job), and the swap happens inside the job, before its generation starts, so no generation
-ever runs while the UNet changes; the lock only keeps two callers from loading at once.
-"""
+Jobs run one at a time per process, and the swap happens inside the job before generating. So
+no generation runs while the UNet changes. The lock only stops two callers loading at once."""
 
 import gc
 import logging
@@ -32,8 +27,7 @@ BASE, INPAINT = "base", "inpaint"
 
 
 class UnetSwap:
-    """The loaded pipeline's UNet, one of `loaders`' kinds at a time; BASE is resident at
-    first (the pipeline was loaded with it)."""
+    """The pipeline's UNet, one of `loaders`' kinds at a time; BASE is resident at first."""
 
     def __init__(self, pipe: Any, loaders: Mapping[str, Callable[[], Any]]) -> None:
         self._pipe = pipe
@@ -43,7 +37,7 @@ class UnetSwap:
 
     @property
     def resident(self) -> str | None:
-        """The kind in memory; None after a load that failed (the next use loads again)."""
+        """The kind in memory; None after a failed load, so the next use loads again."""
         return self._resident
 
     def use(self, kind: str) -> None:
@@ -57,8 +51,8 @@ class UnetSwap:
             try:
                 set_unet(self._pipe, self._loaders[kind]())
             except Exception as error:
-                # Back to the UNet that was there, so one bad file fails the jobs that need
-                # it and not every other job after (each paying a full load).
+                # Back to the previous UNet: one bad file fails only the jobs that need it.
+                # Otherwise every later job would pay a full load.
                 log.exception("the %s UNet could not be loaded; %s back in", kind, previous)
                 self._drop()
                 if previous is not None:
