@@ -1,15 +1,12 @@
 """Attention slicing with torch's fused attention kernel in each slice.
 
-The contract asks for attention slicing. diffusers' SlicedAttnProcessor computes each slice the
-old way: a baddbmm for the full (tokens x tokens) score matrix, a softmax, a bmm. At
-512x512 that is a 4096 x 4096 matrix per head, written and read again, and on a CPU it
-makes a SD 1.5 step about 1.4x slower than diffusers' default processor, which calls
-`scaled_dot_product_attention` (a fused, blocked kernel that never holds the whole matrix).
+The contract asks for attention slicing. diffusers' SlicedAttnProcessor computes the full
+score matrix per slice: a baddbmm, a softmax, a bmm. At 512x512 that is 4096 x 4096 per head,
+written and read again. On a CPU it makes an SD 1.5 step about 1.4x slower than
+`scaled_dot_product_attention`, which never holds the whole matrix.
 
-This processor keeps the slicing (the same heads per slice, chosen by diffusers'
-`enable_attention_slicing`) and calls the fused kernel on each slice, so memory stays
-bounded per slice and a step costs what an unsliced one does (bench/step_bench.py).
-"""
+This processor keeps diffusers' slices but calls the fused kernel on each. So memory stays
+bounded per slice, and a step costs what an unsliced one does (bench/step_bench.py)."""
 
 import torch
 import torch.nn.functional as F
@@ -81,9 +78,10 @@ class SlicedSdpaProcessor:
 
 
 def use_fused_kernel_in_slices(model: torch.nn.Module) -> int:
-    """Swaps each diffusers SlicedAttnProcessor in `model` for a SlicedSdpaProcessor of the
-    same slice size (other processors, e.g. added-KV ones, are left as they are). Returns
-    how many were swapped."""
+    """Swaps each SlicedAttnProcessor in `model` for a same-size SlicedSdpaProcessor; returns the
+    count.
+
+    Other processors, such as added-KV ones, stay."""
     swapped = 0
     for module in model.modules():
         if isinstance(module, Attention) and type(module.processor) is SlicedAttnProcessor:

@@ -1,9 +1,8 @@
 """The components a pipeline's model_index.json names, read by one rule everywhere.
 
-diffusers' rule: every key not starting with `_` whose value is a `[library, class]` pair;
-a `[null, null]` pair is an optional component the repository does not ship (SDXL's
-`image_encoder`, for one), so it is not a component at all.
-"""
+diffusers' rule: every key not starting with `_` whose value is a `[library, class]` pair. A
+`[null, null]` pair is an optional component the repo does not ship, like SDXL's
+`image_encoder`."""
 
 from typing import Any
 

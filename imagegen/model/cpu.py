@@ -1,9 +1,8 @@
 """How many CPU threads torch should use: what the container may really use.
 
-In a container, os.cpu_count() is the host's count (say 64), while the cgroup quota is the
-container's (4 vCPUs on the reference profile). torch sizes its thread pool from the former,
-and 64 threads on a 4-CPU quota are throttled in turns, which costs far more than it gains.
-"""
+In a container os.cpu_count() gives the host's count (say 64). The cgroup quota may be 4
+vCPUs, as on the reference profile. torch sizes its pool from the host's count. 64 threads on
+a 4-CPU quota are throttled in turns, which costs far more than it gains."""
 
 import math
 import os

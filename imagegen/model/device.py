@@ -10,9 +10,9 @@ from django.conf import settings
 def compute_device() -> str:
     if settings.DEVICE != "auto":
         return settings.DEVICE
-    # A CPU build of torch (the pinned `+cpu` wheel) has no CUDA: knowing that from its
-    # version keeps the 2-3 s import of torch out of every process's start, so /health and
-    # the todo API answer sooner and a web replica of distributed mode never imports it.
+    # A CPU build of torch (the pinned `+cpu` wheel) has no CUDA. Its version says so without the
+    # 2-3 s import of torch. So /health and the todo API answer sooner. A distributed web replica
+    # never imports torch.
     if cpu_only_torch():
         return "cpu"
     import torch

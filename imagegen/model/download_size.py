@@ -1,35 +1,32 @@
 """What a pull will download, known before it starts, so that Pull can say it first.
 
-The service learns a pull's exact size from the hub's file listing, and only a pull asks the
-hub for it (/model/status then shows it in `download.bytes_total`, and keeps it after a
-failure). Before any pull a person still deserves to know that Pull fetches gigabytes: for the
-model the service ships with, that is a documented figure; any other configuration has none
-here, and the page says the size shows once the download starts.
-"""
+Only a pull asks the hub for the exact size; /model/status then shows `download.bytes_total`.
+Before any pull, a person should still know Pull fetches gigabytes. The shipped model has a
+documented figure. Other configurations have none; the page says the size shows once the
+download starts."""
 
 from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
 from imagegen.model.decoder import TAESDXL
 from imagegen.model.hub import ModelSource
 
-# SDXL base's fp16 files that diffusers reads (imagegen.model.hub.wanted_files), as a pull's
-# `bytes_total` reported them (docs/image-api.md's status example; 6.94 GB in
-# a measured pull, docs/azure.md).
+# SDXL base's fp16 files that diffusers reads, as a pull's `bytes_total` reported them
+# (docs/image-api.md's status example; 6.94 GB in a measured pull, docs/azure.md).
 SDXL_BASE_FP16_BYTES = 6_938_040_682
 # The default LoRA file (a rank-64 SDXL LoRA in fp16) as the hub lists it: 394 MB.
 LIGHTNING_4STEP_LORA_BYTES = 394_000_000
-# TAESDXL's fp32 weights (AutoencoderTiny's 2,445,063 parameters at 4 bytes, with the file's
-# header) and its config: the default model's decoder (imagegen.model.decoder.default_decoder).
+# TAESDXL's fp32 weights (2,445,063 parameters at 4 bytes, plus header) and config.
 TAESDXL_BYTES = 9_800_000
-# By `repo:file` (an adapter's scale changes how it is fused, not what is fetched).
+# By `repo:file`: a scale changes how an adapter fuses, not what is fetched.
 _KNOWN_ADAPTERS = {
     a.label: LIGHTNING_4STEP_LORA_BYTES for a in parse_adapters(DEFAULT_MODEL_ADAPTERS)
 }
 
 
 def documented_download_bytes(source: ModelSource) -> int | None:
-    """About how many bytes a cold pull of `source` fetches: the default model's fp16 files,
-    the known adapters named with it and TAESDXL when it decodes; None for any other
-    configuration (an inpainting checkpoint among them)."""
+    """About how many bytes a cold pull of `source` fetches, or None if unknown.
+
+    Known: the default model's fp16 files, its known adapters, and TAESDXL when it decodes. An
+    inpainting checkpoint makes it unknown."""
     if source.model_id.casefold() != DEFAULT_MODEL_ID.casefold():
         return None
     if source.revision != "main" or source.variant != "fp16":

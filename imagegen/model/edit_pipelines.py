@@ -1,15 +1,12 @@
 """The img2img and inpainting pipelines of the loaded one, made of its very components.
 
-Why: a second pipeline loaded from the share would hold a second copy of every weight (12.9
-GiB for SDXL in fp32). diffusers' `from_pipe` builds the other task's pipeline around the
-same modules (the UNet, the VAE, the text encoders, the scheduler), so an edit costs no
-memory beyond its activations, and everything set on those modules at load (fused LoRA,
-attention slicing, VAE tiling, the tiny decoder, the stop points' hooks) holds for it too.
-The standard inpainting pipelines take the base model's 4-channel UNet (they blend the
-input's latents back in at each step).
+A second pipeline from the share would copy every weight: 12.9 GiB for SDXL in fp32.
+diffusers' `from_pipe` builds it around the same modules instead. So an edit costs only its
+activations. Everything set at load holds for it too: fused LoRA, slicing, tiling, the tiny
+decoder, the stop points' hooks. The standard inpainting pipelines take the base's 4-channel
+UNet: they blend the input's latents back in each step.
 
-Each is built once per loaded pipeline and kept on it, like its stop points.
-"""
+Each is built once per loaded pipeline and kept on it, like its stop points."""
 
 from typing import Any
 
@@ -31,9 +28,9 @@ def edit_pipeline(pipe: Any, *, inpaint: bool) -> Any:
 
 
 def set_unet(pipe: Any, unet: Any) -> None:
-    """Makes `unet` the UNet of `pipe` and of every edit pipeline built from it, which then
-    hold no other (imagegen.model.unets swaps the base's and the inpainting checkpoint's;
-    None drops the resident one everywhere before the other is loaded)."""
+    """Makes `unet` the UNet of `pipe` and of every edit pipeline built from it.
+
+    None drops the resident one everywhere before another loads (imagegen.model.unets)."""
     pipe.unet = unet
     for built in (getattr(pipe, _KEPT, None) or {}).values():
         built.unet = unet

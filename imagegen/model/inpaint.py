@@ -1,18 +1,15 @@
 """INPAINT_MODEL_ID: a dedicated inpainting checkpoint, whose UNet runs every edit with a mask.
 
-An inpainting checkpoint (SDXL's diffusers/stable-diffusion-xl-1.0-inpainting-0.1, SD 1.5's
-stable-diffusion-v1-5/stable-diffusion-inpainting) is its base model with a UNet retrained to
-take 9 input channels (the noisy latents, the mask, the masked image's latents): its text
-encoders, tokenizers and VAE are the base's. So only its `unet` folder is pulled (config.json
-and the safetensors weights of MODEL_VARIANT, else its default ones), like the adapters and
-the tiny decoder: onto the share inside the base model's directory, at
-`inpaint/<org>--<name>/unet/`, listed in the model's manifest (so `weights_on_share` and
-`pull_model --check` cover it, and changing INPAINT_MODEL_ID makes the copy incomplete until
-the next pull). The load checks that it fits the base (9 input channels, the base's
-cross-attention width) and fails the pull naming INPAINT_MODEL_ID otherwise.
+Examples: diffusers/stable-diffusion-xl-1.0-inpainting-0.1 for SDXL, and
+stable-diffusion-v1-5/stable-diffusion-inpainting for SD 1.5. Such a checkpoint is its base
+model with a UNet retrained for 9 input channels: noisy latents, mask, masked image latents.
+Its text encoders, tokenizers and VAE are the base's. So only its `unet` folder is pulled,
+like the adapters. It lies in the base model's directory at `inpaint/<org>--<name>/unet/`. The
+manifest lists it, so `pull_model --check` covers it. Changing INPAINT_MODEL_ID makes the copy
+incomplete until the next pull. The load checks that it fits the base, else fails the pull
+naming INPAINT_MODEL_ID.
 
-Which UNet is in memory when is imagegen.model.unets' business.
-"""
+Which UNet is in memory when is imagegen.model.unets' business."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +48,7 @@ def parse_inpaint(repo: str, revision: str) -> InpaintChoice | None:
 
 
 def matches(record: InpaintRecord | None, choice: InpaintChoice | None) -> bool:
-    """Whether the manifest's inpainting checkpoint is exactly the configured one (the
-    revision as asked, or the commit it was at)."""
+    """Whether the manifest's checkpoint is the configured one, by revision asked or commit."""
     if choice is None or record is None:
         return choice is None and record is None
     return record.repo == choice.repo and choice.revision in (
@@ -62,9 +58,9 @@ def matches(record: InpaintRecord | None, choice: InpaintChoice | None) -> bool:
 
 
 def check_fits(inpaint: Any, base: Any) -> None:
-    """Refuses an inpainting UNet's config (`inpaint`) that cannot run beside the base
-    UNet's (`base`): not 9 input channels, or another cross-attention width (another
-    model's text encoders)."""
+    """Refuses an inpainting UNet (`inpaint`) that cannot run beside the `base` UNet.
+
+    It needs 9 input channels and the base's cross-attention width, i.e. its text encoders."""
     channels = inpaint.get("in_channels")
     if channels != INPAINT_CHANNELS:
         raise ValueError(

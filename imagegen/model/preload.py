@@ -1,12 +1,9 @@
 """Imports the model-loading code at worker start, before the first request.
 
-Loading a pipeline for the first time imports about 1,600 modules (diffusers' pipelines and
-models, transformers' CLIP, accelerate, and through them torch._dynamo and sympy). An import
-holds the GIL through each unmarshal and module body, for up to 200 ms at a time, so done
-during a load in the worker they stalled /health past the platform's probe budget
-(docs/performance.md). Done here, they cost a few seconds of start-up instead, while the
-worker is not yet answering.
-"""
+A first pipeline load imports about 1,600 modules, torch._dynamo and sympy among them. Each
+import holds the GIL for up to 200 ms. During a load they stalled /health past the platform's
+probe budget (docs/performance.md). Here they cost a few seconds of start-up, before the
+worker answers."""
 
 import importlib
 import logging
@@ -14,9 +11,8 @@ import time
 
 log = logging.getLogger(__name__)
 
-# What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo: modules it
-# imports directly, and classes it resolves through diffusers' and transformers' lazy modules
-# (resolving one imports the module defining it).
+# What DiffusionPipeline.from_pretrained reaches for an SD 1.5 or SDXL repo. Resolving a lazy class
+# imports its module.
 MODULES = ("accelerate", "diffusers.guiders", "imagegen.model.pipeline", "imagegen.model.weights",
            "imagegen.model.attention")  # fmt: skip
 CLASSES = {
