@@ -1,20 +1,19 @@
-"""The process's backend, built once from the settings: the one place that reads
-JOB_BROKER_URL and chooses a job mode.
+"""The process's backend, built once from the settings.
 
-- In process (the default): jobs run on a thread of this process (imagegen.generation.jobs),
-  the model is this process's own (imagegen.model.loader), identical protocol requests meet in
-  this process's memory (imagegen.generation.shared_runs).
+This is the one place that reads JOB_BROKER_URL and chooses a job mode.
+
+- In process (the default): jobs run on a thread here (imagegen.generation.jobs). The model is
+  this process's own (imagegen.model.loader). Identical requests meet in memory
+  (imagegen.generation.shared_runs).
 - Distributed (JOB_BROKER_URL): jobs live in Redis and run on Celery workers
-  (imagegen.distributed.board), the model is the deployment's, downloaded by a web process and
-  loaded by every worker (imagegen.distributed.shared_model), and identical requests meet in
-  Redis whichever replica each reaches (imagegen.distributed.runs).
+  (imagegen.distributed.board). A web process downloads the model; every worker loads it
+  (imagegen.distributed.shared_model). Identical requests meet in Redis, whichever replica
+  each reaches (imagegen.distributed.runs).
 
-The routes take the process's Backend (current_backend) and hand it to the services and
-selectors they call; the apps' start-up and the management commands import this module;
-nothing below them does, so the layers stay a tree (api -> services/selectors -> backend ->
-distributed -> generation -> model) and a lower module never asks which mode it runs in. The
-distributed modules are imported only in that mode.
-"""
+Routes hand the Backend (current_backend) to the services and selectors they call. Only the
+apps' start-up and the management commands import this module. So the layers stay a tree (api
+-> services/selectors -> backend -> distributed -> generation -> model). No lower module asks
+which mode it runs in. The distributed modules load only in that mode."""
 
 import contextlib
 import dataclasses
@@ -54,8 +53,7 @@ def is_distributed() -> bool:
 
 
 def model_source() -> hub.ModelSource:
-    """The configured model (MODEL_ID, its adapters, decoder and inpainting checkpoint) and
-    where it lives."""
+    """The configured model and its extras, and where it lives."""
     return hub.ModelSource(
         model_id=settings.MODEL_ID,
         revision=settings.MODEL_REVISION,
@@ -72,8 +70,7 @@ def model_source() -> hub.ModelSource:
 
 
 def entry_source(model_id: str, revision: str) -> hub.ModelSource:
-    """A MODELS entry's source: MODEL_ID's share, cache, hub and variant, none of its
-    adapters, decoder or inpainting checkpoint."""
+    """A MODELS entry's source: MODEL_ID's share, cache, hub and variant, but none of its extras."""
     return dataclasses.replace(
         model_source(), model_id=model_id, revision=revision, adapters=(),
         decoder=FULL_DECODER, inpaint=None,
@@ -81,16 +78,16 @@ def entry_source(model_id: str, revision: str) -> hub.ModelSource:
 
 
 def offered_sources() -> list[hub.ModelSource]:
-    """MODEL_ID's source, then each MODELS entry's (imagegen.checks refused a malformed one
-    at the start)."""
+    """MODEL_ID's source, then each MODELS entry's (imagegen.checks refused bad ones at start)."""
     entries = parse_models(settings.MODELS)
     return [model_source(), *(entry_source(e.repo, e.revision) for e in entries)]
 
 
 def new_loader(source: hub.ModelSource | None = None) -> ModelLoader:
-    """A process's own model (MODEL_ID's unless `source` says another): the one an
-    in-process web process or a worker loads. A web process of distributed mode keeps one
-    too, for its source and status fields only."""
+    """A process's own model: MODEL_ID's unless `source` says another.
+
+    In-process web processes and workers load it. A distributed web process keeps one only for
+    its source and status fields."""
     return ModelLoader(
         source or model_source(),
         compute_device(),
@@ -103,8 +100,9 @@ def new_loader(source: hub.ModelSource | None = None) -> ModelLoader:
 
 
 def rules_from_settings() -> GenerationRules:
-    """The generation rules of this process's settings: the configured model's preset
-    (MODEL_ID, MODEL_ADAPTERS; none with GEN_FOLLOW_MODEL off) under the GEN_* settings."""
+    """The configured model's preset under the GEN_* settings.
+
+    GEN_FOLLOW_MODEL off means no preset."""
     preset = None
     if settings.GEN_FOLLOW_MODEL:
         preset = preset_for(model_id=settings.MODEL_ID, adapters=settings.MODEL_ADAPTERS)
@@ -121,8 +119,9 @@ def rules_from_settings() -> GenerationRules:
 
 
 def entry_rules(model_id: str) -> GenerationRules:
-    """A MODELS entry's rules: its recognised preset (none with GEN_FOLLOW_MODEL off) within
-    the form's bounds; MODEL_ID's GEN_DEFAULT_* and caps are MODEL_ID's alone."""
+    """A MODELS entry's recognised preset within the form's bounds.
+
+    MODEL_ID's GEN_DEFAULT_* and caps stay MODEL_ID's alone."""
     preset = preset_for(model_id=model_id, adapters=()) if settings.GEN_FOLLOW_MODEL else None
     return generation_rules(
         preset=preset, default_steps=None, default_guidance=None, default_scheduler=None,
@@ -148,8 +147,9 @@ RECORDS_OUTLIVE_RETRIES = 86400
 
 @dataclass(eq=False)  # one backend is one process's: compared and hashed by identity
 class Backend:
-    """What services and selectors act on, built once (build_backend) and handed to them by
-    the routes: a test builds its own and installs it (installed), no global is patched."""
+    """What services and selectors act on, handed to them by the routes.
+
+    A test builds its own and installs it (installed): no global is patched."""
 
     jobs: JobBoard  # the job board: this process's queue, or Redis's with workers
     models: ModelHandle  # what POST /model/pull and GET /model/status act on
@@ -181,16 +181,16 @@ class Backend:
         return self.jobs.rules
 
     def job_not_found(self) -> JobNotFound:
-        """The 404 for an unknown job, saying what keeps jobs in this mode: this process, or
-        the store (Redis), which a restart without persistence empties."""
+        """The 404 for an unknown job, naming what keeps jobs in this mode.
+
+        That is this process, or Redis, which a restart without persistence empties."""
         if self.distributed:
             return JobNotInStore(self.jobs_keep)
         return JobNotFound()
 
 
 def build_backend() -> Backend:
-    """The backend of this process's settings: in process, or with JOB_BROKER_URL on Redis
-    (the distributed modules are imported only then)."""
+    """The backend of this process's settings: in process, or on Redis with JOB_BROKER_URL."""
     sources = offered_sources()
     loader, *others = [new_loader(source) for source in sources]
     shelf = ModelShelf([loader, *others], memory_limit())
@@ -227,7 +227,7 @@ def build_backend() -> Backend:
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
-    # The records of jobs this process's predecessors ran: their jobs are long gone.
+    # Records of jobs this process's predecessors ran: those jobs are long gone.
     outbox.forget_records(older_than=settings.WEBHOOK_RETRY_SECONDS + RECORDS_OUTLIVE_RETRIES)
     jobs = JobQueue(
         loader,
@@ -259,8 +259,9 @@ def install(backend: Backend | None) -> None:
 
 
 def current_backend() -> Backend:
-    """The process's backend: the routes' one accessor. Built in ImagegenConfig.ready for a
-    web process, on first use for a management command."""
+    """The process's backend: the routes' one accessor.
+
+    ImagegenConfig.ready builds it for a web process; a management command, on first use."""
     global _installed
     if _installed is None:
         with _building:
@@ -281,8 +282,7 @@ def installed(backend: Backend) -> Iterator[Backend]:
 
 
 def worker_runtime(name: str) -> "WorkerRuntime":
-    """A Celery worker process's runtime (manage.py run_worker): its own loader, the shared
-    job store and the shared images."""
+    """A Celery worker's runtime (manage.py run_worker): own loader, shared job store and images."""
     from imagegen.distributed.connection import job_store, redis_client
     from imagegen.distributed.timings import RedisTimings, measured_model
     from imagegen.distributed.worker import WorkerRuntime
