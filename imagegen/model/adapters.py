@@ -2,13 +2,10 @@
 
 Fused, a step costs what it cost without them. MODEL_ADAPTERS is a comma-separated list of
 `repo:file[:scale]`, for example
-`latent-consistency/lcm-lora-sdxl:pytorch_lora_weights.safetensors` or
-`ByteDance/SDXL-Lightning:sdxl_lightning_4step_lora.safetensors:1.0`.
+`latent-consistency/lcm-lora-sdxl:pytorch_lora_weights.safetensors`.
 
-On the share an adapter lies at `adapters/<org>--<name>/<file>` in the model's directory. A
-LoRA is trained for one base model, so it belongs with that model's copy. The model's manifest
-lists it, and `pull_model --check` hashes it. The pull's clean-up removes a dropped adapter
-like any dropped model file."""
+A LoRA is trained for one base model, so it lies in that model's directory
+(`Adapter.share_path`). The model's manifest lists and checks it like the model's own files."""
 
 import ctypes
 import json
@@ -265,9 +262,8 @@ def fuse_into_unet(
 def fuse_into_text_encoders(pipe: Any, adapters: Sequence[tuple[Adapter, Path]]) -> None:
     """Fuses the adapters' text encoder layers into the built pipeline.
 
-    One part per adapter: diffusers tells a text encoder LoRA's layout from all its names at
-    once. A part without `out_proj` is not recognised. These LoRAs are small: SDXL's two at
-    rank 64 are about 0.1 GB in fp32. Layers of no text encoder stop the load."""
+    One part per adapter: diffusers reads the layout from all names at once. These LoRAs are
+    small: about 0.1 GB in fp32 for SDXL's two."""
     encoders = [
         name
         for name in pipe._lora_loadable_modules

@@ -1,11 +1,8 @@
 """VAE_DECODER: which autoencoder turns the latents into pixels.
 
-`full` is the pipeline's own VAE, with slicing and tiling, as the contract says. `tiny` is
-TAESD (diffusers' `AutoencoderTiny`): a few MB, not hundreds. Its decode costs a fraction of
-the full VAE's, at some loss of fine detail. It is pulled like the adapters, from
-VAE_DECODER_REPO. The default repo matches the pipeline's latent space: SDXL's differs from SD
-1.x's. It lies in the model's directory at `decoders/<org>--<name>/`. The manifest lists it.
-It loads in fp32 with slicing and tiling on."""
+`full` is the pipeline's own VAE, as the contract says. `tiny` is TAESD (AutoencoderTiny): a
+few MB, and a far cheaper decode, at some loss of fine detail. It is pulled like an adapter,
+from VAE_DECODER_REPO, whose default fits the pipeline's latent space."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,11 +65,9 @@ def is_sdxl(model_index: dict[str, Any]) -> bool:
 def default_decoder(model_id: str, adapters: Sequence[Adapter]) -> str:
     """VAE_DECODER when unset: `tiny` for the shipped preset, `full` otherwise.
 
-    The preset is the default MODEL_ID with only its few-step LoRA. Its four UNet calls take
-    about 160-170 s at 1024x1024 on 2 vCPU. The full VAE decode then takes 64 s whole, past a
-    16 GiB container. In tiles that fit it takes 90-105 s. That passes a synchronous request's
-    230 s on a slow day. TAESDXL takes a few seconds (docs/performance.md, "Fast images").
-    Another model or adapters gets the full decoder unless tiny is asked for."""
+    The preset's four UNet calls take about 160-170 s at 1024x1024 on 2 vCPU. A fitting full
+    decode adds 90-105 s, past a request's 230 s on a slow day. TAESDXL takes a few seconds
+    (docs/performance.md, "Fast images")."""
     shipped = tuple(parse_adapters(default_adapters(model_id)))
     return TINY if shipped and tuple(adapters) == shipped else FULL
 

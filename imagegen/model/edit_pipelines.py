@@ -1,12 +1,8 @@
 """The img2img and inpainting pipelines of the loaded one, made of its very components.
 
 A second pipeline from the share would copy every weight: 12.9 GiB for SDXL in fp32.
-diffusers' `from_pipe` builds it around the same modules instead. So an edit costs only its
-activations. Everything set at load holds for it too: fused LoRA, slicing, tiling, the tiny
-decoder, the stop points' hooks. The standard inpainting pipelines take the base's 4-channel
-UNet: they blend the input's latents back in each step.
-
-Each is built once per loaded pipeline and kept on it, like its stop points."""
+diffusers' `from_pipe` reuses the modules, so an edit costs only its activations. All
+load-time settings hold for it too. Each is built once per loaded pipeline."""
 
 from typing import Any
 

@@ -1,10 +1,8 @@
 """Files the model needs from other hub repos: MODEL_ADAPTERS' LoRAs and VAE_DECODER=tiny.
 
-Each resolves to its repo's current commit, with the hub's size and hash. Each gets a path
-inside the model's directory on the share. The pull fetches them with the model's files,
-through the same lock-free placement. The manifest lists them and records each origin. The
-copy is complete only when the manifest's extras are exactly the configured ones (`matches`).
-So changing MODEL_ADAPTERS or VAE_DECODER makes it incomplete until the next pull."""
+Each resolves to its repo's current commit and lands in the model's directory. The manifest
+lists them and their origins. The copy is complete only when they match the settings
+(`matches`), so a change makes it incomplete until the next pull."""
 
 import posixpath
 from collections.abc import Callable, Sequence

@@ -1,18 +1,14 @@
 """What to fetch from the model hub, and how it reaches the share.
 
-Diffusers decides the files. We use its download rules for the configured `variant` with
-`use_safetensors=True`, applied with huggingface_hub's `filter_repo_objects`. Two rules of
-ours narrow that set. Only model_index.json and the components' folders: `from_pretrained`
-reads nothing else. Never a pickle, ONNX, Flax or OpenVINO file (NEVER).
+Diffusers' download rules pick the files, for the configured `variant`, safetensors only. We
+narrow them: only model_index.json and the components' folders, never NEVER's formats.
 
-Each file lands first in huggingface_hub's cache on local disk. Its locks live beside its
-files, and SMB cannot lock. It is then copied to the share under a temporary name,
-size-checked and renamed into place (imagegen.model.share). The local copy is then removed, so
-local disk holds only files in flight. The manifest is written last.
+Each file lands first in huggingface_hub's local cache: it locks beside its files, and SMB
+cannot lock. It is then placed on the share (imagegen.model.share) and its local copy removed.
+So local disk holds only files in flight. The manifest is written last.
 
-Adapters, the tiny decoder and the inpainting UNet come from their own repos the same way
-(imagegen.model.extras). The same manifest lists them. A file the last complete manifest lists
-with the same hub hash stays put. So changing the adapters fetches only the adapters."""
+Extras come from their own repos the same way (imagegen.model.extras). A file the last
+manifest lists with the same hash stays. So changing the adapters fetches only the adapters."""
 
 import dataclasses
 import json

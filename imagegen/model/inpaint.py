@@ -1,13 +1,9 @@
 """INPAINT_MODEL_ID: a dedicated inpainting checkpoint, whose UNet runs every edit with a mask.
 
-Examples: diffusers/stable-diffusion-xl-1.0-inpainting-0.1 for SDXL, and
-stable-diffusion-v1-5/stable-diffusion-inpainting for SD 1.5. Such a checkpoint is its base
-model with a UNet retrained for 9 input channels: noisy latents, mask, masked image latents.
-Its text encoders, tokenizers and VAE are the base's. So only its `unet` folder is pulled,
-like the adapters. It lies in the base model's directory at `inpaint/<org>--<name>/unet/`. The
-manifest lists it, so `pull_model --check` covers it. Changing INPAINT_MODEL_ID makes the copy
-incomplete until the next pull. The load checks that it fits the base, else fails the pull
-naming INPAINT_MODEL_ID.
+Such a checkpoint is its base model with a UNet retrained for 9 input channels. Everything
+else is the base's. So only its `unet` folder is pulled, like an adapter, into the base's
+directory. The manifest lists it; changing INPAINT_MODEL_ID makes the copy incomplete. The
+load fails the pull, naming INPAINT_MODEL_ID, when it does not fit the base.
 
 Which UNet is in memory when is imagegen.model.unets' business."""
 

@@ -1,15 +1,11 @@
 """The process's one pipeline and the state machine that gets it there.
 
 State is per process: every start is `not_started`, even with the weights on the share. One
-background job pulls at a time: download if the share lacks a complete copy, then load.
-Concurrent and repeated pulls share that job.
+background job pulls at a time; concurrent pulls share it.
 
 not_started -> downloading -> loading -> ready      (cold: weights not on the share)
 not_started -> loading -> ready                      (warm: weights on the share) downloading
-| loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
-
-With an inpainting checkpoint (INPAINT_MODEL_ID), `use_unet` swaps in the UNet a job needs
-(imagegen.model.unets)."""
+| loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)"""
 
 import contextlib
 import gc
@@ -339,11 +335,9 @@ class ModelLoader:
         )
 
     def use_unet(self, *, inpaint: bool) -> InpaintRecord | None:
-        """Puts the UNet a job runs into the ready pipeline, loading it if not resident.
+        """Puts the UNet a job runs into the ready pipeline; called in the job, after `pipeline`.
 
-        An inpainting job (`inpaint`) gets INPAINT_MODEL_ID's UNet when set, else the base's.
-        Returns the checkpoint's record for its UNet, None for the base's. Called in the job,
-        after `pipeline` (imagegen.model.unets)."""
+        Returns the inpainting checkpoint's record when its UNet runs, None for the base's."""
         unets = self._unets
         if unets is None:
             return None

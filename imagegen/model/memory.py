@@ -1,14 +1,11 @@
 """VAE_TILE_SIZE=auto: full VAE decode tiles chosen from the memory the service may use.
 
-SDXL's own VAE tile is the whole 1024x1024 image: 3.9 GiB of activations over 12.9 GiB of fp32
-weights. With 512-pixel tiles a request peaked at 1.15-1.25x the weights (16.0 GiB at most).
-That is past a 16 GiB container. 256-pixel tiles need about a third (0.3 against 0.95-1.14 GiB
-above the VAE). They took 0.97x the time of 512 in the same run (docs/performance.md, "VAE
-tiles"). But small tiles would cut SD 1.x's 512x512 decode into pieces. So 256 goes only where
-the limit is below what 512 was measured to need.
+SDXL's own VAE tile is the whole 1024x1024 image. With 512-pixel tiles a request peaked at
+1.15-1.25x the fp32 weights, past a 16 GiB container. 256-pixel tiles need about a third of
+that, in 0.97x the time (docs/performance.md, "VAE tiles"). But they would cut SD 1.x's
+512x512 decode into pieces. So 256 goes only where the limit is below what 512 needs.
 
-The limit is the smaller of the container's (cgroup v2 `memory.max`, else v1
-`memory.limit_in_bytes`) and the machine's total memory."""
+The limit is the smaller of the cgroup's and the machine's total memory."""
 
 from collections.abc import Iterable
 from pathlib import Path

@@ -1,12 +1,9 @@
 """Builds the diffusers pipeline from the share, with every load knob in one place.
 
-The contract's rules: fp32 weights from safetensors, on the device. Attention slicing and VAE
-slicing and tiling make it fit memory. No accelerate offload helper: on a CPU-only host
-`enable_model_cpu_offload` fails ("requires accelerator, but not found").
-
-Beside the repo's components we load LoRA adapters, fused into the fp32 weights. They go into
-the UNet as soon as it loads, before the rest (imagegen.model.adapters). The tiny decoder can
-replace the VAE (imagegen.model.decoder); the repo's VAE is then never read."""
+The contract's rules: fp32 safetensors weights, attention and VAE slicing, VAE tiling. No
+accelerate offload: on a CPU-only host `enable_model_cpu_offload` fails. LoRA adapters fuse
+into the UNet as soon as it loads (imagegen.model.adapters). The tiny decoder can replace the
+VAE (imagegen.model.decoder)."""
 
 import json
 import logging
@@ -154,11 +151,9 @@ def load_unet(
 def decode_in_tiles_of(vae, side: int) -> None:
     """Makes the full VAE decode in `side`-pixel tiles where diffusers' tiles are larger.
 
-    With diffusers' tiles an SDXL decode at 1024x1024 is one tile. Its activations (about 3.9
-    GiB) come on top of 12.9 GiB of fp32 weights: past a 16 GiB container. Tiles of 512 pixels
-    need 1.2 GiB. Tiles of 256 need 0.5 GiB but take 1.1x the time (docs/performance.md). 512
-    leaves SD 1.x's 512x512 decode whole. The tiny decoder tiles itself and peaks low: left as
-    is."""
+    An untiled SDXL decode at 1024x1024 needs 3.9 GiB over 12.9 GiB of weights: past 16 GiB.
+    512-pixel tiles need 1.2 GiB and keep SD 1.x's decode whole (docs/performance.md). The
+    tiny decoder tiles itself."""
     from diffusers import AutoencoderKL
 
     # diffusers shows type checkers a dummy AutoencoderKL without the model's attributes.

@@ -1,12 +1,9 @@
 """What a failed pull tells the person who pressed Pull, ran the gate, or ran pull_model.
 
-The raw exception speaks the library's terms ("ConnectError: [Errno -2] Name or service not
-known"). It tells a newcomer neither what went wrong nor what to do. First-pull failures are
-few: no route to the hub, a gated, private or missing repo, a hub in trouble, a full disk.
-Each has one fix: a mirror or the offline demo, HF_TOKEN, MODEL_ID, free space. So the status
-`error` says that to every client (/model/status, the page, the gate, a refused /generate).
-The raw cause stays at its end, so nothing searchable is lost. Other failures keep the raw
-cause alone."""
+The raw exception ("ConnectError: [Errno -2] Name or service not known") tells a newcomer
+neither what went wrong nor what to do. First-pull failures are few, and each has one fix: a
+mirror or the offline demo, HF_TOKEN, MODEL_ID, free space. So the status `error` says that,
+to every client. The raw cause stays at its end, so nothing searchable is lost."""
 
 import errno
 import re

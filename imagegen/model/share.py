@@ -1,10 +1,9 @@
 """The model's directory on the mounted share, and when it counts as complete.
 
-The share is SMB and has no POSIX locks, so nothing here locks. Every file arrives under a
-temporary name and is renamed into place. The manifest (revision, files, sizes) is written
-last, the same way. A download is complete only when the manifest is there and every file it
-lists has its size. So a crash at any point leaves no manifest, and the next pull repairs the
-directory."""
+The share is SMB, with no POSIX locks, so nothing here locks. Files arrive under temporary
+names and are renamed into place. The manifest is written last. A copy is complete only when
+the manifest is there and every file has its size. So a crash leaves no manifest, and the next
+pull repairs it."""
 
 import hashlib
 import json
@@ -157,11 +156,9 @@ def broken_files(path: Path, manifest: Manifest) -> list[str]:
 
 
 def already_placed(path: Path, previous: Manifest | None, wanted: ModelFile) -> bool:
-    """Whether `wanted` is on the share already, so a new pull can keep it.
+    """Whether `wanted` is already on the share with the manifest's path, size and hash.
 
-    The last complete manifest must list the same path, size and hub hash. The file must still
-    have that size. This spares the model when only MODEL_ADAPTERS or VAE_DECODER changed, and
-    unchanged files of a new commit."""
+    A new pull keeps such a file, so changing the extras refetches nothing else."""
     if previous is None or not (wanted.sha256 or wanted.blob_id):
         return False
     if wanted not in previous.files:  # path, size and both hashes equal

@@ -1,11 +1,8 @@
 """The offered models' loaders in one process, and the memory rule between them.
 
-Each model is 2-13 GB at fp32, and a container has a memory limit. Models that fit together
-under the limit stay resident, so mixed requests do not reload them. The limit is the
-container's memory.max, else the machine's (imagegen.model.memory). A model that does not fit
-frees the least recently used ones first. Each model's fp32 size comes from its manifest:
-known before a byte is read. A freed model returns to not_started; its weights stay on the
-share."""
+Each model is 2-13 GB at fp32, under one memory limit (imagegen.model.memory). Models that fit
+together stay resident, so mixed requests do not reload them. A model that does not fit frees
+the least recently used first. Sizes come from manifests, before a byte is read."""
 
 import contextlib
 import logging

@@ -1,16 +1,12 @@
 """Which UNet the pipeline runs: the base model's, or the inpainting checkpoint's.
 
-The inpainting one (INPAINT_MODEL_ID, imagegen.model.inpaint) serves edits with a mask. One is
-in memory at a time. An SDXL UNet is about 10 GB in fp32, the rest of the pipeline about 3 GB.
-Both UNets need 23 GB, past a 16 GiB container. So a job needing the other UNet swaps them.
-Every reference to the resident one is dropped first, including the edit pipelines'
-(imagegen.model.edit_pipelines.set_unet). Its memory goes back to the system. Then the other
-loads by the pipeline's streaming loader (imagegen.model.pipeline.load_unet). So the peak
-stays about one model. Each change of job kind costs one UNet load; same-kind jobs pay
-nothing. The VAE, text encoders and tiny decoder stay.
+One is in memory at a time. An SDXL UNet is about 10 GB in fp32, the rest about 3 GB. Both
+UNets need 23 GB, past a 16 GiB container. So a job needing the other one swaps them: drop
+every reference, free the memory, stream in the other (imagegen.model.pipeline.load_unet).
+Each change of job kind costs one UNet load; same-kind jobs pay nothing.
 
-Jobs run one at a time per process, and the swap happens inside the job before generating. So
-no generation runs while the UNet changes. The lock only stops two callers loading at once."""
+The swap runs inside the job, and jobs run one at a time per process. So no generation sees
+the UNet change. The lock only stops two callers loading at once."""
 
 import gc
 import logging

@@ -1,16 +1,13 @@
 """Loads a component's weights into one fp32 block per file, cast chunk by chunk.
 
-Diffusers reads the whole fp16 state dict, then casts it into the fp32 model. For a moment
-both are in memory: 1.5x the fp32 size. For SDXL's 10 GB UNet that is 15 GB of a 16 GiB
-container. Here the model is built without memory (accelerate's empty weights). Each file's
-float tensors are cast into one fp32 block, and the tensors are views into it. The file is
-read in 64 MiB chunks into two reused buffers. A reader thread reads ahead while one chunk is
-cast. Plain reads, not mmap, so file pages never count as process memory. The peak stays near
-the fp32 size. Some 30 large casts beat a thousand small ones (bench/load_bench.py). Read
-pages are dropped from the page cache: on the share they only crowd the memory limit.
+Diffusers holds the fp16 state dict and the fp32 model at once: 1.5x the fp32 size. For SDXL's
+10 GB UNet that is 15 GB of a 16 GiB container. Here the model is built empty (accelerate),
+and each file's float tensors become views into one fp32 block. A reader thread fills two 64
+MiB buffers with plain reads, not mmap, while the other is cast. So the peak stays near the
+fp32 size, and 30 large casts beat a thousand small ones (bench/load_bench.py). Read pages
+leave the page cache: they only crowd the memory limit.
 
-Safetensors layout: an 8-byte little-endian header length, a JSON header of {name: {dtype,
-shape, data_offsets}}, then the data."""
+Safetensors layout: an 8-byte little-endian header length, a JSON header, then the data."""
 
 import importlib
 import json
@@ -269,12 +266,11 @@ def streamed_components(
     skip: frozenset[str] = frozenset(),
     prepare: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> dict[str, Any]:
-    """Every torch component in model_index.json, loaded by load_component, except `skip`.
+    """Every torch component in model_index.json but `skip`, loaded by load_component.
 
-    `skip` holds what the caller brings itself, like the tiny decoder's `vae`. Each component
-    in `prepare` is loaded first and handed to its function before the next loads. So adapters
-    fuse into the UNet while it is alone in memory. A component handed back to diffusers
-    (None) is neither prepared nor returned."""
+    Each one in `prepare` goes to its function before the next loads. So adapters fuse into
+    the UNet while it is alone in memory. A component left to diffusers (None) is not
+    returned."""
     prepare = prepare or {}
     index = json.loads((path / "model_index.json").read_text())
     listed = pipeline_components(index)
