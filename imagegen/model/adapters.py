@@ -63,11 +63,9 @@ def share_folder_name(repo: str) -> str:
 
 
 def default_adapters(model_id: str) -> str:
-    """MODEL_ADAPTERS' value when unset: the default model's few-step LoRA, else none.
+    """MODEL_ADAPTERS when unset: the default model's few-step LoRA, else none.
 
-    A LoRA is distilled for one base model; another MODEL_ID may be any pipeline. Hub ids are
-    case-insensitive, so naming the default model explicitly (deploy/azure.sh) changes
-    nothing."""
+    A LoRA fits one base model. Hub ids are case-insensitive."""
     return DEFAULT_MODEL_ADAPTERS if model_id.casefold() == DEFAULT_MODEL_ID.casefold() else ""
 
 
@@ -159,11 +157,9 @@ def lora_metadata(file: Path) -> dict[str, Any] | None:
 def lora_parts(
     file: Path, *, unet: bool, chunk_bytes: float = CHUNK_BYTES
 ) -> Iterator[dict[str, Any]]:
-    """The adapter's UNet tensors (`unet`) or the rest, as fp32, in parts of about `chunk_bytes`.
+    """The adapter's UNet tensors (`unet`) or the rest, as fp32, in parts of whole layers.
 
-    A part holds whole layers. Parts are read one at a time without mapping the file. A file
-    with diffusers' metadata comes in one part: its LoraConfig names every target. A tensor
-    name in no known layout is refused."""
+    Parts of about `chunk_bytes` are read one at a time. Unknown tensor names are refused."""
     import torch
 
     from imagegen.model.weights import read_entry, read_header
@@ -260,10 +256,9 @@ def fuse_into_unet(
 
 
 def fuse_into_text_encoders(pipe: Any, adapters: Sequence[tuple[Adapter, Path]]) -> None:
-    """Fuses the adapters' text encoder layers into the built pipeline.
+    """Fuses the adapters' text encoder layers into the built pipeline, one part per adapter.
 
-    One part per adapter: diffusers reads the layout from all names at once. These LoRAs are
-    small: about 0.1 GB in fp32 for SDXL's two."""
+    diffusers reads the layout from all names at once; these LoRAs are small (0.1 GB)."""
     encoders = [
         name
         for name in pipe._lora_loadable_modules

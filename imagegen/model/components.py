@@ -1,8 +1,6 @@
 """The components a pipeline's model_index.json names, read by one rule everywhere.
 
-diffusers' rule: every key not starting with `_` whose value is a `[library, class]` pair. A
-`[null, null]` pair is an optional component the repo does not ship, like SDXL's
-`image_encoder`."""
+A `[null, null]` pair is an optional component the repo does not ship."""
 
 from typing import Any
 

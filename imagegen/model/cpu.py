@@ -1,8 +1,7 @@
 """How many CPU threads torch should use: what the container may really use.
 
-In a container os.cpu_count() gives the host's count (say 64). The cgroup quota may be 4
-vCPUs, as on the reference profile. torch sizes its pool from the host's count. 64 threads on
-a 4-CPU quota are throttled in turns, which costs far more than it gains."""
+torch sizes its pool from os.cpu_count(): the host's count, say 64, not the cgroup quota. 64
+threads on a 4-CPU quota are throttled in turns, which costs far more than it gains."""
 
 import math
 import os

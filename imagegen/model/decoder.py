@@ -65,9 +65,9 @@ def is_sdxl(model_index: dict[str, Any]) -> bool:
 def default_decoder(model_id: str, adapters: Sequence[Adapter]) -> str:
     """VAE_DECODER when unset: `tiny` for the shipped preset, `full` otherwise.
 
-    The preset's four UNet calls take about 160-170 s at 1024x1024 on 2 vCPU. A fitting full
-    decode adds 90-105 s, past a request's 230 s on a slow day. TAESDXL takes a few seconds
-    (docs/performance.md, "Fast images")."""
+    On 2 vCPU the preset's 1024x1024 image takes 160-170 s; a fitting full decode adds 90-105
+    s. That passes a request's 230 s; TAESDXL takes seconds (docs/performance.md, "Fast
+    images")."""
     shipped = tuple(parse_adapters(default_adapters(model_id)))
     return TINY if shipped and tuple(adapters) == shipped else FULL
 

@@ -1,9 +1,7 @@
 """What a pull will download, known before it starts, so that Pull can say it first.
 
-Only a pull asks the hub for the exact size; /model/status then shows `download.bytes_total`.
-Before any pull, a person should still know Pull fetches gigabytes. The shipped model has a
-documented figure. Other configurations have none; the page says the size shows once the
-download starts."""
+Only a pull asks the hub for exact sizes. Before that, a person should still know Pull fetches
+gigabytes. Only the shipped model has a documented figure."""
 
 from imagegen.model.adapters import DEFAULT_MODEL_ADAPTERS, DEFAULT_MODEL_ID, parse_adapters
 from imagegen.model.decoder import TAESDXL
@@ -23,10 +21,7 @@ _KNOWN_ADAPTERS = {
 
 
 def documented_download_bytes(source: ModelSource) -> int | None:
-    """About how many bytes a cold pull of `source` fetches, or None if unknown.
-
-    Known: the default model's fp16 files, its known adapters, and TAESDXL when it decodes. An
-    inpainting checkpoint makes it unknown."""
+    """About how many bytes a cold pull of `source` fetches, or None if unknown."""
     if source.model_id.casefold() != DEFAULT_MODEL_ID.casefold():
         return None
     if source.revision != "main" or source.variant != "fp16":

@@ -119,10 +119,9 @@ def matches(
     choice: DecoderChoice,
     model_index: Callable[[], dict[str, Any] | None],
 ) -> bool:
-    """Whether the manifest's adapters and decoder are exactly the configured ones.
+    """Whether the manifest's adapters and decoder are the configured ones.
 
-    Scales do not count: they change how files fuse, not which. The default tiny decoder
-    depends on the pipeline type, so `model_index()` is read only then."""
+    Scales do not count: they change how files fuse, not which."""
     on_share = {(a.repo, a.file) for a in manifest.adapters}
     if on_share != {(a.repo, a.file) for a in adapters}:
         return False

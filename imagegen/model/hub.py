@@ -91,9 +91,7 @@ class ModelSource:
 class DownloadProgress:
     """Bytes of the pull so far, for /model/status and pull_model's bar.
 
-    huggingface_hub reports each chunk it writes through its progress-bar hook. So the figure
-    moves during a large file too. A file needing no transfer counts whole once placed. The
-    figure never moves backwards."""
+    It counts each chunk written, so it moves during a large file. It never moves backwards."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -132,8 +130,7 @@ class DownloadProgress:
 class _FileBytes(hf_tqdm):
     """A progress bar that counts into a DownloadProgress instead of drawing.
 
-    `update(n)` comes per chunk written; n < 0 when a resumed transfer restarts. Xet's
-    `update_transfer` is ignored: bytes written, not received, are what the pull has."""
+    Bytes written count, not bytes received, so Xet's `update_transfer` is ignored."""
 
     progress: DownloadProgress
     path: str
@@ -160,9 +157,8 @@ def download_patterns(
 ) -> tuple[list[str], list[str]]:
     """(allow, ignore) globs as `DiffusionPipeline.download` (diffusers 0.42) builds them.
 
-    Uses safetensors only, no ONNX and no custom code. Raises OSError when a component has no
-    safetensors weights. Raises ValueError when no file has `variant`. Diffusers is imported
-    here: it takes seconds, and this module loads at start-up."""
+    Raises OSError for a component without safetensors, ValueError when no file has `variant`.
+    Diffusers is imported here because it takes seconds."""
     from diffusers.pipelines.pipeline_loading_utils import (
         _get_ignore_patterns,
         filter_model_files,
@@ -207,8 +203,7 @@ def wanted_files(
 ) -> list[ModelFile]:
     """The files `from_pretrained(variant=..., use_safetensors=True)` reads.
 
-    A component without `variant` weights gets its default ones, as in diffusers. A repo with
-    no `variant` file at all gets its defaults, where diffusers raises. So MODEL_VARIANT=fp16
+    Without `variant` files, defaults are used where diffusers raises. So MODEL_VARIANT=fp16
     works for any repo."""
     components = set(pipeline_components(model_index))
     names = {f.path for f in repo_files} - set(model_index.get("_ignore_files", []))
@@ -333,9 +328,7 @@ def download_to_share(
 ) -> Manifest:
     """Fetches the model and its extras onto the share, then writes the manifest.
 
-    With `reuse`, a file the last manifest lists with the same hash and size stays. So after
-    changing MODEL_ADAPTERS or VAE_DECODER only new files travel. `pull_model --force` passes
-    reuse=False."""
+    With `reuse`, unchanged files stay; `pull_model --force` passes reuse=False."""
     api = HfApi(endpoint=source.endpoint, token=source.token)
     commit = extras.commit_of(api, source.model_id, source.revision)
     entries = api.list_repo_tree(source.model_id, revision=commit, recursive=True)

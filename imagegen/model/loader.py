@@ -133,10 +133,9 @@ class ModelLoader:
             return True
 
     def warm_start(self) -> bool:
-        """WARM_START: loads a complete copy from the share at process start.
+        """WARM_START: loads a complete copy at start, so the first request skips the load.
 
-        So the first request after a restart skips the load. Off by default: the contract says
-        a new process stays `not_started` until a pull or a generation."""
+        Off by default: the contract keeps a new process `not_started`."""
         if self.source.complete_manifest() is None:
             return False
         with self._lock:
@@ -147,8 +146,7 @@ class ModelLoader:
     def check_loadable(self) -> None:
         """Refuses at once what cannot become ready soon, and starts nothing.
 
-        That is nothing on the share, a download under way, or a failed pull. A refused
-        request must not start a 14 GB load."""
+        A refused request must not start a 14 GB load."""
         if self._state is State.READY:
             return
         on_share = self.source.complete_manifest() is not None
@@ -196,8 +194,7 @@ class ModelLoader:
     def free(self) -> bool:
         """Drops the loaded pipeline so another model can have its memory.
 
-        The state returns to not_started; the weights stay on the share for the next load.
-        False, doing nothing, when not loaded, while a pull runs, or while a job uses it."""
+        The weights stay on the share. False when not loaded, pulling or in use."""
         with self._lock:
             if self._state is not State.READY or self._job_running() or self._users:
                 return False

@@ -149,11 +149,10 @@ def load_unet(
 
 
 def decode_in_tiles_of(vae, side: int) -> None:
-    """Makes the full VAE decode in `side`-pixel tiles where diffusers' tiles are larger.
+    """Makes the full VAE decode in `side`-pixel tiles where diffusers' are larger.
 
-    An untiled SDXL decode at 1024x1024 needs 3.9 GiB over 12.9 GiB of weights: past 16 GiB.
-    512-pixel tiles need 1.2 GiB and keep SD 1.x's decode whole (docs/performance.md). The
-    tiny decoder tiles itself."""
+    An untiled SDXL decode needs 3.9 GiB over 12.9 GiB of weights; 512-pixel tiles need 1.2
+    GiB (docs/performance.md)."""
     from diffusers import AutoencoderKL
 
     # diffusers shows type checkers a dummy AutoencoderKL without the model's attributes.

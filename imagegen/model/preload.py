@@ -1,9 +1,7 @@
 """Imports the model-loading code at worker start, before the first request.
 
-A first pipeline load imports about 1,600 modules, torch._dynamo and sympy among them. Each
-import holds the GIL for up to 200 ms. During a load they stalled /health past the platform's
-probe budget (docs/performance.md). Here they cost a few seconds of start-up, before the
-worker answers."""
+A first load imports about 1,600 modules, each holding the GIL up to 200 ms. During a load
+they stalled /health past the probe budget (docs/performance.md)."""
 
 import importlib
 import logging

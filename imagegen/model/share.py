@@ -51,10 +51,7 @@ class DecoderRecord:
 
 @dataclass(frozen=True)
 class InpaintRecord:
-    """The inpainting checkpoint's UNet on the share (INPAINT_MODEL_ID).
-
-    It records the repo, revision asked, commit, and the folder holding `unet`. The folder is
-    relative to the model's directory; the manifest lists its files."""
+    """The inpainting checkpoint's UNet on the share: repo, revision, commit and folder."""
 
     repo: str
     requested_revision: str
@@ -191,8 +188,7 @@ class PlacementError(OSError):
 def place_file(source: Path, path: Path, relative: str, *, size: int) -> None:
     """Copies a downloaded file onto the share, named only when whole and of `size`.
 
-    The size, not a hash: huggingface_hub checks only byte counts too, and hashing rereads
-    every byte. `pull_model --check` compares hashes on demand (broken_files)."""
+    Size, not hash, as huggingface_hub checks; `pull_model --check` hashes on demand."""
 
     def has_listed_size(copy: Path) -> None:
         copied = copy.stat().st_size

@@ -1,9 +1,7 @@
 """A model's readiness as clients read it, and the calls that move it.
 
-Two handles implement ModelHandle. One is a process's own loader (imagegen.model.loader). The
-other is the shared model a web process reports for distributed workers
-(imagegen.distributed.shared_model). The model routes act on whichever imagegen.backend built.
-So the answer's type lives here, below both."""
+Both handles, the process's loader and distributed mode's shared model, answer with it. So the
+type lives here, below both."""
 
 from enum import StrEnum
 from typing import Protocol

@@ -105,8 +105,7 @@ def read_header(f, path: Path) -> list[Entry]:
 def _layout(entries: list[Entry], dtype: torch.dtype) -> tuple[dict[str, int], int]:
     """Each float tensor's start in the block, and the block's length.
 
-    Starts are 64-byte aligned, as separate tensors would be. Unaligned weights sent oneDNN
-    down other paths, and images differed from diffusers' in the last bits."""
+    Starts are 64-byte aligned: unaligned weights made images differ from diffusers'."""
     starts, element = {}, 0
     align = ALIGN_BYTES // dtype.itemsize
     for e in entries:
@@ -268,9 +267,8 @@ def streamed_components(
 ) -> dict[str, Any]:
     """Every torch component in model_index.json but `skip`, loaded by load_component.
 
-    Each one in `prepare` goes to its function before the next loads. So adapters fuse into
-    the UNet while it is alone in memory. A component left to diffusers (None) is not
-    returned."""
+    Each `prepare` function runs before the next load, so adapters fuse while the UNet is
+    alone."""
     prepare = prepare or {}
     index = json.loads((path / "model_index.json").read_text())
     listed = pipeline_components(index)
