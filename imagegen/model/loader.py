@@ -3,9 +3,10 @@
 State is per process: every start is `not_started`, even with the weights on the share. One
 background job pulls at a time; concurrent pulls share it.
 
-not_started -> downloading -> loading -> ready      (cold: weights not on the share)
-not_started -> loading -> ready                      (warm: weights on the share) downloading
-| loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)"""
+    not_started -> downloading -> loading -> ready      (cold: weights not on the share)
+    not_started -> loading -> ready                      (warm: weights on the share)
+    downloading | loading -> failed -> (pull) ...        (failed keeps the error; a pull retries)
+"""
 
 import contextlib
 import gc
