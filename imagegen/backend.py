@@ -10,10 +10,11 @@ This is the one place that reads JOB_BROKER_URL and chooses a job mode.
   (imagegen.distributed.shared_model). Identical requests meet in Redis, whichever replica
   each reaches (imagegen.distributed.runs).
 
-Routes hand the Backend (current_backend) to the services and selectors they call. Only the
-apps' start-up and the management commands import this module. So the layers stay a tree (api
--> services/selectors -> backend -> distributed -> generation -> model). No lower module asks
-which mode it runs in. The distributed modules load only in that mode."""
+Routes hand the Backend (current_backend) to the services and selectors they call. Routes,
+the apps' start-up and the management commands import this module; nothing below them does.
+So the layers stay a tree: api -> services/selectors -> backend -> distributed -> generation
+-> model. No lower module asks which mode it runs in. The distributed modules load only in
+that mode."""
 
 import contextlib
 import dataclasses
