@@ -230,8 +230,7 @@ def fuse_into_unet(
 ) -> None:
     """Fuses the adapters' UNet layers into `unet`, before any pipeline exists.
 
-    It uses the pipeline class's own conversion and loading, then the UNet's `fuse_lora` and
-    `unload_lora`: what the pipeline's methods call."""
+    It calls what the pipeline's own LoRA methods call."""
     for index, (adapter, file) in enumerate(adapters):
         metadata = lora_metadata(file)
         parts = _parts(adapter, file, unet=True, chunk_bytes=chunk_bytes)

@@ -1,13 +1,10 @@
 """One malloc arena for the processes that generate (gunicorn's worker; manage.py's commands).
 
-glibc gives each allocating thread its own arena, which hands emptied heaps back to the
-kernel. The main thread's heap keeps freed pages for reuse. The service generates in a worker
-thread, so SDXL's activations were faulted in afresh every time. One 1024x1024 request took 19
-M minor faults and 49 s of kernel time; its decode took 1.20-1.31x plain diffusers'. With one
-arena it faulted 2.6 M times, and a later decode took 0.94x plain's (docs/performance.md, "Why
-the service's full decode was slower").
-
-The cost: peak RSS was 1.17x the fp32 weights, not 1.13x, and threads share one lock.
+glibc gives each thread its own arena, which hands emptied heaps back to the kernel. The
+service generates in a worker thread, so SDXL's activations were faulted in afresh each time.
+One 1024x1024 request took 19 M minor faults and 49 s of kernel time. With one arena it
+faulted 2.6 M times, and the decode took 0.94x plain diffusers' (docs/performance.md, "Why the
+service's full decode was slower"). The cost: peak RSS 1.17x the fp32 weights, not 1.13x.
 
 Set `MALLOC_ARENA_MAX`, or `glibc.malloc.arena_max` in `GLIBC_TUNABLES`, to choose otherwise."""
 

@@ -115,8 +115,7 @@ def load_unet(
 ):
     """The UNet in `path`'s `unet` folder, built as load_pipeline builds a pipeline's.
 
-    It replaces the loaded pipeline's UNet; the other components stay (imagegen.model.unets).
-    `pipeline_class` gives the LoRA conversion. Without `streaming`, diffusers loads it."""
+    It replaces the loaded pipeline's UNet (imagegen.model.unets)."""
     import torch
     from diffusers import UNet2DConditionModel
 

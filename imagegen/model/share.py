@@ -40,9 +40,7 @@ class AdapterRecord:
 
 @dataclass(frozen=True)
 class DecoderRecord:
-    """The tiny decoder on the share: repo, commit, and folder of config.json and weights.
-
-    The folder is relative to the model's directory; the manifest lists its files."""
+    """The tiny decoder on the share: repo, commit, and folder in the model's directory."""
 
     repo: str
     commit: str
@@ -226,10 +224,9 @@ def write_manifest(
 
 
 def remove_leftovers(path: Path, keep: set[str], *, partial_age: float = 3600.0) -> None:
-    """Removes files no longer in the model, and old temporary files of interrupted copies.
+    """Removes files no longer in the model, and stale temporary files.
 
-    Temporary files wait until no other process, like an operator's pull, can still write
-    them."""
+    A temporary file waits until no other process can still be writing it."""
     now = time.time()
     for file in path.rglob("*"):
         relative = file.relative_to(path).as_posix()

@@ -1,12 +1,11 @@
 """Which UNet the pipeline runs: the base model's, or the inpainting checkpoint's.
 
 One is in memory at a time. An SDXL UNet is about 10 GB in fp32, the rest about 3 GB. Both
-UNets need 23 GB, past a 16 GiB container. So a job needing the other one swaps them: drop
-every reference, free the memory, stream in the other (imagegen.model.pipeline.load_unet).
-Each change of job kind costs one UNet load; same-kind jobs pay nothing.
+UNets need 23 GB, past a 16 GiB container. So a job needing the other one swaps them, and the
+peak stays about one model. Only a change of job kind costs a UNet load.
 
 The swap runs inside the job, and jobs run one at a time per process. So no generation sees
-the UNet change. The lock only stops two callers loading at once."""
+the UNet change."""
 
 import gc
 import logging
