@@ -1,10 +1,10 @@
 """What to fetch from the model hub, and how it reaches the share.
 
-Diffusers' download rules pick the files; we keep only the components' and never NEVER's. Each
-file lands first in huggingface_hub's local cache: it locks there, and SMB cannot lock. It is
-then placed on the share (imagegen.model.share), and the local copy removed. So local disk
-holds only files in flight. The manifest is written last. Unchanged files stay, so changing
-the adapters fetches only the adapters."""
+Diffusers' download rules pick the files. We keep only model_index.json and the components'
+folders, and never NEVER's formats. Each file lands first in huggingface_hub's local cache: it
+locks there, and SMB cannot lock. It is then placed on the share (imagegen.model.share), and
+the local copy removed. So local disk holds only files in flight. The manifest is written
+last. Unchanged files stay, so changing the adapters fetches only the adapters."""
 
 import dataclasses
 import json

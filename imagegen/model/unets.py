@@ -5,7 +5,7 @@ UNets need 23 GB, past a 16 GiB container. So a job needing the other one swaps 
 peak stays about one model. Only a change of job kind costs a UNet load.
 
 The swap runs inside the job, and jobs run one at a time per process. So no generation sees
-the UNet change."""
+the UNet change. The lock only stops two callers loading at once."""
 
 import gc
 import logging
