@@ -177,3 +177,17 @@ def test_no_new_job_starts_on_a_model_that_is_making_room(pulled):
     waiting.join(60)
     assert seen == [False]
     assert wait_for(shelf.loader(SDXL_REPO), {"ready", "failed"}) == "ready"
+
+
+def test_a_freed_model_hands_its_pages_back_to_the_system(pulled, monkeypatch):
+    """Freeing a model trims malloc's kept pages (malloc_trim), so the next model's load
+    replaces its memory instead of adding to it; nothing is trimmed when nothing is freed."""
+    from imagegen.model import loader as loader_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(loader_module, "give_back_freed_memory", lambda: trims.append(1))
+    shelf = shelf_of(pulled, limit=None)
+    load(shelf, SD_REPO)
+    assert shelf.loader(SDXL_REPO).free() is False and trims == []  # not loaded: nothing freed
+    assert shelf.loader(SD_REPO).free() is True
+    assert trims == [1]
