@@ -98,6 +98,9 @@ def test_a_request_runs_the_model_it_names_and_says_so(app):
 def test_a_model_chosen_makes_the_same_bytes_as_served_alone_and_across_swaps(app, hub_url, work):
     """Room for one model: SD, SDXL, SD again each swap; each model's image is the same
     bytes every time, and SDXL's the same as a service whose MODEL_ID it is makes."""
+    pulled = requests.post(app.url("/model/pull"), data={"model": SDXL_REPO}, timeout=30)
+    assert pulled.status_code in (200, 202)  # on the share whatever ran before this test
+    until(lambda: status(app)["models"][1]["state"] == "ready")
     app.backend.shelf.limit = 1
     for loader in app.backend.shelf.loaders.values():  # nothing resident, as after a start
         loader.free()
