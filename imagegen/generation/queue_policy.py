@@ -3,13 +3,21 @@
 Both boards apply them, so a rule changed here changes in both modes. The functions are pure: the
 boards only store."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from imagegen.errors import KeyQueueLimit, QueueFull
 
 # A waiting job's place is round x ROUND_SPAN + arrival (mod ROUND_SPAN). Redis sorts its queue by
 # it.
 ROUND_SPAN = 1_000_000
+
+# A job needing a model no worker holds may be passed by jobs for a held model this many times,
+# or for this many seconds, whichever comes first. Then it runs next, and the swap with it. A
+# swap costs a load (tens of seconds for an SDXL from the share), so a few passes save a swap on
+# most mixes while no job waits more than about three other jobs' time.
+OVERTAKE_LIMIT = 3
+OVERTAKE_SECONDS = 120.0
 
 
 def admit(*, key_jobs: int, key_limit: int | None, waiting: int, queue_max: int) -> None:
@@ -49,6 +57,40 @@ def order(round_: int, arrival: int) -> int:
 
     Later inputs, such as a worker's loaded model, would weigh in here."""
     return round_ * ROUND_SPAN + arrival % ROUND_SPAN
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What the choice needs of a waiting job, in queue order."""
+
+    model: str  # the repo id it runs on
+    passed: int  # how often a later job has run before it
+    since: float  # when it was queued, in the clock `pick` gets as `now`
+
+
+def pick(
+    waiting: Sequence[Waiting],
+    held: Collection[str],
+    *,
+    now: float,
+    held_by_idle: Collection[str] = (),
+    limit: int = OVERTAKE_LIMIT,
+    seconds: float = OVERTAKE_SECONDS,
+) -> int | None:
+    """The index of the job a worker holding `held` runs next; None leaves them all to others.
+
+    A job for a held model runs before one that needs a swap, so a mix of two models does not swap
+    on every job. A job passed `limit` times or for `seconds` stops being passed: the worker swaps
+    for it. A job whose model another idle worker holds is left to that worker, so no job waits
+    for a swap while a worker holding its model is idle. Fair turns hold within that bound."""
+    for index, job in enumerate(waiting):
+        if job.model in held:
+            return index
+        if job.model in held_by_idle:
+            continue
+        if job.passed >= limit or now - job.since >= seconds:
+            return index
+    return next((index for index, job in enumerate(waiting) if job.model not in held_by_idle), None)
 
 
 def round_of(place: int) -> int:
