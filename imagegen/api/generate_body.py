@@ -65,6 +65,21 @@ def sent_flag(request: HttpRequest) -> str | bool | None:
     return value
 
 
+def sent_text(request: HttpRequest, name: str) -> str | None:
+    """A text field from the query, a form or a JSON object; None when absent or empty.
+
+    A JSON body is read, not ignored: a client sending {"model": ...} must not get the default."""
+    value: Any = request.GET.get(name) or None
+    if value is None:
+        if not sends_json(request):
+            value = request.POST.get(name)
+        elif request.body.strip():  # an empty JSON post is a post with no fields
+            value = json_fields(request).get(name)
+    if value is not None and not isinstance(value, str):
+        raise FieldError(name, f"must be a string; got {json.dumps(value)}")
+    return value or None
+
+
 def edit_inputs(request: HttpRequest) -> tuple[bytes | None, bytes | None]:
     """The image's and the mask's bytes (None for one not sent): file parts of a form,
     base64 text in JSON."""

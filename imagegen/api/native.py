@@ -127,15 +127,15 @@ def model_status(request: HttpRequest):
                 "required": False,
                 "schema": {"type": "string"},
                 "description": "an offered model (repo id or unique name part; also a form "
-                "field); none: MODEL_ID",
+                "or JSON field); none: MODEL_ID",
             }
         ]
     },
 )
 def model_pull(request: HttpRequest):
-    """Pulls and loads MODEL_ID, or the offered model that `model` (a query parameter or a
-    form field) names."""
-    model = request.GET.get("model") or request.POST.get("model") or None
+    """Pulls and loads MODEL_ID, or the offered model that `model` (a query parameter, a form
+    field or a JSON field) names."""
+    model = generate_body.sent_text(request, "model")
     started = services.model_pull(current_backend(), model=model)
     return (202 if started else 200), status_answer()
 

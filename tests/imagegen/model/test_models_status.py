@@ -121,3 +121,13 @@ def test_in_distributed_mode_the_offered_models_are_listed_and_another_pull_is_r
             assert refused.status_code == 501
             assert f"manage.py pull_model --model {SDXL_REPO}" in refused.json()["error"]["message"]
             assert pull(app, params={"model": "nope"}).status_code == 400
+
+
+def test_a_json_body_names_the_model_as_a_form_does(app):
+    # Read, not ignored: {"model": ...} must not pull the default instead.
+    refused = pull(app, json={"model": "dall-e-3"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"].startswith("Invalid request: model: 'dall-e-3'")
+    wrong = pull(app, json={"model": 5})
+    assert wrong.status_code == 400 and "must be a string" in wrong.text
+    assert all(entry["state"] == "not_started" for entry in status(app)["models"])
