@@ -191,6 +191,8 @@ if DEVICE not in ("auto", "cpu", "cuda"):
 # The contract's rule: attention slicing on. Each slice runs torch's fused attention kernel
 # (imagegen/model/attention.py), so off only raises attention's memory, not its speed.
 ATTENTION_SLICING = env_bool("ATTENTION_SLICING", True)
+# Prompt encodings kept per loaded model (imagegen/model/prompt_cache.py); 0 keeps none.
+PROMPT_CACHE = env_int("PROMPT_CACHE", 32, minimum=0, maximum=10_000)
 # The full VAE decodes in tiles of this many pixels (where the model's own tiles are larger),
 # so the decode's peak memory stays small; 0: diffusers' tiles (imagegen.model.pipeline).
 # auto (None here): 256 where the memory limit needs it, else 512 (imagegen.model.memory).

@@ -96,6 +96,7 @@ def new_loader(source: hub.ModelSource | None = None) -> ModelLoader:
             threads=torch_threads(settings.TORCH_THREADS),
             attention_slicing=settings.ATTENTION_SLICING,
             vae_tile=settings.VAE_TILE_SIZE,
+            prompt_cache=settings.PROMPT_CACHE,
         ),
     )
 

@@ -14,6 +14,7 @@ from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.parameters import steps_running
 from imagegen.generation.schedulers import scheduler_applied
 from imagegen.generation.stop_points import stop_points
+from imagegen.model import prompt_cache
 from imagegen.model.edit_pipelines import edit_pipeline
 
 
@@ -103,6 +104,7 @@ def render(
         with (
             torch.inference_mode(),
             scheduler_applied(runs, scheduler),
+            prompt_cache.used(pipe, runs),
             stop_points(pipe).watching(check),  # the hooks sit on the shared modules
         ):
             started = time.monotonic()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.model.adapters import Adapter
+from imagegen.model.prompt_cache import attach as attach_prompt_cache
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class LoadOptions:
     # full VAE's decode tiles in pixels; 0: diffusers'; None (auto): from the memory limit and the
     # weights (imagegen.model.memory.vae_tile_for)
     vae_tile: int | None = 0
+    prompt_cache: int = 0  # PROMPT_CACHE: encodings kept per model (imagegen.model.prompt_cache)
 
 
 def load_pipeline(
@@ -101,6 +103,7 @@ def load_pipeline(
     if tile:
         decode_in_tiles_of(pipe.vae, tile)
     pipe.set_progress_bar_config(disable=True)
+    attach_prompt_cache(pipe, options.prompt_cache)
     return pipe
 
 
