@@ -495,7 +495,7 @@ def progress(request: HttpRequest, skip_current_image: bool = False):
     backend = current_backend()
     batch = selectors.client_progress(backend, client=client_identity(request))
     switching = services.checkpoint_switching(backend, scope=owner_key(request))
-    current, count = batch.current, len(batch.jobs) + switching
+    current, jobs = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
     waiting = f" (queue position {current.position})" if current and current.position else ""
     return ProgressOut(
@@ -505,9 +505,9 @@ def progress(request: HttpRequest, skip_current_image: bool = False):
             skipped=False,
             interrupted=batch.interrupted,
             stopping_generation=False,
-            job=f"Batch {batch.done + 1} out of {count}" if count else "",
-            job_count=count,
-            job_timestamp=batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
+            job=f"Batch {batch.done + 1} out of {jobs}" if jobs else "",
+            job_count=jobs + switching,
+            job_timestamp=batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if jobs else "0",
             job_no=batch.done,
             sampling_step=running.progress.step if running else 0,
             sampling_steps=running.progress.steps if running else 0,
