@@ -34,16 +34,21 @@ def checkpoint_current(backend: Backend, *, scope: str | None) -> OfferedModel:
 
 def checkpoint_choose(backend: Backend, *, scope: str | None, name: str, timeout: float) -> bool:
     """Makes the model `name` names (a title /sd-models lists, a model name or a repo id)
-    `scope`'s choice. True once it is loaded; False while its load outlasts `timeout` seconds.
+    `scope`'s choice. True once it is loaded (or nothing is to wait for); False while its load
+    outlasts `timeout` seconds.
 
-    An unknown name is a 400 naming sd_model_checkpoint and listing the offered ids; a model
-    not on the share a 409, before anything is kept: a switch never starts a download."""
+    An unknown name is a 400 naming sd_model_checkpoint and listing the offered ids; another
+    model than the current one not on the share a 409, before anything is kept: a switch never
+    starts a download. The current one named again (Open WebUI posts back the options it read)
+    changes nothing then: its requests answer the 409."""
     try:
         model = backend.offered().find(name)
     except UnknownModel as unknown:
         raise FieldError(CHECKPOINT, unknown.rule) from None
     loader = backend.loader_of(model)
     if loader.source.complete_manifest() is None:
+        if model == checkpoint_current(backend, scope=scope):
+            return True
         raise ModelNotPulled() if model.default else OfferedModelNotPulled(model.id)
     backend.checkpoints.choose(scope, model.id)
     if backend.distributed:

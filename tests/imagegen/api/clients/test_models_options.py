@@ -191,7 +191,8 @@ def test_in_distributed_mode_the_choice_is_kept_in_redis_for_every_replica(
     env, secrets, shared_stack
 ):
     """Each key's choice, made on one replica, is what another answers; the web replica loads
-    nothing, so the switch answers null at once, and the workers run the chosen model."""
+    nothing, so the switch answers null at once, and the workers run the chosen model. A
+    choice that MODELS no longer offers falls back to MODEL_ID."""
     replica_env = {
         **shared_stack.env, "MODEL_DIR": env["MODEL_DIR"], "MODELS": env["MODELS"],
         "API_KEYS": "1", "MONGODB_URI": secrets["uri"],
@@ -214,3 +215,6 @@ def test_in_distributed_mode_the_choice_is_kept_in_redis_for_every_replica(
         assert made.info["sd_model_name"] == SD_REPO
         assert made.info["infotexts"][0].endswith(f"Model: {SD_REPO}, Model hash: "
                                                   f"{made.info['sd_model_hash']}")  # fmt: skip
+    # A kept choice that MODELS no longer offers: MODEL_ID again.
+    with replica_here(**{**replica_env, "MODELS": ""}) as narrower:
+        assert webui(narrower, secrets["alpha"]).util_get_current_model() == SD_REPO
