@@ -228,7 +228,8 @@ def build_backend() -> Backend:
             jobs=jobs, models=models, loader=loader, images=images,
             runs=RedisRuns(client, ttl_seconds=run_ttl),
             rates=RedisRates(client),
-            webhooks=RedisOutbox(client), checkpoints=RedisCheckpoints(client),
+            webhooks=RedisOutbox(client),
+            checkpoints=RedisCheckpoints(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")

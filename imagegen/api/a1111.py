@@ -4,8 +4,9 @@ A1111's shapes.
 
 A thin translator: txt2img is services.generation_run_shared, the same queue and jobs as
 POST /generate (a model is loaded lazily from the share, 409 without weights), and img2img
-the same after services.edit_request, the native form's edit rules; none of these routes
-loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
+the same after services.edit_request, the native form's edit rules. POST /options switches
+the model of a caller's requests that name none (services.checkpoint_choose: it loads, in
+process); no route here downloads a model. "This client" (whose jobs /interrupt and /skip stop
 and /progress reports) is apikeys.auth.client_identity: its credential and its address.
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
