@@ -20,13 +20,14 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from imagegen.errors import JobNotFound, JobNotInStore
 from imagegen.generation.catalog import Catalog, OfferedModel, parse_models
+from imagegen.generation.checkpoints import CheckpointChoices, LocalCheckpoints
 from imagegen.generation.images import ImageStore
 from imagegen.generation.job_board import JobBoard
 from imagegen.generation.jobs import JobQueue
@@ -164,6 +165,8 @@ class Backend:
     jobs_keep: int = 1000  # JOBS_KEEP, which the 404 of a forgotten job names in Redis
     catalog: Catalog | None = None  # the offered models (None: MODEL_ID's alone)
     shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
+    # The model each A1111 caller chose (POST /sdapi/v1/options), kept where jobs are kept.
+    checkpoints: CheckpointChoices = field(default_factory=LocalCheckpoints)
 
     def offered(self) -> Catalog:
         """The offered models, MODEL_ID's first."""
@@ -203,6 +206,7 @@ def build_backend() -> Backend:
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
         from imagegen.distributed.changes import ChangeFeed
+        from imagegen.distributed.checkpoints import RedisCheckpoints
         from imagegen.distributed.connection import job_store, listener_client, redis_client
         from imagegen.distributed.rates import RedisRates
         from imagegen.distributed.runs import RedisRuns
@@ -226,6 +230,7 @@ def build_backend() -> Backend:
             runs=RedisRuns(client, ttl_seconds=run_ttl),
             rates=RedisRates(client),
             webhooks=RedisOutbox(client),
+            checkpoints=RedisCheckpoints(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")

@@ -4,8 +4,9 @@ A1111's shapes.
 
 A thin translator: txt2img is services.generation_run_shared, the same queue and jobs as
 POST /generate (a model is loaded lazily from the share, 409 without weights), and img2img
-the same after services.edit_request, the native form's edit rules; none of these routes
-loads, swaps or downloads a model. "This client" (whose jobs /interrupt and /skip stop
+the same after services.edit_request, the native form's edit rules. POST /options switches
+the model of a caller's requests that name none (services.checkpoint_choose: it loads, in
+process); no route here downloads a model. "This client" (whose jobs /interrupt and /skip stop
 and /progress reports) is apikeys.auth.client_identity: its credential and its address.
 Errors keep the image service's `{"error": {"message"}}` shape.
 """
@@ -22,7 +23,7 @@ from ninja.errors import ValidationError
 from PIL import Image, ImageOps
 from pydantic import ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
-from apikeys.auth import client_identity, request_caller, token_or_basic_required
+from apikeys.auth import client_identity, owner_key, request_caller, token_or_basic_required
 from core.errors import FieldError
 from core.version import app_version
 from imagegen import selectors, services
@@ -30,7 +31,7 @@ from imagegen.api.bounds import AtLeast, AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
-from imagegen.generation.catalog import UnknownModel
+from imagegen.generation.catalog import UnknownModel, name_part, parse_models
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
@@ -89,8 +90,10 @@ def scheduler_fields(sampler_name: str | None, scheduler: str | None) -> dict[st
 
 
 def model_titles() -> list[str]:
-    """The names /sd-models gives the one configured model; /options takes only these."""
-    return list(dict.fromkeys([settings.MODEL_ID, settings.MODEL_ID.rsplit("/", 1)[-1]]))
+    """The names POST /options takes, as the settings offer them at start: each offered
+    model's title (its repo id) and model name (its name part), MODEL_ID's first."""
+    ids = [settings.MODEL_ID, *(entry.repo for entry in parse_models(settings.MODELS))]
+    return list(dict.fromkeys(name for model_id in ids for name in (model_id, name_part(model_id))))
 
 
 CHECKPOINT = "sd_model_checkpoint"
@@ -175,7 +178,9 @@ class Txt2ImgIn(Schema):
     def count(self) -> int:
         return (self.batch_size or 1) * (self.n_iter or 1)
 
-    def to_request(self) -> GenerationRequest:
+    def to_request(self, chosen: str | None = None) -> GenerationRequest:
+        """The service's request; with no override_settings.sd_model_checkpoint, run by
+        `chosen`, the model the caller chose with POST /options (None: MODEL_ID)."""
         width, height = self.width or self.height, self.height or self.width
         generation = GenerationRequest(
             prompt=self.prompt or "",
@@ -186,7 +191,8 @@ class Txt2ImgIn(Schema):
             seed=None if self.seed in (None, -1) else self.seed,
             **scheduler_fields(self.sampler_name or self.sampler_index, self.scheduler),
         )
-        return chosen_checkpoint(generation, (self.override_settings or {}).get(CHECKPOINT))
+        checkpoint = (self.override_settings or {}).get(CHECKPOINT)
+        return chosen_checkpoint(generation, chosen if checkpoint is None else checkpoint)
 
 
 class Txt2ImgOut(Schema):
@@ -243,10 +249,10 @@ class Img2ImgIn(Txt2ImgIn):
         None, description="omitted: the width's value, or with both omitted the input's size",
     )  # fmt: skip
 
-    def to_edit(self) -> GenerationRequest:
+    def to_edit(self, chosen: str | None = None) -> GenerationRequest:
         """The edit, its inputs checked and stored (services.edit_request); a refused one
         names the field (init_images, mask, ...) and stores nothing."""
-        generation = self.to_request()
+        generation = self.to_request(chosen)
         if generation.size is not None:
             low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
             generation = generation.model_copy(
@@ -318,23 +324,24 @@ class ProgressOut(Schema):
 
 class OptionsIn(Schema):
     """A1111's options. Open WebUI posts back the whole object it read, so every key but
-    sd_model_checkpoint is accepted and ignored; the checkpoint must be the one served."""
+    sd_model_checkpoint is accepted and ignored; the checkpoint switches the model of this
+    caller's requests that name none (services.checkpoint_choose)."""
 
     model_config = ConfigDict(extra="ignore")
 
     sd_model_checkpoint: str | None = Field(
-        None, json_schema_extra={"enum": list[JsonValue](model_titles())}
+        None,
+        json_schema_extra={"enum": list[JsonValue](model_titles())},
+        description="a title /sd-models lists, a model name or a repo id",
     )
 
-    @field_validator("sd_model_checkpoint")
-    @classmethod
-    def _served(cls, value: str | None) -> str | None:
-        if value is not None and value not in model_titles():
-            raise ValueError(
-                f"this service serves only {settings.MODEL_ID!r} (MODEL_ID) and does not load "
-                "or swap models"
-            )
-        return value
+
+class SwitchingOut(Schema):
+    """The 202 of a switch whose load outlasts GEN_SYNC_TIMEOUT."""
+
+    sd_model_checkpoint: str
+    state: str = Field(description="loading")
+    message: str
 
 
 class OptionsOut(Schema):
@@ -415,9 +422,14 @@ def _info(
 )
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
     # partial: an interrupt answers the images made so far, as A1111 does.
-    generation = payload.to_request()
+    generation = payload.to_request(chosen_model(request))
     records = run_for_client(request, generation, count=payload.count, partial=True)
     return _answer(payload, records, payload.model_dump(), _info(payload, records, generation))
+
+
+def chosen_model(request: HttpRequest) -> str:
+    """The repo id of the model this caller chose with POST /options (else MODEL_ID's)."""
+    return services.checkpoint_current(current_backend(), scope=owner_key(request)).id
 
 
 def _answer(
@@ -449,7 +461,7 @@ def img2img(request: HttpRequest, payload: Img2ImgIn):
     """The edit rules of POST /generate's form (docs/image-api.md); a retry of the same body
     by the same client joins its twin's jobs, as txt2img's does."""
     admit(request, payload.count)  # before the images are decoded
-    generation = payload.to_edit()
+    generation = payload.to_edit(chosen_model(request))
     records = run_for_client(request, generation, count=payload.count, partial=True, admitted=True)
     sent = payload.model_dump()
     if not payload.include_init_images:  # A1111 leaves the inputs out unless asked
@@ -479,9 +491,12 @@ def preview_base64(job: JobView) -> str | None:
 @router.get("/progress", auth=auth, response={200: ProgressOut, **errors(400)})
 def progress(request: HttpRequest, skip_current_image: bool = False):
     """This client's oldest request under way; zeros when it has none. `current_image`: the
-    running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image."""
-    batch = selectors.client_progress(current_backend(), client=client_identity(request))
-    current, count = batch.current, len(batch.jobs)
+    running job's latest preview (base64 JPEG; PREVIEW), unless skip_current_image. The load
+    of a model switched to with POST /options counts as one job until it ends."""
+    backend = current_backend()
+    batch = selectors.client_progress(backend, client=client_identity(request))
+    switching = services.checkpoint_switching(backend, scope=owner_key(request))
+    current, jobs = batch.current, len(batch.jobs)
     running = current if current and current.state is JobState.RUNNING else None
     waiting = f" (queue position {current.position})" if current and current.position else ""
     return ProgressOut(
@@ -491,15 +506,15 @@ def progress(request: HttpRequest, skip_current_image: bool = False):
             skipped=False,
             interrupted=batch.interrupted,
             stopping_generation=False,
-            job=f"Batch {batch.done + 1} out of {count}" if count else "",
-            job_count=count,
-            job_timestamp=batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if count else "0",
+            job=f"Batch {batch.done + 1} out of {jobs}" if jobs else "",
+            job_count=jobs + switching,
+            job_timestamp=batch.jobs[0].created_at.strftime("%Y%m%d%H%M%S") if jobs else "0",
             job_no=batch.done,
             sampling_step=running.progress.step if running else 0,
             sampling_steps=running.progress.steps if running else 0,
         ),
         current_image=None if skip_current_image or running is None else preview_base64(running),
-        textinfo=current.phase + waiting if current else None,
+        textinfo=current.phase + waiting if current else "loading the model" if switching else None,
     )
 
 
@@ -522,8 +537,14 @@ def skip(request: HttpRequest):
 
 @router.get("/options", auth=auth, response={200: OptionsOut, **errors()})
 def options_get(request: HttpRequest):
-    status = selectors.model_status(current_backend())
-    return OptionsOut(sd_model_checkpoint=status.model_id, sd_checkpoint_hash=status.commit)
+    """`sd_model_checkpoint`: the model this caller's requests naming none run, titled as
+    /sd-models titles it; `sd_checkpoint_hash` its commit on the share."""
+    backend = current_backend()
+    model = services.checkpoint_current(backend, scope=owner_key(request))
+    manifest = backend.loader_of(model).source.complete_manifest()
+    return OptionsOut(
+        sd_model_checkpoint=model.id, sd_checkpoint_hash=manifest.commit if manifest else None
+    )
 
 
 NULL_ANSWER = {"type": "null"}
@@ -532,8 +553,8 @@ NULL_ANSWER = {"type": "null"}
 @router.post(
     "/options",
     auth=auth,
-    response={200: None, **errors(400, 413)},
-    summary="Accepts the served model only; answers null",
+    response={200: None, 202: SwitchingOut, **errors(400, 409, 413, 503)},
+    summary="Switches the model of this caller's requests that name none; answers null",
     openapi_extra={
         "responses": {
             200: {"description": "null", "content": {"application/json": {"schema": NULL_ANSWER}}}
@@ -541,9 +562,25 @@ NULL_ANSWER = {"type": "null"}
     },
 )
 def options_set(request: HttpRequest, payload: OptionsIn):
-    """Accepts the served model (a no-op: nothing is loaded or swapped here); any other is
-    refused with 400. Answers JSON null, as A1111 does (webuiapi parses the answer)."""
-    return JsonResponse(None, safe=False)
+    """sd_model_checkpoint switches the model this caller's A1111 requests naming none run (per
+    API key where keys are on, the whole service's otherwise): JSON null once it has loaded,
+    as A1111 answers (webuiapi parses the answer), or 202 when the load outlasts
+    GEN_SYNC_TIMEOUT (/progress counts it as a job until it ends). A model not on the share is
+    a 409: no download starts here. Every other key is accepted and ignored."""
+    name = payload.sd_model_checkpoint
+    if name is None:
+        return JsonResponse(None, safe=False)
+    backend = current_backend()
+    scope = owner_key(request)
+    if services.checkpoint_choose(
+        backend, scope=scope, name=name, timeout=settings.GEN_SYNC_TIMEOUT
+    ):
+        return JsonResponse(None, safe=False)
+    model = services.checkpoint_current(backend, scope=scope)
+    return 202, SwitchingOut(
+        sd_model_checkpoint=model.id, state="loading",
+        message=f"{model.id} is loading: poll /sdapi/v1/progress until state.job_count is 0",
+    )  # fmt: skip
 
 
 def server_path(request: HttpRequest, path: str) -> str:

@@ -5,6 +5,11 @@ imagegen.errors, which the API's handlers answer. This module names every concer
 a route imports `services` alone."""
 
 from imagegen.services.admission import KeyQuota, key_admit
+from imagegen.services.checkpoints import (
+    checkpoint_choose,
+    checkpoint_current,
+    checkpoint_switching,
+)
 from imagegen.services.edit_intake import edit_request
 from imagegen.services.inputs import INPUT_GRACE_SECONDS, image_delete, inputs_release
 from imagegen.services.jobs import (
@@ -35,6 +40,9 @@ __all__ = [
     "SYNC_WEBHOOK",
     "KeyQuota",
     "WebhookPlan",
+    "checkpoint_choose",
+    "checkpoint_current",
+    "checkpoint_switching",
     "edit_request",
     "generation_interrupt",
     "generation_result",

@@ -184,7 +184,10 @@ def test_models_options_and_the_lists_clients_read(app):
     other = {"sd_model_checkpoint": "sdxl.safetensors"}
     refused = api.session.post(app.url("/sdapi/v1/options"), json=other)
     assert refused.status_code == 400
-    assert "serves only 'testorg/tiny-sd'" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["details"] == [{
+        "field": "sd_model_checkpoint",
+        "message": "'sdxl.safetensors' is not offered; offered: testorg/tiny-sd",
+    }]  # fmt: skip
     assert {"Euler a", "DPM++ 2M", "LCM"} <= {s["name"] for s in api.get_samplers()}
     assert "Karras" in {s["label"] for s in api.get_schedulers()}
     for read in (api.get_upscalers, api.get_sd_vae, api.get_latent_upscale_modes, api.get_loras):
