@@ -205,7 +205,7 @@ def test_a_cancel_reaches_jobs_waiting_for_a_swap_and_the_load_runs_to_its_end(a
     for job_id in (behind, loading):
         assert requests.delete(app.url(f"/jobs/{job_id}"), timeout=30).status_code == 200
     assert job(app, behind)["state"] == "cancelled"
-    until(lambda: job(app, loading)["state"] in FINISHED)
+    until(lambda: job(app, loading)["state"] in FINISHED, timeout=60)
     assert job(app, loading)["state"] == "cancelled"
     assert state_of(app, B) == "loading"
     gate.set()
