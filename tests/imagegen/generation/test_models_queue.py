@@ -115,7 +115,9 @@ def test_jobs_for_the_model_in_memory_run_first_within_the_bound_so_a_mix_swaps_
     first = submit(app)
     until(lambda: job(app, first)["state"] == "running")
     arrivals = ["B1", "A2", "B2", "A3", "B3", "A4", "A5"]
-    ids = {name: submit(app, model=B if name[0] == "B" else None) for name in arrivals}
+    ids = {"B1": submit(app, model=B)}
+    assert job(app, ids["B1"])["position"] == 1  # alone in the queue
+    ids |= {name: submit(app, model=B if name[0] == "B" else None) for name in arrivals[1:]}
     expected = ["A2", "A3", "A4", "B1", "B2", "B3", "A5"]
     positions = {name: job(app, ids[name])["position"] for name in arrivals}
     assert positions == {name: expected.index(name) + 1 for name in arrivals}
@@ -166,12 +168,13 @@ def test_a_swap_is_a_phase_of_the_job_its_events_and_progress_and_the_incoming_m
     assert state_of(app, B) == "ready"
 
 
-def test_a_synchronous_request_that_a_swap_makes_too_slow_is_refused_at_once(app, shelf):
+def test_a_synchronous_request_that_a_swap_makes_too_slow_is_refused_at_once(app, shelf, gates):
     """B's load estimated from its fp32 size at a pace that makes it longer than the
     synchronous limit: a request for B is refused with the estimate, nothing queued, while
-    one for A in memory runs. Once a swap to B was measured, that figure counts instead."""
+    one for A in memory runs, and so does one for B behind a job that loads B. Once a swap to
+    B was measured, that figure counts instead."""
     assert generate(app).status_code == 200  # A in memory, an image measured
-    jobs_before = len(jobs(app))
+    newest = jobs(app)[0]["id"]
     b_bytes = app.backend.jobs.loads.size(shelf.loader(B))
     assert b_bytes > 0
     saved = app.backend.jobs.loads
@@ -182,10 +185,18 @@ def test_a_synchronous_request_that_a_swap_makes_too_slow_is_refused_at_once(app
         message = refused.json()["error"]["message"]
         assert message.startswith("This request would take about "), message
         assert f"after {2 * SYNC_TIMEOUT} s to load its model first (a swap)" in message
-        assert len(jobs(app)) == jobs_before
+        assert jobs(app)[0]["id"] == newest  # nothing queued
         assert generate(app).status_code == 200
+        gate = gates.close(shelf, B)
         measured = submit(app, model=B)  # asynchronous: taken whatever its estimate
-        until(lambda: job(app, measured)["state"] in FINISHED)
+        until(lambda: job(app, measured)["phase"] == f"loading model {B}")
+        answers: list[requests.Response] = []
+        behind = threading.Thread(target=lambda: answers.append(generate(app, model=B)))
+        behind.start()
+        until(lambda: bool(answers) or len(jobs(app, unfinished="true")) == 2)  # queued
+        gate.set()
+        behind.join(120)
+        assert answers[0].status_code == 200, answers[0].text
         assert job(app, measured)["state"] == "succeeded"
         assert submit_and_wait(app) == "succeeded"  # A back: B is to be loaded again
         assert shelf.resident() == [A]
@@ -272,8 +283,9 @@ def job(app: LoopbackApp, job_id: str) -> dict:
     return requests.get(app.url(f"/jobs/{job_id}"), timeout=30).json()
 
 
-def jobs(app: LoopbackApp) -> list[dict]:
-    return requests.get(app.url("/jobs"), timeout=30).json()
+def jobs(app: LoopbackApp, **params: str) -> list[dict]:
+    """Newest first."""
+    return requests.get(app.url("/jobs"), params=params, timeout=30).json()
 
 
 def state_of(app: LoopbackApp, model: str) -> str:
