@@ -424,7 +424,7 @@ class JobQueue:
                 self._served = max(self._served, queue_policy.round_of(job.place))
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
-                if not self.model_of(job.request)[0].resident:  # a swap: one phase, named
+                if self.models and not self.model_of(job.request)[0].resident:  # a swap, named
                     job.phase = f"loading model {self._model_id(job)}"
                 self._changed(job)
             try:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requests
+from django.test import override_settings
 
 from imagegen.generation.queue_policy import OVERTAKE_LIMIT
 from imagegen.generation.work import LoadTimes
@@ -40,8 +41,12 @@ SYNC_TIMEOUT = 30  # GEN_SYNC_TIMEOUT: refused past 1.25 x this
 
 
 @pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
-    work = tmp_path_factory.mktemp("models-queue")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models-queue")
+
+
+@pytest.fixture(scope="module")
+def app(hub_root: Path, work: Path) -> Iterator[LoopbackApp]:
     with LocalHub(hub_root) as hub:
         env = model_service_env(hub.url, work / "share", work)
         with served_here(
@@ -166,6 +171,22 @@ def test_a_swap_is_a_phase_of_the_job_its_events_and_progress_and_the_incoming_m
     sent.join(120)
     assert answers[0].status_code == 200, answers[0].text
     assert state_of(app, B) == "ready"
+
+
+def test_with_models_unset_a_load_keeps_its_phase(app, work, gates):
+    """One model offered (the module's share, MODEL_ID on it): its first load is no swap, and
+    its job's phase is `loading the model`, as before MODELS."""
+    env = model_service_env("http://127.0.0.1:9", work / "share", work / "alone")
+    # The module's app set MODELS: settings_for gives only what differs from this process's.
+    with override_settings(MODELS=""), served_here(**env) as alone:
+        assert alone.backend.shelf is not None
+        gate = gates.close(alone.backend.shelf, A)
+        loading = submit(alone)
+        until(lambda: job(alone, loading)["state"] == "running")
+        assert job(alone, loading)["phase"] == "loading the model"
+        gate.set()
+        until(lambda: job(alone, loading)["state"] in FINISHED)
+        assert job(alone, loading)["state"] == "succeeded"
 
 
 def test_a_synchronous_request_that_a_swap_makes_too_slow_is_refused_at_once(app, shelf, gates):
