@@ -332,13 +332,13 @@ class JobQueue:
         self._lock.notify_all()
 
     def _enqueue(self, job: Job) -> None:
-        """Places a job by the queue's order; the jobs it passes move down one. Lock held."""
+        """Places a job by the queue's order; the jobs it runs before move down. Lock held."""
         place = queue_policy.place_in([queued.place for queued in self._queued], job.place)
         self._queued.insert(place, job)
         self._reposition()
 
     def _leave_queue(self, job: Job) -> None:
-        """Every job behind it moves up one place. Lock held."""
+        """The jobs after it move up. Lock held."""
         self._queued.remove(job)
         self._reposition()
 
