@@ -25,9 +25,9 @@ TOKENS = 77  # CLIP's context: every prompt is padded to it
 PROBE_SECONDS = 1.0  # how long the pace is measured for
 AUTO_TILE = 512  # VAE_TILE_SIZE=auto counted as the tiles most deployments get
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
-# What a load reads and casts a second before one was measured: SDXL's 13.4 GiB of fp32 weights
-# loaded warm from the share in 13.4 s on the 2-vCPU development VM (docs/performance.md, "Steps
-# and load"; SD 1.5 went faster).
+# What a load reads and casts a second before one was measured: SDXL's weights (about 12.9 GiB
+# at fp32) loaded warm from the share in 13.4 s on the 2-vCPU development VM (docs/performance.md,
+# "Steps and load"; SD 1.5 went faster).
 LOAD_BYTES_PER_SECOND = float(2**30)
 
 
