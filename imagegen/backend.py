@@ -247,6 +247,7 @@ def build_backend() -> Backend:
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
         models={m.id: (shelf.loader(m.id), m.rules) for m in catalog.models if not m.default},
+        shelf=shelf,
     )
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,

@@ -153,8 +153,10 @@ def _breakdown(found: Estimate) -> str:
     images = f"{found.count} images of " if found.count > 1 else ""
     each = " each" if found.count > 1 else ""
     text = f"{images}{found.steps} steps at {size}: {_seconds(found.image_seconds)}{each}"
-    if found.queue_seconds >= 0.5:
-        text += f", after {_seconds(found.queue_seconds)} for the jobs ahead"
+    if found.queue_seconds - found.load_seconds >= 0.5:
+        text += f", after {_seconds(found.queue_seconds - found.load_seconds)} for the jobs ahead"
+    if found.load_seconds >= 0.5:
+        text += f", after {_seconds(found.load_seconds)} to load its model first (a swap)"
     if found.basis != found.size:
         text += f"; scaled from {found.basis[0]}x{found.basis[1]} by its pixels"
     if found.counted:

@@ -203,6 +203,7 @@ class Estimate:
     size: Size
     basis: Size  # the measured (or counted) size its figures are scaled from
     counted: bool = False  # from the model's counted work: nothing measured here yet
+    load_seconds: float = 0.0  # loading its model first (a swap), in queue_seconds
 
 
 def estimate(
@@ -212,8 +213,10 @@ def estimate(
     ahead: list[Ahead],
     workers: int,
     count: int = 1,
+    load_seconds: float = 0.0,
 ) -> Estimate | None:
-    """How long `count` images would take behind `ahead` on `workers` workers.
+    """How long `count` images would take behind `ahead` on `workers` workers, its model
+    loaded first in `load_seconds` by the first worker free.
 
     None without a measurement. A job ahead whose cost is unknown counts as nothing."""
     cost = image_cost(measurements, request)
@@ -233,6 +236,7 @@ def estimate(
     for job in ahead:
         if job.steps_done is None:
             heapq.heappush(free, heapq.heappop(free) + seconds(job))
+    heapq.heappush(free, heapq.heappop(free) + load_seconds)
     queue, finish = free[0], 0.0
     for _ in range(count):
         done = heapq.heappop(free) + cost.seconds
@@ -247,4 +251,5 @@ def estimate(
         size=cost.size,
         basis=cost.basis,
         counted=cost.counted,
+        load_seconds=load_seconds,
     )

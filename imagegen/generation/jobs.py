@@ -1,7 +1,8 @@
 """The in-process job board: every generation is a job in one bounded queue.
 
 One worker thread runs jobs one at a time: a second generation would halve the speed of both and
-double the memory. Jobs live as long as the process; their images outlive it."""
+double the memory. It takes a job for a model in memory before one that needs a swap, within
+queue_policy's bound. Jobs live as long as the process; their images outlive it."""
 
 import gc
 import logging
@@ -9,8 +10,8 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from core import request_context
@@ -45,8 +46,9 @@ from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolic
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled
 from imagegen.generation.requests import GenerationRequest
-from imagegen.generation.work import CountOnce
+from imagegen.generation.work import CountOnce, LoadTimes
 from imagegen.model.loader import ModelLoader
+from imagegen.model.shelf import ModelShelf
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,10 @@ class Job:
     key: str | None = None
     # Its place in the queue (queue_policy.order: round among keys, then arrival).
     place: int = 0
+    # How often a job behind it ran first (queue_policy.pick), and when it was queued.
+    passed: int = 0
+    since: float = field(default_factory=time.monotonic)
+    position: int | None = None  # 1 runs next, the passes to come counted (JobQueue._reposition)
     state: JobState = JobState.QUEUED
     phase: str = "waiting for its turn"
     created_at: datetime = field(default_factory=utc_now)
@@ -118,10 +124,15 @@ class JobQueue:
         previews: PreviewPolicy = DEFAULT_PREVIEWS,
         throughput: float = 0.0,
         models: Mapping[str, tuple[ModelLoader, GenerationRules]] | None = None,
+        shelf: ModelShelf | None = None,
     ) -> None:
         self.loader = loader
         # The MODELS entries by repo id, each its loader and rules: a request's `model`.
         self.models = dict(models or {})
+        # Every offered model's loader and the memory rule: which models are held, what a swap
+        # costs. None: MODEL_ID's loader alone.
+        self.shelf = shelf
+        self.loads = LoadTimes()  # each model's last measured swap, else its size's
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.nice = nice  # GEN_NICE: how far below the request threads the generation runs
         self.rules = rules
@@ -205,11 +216,20 @@ class JobQueue:
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """How long `count` images would take if submitted now, behind the running job and the
         queue."""
-        request = with_defaults(request, rules=self.model_of(request)[1])
+        loader, rules = self.model_of(request)
+        request = with_defaults(request, rules=rules)
         with self._lock:
             jobs = [job for job in (self._running, *self._queued) if job is not None]
             ahead = [found for job in jobs if (found := ahead_of(self.view(job)))]
-        return estimate(self.timings.measurements(), request, ahead=ahead, workers=1, count=count)
+            # A job ahead for the same model loads it first.
+            loaded_ahead = any(self._model_id(job) == loader.source.model_id for job in jobs)
+        load = 0.0
+        if not loader.resident and not loaded_ahead:
+            load = self.loads.seconds(loader)
+        return estimate(
+            self.timings.measurements(), request, ahead=ahead, workers=1, count=count,
+            load_seconds=load,
+        )  # fmt: skip
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -245,7 +265,7 @@ class JobQueue:
 
     def view(self, job: Job) -> JobView:
         with self._lock:
-            position = self._queued.index(job) + 1 if job.state is JobState.QUEUED else None
+            position = job.position if job.state is JobState.QUEUED else None
             stopping = job.cancel_requested.is_set()
             return JobView(
                 id=job.id,
@@ -312,18 +332,80 @@ class JobQueue:
         self._lock.notify_all()
 
     def _enqueue(self, job: Job) -> None:
-        """Places a job by the queue's order; the jobs it passes move down one. Lock held."""
+        """Places a job by the queue's order; the jobs it runs before move down. Lock held."""
         place = queue_policy.place_in([queued.place for queued in self._queued], job.place)
         self._queued.insert(place, job)
-        for behind in list(self._queued)[place + 1 :]:
-            self._changed(behind)
+        self._reposition()
 
     def _leave_queue(self, job: Job) -> None:
-        """Every job behind it moves up one place. Lock held."""
-        place = self._queued.index(job)
+        """The jobs after it move up. Lock held."""
         self._queued.remove(job)
-        for behind in list(self._queued)[place:]:
-            self._changed(behind)
+        self._reposition()
+
+    # -- which job runs next: queue_policy.pick on the models held ------------------------
+
+    def _model_id(self, job: Job) -> str:
+        """The repo id a job runs on."""
+        return job.request.model or self.loader.source.model_id
+
+    def _held(self) -> list[str]:
+        """The models in memory now: the shelf's resident ones."""
+        if self.shelf is not None:
+            return self.shelf.resident()
+        return [self.loader.source.model_id] if self.loader.resident else []
+
+    def _waiting(self, jobs: list[Job], passes: dict[str, int]) -> list[queue_policy.Waiting]:
+        return [
+            queue_policy.Waiting(self._model_id(job), passes[job.id], job.since) for job in jobs
+        ]
+
+    def _pick(self, jobs: list[Job], held: Collection[str], passes: dict[str, int]) -> int:
+        """The index queue_policy.pick runs next; the jobs before it are passed once each."""
+        found = queue_policy.pick(self._waiting(jobs, passes), held, now=time.monotonic())
+        index = 0 if found is None else found  # None only leaves jobs to other workers
+        for passed in jobs[:index]:
+            passes[passed.id] += 1
+        return index
+
+    def _next(self) -> Job:
+        """The job the worker runs now, taken out of the queue. Lock held."""
+        jobs = list(self._queued)
+        passes = {job.id: job.passed for job in jobs}
+        job = self._running = jobs[self._pick(jobs, self._held(), passes)]
+        for waiting in jobs:
+            waiting.passed = passes[waiting.id]
+        self._leave_queue(job)
+        return job
+
+    def _held_after(self, held: list[str], model: str) -> list[str]:
+        """The models held once `model` is loaded: beside the others if they fit, else alone.
+
+        The shelf's rule without its LRU order: a prediction for positions only."""
+        if model in held:
+            return held
+        if self.shelf is None:
+            return [model]
+        together = [*held, model]
+        sizes = [self.loads.size(self.shelf.loader(m)) for m in together]
+        return together if self.shelf.fits(sizes) else [model]
+
+    def _reposition(self) -> None:
+        """Each queued job's position in the order the worker will run them, passes included:
+        the picks played forward from the models held after the running job. A job whose
+        position changed gets a new revision. Lock held."""
+        jobs = list(self._queued)
+        held = self._held()
+        if self._running is not None:
+            held = self._held_after(held, self._model_id(self._running))
+        passes = {job.id: job.passed for job in jobs}
+        position = 0
+        while jobs:
+            job = jobs.pop(self._pick(jobs, held, passes))
+            held = self._held_after(held, self._model_id(job))
+            position += 1
+            if job.position != position:
+                job.position = position
+                self._changed(job)
 
     # -- the worker -----------------------------------------------------------------------
 
@@ -338,11 +420,12 @@ class JobQueue:
             with self._lock:
                 while not self._queued:
                     self._lock.wait()
-                job = self._running = self._queued[0]
+                job = self._next()
                 self._served = max(self._served, queue_policy.round_of(job.place))
-                self._leave_queue(job)
                 job.state, job.started_at = JobState.RUNNING, utc_now()
                 job.phase = "loading the model"
+                if self.models and not self.model_of(job.request)[0].resident:  # a swap, named
+                    job.phase = f"loading model {self._model_id(job)}"
                 self._changed(job)
             try:
                 with request_context.job_scope(job=job.id, rid=job.request_id):
@@ -361,8 +444,12 @@ class JobQueue:
     def _run(self, job: Job) -> None:
         assert job.started_at is not None, "a job runs once _work has started it"
         loader = self.model_of(job.request)[0]
+        cold = not loader.resident
         with loader.in_use():  # not freed for another model's load under this job
             outcome = self._run_on(job, loader)
+        if cold and outcome.image is not None:  # its wait was the swap: freeing and load
+            self.loads.record(loader, outcome.image.timings.get("model_wait_seconds"))
+        outcome = self._naming_model(outcome, self._model_id(job))
         # Measured before the job is seen finished, so its client's next request is
         # estimated with it.
         # The measurements are MODEL_ID's (the estimates'): another model's would mislead them.
@@ -389,6 +476,20 @@ class JobQueue:
             report=_LocalReport(self._lock, job, self._changed),
             previews=self.previews,
         )
+
+    def _naming_model(self, outcome: Outcome, model_id: str) -> Outcome:
+        """A failed load names its model where several are offered: the job may have waited
+        for a swap to it."""
+        failure = outcome.failure
+        if not self.models or failure is None or isinstance(failure, OfferedModelNotPulled):
+            return outcome
+        if isinstance(failure, ModelNotPulled):
+            named: ServiceError = OfferedModelNotPulled(model_id)
+        elif isinstance(failure, (ModelLoading, ModelDownloading, ModelFailed)):
+            named = naming_model(failure, model_id)
+        else:
+            return outcome
+        return replace(outcome, error=named.message, failure=named)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:

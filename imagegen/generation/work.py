@@ -6,6 +6,7 @@ finished either."""
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from imagegen.generation.estimates import Size, Timing, TimingBook
 from imagegen.model.loader import ModelLoader
+from imagegen.model.shelf import fp32_bytes
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,10 @@ TOKENS = 77  # CLIP's context: every prompt is padded to it
 PROBE_SECONDS = 1.0  # how long the pace is measured for
 AUTO_TILE = 512  # VAE_TILE_SIZE=auto counted as the tiles most deployments get
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
+# What a load reads and casts a second before one was measured: SDXL's weights (about 12.9 GiB
+# at fp32) loaded warm from the share in 13.4 s on the 2-vCPU development VM (docs/performance.md,
+# "Steps and load"; SD 1.5 went faster).
+LOAD_BYTES_PER_SECOND = float(2**30)
 
 
 @dataclass(frozen=True)
@@ -208,3 +214,41 @@ class CountOnce:
 def _transient(exc: Exception) -> bool:
     """The shared store (Redis) was away."""
     return type(exc).__module__.startswith("redis")
+
+
+class LoadTimes:
+    """What loading each model costs a job that waits for it: freeing the resident one and the load.
+
+    The last one measured, else the model's fp32 size at `rate`. In process: each process
+    swaps on its own."""
+
+    def __init__(self, rate: float = LOAD_BYTES_PER_SECOND) -> None:
+        self.rate = rate
+        self._lock = threading.Lock()
+        self._measured: dict[str, float] = {}
+        self._sizes: dict[str, int] = {}
+
+    def record(self, loader: ModelLoader, seconds: float | None) -> None:
+        if seconds is not None:
+            with self._lock:
+                self._measured[loader.source.model_id] = seconds
+
+    def size(self, loader: ModelLoader) -> int:
+        """The model's fp32 bytes, 0 while the share holds no complete copy.
+
+        Read from its manifest once: the queue asks for it under its lock."""
+        model_id = loader.source.model_id
+        with self._lock:
+            if model_id in self._sizes:
+                return self._sizes[model_id]
+        manifest = loader.source.complete_manifest()
+        size = fp32_bytes(manifest) if manifest is not None else 0
+        if size:
+            with self._lock:
+                self._sizes[model_id] = size
+        return size
+
+    def seconds(self, loader: ModelLoader) -> float:
+        with self._lock:
+            measured = self._measured.get(loader.source.model_id)
+        return measured if measured is not None else self.size(loader) / self.rate
