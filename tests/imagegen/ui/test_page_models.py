@@ -68,9 +68,7 @@ def listed(page: Page, model: str):
     return page.locator(f'#model-list li[data-model-id="{model}"]')
 
 
-def test_the_picker_lists_every_offered_model_with_its_state_and_pulls_one(
-    new_page, models_app
-):
+def test_the_picker_lists_every_offered_model_with_its_state_and_pulls_one(new_page, models_app):
     page = open_ui(new_page, models_app)
     expect(page.locator("#model option")).to_have_text(
         [f"{SD_REPO} (not downloaded)", f"{SDXL_REPO} (not downloaded)"]
