@@ -368,7 +368,8 @@ def build_server() -> MCPServer:
         version=app_version(),
         instructions="Text-to-image on a CPU: an image takes a minute or more. generate_image "
         "and edit_image wait for the image and report progress; with wait=false they answer "
-        "the job at once, to follow with get_job.",
+        "the job at once, to follow with get_job. list_models names the models offered; "
+        "`model` picks one.",
     )
     server.add_tool(generate_image, annotations=_annotations("Generate an image", read_only=False))
     server.add_tool(edit_image, annotations=_annotations("Edit an image", read_only=False))
