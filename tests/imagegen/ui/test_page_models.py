@@ -2,11 +2,12 @@
 tiny SDXL one (an app of each test's own, on a fresh share, served by the package's loopback
 server): every offered model listed with its state, Pull on one, a generation with the second
 model named on its queue entry and its card, the choice kept across a reload, and the form's
-hints following the chosen model's preset."""
+hints following the chosen model's preset: its defaults, caps and scheduler."""
 
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,16 @@ LONG = {"prompt": "a long one", "steps": "400", "size": "256x256", "async": "tru
 @pytest.fixture
 def models_app(new_page, ui_server: str, hub_root: Path, tmp_path: Path) -> Iterator[UiApp]:
     """Two offered models, neither on the share yet."""
+    with offering(new_page, ui_server, hub_root, tmp_path, SDXL_REPO) as app:
+        yield app
+
+
+@contextmanager
+def offering(new_page, ui_server: str, hub_root: Path, work: Path, models: str) -> Iterator[UiApp]:
+    """An app of its own offering MODEL_ID and `models` (MODELS), served for the test."""
     with LocalHub(hub_root) as hub:
-        env = {**model_service_env(hub.url, tmp_path / "share", tmp_path), **app_env(),
-               "MODELS": SDXL_REPO}  # fmt: skip
+        env = {**model_service_env(hub.url, work / "share", work), **app_env(),
+               "MODELS": models}  # fmt: skip
         with override_settings(**settings_for(env)):
             built = build_backend()
         app = UiApp(ui_server, built, env)
@@ -165,3 +173,28 @@ def test_with_one_model_offered_the_picker_shows_it_and_no_list(new_page, ui_app
     expect(page.locator("#model-list li")).to_have_count(1)  # listed, and not shown
     expect(page.locator("#model-list")).to_be_hidden()
     expect(page.locator("#model-state")).to_have_text("ready")
+
+
+# Recognised by its id for its preset (a one-step recipe, its steps capped): the page reads the
+# preset from /model/status, so the model need not be on the share (nor on the test hub).
+TURBO = "stabilityai/sdxl-turbo"
+
+
+def test_the_hints_say_the_chosen_presets_caps_and_scheduler(
+    new_page, ui_server, hub_root, tmp_path
+):
+    with offering(new_page, ui_server, hub_root, tmp_path, TURBO) as app:
+        page = open_ui(new_page, app)
+        expect(page.locator("#hint-steps")).to_have_text("1 to 500. Empty: 3.")
+        page.select_option("#model", TURBO)
+        expect(page.locator("#hint-steps")).to_have_text(
+            "1 to 500; above 4 lowered to 4. Empty: 1."
+        )
+        expect(page.locator("#hint-guidance")).to_have_text(
+            "0 to 30; above 1.0 lowered to 1.0. Empty: 0.0."
+        )
+        expect(page.locator("#hint-scheduler")).to_have_text("Model preset: turbo.")
+        expect(page.locator("#scheduler option").first).to_have_text(
+            "Default (Euler a SGM Uniform)"
+        )
+        screenshot(page, "36-preset-caps")
