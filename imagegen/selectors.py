@@ -61,6 +61,7 @@ def offered_models(backend: Backend, default: ModelStatus | None = None) -> list
                 "preset": {
                     "name": rules.preset, "steps": rules.steps, "guidance": rules.guidance,
                     "scheduler": rules.scheduler,
+                    "max_steps": rules.max_steps, "max_guidance": rules.max_guidance,
                     "native_size": share_native_size(model.source.path),
                 },
             }

@@ -96,6 +96,13 @@ Strength = Annotated[
           f"0 < s <= 1, default {STRENGTH_DEFAULT}"),
 ]  # fmt: skip
 JobId = Annotated[str, Field(description="a job's id, as generate_image or edit_image answer it")]
+Model = Annotated[
+    str | None,
+    Field(
+        description="an offered model (list_models): its repo id, or its name part where that "
+        "is unique; default: the service's default model"
+    ),
+]
 
 
 def django_request(ctx: Context) -> HttpRequest:
@@ -247,16 +254,20 @@ async def generate_image(
     steps: Steps = None,
     guidance: Guidance = None,
     seed: Seed = None,
+    model: Model = None,
     wait: Wait = True,
 ) -> CallToolResult:
-    """Generates an image from a prompt with the service's one model (CPU: a minute or more
-    each). Answers the PNG and a link to it, or with wait=false the queued job."""
+    """Generates an image from a prompt with the model named, else the default one (CPU: a
+    minute or more each). Answers the PNG and a link to it, or with wait=false the queued
+    job."""
     request = django_request(ctx)
     generation = GenerationRequest(
         prompt=prompt, negative_prompt=negative_prompt or None, steps=steps, guidance=guidance,
-        size=parse_size(size) if size else None, seed=seed,
+        size=parse_size(size) if size else None, seed=seed, model=model,
     )  # fmt: skip
-    return await _generated(ctx, request, lambda: generation, wait)
+    return await _generated(
+        ctx, request, lambda: services.with_model(current_backend(), generation), wait
+    )
 
 
 def _edit_source(request: HttpRequest, image: str | None, image_id: str | None) -> bytes:
@@ -290,6 +301,7 @@ async def edit_image(
     steps: Steps = None,
     guidance: Guidance = None,
     seed: Seed = None,
+    model: Model = None,
     wait: Wait = True,
 ) -> CallToolResult:
     """Edits an image by a prompt: the whole picture (img2img), or with a mask only what it
@@ -297,12 +309,13 @@ async def edit_image(
     request = django_request(ctx)
 
     def prepared() -> GenerationRequest:
+        chosen = services.with_model(current_backend(), GenerationRequest(
+            prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
+            guidance=guidance, size=parse_size(size) if size else None, seed=seed, model=model,
+        ))  # fmt: skip
         source = _edit_source(request, image, image_id)
         return services.edit_request(
-            current_backend(), request=GenerationRequest(
-                prompt=prompt, negative_prompt=negative_prompt or None, steps=steps,
-                guidance=guidance, size=parse_size(size) if size else None, seed=seed,
-            ),
+            current_backend(), request=chosen,
             image=source, mask=None if mask is None else decode_base64(mask, field="mask"),
             strength=strength,
         )  # fmt: skip
@@ -311,11 +324,15 @@ async def edit_image(
 
 
 async def list_models(ctx: Context) -> CallToolResult:
-    """The service's one model and its state (ready, or not_started until POST /model/pull;
-    a generation loads a pulled model itself)."""
-    status = await _call(selectors.model_status, current_backend())
-    model = {"id": status.model_id, **status.model_dump(mode="json")}
-    answer = {"models": [model]}
+    """Every offered model, the default first, with its state (ready, or not_started until
+    POST /model/pull; a generation loads a pulled model itself), whether its weights are on
+    the share and its preset (the steps and guidance a request that sends none gets). The
+    default's entry carries its whole status too, as GET /model/status's top level."""
+    backend = current_backend()
+    status = await _call(selectors.model_status, backend)
+    offered = await _call(selectors.offered_models, backend, status)
+    top = status.model_dump(mode="json")
+    answer = {"models": [{**(top if entry["default"] else {}), **entry} for entry in offered]}
     text = json.dumps(answer, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer)
 
@@ -351,7 +368,8 @@ def build_server() -> MCPServer:
         version=app_version(),
         instructions="Text-to-image on a CPU: an image takes a minute or more. generate_image "
         "and edit_image wait for the image and report progress; with wait=false they answer "
-        "the job at once, to follow with get_job.",
+        "the job at once, to follow with get_job. list_models names the models offered; "
+        "`model` picks one.",
     )
     server.add_tool(generate_image, annotations=_annotations("Generate an image", read_only=False))
     server.add_tool(edit_image, annotations=_annotations("Edit an image", read_only=False))

@@ -478,6 +478,10 @@ class OfferedPresetOut(Schema):
     steps: int
     guidance: float
     scheduler: str | None = Field(description="null: the model's own")
+    max_steps: int | None = Field(description="sent steps above it are lowered to it; null: none")
+    max_guidance: float | None = Field(
+        description="sent guidance above it is lowered to it; null: none"
+    )
     native_size: list[int] | None = Field(
         description="[width, height] of a request that sends no size; null until on the share"
     )

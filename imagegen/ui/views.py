@@ -36,7 +36,9 @@ def _sizes(low: int, high: int) -> list[str]:
 
 
 def page(request: HttpRequest) -> HttpResponse:
-    rules = selectors.generation_rules(current_backend())
+    backend = current_backend()
+    rules = selectors.generation_rules(backend)
+    offered = backend.offered()
     allowed = rules["schedulers"] or list(SCHEDULERS)
     form = {
         "prompt_max": PROMPT_MAX,
@@ -58,6 +60,9 @@ def page(request: HttpRequest) -> HttpResponse:
         "strength_default": STRENGTH_DEFAULT,
         "mask_blur_default": MASK_BLUR_DEFAULT,
         "mask_blur_max": MASK_BLUR_MAX,
+        # The picker's choices, MODEL_ID's first: rendered here so that a choice kept in the
+        # browser is restored before /model/status answers with their states and presets.
+        "models": offered.ids,
         # A share only in distributed mode; on one machine MODEL_DIR is its own folder.
         "weights_label": "Weights on the share" if is_distributed() else "Weights downloaded",
     }
@@ -68,7 +73,17 @@ def page(request: HttpRequest) -> HttpResponse:
         "countMax": settings.GEN_MAX_N,
         "seedMax": SEED_MAX,
         # What Pull fetches, shown beforehand; /model/status's figure once known.
-        "pullBytes": selectors.model_download_estimate(current_backend()),
+        "pullBytes": selectors.model_download_estimate(backend),
+        # What a request naming no model runs: the model a queued job without `model` names.
+        "defaultModel": offered.default.id,
+        # The hints the chosen model's preset rewrites keep these bounds, the same for all.
+        "stepsMax": settings.GEN_MAX_STEPS,
+        "guidanceMax": settings.GEN_MAX_GUIDANCE,
+        "minSide": settings.GEN_MIN_SIDE,
+        "maxSide": settings.GEN_MAX_SIDE,
+        "samplers": {name: scheduler.a1111_name for name, scheduler in SCHEDULERS.items()},
+        # As the Model panel's label: a share only in distributed mode.
+        "weightsWord": "on the share" if is_distributed() else "downloaded",
     }
     response = render(
         request, "ui/index.html", {"form": form, "config": config, "version": app_version()}

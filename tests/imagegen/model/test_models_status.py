@@ -54,7 +54,7 @@ def test_status_lists_every_offered_model_and_a_pull_by_name_loads_that_one(app)
         "id": SD_REPO, "revision": "main", "default": True, "state": "not_started",
         "weights_on_share": False, "resident": False,
         "preset": {"name": None, "steps": 2, "guidance": 7.0, "scheduler": None,
-                   "native_size": None},
+                   "max_steps": None, "max_guidance": None, "native_size": None},
     }  # fmt: skip
     assert sdxl["default"] is False and sdxl["state"] == "not_started"
     assert sdxl["preset"]["steps"] == 20  # not MODEL_ID's GEN_DEFAULT_STEPS

@@ -344,7 +344,7 @@ def test_the_page_is_usable_by_keyboard_alone_and_ctrl_enter_generates_a_batch(n
     for _ in range(12):
         page.keyboard.press("Tab")
         order.append(page.evaluate("document.activeElement.id"))
-    assert order[:3] == ["negative_prompt", "steps", "guidance"]
+    assert order[:4] == ["model", "negative_prompt", "steps", "guidance"]  # the picker first
     assert order.index("count") < order.index("generate")
     page.focus("#steps")
     page.keyboard.type("2")

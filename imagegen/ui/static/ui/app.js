@@ -76,7 +76,9 @@
   // --- the form: kept in this browser, Ctrl+Enter, a batch count ------------------------
 
   const form = $("generate-form");
-  const FIELDS = ["prompt", "negative_prompt", "steps", "guidance", "size", "scheduler", "seed"];
+  const FIELDS = [
+    "prompt", "model", "negative_prompt", "steps", "guidance", "size", "scheduler", "seed",
+  ];
   // The API's fields and the page's own batch count: what is kept across reloads and what
   // an error can be shown beside.
   const EDIT_FIELDS = ["strength", "mask_blur"]; // sent only with an image (mask.js)
@@ -169,7 +171,7 @@
   // API's message then says what a client should call; the page says what to press instead.
   async function adviseForModel() {
     const status = await refreshModel();
-    if (!status || !formAdvice(status)) return; // not the model's: the API's message stays
+    if (!status || !formAdvice(chosenStatus(status))) return; // not the model's: it stays
     formWaitsForModel = true;
     showModel(status);
     watchPull(); // a pull under way (from any client): the message follows it to the end
@@ -277,6 +279,7 @@
       (o) => o.value && (o.value === parameters.scheduler || o.text === parameters.scheduler),
     );
     $("scheduler").value = option ? option.value : "";
+    chooseModel(parameters.model_id);
     saveForm();
     clearErrors();
     $("prompt").focus();
@@ -421,6 +424,9 @@
     item.dataset.jobId = job.id;
     item.dataset.created = job.created_at;
     item.querySelector(".job-prompt").textContent = prompt;
+    // A job naming no model runs MODEL_ID's (its parameters carry `model` only for another).
+    item.querySelector(".job-model").textContent =
+      `Model: ${job.parameters.model || config.defaultModel}`;
     showOwner(item, job.owner);
     item.querySelector(".job-progress").setAttribute("aria-label", `Progress: ${prompt}`);
     item.querySelector(".cancel").setAttribute("aria-label", `Cancel: ${prompt}`);
@@ -667,6 +673,7 @@
     const image = item.querySelector("img");
     image.alt = prompt;
     item.querySelector(".prompt").textContent = prompt;
+    item.querySelector(".model").textContent = `Model: ${record.parameters.model_id}`;
     showOwner(item, record.owner);
     item.querySelector(".params").textContent = describeParameters(record.parameters);
     const download = item.querySelector(".download");
@@ -852,7 +859,7 @@
   // What a pull downloads: the service's own figure once a pull has listed the files
   // (kept after a failure), before that the documented one for the model (null: unknown).
   function pullSize(status) {
-    const bytes = status.download.bytes_total || config.pullBytes;
+    const bytes = status.download.bytes_total || (status.default ? config.pullBytes : null);
     return bytes ? `about ${formatBytes(bytes)}` : null;
   }
 
@@ -877,6 +884,7 @@
         return `Not downloaded yet: press Pull to download it from the model hub${
           size ? ` (${size})` : ""}.`;
       case "downloading":
+        if (!download.bytes_total) return "Downloading from the model hub.";
         return `Downloaded ${formatBytes(download.bytes_done)} of ${
           formatBytes(download.bytes_total)}`;
       case "loading":
@@ -907,7 +915,103 @@
     }
   }
 
-  function showModel(status) {
+  // --- the offered models: the picker, each one's state and Pull, its preset's hints ---------
+
+  let lastStatus = null; // /model/status's latest answer: the picker's change shows it at once
+  const BUSY = ["downloading", "loading"];
+
+  // The chosen model as the panel shows it: MODEL_ID's is the top level (with its download
+  // figures and error); another's is its entry in `models`.
+  function chosenStatus(status) {
+    const entry = (status.models || []).find((m) => m.id === $("model").value);
+    if (!entry || entry.default) return { ...status, default: true };
+    return {
+      model_id: entry.id, state: entry.state, weights_on_share: entry.weights_on_share,
+      download: {}, error: null, default: false,
+    };
+  }
+
+  // A model's state in the picker's words; the weights' word is the Model panel's (a share
+  // only in distributed mode).
+  function stateWords(entry) {
+    if (entry.state === "ready" || entry.resident) return "loaded";
+    if ([...BUSY, "failed"].includes(entry.state)) return entry.state;
+    return entry.weights_on_share ? config.weightsWord : `not ${config.weightsWord}`;
+  }
+
+  function modelEntry(entry) {
+    const list = $("model-list");
+    const found = list.querySelector(`li[data-model-id="${CSS.escape(entry.id)}"]`);
+    if (found) return found;
+    const item = $("model-item").content.firstElementChild.cloneNode(true);
+    item.dataset.modelId = entry.id;
+    item.querySelector(".model-name").textContent = entry.id;
+    const pull = item.querySelector(".model-entry-pull");
+    pull.setAttribute("aria-label", `Pull ${entry.id}`);
+    pull.addEventListener("click", () => pullModel(entry.id, pull));
+    list.append(item);
+    return item;
+  }
+
+  // With one model offered the picker shows it (what Generate runs) and no list: the Model
+  // panel below says its state and has its Pull.
+  function showModels(status) {
+    $("model-list").hidden = (status.models || []).length < 2;
+    for (const entry of status.models || []) {
+      const item = modelEntry(entry);
+      const words = stateWords(entry);
+      item.dataset.state = entry.state;
+      item.querySelector(".model-entry-state").textContent = words;
+      item.querySelector(".model-entry-pull").disabled =
+        entry.state === "ready" || BUSY.includes(entry.state);
+      const option = [...$("model").options].find((o) => o.value === entry.id);
+      if (option) option.textContent = `${entry.id} (${words})`;
+    }
+    const chosen = (status.models || []).find((m) => m.id === $("model").value);
+    if (chosen) showPreset(chosen.preset);
+  }
+
+  // Python's way with a float (7.0, 5.5), as the server rendered the hints at first.
+  const decimal = (value) => (Number.isInteger(value) ? value.toFixed(1) : String(value));
+
+  // The form's hints say what the chosen model's preset gives an empty field, and its caps;
+  // the bounds (GEN_MAX_*, GEN_MIN_SIDE, GEN_MAX_SIDE) are every model's.
+  function showPreset(preset) {
+    const { steps, guidance, max_steps: stepsCap, max_guidance: guidanceCap } = preset;
+    $("steps").placeholder = String(steps);
+    $("hint-steps").textContent = `1 to ${config.stepsMax}${
+      stepsCap ? `; above ${stepsCap} lowered to ${stepsCap}` : ""}. Empty: ${steps}.`;
+    $("guidance").placeholder = decimal(guidance);
+    $("hint-guidance").textContent = `0 to ${config.guidanceMax}${
+      guidanceCap === null ? "" : `; above ${decimal(guidanceCap)} lowered to ${
+        decimal(guidanceCap)}`}. Empty: ${decimal(guidance)}.`;
+    const native = preset.native_size ? preset.native_size.join("x") : null;
+    $("size").placeholder = native ? `native ${native}` : "model's native";
+    $("hint-size").textContent = `WIDTHxHEIGHT, multiples of 8, ${config.minSide} to ${
+      config.maxSide}. Empty: the model's native size${native ? ` (${native})` : ""}. With an ` +
+      "image, empty keeps the image's size.";
+    $("scheduler").options[0].textContent = `Default (${
+      preset.scheduler ? config.samplers[preset.scheduler] : "the model's own"})`;
+    $("hint-scheduler").textContent =
+      preset.name ? `Model preset: ${preset.name}.` : "No model preset.";
+  }
+
+  // A record's model chosen again ("Use these settings"), when it is still offered.
+  function chooseModel(id) {
+    if (![...$("model").options].some((o) => o.value === id)) return;
+    $("model").value = id;
+    if (lastStatus) showModel(lastStatus);
+  }
+
+  $("model").addEventListener("change", () => {
+    if (lastStatus) showModel(lastStatus);
+    refreshModel();
+  });
+
+  function showModel(raw) {
+    lastStatus = raw;
+    showModels(raw);
+    const status = chosenStatus(raw);
     $("model-id").textContent = status.model_id;
     $("model-state").textContent = status.state;
     $("model-share").textContent = status.weights_on_share ? "yes" : "no";
@@ -941,7 +1045,9 @@
     try {
       for (;;) {
         const status = await refreshModel();
-        if (!status || !["downloading", "loading"].includes(status.state)) return;
+        const states = [status && status.state, ...((status && status.models) || []).map(
+          (m) => m.state)];
+        if (!status || !states.some((state) => BUSY.includes(state))) return;
         await sleep(1000);
       }
     } finally {
@@ -949,17 +1055,23 @@
     }
   }
 
-  $("model-pull").addEventListener("click", async () => {
-    $("model-pull").disabled = true;
-    const response = await api("/model/pull", { method: "POST" });
+  // MODEL_ID's pull sends no model (the API's pull of the default); another's names it.
+  async function pullModel(id, button) {
+    button.disabled = true;
+    const named = id && id !== config.defaultModel;
+    const response = await api("/model/pull", named
+      ? { method: "POST", body: new URLSearchParams({ model: id }) }
+      : { method: "POST" });
     if (!response.ok) {
       $("model-error").textContent = (await errorMessage(response)).message;
-      $("model-pull").disabled = false;
+      button.disabled = false;
       return;
     }
     showModel(await response.json());
     watchPull();
-  });
+  }
+
+  $("model-pull").addEventListener("click", () => pullModel($("model").value, $("model-pull")));
   $("model-refresh").addEventListener("click", refreshModel);
 
   $("forget-token").addEventListener("click", () => {

@@ -51,6 +51,10 @@ def test_the_sdk_client_lists_the_tools_and_generates_an_image_with_progress(app
     assert requests.get(link).content == png  # the link needs no token
     (job,) = jobs(app, "mcp harbour")  # an ordinary job of the one queue
     assert job["id"] == result.structured_content["job"]["id"] and job["parameters"]["seed"] == 9
+    listed, _ = call(app, "list_models", {})
+    (model,) = listed.structured_content["models"]  # MODELS unset: MODEL_ID alone
+    assert (model["id"], model["default"], model["state"]) == (job["image"]["parameters"][
+        "model_id"], True, "ready")  # fmt: skip
 
 
 @pytest.mark.both_modes
