@@ -1,9 +1,10 @@
 """The MCP SDK's own client on a running app's /mcp, as an agent connects to it: over HTTP,
 with the Authorization header its configuration names."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -12,6 +13,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 Progress = list[tuple[float, float | None, str | None]]
+T = TypeVar("T")
+
+
+def run_async(main: Callable[[], Awaitable[T]]) -> T:
+    """anyio.run in a thread of its own: a Playwright browser an earlier test started leaves
+    an event loop running in this thread, and anyio.run refuses to start beside it."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, main).result()
 
 
 @asynccontextmanager
@@ -37,7 +46,7 @@ def call_tool(
         async with connected(url, headers) as client:
             return await client.call_tool(name, arguments, progress_callback=on_progress)
 
-    return anyio.run(main), seen
+    return run_async(main), seen
 
 
 def tool_names(url: str, headers: dict[str, str]) -> set[str]:
@@ -45,4 +54,4 @@ def tool_names(url: str, headers: dict[str, str]) -> set[str]:
         async with connected(url, headers) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    return anyio.run(main)
+    return run_async(main)

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import numpy as np
 import pytest
@@ -34,6 +33,7 @@ from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.requests import GenerationRequest
 from tests.support.loaders import ready_loader, serve
+from tests.support.mcp_client import run_async
 
 TOOLS = {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}
 
@@ -54,7 +54,7 @@ def session(use: Callable[[Client], Awaitable[Any]]) -> Any:
             async with Client(connection) as client:
                 return await use(client)
 
-    return anyio.run(main)
+    return run_async(main)
 
 
 def call(name: str, arguments: dict[str, Any], seen: list | None = None) -> CallToolResult:
