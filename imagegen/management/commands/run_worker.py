@@ -47,7 +47,10 @@ class Command(BaseCommand):
         from imagegen.distributed.celery_app import QUEUE, app
 
         name = options["name"] or default_worker_name()
-        runtime = worker_runtime(name)
+        try:
+            runtime = worker_runtime(name)
+        except ValueError as exc:  # WORKER_MODELS names no offered model
+            raise CommandError(str(exc)) from exc
         set_runtime(runtime)
         if settings.PRELOAD_MODEL_CODE:
             from imagegen.model.preload import import_loading_code
