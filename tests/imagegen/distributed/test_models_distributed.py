@@ -164,8 +164,14 @@ def test_a_pinned_worker_never_takes_another_models_job(stack, web):
     time.sleep(5)  # a message, its resends, and RESCUE_BEATS beats of idle w1
     assert job(web, waiting)["state"] == "queued"
     assert workers(web)["w1"]["job"] is None
+    # Each model's list of unfinished jobs, which KEDA scales that model's pool on.
+    client = stack.redis.client()
+    listed = client.lrange(f"imagegen:unfinished:{SD_REPO}", 0, -1)
+    assert listed == [long.encode(), waiting.encode()]
+    assert client.llen(f"imagegen:unfinished:{SDXL_REPO}") == 0
     cancel(web, long)
     assert ran_on(stack, web, waiting) == "w0"
+    assert client.llen(f"imagegen:unfinished:{SD_REPO}") == 0
 
 
 def test_a_model_no_live_worker_may_run_is_refused_at_submit(web):
