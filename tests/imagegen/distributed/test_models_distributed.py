@@ -18,6 +18,7 @@ import pytest
 import redis
 import requests
 
+from tests.support.commands import run_command
 from tests.support.distributed import Stack
 from tests.support.in_process import LoopbackApp
 from tests.support.jobs import FINISHED
@@ -200,3 +201,20 @@ def test_status_says_what_each_worker_holds_and_may_run(web):
     models = {m["id"]: m for m in status(web)["models"]}
     assert models[SDXL_REPO]["state"] == "ready" and models[SDXL_REPO]["resident"]
     assert models[SD_INPAINT_REPO]["state"] == "not_started"
+
+
+def test_a_worker_models_name_that_is_no_offered_model_stops_the_start():
+    """The command's own check, run in this process (tests/support/commands.py): no worker
+    starts that could never take a job."""
+    done = run_command(
+        "run_worker",
+        env={
+            "JOB_BROKER_URL": "redis://127.0.0.1:9/0", "MODEL_ID": SD_REPO, "MODELS": SDXL_REPO,
+            "WORKER_MODELS": "tiny-sdxl,tiny-sd-turbo",
+        },
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert (
+        f"WORKER_MODELS: 'tiny-sd-turbo' is not offered; offered: {SD_REPO}, {SDXL_REPO}"
+        in done.stderr
+    ), done.stderr
