@@ -3,7 +3,8 @@
 Redis is already the broker. A job needs what a result backend lacks. Transitions check the
 state they start from. Each job has a revision, and each running job a heartbeat. Each
 transition is one Lua script. A submit applies queue_policy to the queue read under WATCH, in
-one MULTI. The keys are listed in docs/distributed.md, "Redis keys".
+one MULTI. A claim applies queue_policy.pick to the queue one script reads, and takes the chosen
+job by compare-and-set. The keys are listed in docs/distributed.md, "Redis keys".
 
 Heartbeats run on the store's own `clock`, not TTL keys. A heartbeat missed while the store
 was away says nothing about the worker. So time counts only while the store is seen reachable.
