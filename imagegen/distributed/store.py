@@ -172,6 +172,7 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if name ~= worker then
     local record = redis.call('GET', prefix .. 'worker:' .. name)
     if record then
+      table.insert(idle, name)
       table.insert(idle, record)
     end
   end
@@ -765,9 +766,9 @@ class JobStore:
 
     def waiting(
         self, worker: str, default_model: str = ""
-    ) -> tuple[float, list[str], list[queue_policy.Waiting], set[str]]:
+    ) -> tuple[float, list[str], list[queue_policy.Waiting], dict[str, dict]]:
         """The store's time, the waiting jobs' ids and what pick needs of each, in queue order,
-        and the models other idle workers hold."""
+        and the other idle workers' records by name (`models`: what each holds)."""
         seconds, micros, jobs, idle = self._claim_state(keys=[QUEUED, IDLE], args=[PREFIX, worker])
         now = int(seconds) + int(micros) / 1e6
         ids, waiting = [], []
@@ -778,8 +779,8 @@ class JobStore:
                 model=decoded(jobs[i + 1]) or default_model, passed=int(jobs[i + 2]),
                 since=float(since) if since else now,
             ))  # fmt: skip
-        held_by_idle = {model for record in idle for model in json.loads(record).get("models", [])}
-        return now, ids, waiting, held_by_idle
+        others = {decoded(idle[i]): json.loads(idle[i + 1]) for i in range(0, len(idle), 2)}
+        return now, ids, waiting, others
 
     def _claim_chosen(
         self,
@@ -792,7 +793,8 @@ class JobStore:
         """pick's choice over the jobs this worker may run, claimed if the queue has not moved
         under it; else chosen again. None when pick leaves every job to others."""
         for _ in range(SUBMIT_TRIES):
-            clock, ids, waiting, held_by_idle = self.waiting(worker, default_model)
+            clock, ids, waiting, others = self.waiting(worker, default_model)
+            held_by_idle = {m for record in others.values() for m in record.get("models", [])}
             runnable = [
                 i for i, job in enumerate(waiting) if may_run is None or job.model in may_run
             ]

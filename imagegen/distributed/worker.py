@@ -250,6 +250,17 @@ class WorkerRuntime:
         self.waiting_seen, self.waiting_beats = None, 0
         threading.Thread(target=self._take_up, name="take-up", daemon=True).start()
 
+    def handoff(self) -> str | None:
+        """The idle worker to wake for the first waiting job this one left: one holding its
+        model, else one whose WORKER_MODELS lets it run it. None when no job waits for one."""
+        _, _, waiting, others = self.store.waiting(self.name, self.default_model)
+        for job in waiting:
+            holders = [n for n, r in others.items() if job.model in r.get("models", [])]
+            runners = [n for n, r in others.items() if job.model in r.get("worker_models", [])]
+            if found := holders or runners:
+                return found[0]
+        return None
+
     def first_runnable(self) -> str | None:
         """The first waiting job this worker may run (WORKER_MODELS)."""
         _, ids, waiting, _ = self.store.waiting(self.name, self.default_model)

@@ -12,6 +12,7 @@ GET /model/status lists with what it holds and may run."""
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,11 @@ def running_on(app: LoopbackApp, job_id: str, worker: str) -> None:
     until(lambda: job(app, job_id)["state"] == "running" and workers(app)[worker]["job"] == job_id)
 
 
+def queued_seconds(record: dict) -> float:
+    started, created = (datetime.fromisoformat(record[k]) for k in ("started_at", "created_at"))
+    return (started - created).total_seconds()
+
+
 def cancel(app: LoopbackApp, job_id: str) -> None:
     requests.delete(app.url(f"/jobs/{job_id}"), timeout=30)
     until(lambda: job(app, job_id)["state"] in FINISHED)
@@ -132,11 +138,16 @@ def test_no_job_waits_for_a_swap_while_a_worker_holding_its_model_is_idle(stack,
     assert ran_on(stack, web, submit(web, "tiny-sd")) == "w0"  # w0 swaps back to SD for it
     until(lambda: holding(web) == {"w0": [SD_REPO], "w1": [SDXL_REPO]})
     before = workers(web)
-    ran = []
+    ran, waited = [], 0.0
     for model in (SDXL_REPO, SD_REPO, SDXL_REPO, SDXL_REPO, SD_REPO, SDXL_REPO):
         both_idle(stack)
-        ran.append((model, ran_on(stack, web, submit(web, model))))
+        job_id = submit(web, model)
+        ran.append((model, ran_on(stack, web, job_id)))
+        waited += queued_seconds(job(web, job_id))
     assert ran == [(m, "w1" if m == SDXL_REPO else "w0") for m, _ in ran]
+    # A message that woke w0 for an SDXL job is sent on at once, so w1 takes it in a moment, not
+    # after the 3 beats (3 s or more) in which an idle worker finds a job left without one.
+    assert waited < 3.0, waited
     after = workers(web)
     for name in ("w0", "w1"):
         assert after[name]["loads"] == before[name]["loads"], (before, after)
