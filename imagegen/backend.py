@@ -161,10 +161,10 @@ class Backend:
     webhooks: Outbox  # where webhook deliveries wait
     distributed: bool = False  # JOB_BROKER_URL chose Redis and Celery workers
     jobs_keep: int = 1000  # JOBS_KEEP, which the 404 of a forgotten job names in Redis
-    catalog: Catalog | None = None  # the offered models (None: MODEL_ID's alone)
-    shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
     # Distributed mode: each MODELS entry's pull and status through the workers, by repo id.
     entries: dict[str, ModelHandle] = dataclasses.field(default_factory=dict)
+    catalog: Catalog | None = None  # the offered models (None: MODEL_ID's alone)
+    shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
 
     def offered(self) -> Catalog:
         """The offered models, MODEL_ID's first."""
@@ -235,12 +235,12 @@ def build_backend() -> Backend:
             entries={m.id: (entries[m.id], m.rules) for m in catalog.models if not m.default},
         )
         return Backend(
+            entries=entries,
             jobs=jobs, models=models, loader=loader, images=images,
             runs=RedisRuns(client, ttl_seconds=run_ttl),
             rates=RedisRates(client),
             webhooks=RedisOutbox(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
-            entries=entries,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
     # Records of jobs this process's predecessors ran: those jobs are long gone.
