@@ -711,11 +711,6 @@ class JobStore:
                 self.wake(job_id)
         return handled
 
-    def next_queued(self) -> str | None:
-        """The next job a worker takes."""
-        head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
-        return decoded(head[0]) if head else None
-
     def attempts(self, job_id: str) -> list[dict[str, str]]:
         """Each run, oldest first: worker, start, and `lost_at` unless current or finished."""
         stored = self.redis.hget(job_key(job_id), "attempts")
