@@ -378,6 +378,12 @@ PUBLIC_URL = env_str("PUBLIC_URL", "").strip().rstrip("/")
 # scrape of its own metrics (GET /metrics, on every address); 0: none (the container image
 # sets 9100; off here, so workers started side by side on one host do not fight for a port).
 WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0, minimum=0, maximum=65535)
+# Distributed mode: the offered models a worker may run, comma-separated repo ids or unique name
+# parts (imagegen/distributed/pins.py); empty: every offered model.
+WORKER_MODELS = env_str("WORKER_MODELS", "")
+# Bytes the loaded models may use together (imagegen/model/shelf.py); 0: the container's
+# memory.max, else the machine's memory.
+MODEL_MEMORY_LIMIT = env_int("MODEL_MEMORY_LIMIT", 0, minimum=0)
 
 # logging.config.dictConfig's schema: values of every kind, nested.
 LOGGING: dict[str, Any] = {

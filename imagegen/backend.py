@@ -163,6 +163,8 @@ class Backend:
     webhooks: Outbox  # where webhook deliveries wait
     distributed: bool = False  # JOB_BROKER_URL chose Redis and Celery workers
     jobs_keep: int = 1000  # JOBS_KEEP, which the 404 of a forgotten job names in Redis
+    # Distributed mode: each MODELS entry's pull and status through the workers, by repo id.
+    entries: dict[str, ModelHandle] = dataclasses.field(default_factory=dict)
     catalog: Catalog | None = None  # the offered models (None: MODEL_ID's alone)
     shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
     # The model each A1111 caller chose (POST /sdapi/v1/options), kept where jobs are kept.
@@ -179,6 +181,13 @@ class Backend:
         if model.default or self.shelf is None:
             return self.loader
         return self.shelf.loader(model.id)
+
+    def handle_of(self, model: OfferedModel) -> ModelHandle:
+        """What a pull and the status of an offered model act on: the workers' in distributed
+        mode, this process's loader otherwise."""
+        if model.default:
+            return self.models
+        return self.entries.get(model.id) or self.loader_of(model)
 
     @property
     def rules(self) -> GenerationRules:
@@ -198,7 +207,7 @@ def build_backend() -> Backend:
     """The backend of this process's settings: in process, or on Redis with JOB_BROKER_URL."""
     sources = offered_sources()
     loader, *others = [new_loader(source) for source in sources]
-    shelf = ModelShelf([loader, *others], memory_limit())
+    shelf = ModelShelf([loader, *others], shelf_limit())
     images = ImageStore(settings.OUTPUT_DIR)
     rules = rules_from_settings()
     catalog = catalog_of(sources, rules)
@@ -216,6 +225,10 @@ def build_backend() -> Backend:
 
         client = redis_client()  # one pool for the process's every store call
         models: ModelHandle = SharedModel(loader, client)
+        entries: dict[str, ModelHandle] = {
+            m.id: SharedModel(shelf.loader(m.id), client, default=False)
+            for m in catalog.models if not m.default
+        }  # fmt: skip
         jobs: JobBoard = RedisJobBoard(
             job_store(client),
             models=models,
@@ -224,8 +237,10 @@ def build_backend() -> Backend:
             rules=rules,
             timings=RedisTimings(client, measured_model(model_source())),
             changes=ChangeFeed(listener_client()),
+            entries={m.id: (entries[m.id], m.rules) for m in catalog.models if not m.default},
         )
         return Backend(
+            entries=entries,
             jobs=jobs, models=models, loader=loader, images=images,
             runs=RedisRuns(client, ttl_seconds=run_ttl),
             rates=RedisRates(client),
@@ -289,17 +304,30 @@ def installed(backend: Backend) -> Iterator[Backend]:
         install(before)
 
 
+def shelf_limit() -> int | None:
+    """MODEL_MEMORY_LIMIT, else the container's or the machine's memory."""
+    return settings.MODEL_MEMORY_LIMIT or memory_limit()
+
+
 def worker_runtime(name: str) -> "WorkerRuntime":
-    """A Celery worker's runtime (manage.py run_worker): own loader, shared job store and images."""
+    """A Celery worker's runtime (manage.py run_worker): its own shelf of the models it may run
+    (WORKER_MODELS; ValueError names a bad entry), shared job store and images."""
     from imagegen.distributed.connection import job_store, redis_client
+    from imagegen.distributed.pins import worker_models
     from imagegen.distributed.timings import RedisTimings, measured_model
     from imagegen.distributed.worker import WorkerRuntime
 
+    sources = offered_sources()
+    may_run = worker_models(catalog_of(sources, rules_from_settings()), settings.WORKER_MODELS)
+    loader, *others = [new_loader(source) for source in sources]
+    kept = [each for each in (loader, *others) if each.source.model_id in may_run]
     client = redis_client()
     return WorkerRuntime(
         job_store(client),
-        new_loader(),
+        loader,
         ImageStore(settings.OUTPUT_DIR),
+        shelf=ModelShelf(kept, shelf_limit()),
+        may_run=may_run,
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         timings=RedisTimings(client, measured_model(model_source())),

@@ -32,18 +32,6 @@ def naming_model(exc: ServiceError, model_id: str) -> ServiceError:
     return named
 
 
-class ModelNotServedHere(ServiceError):
-    """A MODELS entry asked of distributed mode, whose workers run MODEL_ID alone so far."""
-
-    status = 501
-
-    def __init__(self, model_id: str) -> None:
-        super().__init__(
-            f"{model_id} is offered, but in distributed mode (JOB_BROKER_URL) the workers run "
-            "MODEL_ID alone so far: send no model, or use the in-process mode"
-        )
-
-
 class ModelNotOffered(ServiceError):
     """A model looked up by name (GET /v1/models/<id>) that this service does not offer."""
 
@@ -53,16 +41,18 @@ class ModelNotOffered(ServiceError):
         super().__init__(f"No model {asked!r} here; offered: {', '.join(offered)}")
 
 
-class ModelPullNotHere(ServiceError):
-    """A MODELS entry pulled in distributed mode, whose workers load MODEL_ID alone so far."""
+class NoWorkerForModel(ServiceError):
+    """Distributed mode: a job for a model no live worker may run (WORKER_MODELS); nothing is
+    queued."""
 
-    status = 501
+    status = 503
+    retry_after = 30
 
-    def __init__(self, model_id: str) -> None:
+    def __init__(self, model_id: str, workers: list[str]) -> None:
         super().__init__(
-            f"{model_id} is offered, but in distributed mode (JOB_BROKER_URL) the workers load "
-            "MODEL_ID alone so far: pull it onto the share with manage.py pull_model --model "
-            f"{model_id}"
+            f"No live worker may run the model {model_id}: the WORKER_MODELS of every live "
+            f"worker ({', '.join(workers)}) leaves it out; start a worker whose WORKER_MODELS "
+            "names it (or leaves WORKER_MODELS unset)"
         )
 
 

@@ -41,17 +41,13 @@ def model_status(backend: Backend) -> ModelStatus:
 
 def offered_models(backend: Backend, default: ModelStatus | None = None) -> list[dict[str, Any]]:
     """Each offered model's state as this process sees it, MODEL_ID's first (its state is
-    `default`, the top level's, when given). In distributed mode the workers load MODEL_ID
-    alone so far: another model is not_started there."""
+    `default`, the top level's, when given). In distributed mode, as the workers hold them."""
     default = default or model_status(backend)
     answer = []
     for model in backend.offered().models:
         loader = backend.loader_of(model)
-        status = default if model.default else loader.status()
-        if model.default:
-            resident = status.state == "ready" if backend.distributed else loader.resident
-        else:
-            resident = loader.resident
+        status = default if model.default else backend.handle_of(model).status()
+        resident = status.state == "ready" if backend.distributed else loader.resident
         rules = model.rules
         answer.append(
             {

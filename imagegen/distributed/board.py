@@ -8,7 +8,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cached_property
 
 import redis
@@ -16,10 +16,20 @@ from kombu.exceptions import OperationalError
 
 from imagegen import metrics
 from imagegen.distributed.changes import FALLBACK_SECONDS, ChangeFeed
-from imagegen.distributed.shared_model import live_workers
+from imagegen.distributed.shared_model import live_workers, may_run
 from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
-from imagegen.errors import JobFinished, QueueFull
+from imagegen.errors import (
+    JobFinished,
+    ModelDownloading,
+    ModelFailed,
+    ModelLoading,
+    ModelNotPulled,
+    NoWorkerForModel,
+    OfferedModelNotPulled,
+    QueueFull,
+    naming_model,
+)
 from imagegen.generation.estimates import Estimate, estimate
 from imagegen.generation.job_board import FINISHED, JobView, ahead_of
 from imagegen.generation.parameters import with_defaults
@@ -45,13 +55,18 @@ class RedisJobBoard:
         rules: GenerationRules,
         timings: RedisTimings,
         changes: ChangeFeed | None = None,
+        entries: Mapping[str, tuple[ModelHandle, GenerationRules]] | None = None,
     ) -> None:
+        """`models` is MODEL_ID's; `entries` each MODELS entry's handle and rules, by repo id."""
         self.jobs = store
         self.timings = timings  # what the workers measured (the estimates)
         self.models = models
         self.queue_max = queue_max
         self.keep = keep
         self.rules = rules
+        self.entries = dict(entries or {})
+        # MODEL_ID: a loader's or SharedModel's source names it.
+        self.default_model: str = getattr(getattr(models, "source", None), "model_id", "")
         # Waiting requests wake on the store's announcements; None: each polls every POLL_SECONDS.
         self.changes = changes
 
@@ -73,10 +88,23 @@ class RedisJobBoard:
     ) -> JobView:
         """Queues a generation, or refuses it at once.
 
-        503 from every replica: model not on the share, a download under way, the queue full.
-        429: the key's `key_limit`, counted in the step that queues."""
-        self.models.check_loadable()
-        request = with_defaults(request, rules=self.rules)
+        503 from every replica: no live worker may run its model, the model not on the share, a
+        download under way, the queue full. 429: the key's `key_limit`, counted in the step that
+        queues."""
+        handle, rules = self.model_of(request)
+        model_id = request.model or self.default_model
+        self._check_runnable(model_id, default=request.model is None)
+        try:
+            handle.check_loadable()
+        except ModelNotPulled:
+            if request.model is None:
+                raise
+            raise OfferedModelNotPulled(request.model) from None
+        except (ModelLoading, ModelDownloading, ModelFailed) as exc:
+            if request.model is None:
+                raise
+            raise naming_model(exc, request.model) from None
+        request = with_defaults(request, rules=rules)
         job_id = job_id or secrets.token_hex(8)
         if not self.jobs.add(
             job_id,
@@ -87,6 +115,7 @@ class RedisJobBoard:
             key_limit=key_limit,
             queue_max=self.queue_max,
             keep=self.keep,
+            model=model_id,
         ):
             raise QueueFull()
         try:
@@ -99,10 +128,26 @@ class RedisJobBoard:
         assert view is not None, f"job {job_id} was queued and is gone"  # only forget removes it
         return view
 
+    def model_of(self, request: GenerationRequest) -> tuple[ModelHandle, GenerationRules]:
+        """The handle and rules of the model that runs `request`: MODEL_ID's unless it names
+        a MODELS entry."""
+        if request.model is None:
+            return self.models, self.rules
+        return self.entries[request.model]
+
+    def _check_runnable(self, model_id: str, *, default: bool) -> None:
+        """Refuses a job no live worker may run (WORKER_MODELS). With no live worker at all it
+        is queued, as before: the worker a scaler starts takes it."""
+        if not model_id:
+            return
+        workers = live_workers(self.jobs.redis)
+        if workers and not any(may_run(w, model_id, default=default) for w in workers):
+            raise NoWorkerForModel(model_id, [w["name"] for w in workers])
+
     def estimate(self, request: GenerationRequest, *, count: int = 1) -> Estimate | None:
         """Behind every unfinished job, spread over the live workers, from the workers'
         measurements."""
-        request = with_defaults(request, rules=self.rules)
+        request = with_defaults(request, rules=self.model_of(request)[1])
         views = self.jobs.views(self.jobs.unfinished_ids())
         ahead = [found for view in views if view and (found := ahead_of(view))]
         workers = len(live_workers(self.jobs.redis))

@@ -11,6 +11,12 @@ from django.conf import settings
 
 QUEUE = "imagegen"
 
+
+def worker_queue(name: str) -> str:
+    """A worker's own queue beside QUEUE: a message handed to it wakes it and no other."""
+    return f"{QUEUE}.worker.{name}"
+
+
 app = Celery("imagegen", set_as_current=False)
 app.conf.update(
     broker_url=settings.JOB_BROKER_URL,

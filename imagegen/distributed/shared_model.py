@@ -3,7 +3,8 @@
 A pull downloads once, here, onto the share; web processes never load the model. Every running
 worker then loads when it sees the pull count grow. The `state` rules of GET /model/status are
 in docs/distributed.md. When Redis does not answer in time, the answer is still 200, marked
-`store: "unreachable"`."""
+`store: "unreachable"`. A MODELS entry has a SharedModel of its own: its pull count, and the
+states of the workers that may run it (WORKER_MODELS)."""
 
 import json
 import logging
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from imagegen.distributed.store import PULLS, WORKERS, decoded, worker_key
+from imagegen.distributed.store import PULLS, WORKERS, decoded, pull_key, worker_key
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
 from imagegen.model.loader import ModelLoader
@@ -44,11 +45,20 @@ class Seen:
     at: float = field(default_factory=time.monotonic)
 
 
+def may_run(worker: dict, model_id: str, *, default: bool) -> bool:
+    """Whether the worker's WORKER_MODELS lets it run the model (a record without the field
+    runs MODEL_ID alone)."""
+    return model_id in worker.get("worker_models", [model_id] if default else [])
+
+
 class SharedModel:
-    def __init__(self, loader: ModelLoader, client: redis.Redis) -> None:
+    def __init__(self, loader: ModelLoader, client: redis.Redis, *, default: bool = True) -> None:
         # Used for its source and status fields only: it never loads here.
         self.loader = loader
         self.source = loader.source
+        self.model_id = loader.source.model_id
+        self.default = default  # MODEL_ID's, whose state is each record's `state`
+        self.pulls_key = PULLS if default else pull_key(self.model_id)
         self.redis = client
         self._lock = threading.Lock()
         self._downloading: threading.Thread | None = None
@@ -59,16 +69,16 @@ class SharedModel:
     def pull(self) -> bool:
         """Downloads if the share lacks a complete copy, then has every worker load.
 
-        False when every live worker is ready already."""
-        workers = live_workers(self.redis)
-        if workers and all(w["state"] == "ready" for w in workers):
+        False when every live worker that may run it is ready already."""
+        workers = self._runners(live_workers(self.redis))
+        if workers and all(self._state_of(w) == "ready" for w in workers):
             return False
         with self._lock:
             if self._downloading is not None and self._downloading.is_alive():
                 return True
             if self.source.complete_manifest() is not None:
                 self._error = None
-                self.redis.incr(PULLS)
+                self.redis.incr(self.pulls_key)
                 return True
             self._error = None
             self._progress = hub.DownloadProgress()
@@ -81,11 +91,24 @@ class SharedModel:
     def _download(self, progress: hub.DownloadProgress) -> None:
         try:
             hub.download_to_share(self.source, progress)
-            self.redis.incr(PULLS)
+            self.redis.incr(self.pulls_key)
         except Exception as exc:
             log.exception("model download failed")
             with self._lock:
                 self._error = explain_pull_failure(exc, self.source)
+
+    def _runners(self, workers: list[dict]) -> list[dict]:
+        return [w for w in workers if may_run(w, self.model_id, default=self.default)]
+
+    def _state_of(self, worker: dict) -> str:
+        if self.default:
+            return worker["state"]
+        return worker.get("states", {}).get(self.model_id, "not_started")
+
+    def _pulls_of(self, worker: dict) -> int:
+        if self.default:
+            return worker["pulls"] or 0
+        return (worker.get("model_pulls") or {}).get(self.model_id, 0)
 
     def _download_running(self) -> bool:
         return self._downloading is not None and self._downloading.is_alive()
@@ -108,7 +131,7 @@ class SharedModel:
 
         The gate fails on anything but 2xx. A store blip must not fail a deployment."""
         try:
-            self._seen = Seen(live_workers(self.redis), int(self.redis.get(PULLS) or 0))
+            self._seen = Seen(live_workers(self.redis), int(self.redis.get(self.pulls_key) or 0))
             return self._seen, "reachable"
         except redis.RedisError as exc:
             log.warning("model status from what was last seen: job store unreachable: %s", exc)
@@ -120,9 +143,10 @@ class SharedModel:
         workers, pulls = seen.workers, seen.pulls
         with self._lock:
             downloading, error, progress = self._download_running(), self._error, self._progress
-        states = {w["state"] for w in workers}
-        pending = any(w["pulls"] < pulls and w["state"] != "failed" for w in workers)
-        failed = next((w["error"] for w in workers if w["state"] == "failed"), None)
+        runners = self._runners(workers)
+        states = {self._state_of(w) for w in runners}
+        pending = any(self._pulls_of(w) < pulls and self._state_of(w) != "failed" for w in runners)
+        failed = next((w["error"] for w in runners if self._state_of(w) == "failed"), None)
         if downloading:
             state = "downloading"
         elif "ready" in states:
@@ -138,7 +162,16 @@ class SharedModel:
             error=error,
             download={"bytes_done": progress.bytes_done, "bytes_total": progress.bytes_total},
             workers=[
-                WorkerModel(name=w["name"], state=w["state"], error=w["error"], job=w["job"])
+                WorkerModel(
+                    name=w["name"],
+                    state=w["state"],
+                    error=w["error"],
+                    job=w["job"],
+                    models=w.get("models", []),
+                    worker_models=w.get("worker_models", []),
+                    loads=w.get("loads", {}),
+                    swaps=w.get("swaps", {}),
+                )
                 for w in workers
             ],
             store=store,

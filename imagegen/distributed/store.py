@@ -3,7 +3,8 @@
 Redis is already the broker. A job needs what a result backend lacks. Transitions check the
 state they start from. Each job has a revision, and each running job a heartbeat. Each
 transition is one Lua script. A submit applies queue_policy to the queue read under WATCH, in
-one MULTI. The keys are listed in docs/distributed.md, "Redis keys".
+one MULTI. A claim applies queue_policy.pick to the queue one script reads, and takes the chosen
+job by compare-and-set. The keys are listed in docs/distributed.md, "Redis keys".
 
 Heartbeats run on the store's own `clock`, not TTL keys. A heartbeat missed while the store
 was away says nothing about the worker. So time counts only while the store is seen reachable.
@@ -13,7 +14,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -78,6 +79,18 @@ def worker_key(name: str) -> str:
     return f"{PREFIX}worker:{name}"
 
 
+def pull_key(model: str) -> str:
+    """The count of pulls asked for a MODELS entry, which every worker that may run it follows
+    (MODEL_ID's is PULLS)."""
+    return f"{PULLS}:{model}"
+
+
+def unfinished_key(model: str) -> str:
+    """One model's queued and running jobs, one entry each: what KEDA scales that model's
+    worker pool on (WORKER_MODELS)."""
+    return f"{UNFINISHED}:{model}"
+
+
 # The store's reachable time (ms). A gap over max_gap (half the TTL) adds nothing. After one over
 # the TTL, every running job's heartbeat is set to now, so each worker gets a whole TTL to beat
 # again. Ticks under 0.1 s apart are not written, so frequent readers do not write at every read.
@@ -137,22 +150,60 @@ for _, other in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
 end
 return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), live, dead, keys,
         redis.call('HGET', KEYS[5], owner) or '0', redis.call('GET', KEYS[6]) or '0',
-        redis.call('GET', KEYS[3]) or '0', recent}
+        redis.call('GET', KEYS[3]) or '0', recent, redis.call('TIME')[1]}
 """
 
-# A worker takes the first waiting job, whichever message woke it, so positions are exact with any
-# number of workers. A job run again keeps its place. Answers the id and the attempt number.
+# What a claim's choice reads (queue_policy.pick): the store's time, each waiting job in queue
+# order with its model, passes and queued time, and the record of every other idle worker, which
+# says what it holds. Reads only.
+_CLAIM_STATE = """
+local prefix, worker = ARGV[1], ARGV[2]
+local time = redis.call('TIME')
+local jobs = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local found = redis.call('HMGET', prefix .. 'job:' .. id, 'model', 'passed', 'queued_at')
+  table.insert(jobs, id)
+  table.insert(jobs, found[1] or '')
+  table.insert(jobs, found[2] or '0')
+  table.insert(jobs, found[3] or '')
+end
+local idle = {}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if name ~= worker then
+    local record = redis.call('GET', prefix .. 'worker:' .. name)
+    if record then
+      table.insert(idle, name)
+      table.insert(idle, record)
+    end
+  end
+end
+return {time[1], time[2], jobs, idle}
+"""
+
+# A worker takes the job queue_policy.pick chose (ARGV[6]), whichever message woke it, only if the
+# queue still starts with the jobs it passed (ARGV[7..]) and then it: a compare-and-set, 0 when the
+# queue moved. Each passed job counts the pass. A job run again keeps its place. Answers the id and
+# the attempt number.
 _CLAIM = (
     _BUMP_QUEUED
     + _TICK
     + """
 local prefix, worker, now, max_gap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local popped = redis.call('ZPOPMIN', KEYS[1])
-if #popped == 0 then
-  return false
+local id, ahead = ARGV[6], #ARGV - 6
+local head = redis.call('ZRANGE', KEYS[1], 0, ahead)
+if #head ~= ahead + 1 or head[ahead + 1] ~= id then
+  return 0
 end
-local id = popped[1]
-local round = math.floor(tonumber(popped[2]) / tonumber(ARGV[5]))
+for i = 1, ahead do
+  if head[i] ~= ARGV[6 + i] then
+    return 0
+  end
+end
+local round = math.floor(tonumber(redis.call('ZSCORE', KEYS[1], id)) / tonumber(ARGV[5]))
+redis.call('ZREM', KEYS[1], id)
+for i = 1, ahead do
+  redis.call('HINCRBY', prefix .. 'job:' .. ARGV[6 + i], 'passed', 1)
+end
 if round > tonumber(redis.call('GET', KEYS[5]) or '0') then
   redis.call('SET', KEYS[5], round)
 end
@@ -213,6 +264,10 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('ZREM', KEYS[2], id)
 redis.call('LREM', KEYS[3], 0, id)
+local model = redis.call('HGET', KEYS[1], 'model')
+if model and model ~= '' then
+  redis.call('LREM', KEYS[3] .. ':' .. model, 0, id)
+end
 return 1
 """
 )
@@ -245,6 +300,10 @@ if state == 'queued' then
              'finished_at', now)
   redis.call('HINCRBY', KEYS[1], 'rev', 1)
   redis.call('LREM', prefix .. 'unfinished', 0, id)
+  local model = redis.call('HGET', KEYS[1], 'model')
+  if model and model ~= '' then
+    redis.call('LREM', prefix .. 'unfinished:' .. model, 0, id)
+  end
   bump_queued(prefix, KEYS[2])
 elseif state == 'running' and redis.call('HGET', KEYS[1], 'cancel') ~= '1' then
   redis.call('HSET', KEYS[1], 'cancel', '1')
@@ -310,6 +369,10 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf',
     end
     if done ~= 'requeued' then
       redis.call('LREM', KEYS[4], 0, id)
+      local model = redis.call('HGET', key, 'model')
+      if model and model ~= '' then
+        redis.call('LREM', KEYS[4] .. ':' .. model, 0, id)
+      end
     end
     redis.call('HSET', key, 'attempts', cjson.encode(attempts))
     redis.call('HINCRBY', key, 'rev', 1)
@@ -429,6 +492,7 @@ class JobStore:
         # Only transitions a client can see are announced. An empty sweep is no news: announcing it
         # would wake the queue's streams, whose reads sweep again, in a loop.
         self._claim = client.register_script(_CLAIM)
+        self._claim_state = client.register_script(_CLAIM_STATE)
         self._update = self._announced(client.register_script(_UPDATE))
         self._finish = self._announced(client.register_script(_FINISH))
         self._cancel = client.register_script(_CANCEL)
@@ -477,13 +541,17 @@ class JobStore:
         key_limit: int | None = None,
         queue_max: int,
         keep: int,
+        model: str = "",
     ) -> bool:
         """Queues the job, or refuses it with nothing written: False when full, KeyQueueLimit at
         the limit.
 
         The decision is written in one MULTI only if nothing it read changed; else it decides
-        again. So one key's simultaneous requests cannot pass its limit on any replica."""
+        again. So one key's simultaneous requests cannot pass its limit on any replica. `model`
+        is the repo id the job runs on, which the claim's choice and its model's list read."""
         fields: dict[str, str | int] = {
+            "model": model,
+            "passed": 0,
             "id": job_id,
             "request": request.model_dump_json(),
             "owner": owner or "",
@@ -531,7 +599,7 @@ class JobStore:
     ) -> None:
         """Writes queue_policy's decision in one MULTI; WatchError when anything read has
         changed."""
-        queued, idle, dead, keys, round_text, served, arrival, recent = state
+        queued, idle, dead, keys, round_text, served, arrival, recent, clock = state
         queue_policy.admit(
             key_jobs=queue_policy.key_jobs((decoded(k) for k in keys), key),
             key_limit=key_limit,
@@ -550,12 +618,15 @@ class JobStore:
         pipe.multi()
         pipe.set(SEQUENCE, arrival)
         pipe.hset(ROUNDS, key or "", round_)
+        fields = {**fields, "queued_at": int(clock)}  # the store's time: pick's `since`
         pipe.hset(job_key(job_id), mapping={"seq": arrival, "score": place, "rev": 1, **fields})
         pipe.zadd(QUEUED, {job_id: place})
         pipe.zadd(RECENT, {job_id: arrival})
         for other in passed:  # the jobs it passed move down one place
             pipe.hincrby(job_key(other), "rev", 1)
         pipe.rpush(UNFINISHED, job_id)
+        if fields["model"]:
+            pipe.rpush(unfinished_key(str(fields["model"])), job_id)
         for other in gone + queue_policy.forget(finished, keep):
             pipe.zrem(RECENT, other)
             pipe.delete(job_key(other), preview_key(other))
@@ -565,11 +636,14 @@ class JobStore:
 
     def forget(self, job_id: str) -> None:
         """Takes back a job whose message could not be sent: it would never run."""
+        model = self.redis.hget(job_key(job_id), "model")
         with self.redis.pipeline() as pipe:
             # One call a line: redis-py types a pipeline's commands as the client's.
             pipe.zrem(QUEUED, job_id)
             pipe.zrem(RECENT, job_id)
             pipe.lrem(UNFINISHED, 0, job_id)
+            if model:
+                pipe.lrem(unfinished_key(decoded(model)), 0, job_id)
             pipe.delete(job_key(job_id))
             pipe.delete(preview_key(job_id))
             pipe.execute()
@@ -637,11 +711,6 @@ class JobStore:
                 self.wake(job_id)
         return handled
 
-    def next_queued(self) -> str | None:
-        """The next job a worker takes."""
-        head = cast(list[bytes], self.redis.zrange(QUEUED, 0, 0))
-        return decoded(head[0]) if head else None
-
     def attempts(self, job_id: str) -> list[dict[str, str]]:
         """Each run, oldest first: worker, start, and `lost_at` unless current or finished."""
         stored = self.redis.hget(job_key(job_id), "attempts")
@@ -657,17 +726,22 @@ class JobStore:
 
     # -- the worker side --------------------------------------------------------------------
 
-    def claim(self, worker: str) -> Claimed | None:
-        """Takes the next job for this worker.
+    def claim(
+        self,
+        worker: str,
+        *,
+        held: Collection[str] = (),
+        may_run: Collection[str] | None = None,
+        default_model: str = "",
+    ) -> Claimed | None:
+        """Takes the job queue_policy.pick chooses for this worker: `held` its resident models,
+        `may_run` its WORKER_MODELS (None: every model), a job of no model `default_model`'s.
 
-        A job whose fields are not what a web replica writes is failed unread. So a forged job
-        names no file."""
+        None when no job is left for it. A job whose fields are not what a web replica writes is
+        failed unread. So a forged job names no file."""
         while True:
             now = now_text()
-            keys = [QUEUED, IDLE, RUNNING, CLOCK, SERVED]
-            claimed = self._claim(
-                keys=keys, args=[PREFIX, worker, now, self.max_gap_ms, queue_policy.ROUND_SPAN]
-            )
+            claimed = self._claim_chosen(worker, now, held, may_run, default_model)
             if claimed is None:
                 return None
             job_id, attempt = decoded(claimed[0]), int(claimed[1])
@@ -684,6 +758,54 @@ class JobStore:
                           job_id, str(error).splitlines()[0])  # fmt: skip
                 self.finish(job_id, attempt, state=JobState.FAILED.value, phase="failed",
                             error="the job's stored fields are not valid")  # fmt: skip
+
+    def waiting(
+        self, worker: str, default_model: str = ""
+    ) -> tuple[float, list[str], list[queue_policy.Waiting], dict[str, dict]]:
+        """The store's time, the waiting jobs' ids and what pick needs of each, in queue order,
+        and the other idle workers' records by name (`models`: what each holds)."""
+        seconds, micros, jobs, idle = self._claim_state(keys=[QUEUED, IDLE], args=[PREFIX, worker])
+        now = int(seconds) + int(micros) / 1e6
+        ids, waiting = [], []
+        for i in range(0, len(jobs), 4):
+            ids.append(decoded(jobs[i]))
+            since = decoded(jobs[i + 3])
+            waiting.append(queue_policy.Waiting(
+                model=decoded(jobs[i + 1]) or default_model, passed=int(jobs[i + 2]),
+                since=float(since) if since else now,
+            ))  # fmt: skip
+        others = {decoded(idle[i]): json.loads(idle[i + 1]) for i in range(0, len(idle), 2)}
+        return now, ids, waiting, others
+
+    def _claim_chosen(
+        self,
+        worker: str,
+        now: str,
+        held: Collection[str],
+        may_run: Collection[str] | None,
+        default_model: str,
+    ) -> Any:
+        """pick's choice over the jobs this worker may run, claimed if the queue has not moved
+        under it; else chosen again. None when pick leaves every job to others."""
+        for _ in range(SUBMIT_TRIES):
+            clock, ids, waiting, others = self.waiting(worker, default_model)
+            held_by_idle = {m for record in others.values() for m in record.get("models", [])}
+            runnable = [
+                i for i, job in enumerate(waiting) if may_run is None or job.model in may_run
+            ]
+            index = queue_policy.pick(
+                [waiting[i] for i in runnable], held, now=clock, held_by_idle=held_by_idle
+            )
+            if index is None:
+                return None
+            position = runnable[index]
+            chosen, ahead = ids[position], ids[:position]
+            args: list[str | int] = [PREFIX, worker, now, self.max_gap_ms, queue_policy.ROUND_SPAN]
+            args += [chosen, *ahead]
+            claimed = self._claim(keys=[QUEUED, IDLE, RUNNING, CLOCK, SERVED], args=args)
+            if claimed != 0:
+                return claimed
+        raise JobStoreBusy()  # claims so many at once that this one never got its turn
 
     def update(self, job_id: str, attempt: int, /, **fields: Any) -> int:
         """-1: this run is no longer current (found lost); 1: a cancel was asked for."""

@@ -7,7 +7,12 @@ A heartbeat thread refreshes this worker's state and its job's heartbeat. The sa
 reads a cancel, so the worker learns of it within a second. The generation never waits on
 Redis. Each beat sweeps lost jobs, so a killed worker's job runs again within a TTL. Every
 write names its attempt. So a worker found lost but only slow stores nothing. The thread also
-follows pulls, and runs a job left waiting without a message."""
+follows pulls, and runs a job left waiting without a message.
+
+A worker holds a ModelShelf of the models it may run (WORKER_MODELS; every offered one by
+default), as the in-process mode does. Its claim applies queue_policy.pick with the models it
+holds, so a job for a held model runs before one that needs a swap. Its record in Redis says what
+it holds, may run, and has loaded and swapped, by model."""
 
 import contextlib
 import gc
@@ -18,6 +23,8 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import redis
@@ -30,6 +37,7 @@ from imagegen.distributed.store import (
     Claimed,
     JobStore,
     outcome_fields,
+    pull_key,
     worker_key,
 )
 from imagegen.distributed.timings import RedisTimings
@@ -40,6 +48,7 @@ from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolic
 from imagegen.generation.render import Cancelled
 from imagegen.generation.work import CountOnce
 from imagegen.model.loader import ModelLoader
+from imagegen.model.shelf import ModelShelf
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +118,11 @@ class WorkerRuntime:
         timings: RedisTimings,
         previews: PreviewPolicy = DEFAULT_PREVIEWS,
         throughput: float = 0.0,
+        shelf: ModelShelf | None = None,
+        may_run: tuple[str, ...] | None = None,
     ) -> None:
+        """`loader` is MODEL_ID's; `shelf` holds the models this worker may run (`may_run`, the
+        repo ids of WORKER_MODELS; None: every one on the shelf)."""
         self.store = store
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
@@ -118,6 +131,16 @@ class WorkerRuntime:
         self.counting = CountOnce(loader, timings, throughput)
         self.redis = store.redis
         self.loader = loader
+        self.shelf = shelf or ModelShelf([loader], None)
+        self.default_model = loader.source.model_id
+        self.may_run = tuple(may_run) if may_run is not None else tuple(self.shelf.loaders)
+        # Loads and swaps (loads that freed another model) by model, and their seconds: the
+        # record says them, for the metrics and the tests.
+        self.loads: dict[str, int] = {}
+        self.swaps: dict[str, int] = {}
+        self.load_seconds: dict[str, float] = {}
+        for model_loader in self.shelf.loaders.values():
+            model_loader.load_guard = self._counted(model_loader, model_loader.load_guard)
         self.images = images
         self.name = name
         self.load_timeout = load_timeout
@@ -125,6 +148,7 @@ class WorkerRuntime:
         self.job_id: str | None = None
         self.report: _StoreReport | None = None  # the running job's
         self.pulls: int | None = None  # the pull count this worker has followed
+        self.model_pulls: dict[str, int] | None = None  # each MODELS entry's
         # The queue's head at this idle worker's last beat, and for how many beats in a row.
         self.waiting_seen: str | None = None
         self.waiting_beats = 0
@@ -159,25 +183,49 @@ class WorkerRuntime:
                 log.warning("worker %s: heartbeat not written: %s", self.name, exc)
             self._stop.wait(self.interval)
 
-    def beat(self) -> None:
-        pulls = int(self.redis.get(PULLS) or 0)
-        if self.pulls is None:
-            self.pulls = pulls  # pulls asked before this process started do not reach it
-        elif pulls > self.pulls:
-            if self.loader.source.complete_manifest() is not None:
-                self.loader.pull()  # in the background; False (nothing to do) when ready
-            self.pulls = pulls
+    def _follow_pulls(self) -> None:
+        """Loads each model this worker may run whose pull count grew since the last beat.
+
+        Pulls asked before this process started do not reach it."""
+        entries = [m for m in self.may_run if m != self.default_model]
+        counts = self.redis.mget([PULLS, *(pull_key(m) for m in entries)])
+        pulls = int(counts[0] or 0)
+        model_pulls = {m: int(c or 0) for m, c in zip(entries, counts[1:], strict=True)}
+        if self.pulls is not None and self.model_pulls is not None:
+            grown = [m for m, c in model_pulls.items() if c > self.model_pulls.get(m, 0)]
+            if pulls > self.pulls and self.default_model in self.may_run:
+                grown.insert(0, self.default_model)
+            for model in grown:
+                loader = self.shelf.loader(model)
+                if loader.source.complete_manifest() is not None:
+                    loader.pull()  # in the background; False (nothing to do) when ready
+        self.pulls, self.model_pulls = pulls, model_pulls
+
+    def record(self) -> dict:
+        """This worker's state as GET /model/status and other workers' claims read it."""
         status = self.loader.status()
+        return {
+            "name": self.name, "state": status.state, "error": status.error,
+            "job": self.job_id, "pulls": self.pulls, "model_pulls": self.model_pulls,
+            "models": self.shelf.resident(), "worker_models": list(self.may_run),
+            "states": {m: self.shelf.loader(m).status().state for m in self.may_run},
+            "loads": self.loads, "swaps": self.swaps, "load_seconds": self.load_seconds,
+        }  # fmt: skip
+
+    def _write_record(self) -> None:
+        """Written under _claiming, so a worker that just took a job never reads as idle."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(worker_key(self.name), json.dumps(self.record()), px=self.store.ttl_ms)
+            pipe.sadd(WORKERS, self.name)
+            if self.job_id is None:
+                pipe.sadd(IDLE, self.name)
+            pipe.execute()
+
+    def beat(self) -> None:
+        self._follow_pulls()
         with self._claiming:
             job_id, report = self.job_id, self.report
-            record = {"name": self.name, "state": status.state, "error": status.error,
-                      "job": job_id, "pulls": self.pulls}  # fmt: skip
-            with self.redis.pipeline(transaction=False) as pipe:
-                pipe.set(worker_key(self.name), json.dumps(record), px=self.store.ttl_ms)
-                pipe.sadd(WORKERS, self.name)
-                if job_id is None:
-                    pipe.sadd(IDLE, self.name)
-                pipe.execute()
+            self._write_record()
         if report is not None and self.store.beat(report.job_id, report.attempt):
             report.stopping.set()  # a cancel asked, or this run found lost
         self.store.sweep()  # other workers' lost jobs, found whether or not anyone reads them
@@ -190,7 +238,7 @@ class WorkerRuntime:
         An idle consumer takes a message within a second, so that message was lost, or the
         consumer stopped. Celery's Redis consumer can stop for good when the broker goes away
         mid-ack. The job would wait forever."""
-        head = self.store.next_queued()
+        head = self.first_runnable()
         if head is None or head != self.waiting_seen:
             self.waiting_seen, self.waiting_beats = head, 0
             return
@@ -201,6 +249,45 @@ class WorkerRuntime:
                     "the worker takes it itself", head, self.waiting_beats, self.name)  # fmt: skip
         self.waiting_seen, self.waiting_beats = None, 0
         threading.Thread(target=self._take_up, name="take-up", daemon=True).start()
+
+    def handoff(self) -> str | None:
+        """The idle worker to wake for the first waiting job this one left: one holding its
+        model, else one whose WORKER_MODELS lets it run it. None when no job waits for one."""
+        _, _, waiting, others = self.store.waiting(self.name, self.default_model)
+        for job in waiting:
+            holders = [n for n, r in others.items() if job.model in r.get("models", [])]
+            runners = [n for n, r in others.items() if job.model in r.get("worker_models", [])]
+            if found := holders or runners:
+                return found[0]
+        return None
+
+    def first_runnable(self) -> str | None:
+        """The first waiting job this worker may run (WORKER_MODELS)."""
+        _, ids, waiting, _ = self.store.waiting(self.name, self.default_model)
+        return next(
+            (i for i, job in zip(ids, waiting, strict=True) if job.model in self.may_run), None
+        )
+
+    def _counted(
+        self, loader: ModelLoader, guard: Callable[[], AbstractContextManager]
+    ) -> Callable[[], AbstractContextManager]:
+        """`loader`'s load guard, counting each load that ends resident, and as a swap when it
+        freed another model."""
+
+        @contextlib.contextmanager
+        def counted() -> Iterator[None]:
+            started = time.monotonic()
+            before = set(self.shelf.resident())
+            with guard():
+                yield
+            model = loader.source.model_id
+            self.loads[model] = self.loads.get(model, 0) + 1
+            seconds = self.load_seconds.get(model, 0.0) + time.monotonic() - started
+            self.load_seconds[model] = round(seconds, 3)
+            if before - set(self.shelf.resident()):
+                self.swaps[model] = self.swaps.get(model, 0) + 1
+
+        return counted
 
     def _take_up(self) -> None:
         with self._one_job:
@@ -216,7 +303,10 @@ class WorkerRuntime:
 
     def _run_next_job(self) -> str | None:
         with self._claiming:
-            claimed = self.store.claim(self.name)
+            claimed = self.store.claim(
+                self.name, held=self.shelf.resident(), may_run=self.may_run,
+                default_model=self.default_model,
+            )  # fmt: skip
             if claimed is None:
                 return None
             self.job_id = job_id = claimed.job_id
@@ -228,16 +318,31 @@ class WorkerRuntime:
         finally:
             with self._claiming:
                 self.job_id, self.report = None, None
-            with contextlib.suppress(redis.RedisError):
-                self.redis.sadd(IDLE, self.name)
+                with contextlib.suppress(redis.RedisError):
+                    self._write_record()  # idle, with what it holds now
             gc.collect()  # a cancelled or failed run's tensors go now, not later
         return job_id
 
     def _run(self, report: _StoreReport, claimed: Claimed) -> None:
         request = claimed.request
-        outcome = run_job(
+        loader = self.shelf.loader(request.model or self.default_model)
+        with loader.in_use():  # not freed for another model's load under this job
+            outcome = self._run_on(loader, report, claimed)
+        # Measured before the job is seen finished, so the client's next estimate uses it. A blip
+        # loses a measurement, never the job. The measurements are MODEL_ID's (the estimates').
+        default = request.model is None
+        if default and outcome.image and (timing := measured(outcome.image, home=loader.device)):
+            try:
+                self.timings.record(timing, native=request.size is None)
+            except redis.RedisError as exc:
+                log.warning("job %s: timing not recorded: %s", report.job_id, exc)
+        self.finish(claimed, outcome)
+
+    def _run_on(self, loader: ModelLoader, report: _StoreReport, claimed: Claimed) -> Outcome:
+        request = claimed.request
+        return run_job(
             job_id=report.job_id,
-            loader=self.loader,
+            loader=loader,
             store=self.images,
             request=request,
             key=claimed.key,
@@ -246,14 +351,6 @@ class WorkerRuntime:
             report=report,
             previews=self.previews,
         )
-        # Measured before the job is seen finished, so the client's next estimate uses it. A blip
-        # loses a measurement, never the job.
-        if outcome.image and (timing := measured(outcome.image, home=self.loader.device)):
-            try:
-                self.timings.record(timing, native=request.size is None)
-            except redis.RedisError as exc:
-                log.warning("job %s: timing not recorded: %s", report.job_id, exc)
-        self.finish(claimed, outcome)
 
     def finish(self, claimed: Claimed, outcome: Outcome) -> bool:
         """Writes this run's outcome, retrying while Redis is away; the heartbeat keeps the job

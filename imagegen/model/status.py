@@ -61,6 +61,14 @@ class WorkerModel(BaseModel):
     state: str = Field(description="not_started, loading, ready or failed: this worker's")
     error: str | None
     job: str | None = Field(description="the job it runs; null when idle")
+    models: list[str] = Field(default=[], description="the models it holds in memory now")
+    worker_models: list[str] = Field(
+        default=[], description="the models it may run (WORKER_MODELS: every offered one unset)"
+    )
+    loads: dict[str, int] = Field(default={}, description="its loads so far, by model")
+    swaps: dict[str, int] = Field(
+        default={}, description="its loads that freed another model first, by model"
+    )
 
 
 class ModelStatus(BaseModel):

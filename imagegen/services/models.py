@@ -1,7 +1,6 @@
 """The model's pull: what POST /model/pull starts."""
 
 from imagegen.backend import Backend
-from imagegen.errors import ModelNotServedHere, ModelPullNotHere
 from imagegen.generation.requests import GenerationRequest
 
 
@@ -9,27 +8,21 @@ def model_pull(backend: Backend, *, model: str | None = None) -> bool:
     """Starts the download-and-load job of MODEL_ID, or of the offered model `model` names
     (imagegen.generation.catalog: a 400 naming `model` when none is offered by that name),
     unless one runs; False when already ready. In distributed mode the download runs here
-    once and every running worker loads; the workers load MODEL_ID alone so far, so another
-    model is refused there (501)."""
+    once and every running worker that may run the model (WORKER_MODELS) loads it."""
     if model is None:
         return backend.models.pull()
     offered = backend.offered().find(model)
     if offered.default:
         return backend.models.pull()
-    if backend.distributed:
-        raise ModelPullNotHere(offered.id)
-    return backend.loader_of(offered).pull()
+    return backend.handle_of(offered).pull()
 
 
 def with_model(backend: Backend, request: GenerationRequest) -> GenerationRequest:
     """`request` with its `model` (a repo id or unique name part, as sent) made the offered
-    model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`. In
-    distributed mode a MODELS entry is refused (501): the workers run MODEL_ID alone so far."""
+    model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`."""
     if request.model is None:
         return request
     offered = backend.offered().find(request.model)
     if offered.default:
         return request.model_copy(update={"model": None})
-    if backend.distributed:
-        raise ModelNotServedHere(offered.id)
     return request.model_copy(update={"model": offered.id})

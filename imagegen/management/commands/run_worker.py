@@ -44,10 +44,13 @@ class Command(BaseCommand):
                 "and no worker is needed"
             )
         from imagegen.distributed import tasks  # noqa: F401  (registers the task)
-        from imagegen.distributed.celery_app import QUEUE, app
+        from imagegen.distributed.celery_app import QUEUE, app, worker_queue
 
         name = options["name"] or default_worker_name()
-        runtime = worker_runtime(name)
+        try:
+            runtime = worker_runtime(name)
+        except ValueError as exc:  # WORKER_MODELS names no offered model
+            raise CommandError(str(exc)) from exc
         set_runtime(runtime)
         if settings.PRELOAD_MODEL_CODE:
             from imagegen.model.preload import import_loading_code
@@ -67,7 +70,7 @@ class Command(BaseCommand):
                     "--concurrency=1",
                     "--prefetch-multiplier=1",
                     "--disable-prefetch",
-                    f"--queues={QUEUE}",
+                    f"--queues={QUEUE},{worker_queue(name)}",
                     f"--hostname={name}@%h",
                     "--without-gossip",
                     "--without-mingle",

@@ -120,15 +120,21 @@ def test_a_model_chosen_makes_the_same_bytes_as_served_alone_and_across_swaps(ap
     assert solo.content == chosen.content
 
 
-def test_in_distributed_mode_a_models_entry_is_refused_before_anything_is_queued(
+def test_in_distributed_mode_a_models_entry_not_on_the_share_is_the_same_409(
     hub_url, work, redis_server
 ):
-    env = model_service_env(hub_url, work / "share", work)
+    """The web replica of distributed mode (no worker needed) checks the entry's own copy on
+    the share, as in process: the 409 names it and its pull; nothing is queued."""
+    env = model_service_env(hub_url, work / "distributed-share", work)
     with replica_here(**env, JOB_BROKER_URL=redis_server.url, MODELS=SDXL_REPO) as replica:
         refused = generate(replica, model="tiny-sdxl")
-        assert refused.status_code == 501
-        assert "the workers run MODEL_ID alone so far" in refused.json()["error"]["message"]
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["message"].startswith(
+            f"The model {SDXL_REPO} is offered but not on the share yet: POST "
+            f"/model/pull?model={SDXL_REPO}"
+        )
         assert generate(replica, model="nope").status_code == 400
+        assert requests.get(replica.url("/jobs"), timeout=30).json() == []
 
 
 FINISHED = ("succeeded", "failed", "cancelled")

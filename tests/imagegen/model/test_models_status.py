@@ -101,12 +101,13 @@ def test_a_model_freed_for_another_is_not_started_with_its_weights_on_the_share(
     assert top["models"][0]["resident"] is False
 
 
-def test_in_distributed_mode_the_offered_models_are_listed_and_another_pull_is_refused(
+def test_in_distributed_mode_the_offered_models_are_listed_and_another_pull_downloads_it(
     hub_root, tmp_path, redis_server
 ):
     """A web replica of distributed mode (no worker needed): the default's entry is the
-    workers' (the top level), another model is not_started there, and a pull of it is a 501
-    saying how to put it on the share: the workers load MODEL_ID alone so far."""
+    workers' (the top level), another model is not_started with no worker holding it, and a
+    pull of it downloads it onto the share here, for the workers that may run it to load
+    (tests/imagegen/distributed/test_models_distributed.py)."""
     with LocalHub(hub_root) as hub:
         env = model_service_env(hub.url, tmp_path / "share", tmp_path)
         with replica_here(**env, JOB_BROKER_URL=redis_server.url, MODELS=SDXL_REPO) as app:
@@ -117,9 +118,12 @@ def test_in_distributed_mode_the_offered_models_are_listed_and_another_pull_is_r
             assert (sdxl["id"], sdxl["state"], sdxl["resident"]) == (
                 SDXL_REPO, "not_started", False,
             )  # fmt: skip
-            refused = pull(app, params={"model": "tiny-sdxl"})
-            assert refused.status_code == 501
-            assert f"manage.py pull_model --model {SDXL_REPO}" in refused.json()["error"]["message"]
+            assert pull(app, params={"model": "tiny-sdxl"}).status_code == 202
+            deadline = time.monotonic() + 60
+            while not entries(app)[SDXL_REPO]["weights_on_share"]:
+                assert time.monotonic() < deadline, entries(app)[SDXL_REPO]
+                time.sleep(0.05)
+            assert entries(app)[SDXL_REPO]["state"] == "not_started"  # no worker loads it
             assert pull(app, params={"model": "nope"}).status_code == 400
 
 

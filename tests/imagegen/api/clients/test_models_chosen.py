@@ -3,8 +3,8 @@ images.generate(model=...) and images.edit(model=...), webuiapi's txt2img and im
 override_settings={"sd_model_checkpoint": ...}. The chosen model runs (its answer, its record
 and its PNG's infotext say so) and makes the same bytes as that model served alone, where any
 name runs MODEL_ID; OpenAI's own names run the default; an unknown name is a 400 naming the
-field, a model not on the share the 409, nothing queued for either; in distributed mode a
-MODELS entry is the 501 the native route gives. In process (served_here; the SDK over WSGI,
+field, a model not on the share the 409, nothing queued for either, in distributed mode too. In
+process (served_here; the SDK over WSGI,
 webuiapi over a loopback port): MODEL_ID the tiny SD model, MODELS the tiny SDXL one (pulled)
 and the tiny inpainting checkpoint (never pulled)."""
 
@@ -231,25 +231,28 @@ def test_a_chosen_model_makes_the_same_bytes_as_served_alone_where_any_name_runs
         assert a1111_png(result) == chosen_a1111
 
 
-def test_in_distributed_mode_a_models_entry_is_the_501_of_the_native_route(
+def test_in_distributed_mode_a_models_entry_reaches_the_board_as_in_process(
     hub_url, work, redis_server
 ):
+    """A share of its own with nothing on it: the entry named through either client is the
+    409 naming it (the board checks its own copy), an unknown name the 400."""
     settings = {
-        **env(hub_url, work), "JOB_BROKER_URL": redis_server.url, "MODELS": SDXL_REPO,
+        **env(hub_url, work / "distributed"), "JOB_BROKER_URL": redis_server.url,
+        "MODELS": SDXL_REPO,
         "GEN_SYNC_TIMEOUT": "10",  # a request queued by mistake answers 504 soon: no worker
     }  # fmt: skip
     with replica_here(**settings) as replica:
-        with pytest.raises(openai.InternalServerError) as refused:
+        with pytest.raises(openai.APIStatusError) as refused:
             client().images.generate(model="tiny-sdxl", **OPENAI)
-        assert refused.value.status_code == 501
-        assert "the workers run MODEL_ID alone so far" in refused.value.body["message"]
+        assert refused.value.status_code == 409
+        assert f"The model {SDXL_REPO} is offered but not on the share" in str(refused.value.body)
         with pytest.raises(openai.BadRequestError):
             client().images.generate(model="nope", **OPENAI)
         answer = requests.post(
             replica.url("/sdapi/v1/txt2img"),
             json={**A1111, "override_settings": {"sd_model_checkpoint": SDXL_REPO}}, timeout=60,
         )  # fmt: skip
-        assert answer.status_code == 501, answer.text
+        assert answer.status_code == 409, answer.text
 
 
 def tiny_png() -> bytes:
