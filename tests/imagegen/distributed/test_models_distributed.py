@@ -138,16 +138,17 @@ def test_no_job_waits_for_a_swap_while_a_worker_holding_its_model_is_idle(stack,
     assert ran_on(stack, web, submit(web, "tiny-sd")) == "w0"  # w0 swaps back to SD for it
     until(lambda: holding(web) == {"w0": [SD_REPO], "w1": [SDXL_REPO]})
     before = workers(web)
-    ran, waited = [], 0.0
+    ran, waited = [], []
     for model in (SDXL_REPO, SD_REPO, SDXL_REPO, SDXL_REPO, SD_REPO, SDXL_REPO):
         both_idle(stack)
         job_id = submit(web, model)
         ran.append((model, ran_on(stack, web, job_id)))
-        waited += queued_seconds(job(web, job_id))
+        waited.append(queued_seconds(job(web, job_id)))
     assert ran == [(m, "w1" if m == SDXL_REPO else "w0") for m, _ in ran]
     # A message that woke w0 for an SDXL job is sent on at once, so w1 takes it in a moment, not
-    # after the 3 beats (3 s or more) in which an idle worker finds a job left without one.
-    assert waited < 3.0, waited
+    # after the 3 beats (3 s or more) in which an idle worker finds a job left without one. Each
+    # job's own wait: a sum over the mix would count the machine's load too.
+    assert max(waited) < 3.0, waited
     after = workers(web)
     for name in ("w0", "w1"):
         assert after[name]["loads"] == before[name]["loads"], (before, after)
