@@ -7,6 +7,7 @@ weights' names and shapes, never from the file's name, which people rename freel
 A `.pth` is read with `weights_only=True`: a pickle can run code, and an upscaler is often a
 file from a site that is not a hub."""
 
+import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +42,7 @@ _TRUNK_END = re.compile(
 )  # conv_body in the original layout
 _TAIL = re.compile(r"^model\.(\d+)\.(weight|bias)$")  # upsampling convs, conv_hr, conv_last
 _BLOCK = re.compile(r"^body\.(\d+)\.")
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")  # the class a weights-only unpickler refused
 _UPSAMPLE = re.compile(r"^conv_up(\d+)\.weight$")
 
 
@@ -77,11 +79,13 @@ def read_weights(path: Path) -> Mapping[str, Any]:
             return load_file(path, device="cpu")
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except (SafetensorError, OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise UpscalerFileError(path, f"not a readable {path.suffix} file ({exc})") from exc
-    except Exception as exc:  # the unpickler's refusals come as many types
         raise UpscalerFileError(
-            path, f"not a plain state dict ({type(exc).__name__}: {exc})"
+            path, f"not a readable {path.suffix} file ({_first_line(exc)})"
         ) from exc
+    except pickle.UnpicklingError as exc:
+        found = _GLOBAL.search(str(exc))
+        what = f"a {found.group(1)}" if found else _first_line(exc)
+        raise UpscalerFileError(path, f"not a plain state dict: it holds {what}") from exc
     if not isinstance(loaded, Mapping):
         raise UpscalerFileError(path, f"holds a {type(loaded).__name__}, not a state dict")
     return loaded
@@ -174,3 +178,8 @@ def shape_of(weights: Mapping[str, torch.Tensor], path: Path) -> RRDBShape:
             "image smaller",
         )
     return shape
+
+
+def _first_line(exc: Exception) -> str:
+    """The library's own words, cut to their first sentence (torch's go on for a page)."""
+    return str(exc).strip().splitlines()[0].split(". ")[0]

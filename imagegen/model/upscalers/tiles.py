@@ -94,7 +94,7 @@ def plan_tiles(*, width: int, height: int, side: int, margin: int) -> list[Tile]
 def to_tensor(pixels: np.ndarray, factor: int) -> torch.Tensor:
     """HxWx3 uint8 to 1x3xH'xW' floats in [0, 1], the sides padded (edge pixels repeated) to
     multiples of the unshuffle factor; both the tiled and the one-pass run start from it."""
-    tensor = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0).float().div_(255)
+    tensor = torch.from_numpy(np.array(pixels)).permute(2, 0, 1).unsqueeze(0).float().div_(255)
     height, width = pixels.shape[:2]
     pad_bottom, pad_right = _round_up(height, factor) - height, _round_up(width, factor) - width
     if pad_bottom or pad_right:
@@ -112,8 +112,9 @@ def run_one_pass(net: RRDBNet, pixels: np.ndarray) -> np.ndarray:
     height, width = pixels.shape[:2]
     scale = net.shape.scale
     with torch.inference_mode():
-        output = net(to_tensor(pixels, net.shape.unshuffle))
-    return to_pixels(output)[: height * scale, : width * scale]
+        return to_pixels(net(to_tensor(pixels, net.shape.unshuffle)))[
+            : height * scale, : width * scale
+        ]
 
 
 def run_tiled(
@@ -143,14 +144,14 @@ def run_tiled(
             result = net(
                 image[:, :, tile.run_top : tile.run_bottom, tile.run_left : tile.run_right]
             )
-        kept = result[
-            :, :,
-            (tile.top - tile.run_top) * scale : (tile.bottom - tile.run_top) * scale,
-            (tile.left - tile.run_left) * scale : (tile.right - tile.run_left) * scale,
-        ]  # fmt: skip
-        out[tile.top * scale : tile.bottom * scale, tile.left * scale : tile.right * scale] = (
-            to_pixels(kept)
-        )
+            kept = result[
+                :, :,
+                (tile.top - tile.run_top) * scale : (tile.bottom - tile.run_top) * scale,
+                (tile.left - tile.run_left) * scale : (tile.right - tile.run_left) * scale,
+            ]  # fmt: skip
+            top, left, bottom, right = (tile.top * scale, tile.left * scale,
+                                        tile.bottom * scale, tile.right * scale)  # fmt: skip
+            out[top:bottom, left:right] = to_pixels(kept)
         del result, kept
         if progress is not None:
             progress(done + 1, len(tiles))
