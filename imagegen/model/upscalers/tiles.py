@@ -6,9 +6,10 @@ network's receptive radius (`RRDBShape.receptive_radius`, 349 input pixels for a
 ESRGAN). With a margin at least that wide every kept pixel saw exactly the input it sees in
 one pass, and the two agree up to float rounding (convolutions of other sizes sum in another
 order), which the 8-bit output turns into at most one level (of 255) where a value sits on a
-rounding edge. A narrower margin, the default for big networks, leaves the far part of the
-receptive field zero-padded at interior tile edges; trained networks give that part almost
-no weight, and bench/upscale_bench.py measures the difference.
+rounding edge. A narrower margin (the default, 16, as Real-ESRGAN's 10 and A1111's 8 for
+trained networks: a full one would make a 23-block network's tiles mostly margin) leaves the
+far part of the receptive field zero-padded at interior tile edges; bench/upscale_bench.py
+measures the difference that makes.
 
 The tile's side comes from a memory budget (`tile_side`), so a big image never holds the
 whole network's activations at once: after the last 2x stage a tile holds a few
@@ -30,7 +31,7 @@ FLOAT_BYTES = 4  # fp32 throughout
 MAPS_AT_OUTPUT = 4  # feature maps alive at once at the last stage's resolution (measured 3.3)
 MAPS_IN_BODY = 4  # dense-block buffers alive at once at the body's resolution
 MIN_TILE = 32  # the smallest tile side (input pixels) worth its margins
-DEFAULT_MARGIN = 32  # input pixels around each tile when the caller names none
+DEFAULT_MARGIN = 16  # input pixels around each tile by default (Real-ESRGAN pads 10, A1111 8)
 
 Check = Callable[[], None]
 Progress = Callable[[int, int], None]
