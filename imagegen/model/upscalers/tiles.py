@@ -2,7 +2,7 @@
 that is computed and thrown away, so only the tile's own output is kept.
 
 Why tiles differ from one pass at all: an output pixel depends on the input within the
-network's receptive radius (`RRDBShape.receptive_radius`, 349 input pixels for a 23-block
+network's receptive radius (`RRDBShape.receptive_radius`, 350 input pixels for a 23-block
 ESRGAN). With a margin at least that wide every kept pixel saw exactly the input it sees in
 one pass, and the two agree up to float rounding (convolutions of other sizes sum in another
 order), which the 8-bit output turns into at most one level (of 255) where a value sits on a
