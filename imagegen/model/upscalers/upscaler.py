@@ -31,7 +31,9 @@ MAX_PASSES = 3
 
 
 class Upscaler(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """What a request calls it by."""
 
     @property
     def scale(self) -> int | None:
