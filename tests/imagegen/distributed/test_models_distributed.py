@@ -230,3 +230,36 @@ def test_a_worker_models_name_that_is_no_offered_model_stops_the_start():
         f"WORKER_MODELS: 'tiny-sd-turbo' is not offered; offered: {SD_REPO}, {SDXL_REPO}"
         in done.stderr
     ), done.stderr
+
+
+def test_the_real_clients_list_and_choose_models_in_distributed_mode(stack, web):
+    """The openai SDK's models.list and images.generate(model=...), webuiapi's get_sd_models,
+    util_set_model, util_get_current_model and txt2img with override_settings: each request
+    runs on a worker as the model it names, and says so."""
+    import base64
+
+    import webuiapi
+
+    from tests.support.in_process import openai_client
+
+    sdk = openai_client(api_key="unused", max_retries=0)
+    assert [m.id for m in sdk.models.list()] == [SD_REPO, SDXL_REPO, SD_INPAINT_REPO]
+    made = sdk.images.generate(
+        model="tiny-sdxl", prompt="a red cube", size="64x64", extra_body={"seed": 7, "steps": 2}
+    )
+    assert base64.b64decode(made.data[0].b64_json).startswith(b"\x89PNG")
+    newest = requests.get(web.url("/jobs"), params={"limit": 1}, timeout=30).json()[0]
+    assert newest["image"]["parameters"]["model_id"] == SDXL_REPO
+    a1111 = webuiapi.WebUIApi(baseurl=web.url("/sdapi/v1"))
+    assert [m["title"] for m in a1111.get_sd_models()] == [SD_REPO, SDXL_REPO, SD_INPAINT_REPO]
+    a1111.util_set_model("tiny-sdxl")
+    a1111.util_wait_for_ready()
+    assert a1111.util_get_current_model() == SDXL_REPO
+    chosen = a1111.txt2img(prompt="a red cube", seed=7, steps=2, width=64, height=64)
+    assert chosen.info["sd_model_name"] == SDXL_REPO
+    overridden = a1111.txt2img(
+        prompt="a red cube", seed=7, steps=2, width=64, height=64,
+        override_settings={"sd_model_checkpoint": SD_REPO},
+    )  # fmt: skip
+    assert overridden.info["sd_model_name"] == SD_REPO
+    a1111.util_set_model(SD_REPO)  # the service's choice back, for the module's other tests
