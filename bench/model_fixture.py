@@ -455,7 +455,9 @@ LORA_RANK = 64
 LORA_ALPHA = float(LORA_RANK)  # only scales B.A: no effect on any cost
 LORA_STRENGTH = 0.05  # |scale B.A| about 5 % of a freshly initialised weight's size
 TINY_DECODERS = {
-    "sd15": "madebyollin/taesd", "sdxl": "madebyollin/taesdxl", "ssd1b": "madebyollin/taesdxl"
+    "sd15": "madebyollin/taesd",
+    "sdxl": "madebyollin/taesdxl",
+    "ssd1b": "madebyollin/taesdxl",
 }
 
 

@@ -22,12 +22,13 @@ on both sides, so both start from a warm page cache. Targets (issue): a swap <= 
 load of the incoming model plus the freeing; the swap's peak <= 1.1x the larger model alone.
 
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/swap_bench.py   # ~5 min on 2 vCPU
-    .venv/bin/python bench/swap_bench.py --smoke    # the tests' tiny model under two ids, in process
+    .venv/bin/python bench/swap_bench.py --smoke   # the tests' tiny model, two ids, in process
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import shutil
@@ -134,6 +135,7 @@ def plain_swaps(paths: dict[str, Path]) -> dict[str, Any]:
             "peak_rss_bytes": common.proc_status_bytes("VmHWM"),
             "rss_after_bytes": common.proc_status_bytes("VmRSS"),
         })  # fmt: skip
+    del pipe
     return {"first_load_seconds": first, "large_alone_rss_bytes": alone, "swaps": swaps}
 
 
@@ -191,10 +193,8 @@ def full(work: Path) -> dict[str, dict[str, Any]]:
 
 def libc_trim() -> None:
     """This process holds nothing big, but give back what it can before the next child."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -230,8 +230,8 @@ def rows_for(results: dict[str, dict[str, Any]], fp32: dict[str, int]) -> list[d
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    columns = [("swap", 14), ("service s", 9), ("plain s", 8), ("ratio", 6),
-               ("peak GiB", 8), ("/alone", 7), ("plain peak", 10), ("/alone", 7), ("", 0)]  # fmt: skip
+    columns = [("swap", 14), ("service s", 9), ("plain s", 8), ("ratio", 6), ("peak GiB", 8),
+               ("/alone", 7), ("plain peak", 10), ("/alone", 7), ("", 0)]  # fmt: skip
     common.print_table(columns, [
         [r["swap"], f"{r['service_seconds']:.1f}", f"{r['plain_seconds']:.1f}",
          fmt_ratio(r["ratio"]), f"{r['service_peak_rss_bytes'] / GIB:.2f}",
