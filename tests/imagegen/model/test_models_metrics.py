@@ -1,7 +1,9 @@
 """GET /metrics by model, in process (served_here): loads and swaps counted per model with
 their seconds, which models are resident, and the jobs waiting per model. MODEL_ID the tiny
 SD model and MODELS the tiny SDXL one, on one share; the scrape parsed by prometheus_client's
-own parser. The counters are the process's, so each test reads how far they moved."""
+own parser. The counters are the process's, so each test reads how far they moved. In
+distributed mode a web replica (served here, no worker) reads the jobs waiting per model from
+the shared store and reports no residency: it holds no model."""
 
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.distributed import replica_here
 from tests.support.in_process import LoopbackApp, served_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env, pull_until_ready
@@ -22,21 +25,30 @@ Samples = dict[tuple[str, frozenset], float]
 
 
 @pytest.fixture(scope="module")
-def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
-    """Both models on the share and loaded, then room for one: each change of model swaps."""
-    work = tmp_path_factory.mktemp("models-metrics")
+def hub_url(hub_root: Path) -> Iterator[str]:
     with LocalHub(hub_root) as hub:
-        env = model_service_env(hub.url, work / "share", work)
-        with served_here(**env, MODELS=SDXL_REPO) as served:
-            pull_until_ready(served)
-            pulled = requests.post(served.url("/model/pull"), data={"model": SDXL_REPO}, timeout=30)
-            assert pulled.status_code in (200, 202), pulled.text
-            until(lambda: model_states(served)[SDXL_REPO] == "ready")
-            assert served.backend is not None and served.backend.shelf is not None
-            served.backend.shelf.limit = 1
-            for loader in served.backend.shelf.loaders.values():  # none resident, as at a start
-                loader.free()
-            yield served
+        yield hub.url
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models-metrics")
+
+
+@pytest.fixture(scope="module")
+def app(hub_url: str, work: Path) -> Iterator[LoopbackApp]:
+    """Both models on the share and loaded, then room for one: each change of model swaps."""
+    env = model_service_env(hub_url, work / "share", work)
+    with served_here(**env, MODELS=SDXL_REPO) as served:
+        pull_until_ready(served)
+        pulled = requests.post(served.url("/model/pull"), data={"model": SDXL_REPO}, timeout=30)
+        assert pulled.status_code in (200, 202), pulled.text
+        until(lambda: model_states(served)[SDXL_REPO] == "ready")
+        assert served.backend is not None and served.backend.shelf is not None
+        served.backend.shelf.limit = 1
+        for loader in served.backend.shelf.loaders.values():  # none resident, as at a start
+            loader.free()
+        yield served
 
 
 def scrape(app: LoopbackApp) -> Samples:
@@ -124,3 +136,21 @@ def test_jobs_waiting_are_counted_by_the_model_they_name(app):
     settled = scrape(app)
     assert value(settled, "imagegen_model_jobs_queued", model=SDXL_REPO) == 0
     assert value(settled, "imagegen_model_jobs_queued", model=SD_REPO) == 0
+
+
+def test_in_distributed_mode_a_replica_counts_the_stores_waiting_jobs_by_model(
+    app, hub_url, work, tmp_path, redis_server
+):
+    """On the in-process app's share (MODEL_ID pulled) and no worker to take the job, it
+    waits in Redis: the replica's scrape counts it under MODEL_ID, the other offered model
+    at 0, and has no residency family (a web replica holds no model; each worker answers for
+    its own)."""
+    env = {**model_service_env(hub_url, work / "share", tmp_path), "MODELS": SDXL_REPO}
+    with replica_here(**env, JOB_BROKER_URL=redis_server.url) as replica:
+        queued = generate(replica, **{"async": "true"})
+        assert queued.status_code == 202, queued.text
+        samples = scrape(replica)
+        assert value(samples, "imagegen_model_jobs_queued", model=SD_REPO) == 1
+        assert ("imagegen_model_jobs_queued", frozenset({("model", SDXL_REPO)})) in samples
+        assert value(samples, "imagegen_model_jobs_queued", model=SDXL_REPO) == 0
+        assert not any(name == "imagegen_model_resident" for name, _ in samples)
