@@ -273,6 +273,23 @@ SDXL = ModelSpec(
     },
 )
 
+# Segmind's SSD-1B: SDXL's UNet with transformer layers and the mid block's attention taken
+# out, as its published layer counts have it (ComfyUI's model detection, stable-diffusion.cpp:
+# transformer depth 2 and 4 per attention going down; going up 4, 4, 10 at 1280 channels and
+# 2, 1, 1 at 640; a mid block of one ResNet); text encoders, VAE and scheduler are SDXL's.
+SSD1B_UNET = SDXL_UNET | {
+    "transformer_layers_per_block": [1, 2, 4],
+    "reverse_transformer_layers_per_block": [[4, 4, 10], [2, 1, 1], [1, 1, 1]],
+    "mid_block_type": "UNetMidBlock2D",
+}
+SSD1B = ModelSpec(
+    name="ssd1b",
+    repo_id="bench/ssd-1b-random",
+    pipeline_class=SDXL.pipeline_class,
+    model_index=SDXL.model_index,
+    components=SDXL.components | {"unet": _unet_writer(SSD1B_UNET)},
+)
+
 # The tests' tiny SD (tests.support.tiny_model): what a benchmark's checks run on in the suite,
 # so a quick run takes seconds and needs no 2 GB build. Its figures measure nothing.
 TINY = ModelSpec(
@@ -283,7 +300,7 @@ TINY = ModelSpec(
     components={},
 )
 
-MODELS = {spec.name: spec for spec in (SD15, SDXL, TINY)}
+MODELS = {spec.name: spec for spec in (SD15, SDXL, SSD1B, TINY)}
 
 
 # --- building and the cache ------------------------------------------------------------------
@@ -431,12 +448,17 @@ def scratch_dir(prefix: str) -> Path:
 LCM_LORAS = {
     "sd15": "latent-consistency/lcm-lora-sdv1-5",
     "sdxl": "latent-consistency/lcm-lora-sdxl",
+    "ssd1b": "latent-consistency/lcm-lora-ssd-1b",
 }
 LORA_FILE = "pytorch_lora_weights.safetensors"
 LORA_RANK = 64
 LORA_ALPHA = float(LORA_RANK)  # only scales B.A: no effect on any cost
 LORA_STRENGTH = 0.05  # |scale B.A| about 5 % of a freshly initialised weight's size
-TINY_DECODERS = {"sd15": "madebyollin/taesd", "sdxl": "madebyollin/taesdxl"}
+TINY_DECODERS = {
+    "sd15": "madebyollin/taesd",
+    "sdxl": "madebyollin/taesdxl",
+    "ssd1b": "madebyollin/taesdxl",
+}
 
 
 def lora_repo(name: str) -> str:

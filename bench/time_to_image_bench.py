@@ -59,6 +59,9 @@ time), `--vae-tile N` decodes in tiles of N pixels on both sides (VAE_TILE_SIZE)
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/time_to_image_bench.py --model sdxl \
         --configs turbo,hyper1,fast --steps 1 --no-scaling     # about 15 minutes
 
+`--model ssd1b` runs the same configurations on SSD-1B's UNet (bench/model_fixture.py: built
+from its published layer counts) with SDXL's text encoders and VAE, its LCM-LoRA and TAESDXL.
+
 `--repeat N` sends each configuration N requests on each side (one app, one child) and reports
 each figure's median (the 1-thread run's requests too): the text encoders' second moved by up to
 1.2 s from one request to the next.
@@ -118,7 +121,7 @@ SCRIPT = Path(__file__).resolve()
 PROMPT = "a photo of an astronaut riding a horse on the sea at sunset, detailed"
 NEGATIVE = "blurry, low quality"
 SEED = 42
-NATIVE = {"sd15": 512, "sdxl": 1024}
+NATIVE = {"sd15": 512, "sdxl": 1024, "ssd1b": 1024}
 SEED_DEFAULT_STEPS = 20  # GEN_DEFAULT_STEPS' fallback: what (a) is extrapolated to
 VAE_TILE = 512  # --vae-tile's default: the full decoder's tiles on both sides (VAE_TILE_SIZE)
 SYNC_TIMEOUT = 230  # GEN_SYNC_TIMEOUT's default: the shipped default's image must fit in it

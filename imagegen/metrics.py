@@ -69,6 +69,26 @@ WEBHOOK_DELIVERIES = Counter(
 WEBHOOK_RETRIES = Counter(
     "imagegen_webhook_retries", "Webhook tries that got no 2xx and were scheduled again"
 )
+MODEL_LOADS = Counter(
+    "imagegen_model_loads",
+    "Offered models read into this process's memory, by model (the repo id)",
+    ["model"],
+)
+MODEL_LOAD_SECONDS = Counter(
+    "imagegen_model_load_seconds",
+    "Seconds spent reading models into memory, by model: the load alone, no freeing",
+    ["model"],
+)
+MODEL_SWAPS = Counter(
+    "imagegen_model_swaps",
+    "Loads that freed another model first to make room, by the model loaded",
+    ["model"],
+)
+MODEL_SWAP_SECONDS = Counter(
+    "imagegen_model_swap_seconds",
+    "Seconds of those swaps, by the model loaded: freeing the others, then the load",
+    ["model"],
+)
 REDIS_ERRORS = Counter(
     "imagegen_redis_errors",
     "Calls to the job store (Redis, distributed mode) that failed, retries spent, by error",

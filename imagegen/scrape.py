@@ -11,13 +11,14 @@ its own model and whether it is running a job (imagegen_worker_busy).
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from imagegen.backend import Backend, current_backend
-from imagegen.generation.job_board import JobState
+from imagegen.generation.job_board import JobState, JobView
 from imagegen.model.status import ModelStatus, State
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,39 @@ class WebState(Collector):
                 "imagegen_jobs_running", "Jobs running now", value=len(jobs) - queued
             ),
             *_model_families(status),
+            *_models_families(backend, jobs),
             *_webhook_families(backend),
         ]
+
+
+def _models_families(backend: Backend, jobs: list[JobView]) -> list[GaugeMetricFamily]:
+    """Per offered model: the jobs waiting for it and, in process, whether it is resident.
+
+    A web replica of distributed mode holds no model, so it reports no residency."""
+    default = backend.loader.source.model_id
+    offered = [model.id for model in backend.offered().models]
+    queued = GaugeMetricFamily(
+        "imagegen_model_jobs_queued", "Jobs waiting for their turn, by the model they name",
+        labels=["model"],
+    )  # fmt: skip
+    waiting = Counter(
+        job.parameters.model or default for job in jobs if job.state is JobState.QUEUED
+    )
+    for model in [*offered, *(m for m in waiting if m not in offered)]:
+        queued.add_metric([model], waiting[model])
+    if backend.distributed:
+        return [queued]
+    resident = GaugeMetricFamily(
+        "imagegen_model_resident", "1 for each offered model in this process's memory now",
+        labels=["model"],
+    )  # fmt: skip
+    if backend.shelf is not None:
+        held = set(backend.shelf.resident())
+    else:
+        held = {default} if backend.loader.resident else set()
+    for model in offered:
+        resident.add_metric([model], 1.0 if model in held else 0.0)
+    return [queued, resident]
 
 
 def _webhook_families(backend: Backend) -> list[GaugeMetricFamily]:

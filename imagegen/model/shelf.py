@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 from functools import partial
 
+from imagegen import metrics
 from imagegen.model.loader import ModelLoader
 from imagegen.model.memory import NEEDS_WITH_TILE
 from imagegen.model.share import Manifest
@@ -67,10 +68,24 @@ class ModelShelf:
 
     @contextlib.contextmanager
     def loading(self, incoming: ModelLoader) -> Iterator[None]:
-        """Room made for `incoming`, then its load, with no other load beside it."""
+        """Room made for `incoming`, then its load, with no other load beside it.
+
+        A load that ends resident is counted (imagegen.metrics): as a swap too when it freed
+        another model first, the swap's seconds being the freeing and the load."""
         with self._loading:
-            self.make_room(incoming)
+            began = time.monotonic()
+            freed = self.make_room(incoming)
+            loading = time.monotonic()
             yield
+            if not incoming.resident:  # failed: counted nowhere, the job says why
+                return
+            done = time.monotonic()
+            model = incoming.source.model_id
+            metrics.MODEL_LOADS.labels(model).inc()
+            metrics.MODEL_LOAD_SECONDS.labels(model).inc(done - loading)
+            if freed:
+                metrics.MODEL_SWAPS.labels(model).inc()
+                metrics.MODEL_SWAP_SECONDS.labels(model).inc(done - began)
 
     def fits(self, sizes: Iterable[int]) -> bool:
         """Whether these fp32 sizes fit the limit together, plus the largest one's working
@@ -83,10 +98,11 @@ class ModelShelf:
         headroom = (NEEDS_WITH_TILE - 1) * max(sizes, default=0)
         return sum(sizes) + headroom <= self.limit
 
-    def make_room(self, incoming: ModelLoader) -> None:
+    def make_room(self, incoming: ModelLoader) -> list[str]:
         """Frees resident models, least recently used first, until `incoming` fits.
 
-        If it fits beside none, all go."""
+        If it fits beside none, all go. Returns the ids of the models freed."""
+        freed: list[str] = []
         with self._lock:
             others = sorted(
                 (loader for loader in self.loaders.values()
@@ -110,3 +126,5 @@ class ModelShelf:
                         self.limit,
                     )  # fmt: skip
                     held -= size
+                    freed.append(loader.source.model_id)
+        return freed
