@@ -31,6 +31,7 @@ from tests.support.model_service import (
     model_service_env,
     pull_until_ready,
 )
+from tests.support.processes import free_port
 
 SHORT = {"prompt": "a red cube", "seed": "7", "steps": "2", "size": "64x64"}
 LONG = {**SHORT, "steps": "500", "size": "256x256"}  # runs until cancelled
@@ -49,8 +50,13 @@ def stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         with Stack(env, work) as running:
             running.start(replicas=0, workers=0)
             pinned = {0: f"{SD_REPO},tiny-sdxl", 1: "tiny-sdxl"}  # nobody runs the inpainting one
-            for worker in [running.launch_worker(n, WORKER_MODELS=m) for n, m in pinned.items()]:
+            ports = {0: {"WORKER_METRICS_PORT": str(free_port())}, 1: {}}  # w0's loads and swaps
+            launched = [
+                running.launch_worker(n, WORKER_MODELS=m, **ports[n]) for n, m in pinned.items()
+            ]
+            for worker in launched:
                 worker.wait_ready()
+            running.metrics_url = f"http://127.0.0.1:{ports[0]['WORKER_METRICS_PORT']}/metrics"
             yield running
 
 
@@ -123,6 +129,13 @@ def queued_seconds(record: dict) -> float:
     return (started - created).total_seconds()
 
 
+def counted(scraped: str, family: str, model: str) -> float:
+    """A counter's value for `model` in a Prometheus text page (0 when absent)."""
+    prefix = f'{family}{{model="{model}"}} '
+    return next((float(line[len(prefix) :]) for line in scraped.splitlines()
+                 if line.startswith(prefix)), 0.0)  # fmt: skip
+
+
 def cancel(app: LoopbackApp, job_id: str) -> None:
     requests.delete(app.url(f"/jobs/{job_id}"), timeout=30)
     until(lambda: job(app, job_id)["state"] in FINISHED)
@@ -164,6 +177,10 @@ def test_no_job_waits_for_a_swap_while_a_worker_holding_its_model_is_idle(stack,
     for model in (SD_REPO, SDXL_REPO):
         assert swapped["loads"][model] == before["w0"]["loads"][model] + 1, swapped
         assert swapped["swaps"][model] == before["w0"]["swaps"].get(model, 0) + 1, swapped
+    scraped = requests.get(stack.metrics_url, timeout=30).text  # w0's own metrics port
+    for model in (SDXL_REPO, SD_REPO):
+        assert counted(scraped, "imagegen_model_swaps_total", model) == swapped["swaps"][model]
+        assert counted(scraped, "imagegen_model_loads_total", model) == swapped["loads"][model]
 
 
 def test_a_pinned_worker_never_takes_another_models_job(stack, web):
