@@ -5,7 +5,14 @@ pull_model, run in this process as an operator's manage.py runs it)."""
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from imagegen.model.upscalers.offered import UpscalerEntry, parse_upscalers
+from core.errors import FieldError
+from imagegen.model.upscalers.offered import (
+    OfferedUpscalers,
+    UpscalerEntry,
+    UpscalerNotPulled,
+    parse_upscalers,
+)
+from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST
 from tests.support.commands import run_command
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import SD_REPO, model_service_env
@@ -74,3 +81,28 @@ def test_pull_model_fetches_each_upscaler_once_and_a_warm_pull_skips_them(
         assert "upscaler Double (testorg/tiny-esrgan:tiny-x2.safetensors): on the share" in (
             again.stdout
         )
+
+
+def test_a_request_finds_an_upscaler_by_name_in_any_case_once_its_file_is_on_the_share(
+    hub_root, share, tmp_path
+):
+    place_on_hub(hub_root)
+    with LocalHub(hub_root) as hub:
+        offered = OfferedUpscalers(
+            parse_upscalers(ENTRIES), model_dir=share, cache_dir=tmp_path / "cache",
+            endpoint=hub.url,
+        )  # fmt: skip
+        assert offered.find("lanczos") is LANCZOS and offered.find("Nearest") is NEAREST
+        with pytest.raises(UpscalerNotPulled, match="'Double' is not on the share yet"):
+            offered.find("double")
+        with pytest.raises(FieldError) as unknown:
+            offered.find("4x-UltraSharp", field_name="hr_upscaler")
+        assert unknown.value.field == "hr_upscaler"
+        assert "'4x-UltraSharp' is not offered; offered: Lanczos, Nearest, tiny-x4, Double" in (
+            unknown.value.rule
+        )
+        assert [e.name for e in offered.pull()] == ["tiny-x4", "Double"]
+        assert offered.pull() == []  # a warm pull fetches nothing
+        double = offered.find("DOUBLE")
+        assert (double.name, double.scale) == ("Double", 2)
+        assert offered.find("tiny-x4").scale == 4

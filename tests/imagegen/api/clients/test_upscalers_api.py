@@ -12,7 +12,7 @@ import webuiapi
 
 from tests.support.in_process import LoopbackApp, served_here
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env
+from tests.support.model_service import model_service_env, wait_for_state
 from tests.support.tiny_upscaler import ESRGAN_REPO, place_on_hub
 
 UPSCALERS = f"{ESRGAN_REPO}:tiny-x4.pth, {ESRGAN_REPO}:tiny-x2.safetensors=Double"
@@ -48,5 +48,6 @@ def test_get_upscalers_lists_the_filters_then_each_file_its_scale_once_pulled(ap
         assert time.monotonic() < deadline, "the upscalers were not pulled"
         time.sleep(0.05)
     app.backend.upscalers.wait(30)
+    assert wait_for_state(app, {"ready", "failed"}, 60)["state"] == "ready"  # MODEL_ID's too
     listed = {u["name"]: u["scale"] for u in api.get_upscalers()}
     assert listed == {"Lanczos": None, "Nearest": None, "tiny-x4": 4, "Double": 2}
