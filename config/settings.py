@@ -157,6 +157,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # More hub models offered beside MODEL_ID, comma-separated org/name[@revision]: each request
 # may name one (imagegen/generation/catalog.py). Checked by the imagegen app (imagegen/checks.py).
 MODELS = env_str("MODELS", "")
+# Upscaler files offered by name beside Lanczos and Nearest, comma-separated repo:file[=name]
+# (imagegen/model/upscalers/offered.py). Checked by the imagegen app (imagegen/checks.py).
+UPSCALERS = env_str("UPSCALERS", "")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 # Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even

@@ -44,6 +44,7 @@ from imagegen.model.memory import memory_limit
 from imagegen.model.pipeline import LoadOptions
 from imagegen.model.shelf import ModelShelf
 from imagegen.model.status import ModelHandle
+from imagegen.model.upscalers.offered import OfferedUpscalers, parse_upscalers
 from imagegen.webhooks.outbox import DiskOutbox, Outbox
 
 if TYPE_CHECKING:
@@ -83,6 +84,17 @@ def offered_sources() -> list[hub.ModelSource]:
     """MODEL_ID's source, then each MODELS entry's (imagegen.checks refused bad ones at start)."""
     entries = parse_models(settings.MODELS)
     return [model_source(), *(entry_source(e.repo, e.revision) for e in entries)]
+
+
+def offered_upscalers() -> OfferedUpscalers:
+    """UPSCALERS' files on the share, with Lanczos and Nearest beside them."""
+    return OfferedUpscalers(
+        parse_upscalers(settings.UPSCALERS),
+        model_dir=settings.MODEL_DIR,
+        cache_dir=settings.DOWNLOAD_CACHE_DIR,
+        endpoint=settings.HF_ENDPOINT,
+        token=settings.HF_TOKEN,
+    )
 
 
 def new_loader(source: hub.ModelSource | None = None) -> ModelLoader:
@@ -169,6 +181,7 @@ class Backend:
     shelf: ModelShelf | None = None  # their loaders (None: `loader` alone)
     # The model each A1111 caller chose (POST /sdapi/v1/options), kept where jobs are kept.
     checkpoints: CheckpointChoices = field(default_factory=LocalCheckpoints)
+    upscalers: OfferedUpscalers = field(default_factory=lambda: offered_upscalers())
 
     def offered(self) -> Catalog:
         """The offered models, MODEL_ID's first."""

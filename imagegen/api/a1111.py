@@ -624,6 +624,26 @@ def sd_models(request: HttpRequest):
     return listed
 
 
+class UpscalerItem(Schema):
+    name: str
+    model_name: str | None
+    model_path: str | None
+    model_url: str | None
+    scale: float | None
+
+
+@router.get("/upscalers", auth=auth, response={200: list[UpscalerItem], **errors()})
+def upscalers(request: HttpRequest):
+    """Lanczos and Nearest (no weights, no scale of their own), then each UPSCALERS entry:
+    `model_path` where its file lies on the share (relative to it for callers that are not
+    admins), `model_url` the hub file, `scale` its network's own once on the share."""
+    listed = current_backend().upscalers.listing()
+    for item in listed:
+        if item["model_path"] is not None:
+            item["model_path"] = server_path(request, str(settings.MODEL_DIR / item["model_path"]))
+    return listed
+
+
 # What A1111 lists and this service does not have; clients ask for these lists unasked, so
 # they answer empty.
 def _empty(path: str, what: str) -> None:
@@ -655,7 +675,6 @@ def schedulers(request: HttpRequest):
 
 
 for _path, _what in [
-    ("/upscalers", "none: no upscalers here"),
     ("/sd-vae", "none: the model's own VAE"),
     ("/latent-upscale-modes", "none: no hires fix here"),
     ("/loras", "none: LoRA adapters are fused at load (MODEL_ADAPTERS), not chosen per prompt"),

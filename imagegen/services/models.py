@@ -8,9 +8,11 @@ def model_pull(backend: Backend, *, model: str | None = None) -> bool:
     """Starts the download-and-load job of MODEL_ID, or of the offered model `model` names
     (imagegen.generation.catalog: a 400 naming `model` when none is offered by that name),
     unless one runs; False when already ready. In distributed mode the download runs here
-    once and every running worker that may run the model (WORKER_MODELS) loads it."""
+    once and every running worker that may run the model (WORKER_MODELS) loads it. With no
+    model named, the UPSCALERS files not on the share yet are fetched too, beside it."""
     if model is None:
-        return backend.models.pull()
+        upscalers = backend.upscalers.start_pull()
+        return backend.models.pull() or upscalers
     offered = backend.offered().find(model)
     if offered.default:
         return backend.models.pull()

@@ -65,3 +65,16 @@ def write_weights(path: Path, state: dict[str, object]) -> Path:
     else:
         torch.save(state, path)
     return path
+
+
+ESRGAN_REPO = "testorg/tiny-esrgan"
+
+
+def place_on_hub(hub_root: Path) -> str:
+    """The tiny x4 network as a Real-ESRGAN `.pth` (under `params_ema`) and the tiny x2 one as a
+    bare `.safetensors` in ESRGAN_REPO of the test hub's folder; returns the repo id."""
+    repo = hub_root / ESRGAN_REPO
+    repo.mkdir(parents=True, exist_ok=True)
+    write_weights(repo / "tiny-x4.pth", {"params_ema": tiny_net(X4).state_dict()})
+    write_weights(repo / "tiny-x2.safetensors", dict(tiny_net(X2, seed=1).state_dict()))
+    return ESRGAN_REPO

@@ -1,7 +1,8 @@
 """manage.py pull_model: the same lock-free, manifest-last download as POST /model/pull
 (the model, its adapters and its decoder), without loading the model; --check verifies a
 download already on the share. --model names an offered model (MODELS) instead of MODEL_ID,
---all takes every offered one in turn, --remove deletes one from the share."""
+--all takes every offered one in turn, --remove deletes one from the share. Without --model
+the UPSCALERS files not on the share yet come too."""
 
 import contextlib
 import dataclasses
@@ -16,7 +17,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from imagegen.backend import catalog_of, model_source, offered_sources, rules_from_settings
+from imagegen.backend import (
+    catalog_of,
+    model_source,
+    offered_sources,
+    offered_upscalers,
+    rules_from_settings,
+)
 from imagegen.generation.catalog import UnknownModel
 from imagegen.model import hub, share
 from imagegen.model.adapters import REPO_RULE, is_repo_id
@@ -86,6 +93,16 @@ class Command(BaseCommand):
             return
         for source in self.sources(options):
             self.handle_one(source, options)
+        if options["model"] is None and not options["check"]:
+            self.pull_upscalers()
+
+    def pull_upscalers(self) -> None:
+        """The UPSCALERS files not on the share yet (each skipped when it is there)."""
+        upscalers = offered_upscalers()
+        fetched = upscalers.pull()
+        for entry in upscalers.entries:
+            done = "downloaded" if entry in fetched else "on the share already"
+            self.stdout.write(f"upscaler {entry.name} ({entry.repo}:{entry.file}): {done}")
 
     def sources(self, options: dict) -> list[hub.ModelSource]:
         """The models this command line names: MODEL_ID's by default."""

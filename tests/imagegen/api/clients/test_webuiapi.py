@@ -190,7 +190,8 @@ def test_models_options_and_the_lists_clients_read(app):
     }]  # fmt: skip
     assert {"Euler a", "DPM++ 2M", "LCM"} <= {s["name"] for s in api.get_samplers()}
     assert "Karras" in {s["label"] for s in api.get_schedulers()}
-    for read in (api.get_upscalers, api.get_sd_vae, api.get_latent_upscale_modes, api.get_loras):
+    assert [u["name"] for u in api.get_upscalers()] == ["Lanczos", "Nearest"]  # no UPSCALERS
+    for read in (api.get_sd_vae, api.get_latent_upscale_modes, api.get_loras):
         assert read() == []
 
 
