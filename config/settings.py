@@ -157,6 +157,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # More hub models offered beside MODEL_ID, comma-separated org/name[@revision]: each request
 # may name one (imagegen/generation/catalog.py). Checked by the imagegen app (imagegen/checks.py).
 MODELS = env_str("MODELS", "")
+# LoRAs a prompt may name (<lora:name:weight>), comma-separated repo:file[=name], pulled with
+# MODEL_ID into MODEL_DIR/loras (imagegen/model/loras.py); checked by imagegen/checks.py.
+LORAS = env_str("LORAS", "")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 # Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from imagegen.generation.catalog import parse_models
 from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
+from imagegen.model.loras import parse_loras
 
 
 def setting_problems(values: Any = settings) -> list[str]:
@@ -33,6 +34,10 @@ def setting_problems(values: Any = settings) -> list[str]:
     else:
         if any(entry.repo.lower() == values.MODEL_ID.lower() for entry in entries):
             problems.append(f"MODELS: {values.MODEL_ID!r} is MODEL_ID, offered already")
+    try:
+        parse_loras(values.LORAS)
+    except ValueError as exc:
+        problems.append(str(exc))
     return problems
 
 
