@@ -17,6 +17,7 @@ from imagegen.distributed.store import PULLS, WORKERS, decoded, worker_key
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
 from imagegen.model.loader import ModelLoader
+from imagegen.model.loras_pull import pull_with_loras
 from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.status import ModelStatus, WorkerModel
 
@@ -61,7 +62,8 @@ class SharedModel:
 
         False when every live worker is ready already."""
         workers = live_workers(self.redis)
-        if workers and all(w["state"] == "ready" for w in workers):
+        ready = workers and all(w["state"] == "ready" for w in workers)
+        if ready and self.source.complete_manifest() is not None:  # LORAS may lack files
             return False
         with self._lock:
             if self._downloading is not None and self._downloading.is_alive():
@@ -80,7 +82,7 @@ class SharedModel:
 
     def _download(self, progress: hub.DownloadProgress) -> None:
         try:
-            hub.download_to_share(self.source, progress)
+            pull_with_loras(self.source, progress)  # the model, then LORAS's files
             self.redis.incr(PULLS)
         except Exception as exc:
             log.exception("model download failed")

@@ -7,8 +7,10 @@ the share a 409, nothing queued; webuiapi's txt2img with a tag. In process (serv
 MODEL_ID the tiny SD model, MODELS the tiny SDXL one."""
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -20,7 +22,14 @@ from imagegen.model.loras import repo_path
 from imagegen.model.share import MANIFEST_NAME
 from tests.support.in_process import LoopbackApp, served_here
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import SD_REPO, SDXL_REPO, model_service_env, pull_until_ready
+from tests.support.model_service import (
+    PULL_TIMEOUT,
+    SD_REPO,
+    SDXL_REPO,
+    model_service_env,
+    pull_until_ready,
+    ready_in_mode,
+)
 from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, SDXL_FILE, build_adapter_repos
 
 FIELDS = {"seed": "7", "steps": "2", "guidance": "5", "size": "64x64"}
@@ -38,7 +47,7 @@ def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lo
             yield served
 
 
-def generate(app: LoopbackApp, prompt: str, **fields: str) -> requests.Response:
+def generate(app: Any, prompt: str, **fields: str) -> requests.Response:
     data = {**FIELDS, "prompt": prompt, **fields}
     return requests.post(app.url("/generate"), data=data, timeout=120)
 
@@ -111,5 +120,30 @@ def test_webuiapi_txt2img_runs_a_tag(app):
     assert [lora["name"] for lora in api.get_loras()] == ["style", "xl"]
 
 
+def loras(app: Any) -> dict[str, dict]:
+    listed = requests.get(app.url("/sdapi/v1/loras"), timeout=30).json()
+    return {lora["name"]: lora for lora in listed}
+
+
 def jobs(app: LoopbackApp) -> list[dict]:
     return requests.get(app.url("/jobs"), timeout=30).json()
+
+
+def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_image_alone(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path: Path
+):
+    """A web replica on the session's shared stack (its Redis, worker and share): its pull
+    places LORAS's files; the worker runs the tag from the request as the web side checked it."""
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    with ready_in_mode(request, "distributed", hub_root, tmp_path, LORAS=LORAS) as app:
+        pull_until_ready(app, timeout=PULL_TIMEOUT["distributed"])
+        # The workers were ready before: the replica's download of the LoRAs runs on.
+        deadline = time.monotonic() + PULL_TIMEOUT["distributed"]
+        while (style := loras(app)["style"])["models"] != [SD_REPO]:
+            assert time.monotonic() < deadline, style
+            time.sleep(0.1)
+        prompt = "a green pyramid in distributed mode"
+        before = pixels(generate(app, prompt))
+        tagged = pixels(generate(app, f"{prompt} <lora:style:1.5>"))
+        assert tagged != before
+        assert pixels(generate(app, prompt)) == before
