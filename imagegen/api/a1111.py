@@ -114,7 +114,7 @@ def chosen_checkpoint(generation: GenerationRequest, checkpoint: JsonValue) -> G
     backend = current_backend()
     offered = backend.offered()
     if checkpoint is None or not offered.several:
-        return generation
+        return services.with_loras(backend, generation)
     if not isinstance(checkpoint, str):
         raise FieldError(CHECKPOINT_FIELD, f"must be a title /sd-models lists; offered: "
                          f"{', '.join(offered.ids)}")  # fmt: skip

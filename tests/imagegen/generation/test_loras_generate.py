@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import requests
 import webuiapi
@@ -20,7 +21,7 @@ from PIL import Image
 from imagegen.model import prompt_cache
 from imagegen.model.loras import repo_path
 from imagegen.model.share import MANIFEST_NAME
-from tests.support.in_process import LoopbackApp, served_here
+from tests.support.in_process import LoopbackApp, openai_client, served_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import (
     PULL_TIMEOUT,
@@ -118,6 +119,15 @@ def test_webuiapi_txt2img_runs_a_tag(app):
     assert plain.image.convert("RGB").tobytes() != tagged.image.convert("RGB").tobytes()
     assert tagged.info["prompt"] == "a blue ball <lora:style>"
     assert [lora["name"] for lora in api.get_loras()] == ["style", "xl"]
+
+
+def test_the_openai_sdk_runs_a_tag_and_refuses_an_unknown_one(app):
+    client = openai_client(api_key="unused", max_retries=0)
+    made = client.images.generate(prompt="a cat <lora:style:0.5>", size="256x256")
+    assert made.data and made.data[0].b64_json
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.images.generate(prompt="a cat <lora:absent>", size="256x256")
+    assert "<lora:absent>: no LoRA 'absent' is offered" in refused.value.message
 
 
 def loras(app: Any) -> dict[str, dict]:
