@@ -63,6 +63,7 @@ class LoraUse(BaseModel):
     name: str
     weight: float
     path: str = Field(description="its file, relative to MODEL_DIR")
+    hash: str = Field(default="", description="its file's sha256, the first 12 characters")
 
 
 class GenerationRequest(BaseModel):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.model.adapters import REPO_RULE, is_repo_id, share_folder_name
-from imagegen.model.share import complete_manifest
+from imagegen.model.share import complete_manifest, sha256_of
 
 LORAS_FOLDER = "loras"  # under MODEL_DIR: the pulled repos' folders, and dropped files
 FORM = "repo:file[=name], comma-separated (e.g. org/name:style.safetensors=style)"
@@ -202,6 +202,7 @@ class LoraCatalog:
     _dropped: dict[str, Path] | None = None
     _fits: dict[tuple, bool] = field(default_factory=dict)
     _model_sizes: dict[str, dict] = field(default_factory=dict)
+    _hashes: dict[tuple, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -242,6 +243,19 @@ class LoraCatalog:
         if lora.entry is None:
             return lora.path.is_file()
         return placed_file(self.model_dir, lora.entry) is not None
+
+    def short_hash(self, lora: OfferedLora) -> str:
+        """The first 12 characters of the file's sha256, as A1111's `Lora hashes` writes it;
+        hashed once per file (its size and time)."""
+        stat = lora.path.stat()
+        key = ("sha256", str(lora.path), stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            known = self._hashes.get(key)
+        if known is None:
+            known = sha256_of(lora.path)[:12]
+            with self._lock:
+                self._hashes[key] = known
+        return known
 
     def fitting_models(self, lora: OfferedLora) -> list[str]:
         """The offered models (on the share) whose layers the LoRA's are."""

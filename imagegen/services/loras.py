@@ -35,5 +35,7 @@ def with_loras(backend: Backend, request: GenerationRequest) -> GenerationReques
                 "prompt", f"{tag.written}: {lora.name} is a LoRA for {family}, not for {model_id}"
             )
         path = lora.path.relative_to(catalog.model_dir).as_posix()
-        uses.append(LoraUse(name=lora.name, weight=tag.weight, path=path))
+        uses.append(
+            LoraUse(name=lora.name, weight=tag.weight, path=path, hash=catalog.short_hash(lora))
+        )
     return request.model_copy(update={"loras": tuple(uses)})

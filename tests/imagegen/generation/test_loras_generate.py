@@ -20,7 +20,7 @@ from PIL import Image
 
 from imagegen.model import prompt_cache
 from imagegen.model.loras import repo_path
-from imagegen.model.share import MANIFEST_NAME
+from imagegen.model.share import MANIFEST_NAME, sha256_of
 from tests.support.in_process import LoopbackApp, openai_client, served_here
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import (
@@ -74,9 +74,15 @@ def test_a_lora_runs_for_its_image_alone_and_weight_0_is_the_image_without_it(ap
 
     job = requests.get(app.url(f"/jobs/{tagged.headers['X-Job-Id']}"), timeout=30).json()
     assert job["parameters"]["prompt"] == "a red cube <lora:style:1.5>"  # as written
+    path = f"loras/testorg--tiny-lora/{KOHYA_FILE}"
+    short = sha256_of(Path(app.env["MODEL_DIR"]) / path)[:12]
     assert job["parameters"]["loras"] == [
-        {"name": "style", "weight": 1.5, "path": f"loras/testorg--tiny-lora/{KOHYA_FILE}"}
+        {"name": "style", "weight": 1.5, "path": path, "hash": short}
     ]
+    # The infotext as A1111 writes it: the prompt with its tag, and the LoRA's short hash.
+    text = Image.open(io.BytesIO(tagged.content)).text["parameters"]
+    assert text.startswith("a red cube <lora:style:1.5>\n")
+    assert f'Lora hashes: "style: {short}"' in text
 
 
 @pytest.mark.parametrize(
