@@ -36,22 +36,34 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--side", type=int, default=512)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--model", type=Path, default=MODEL, help="an SDXL-layout repo folder")
+    parser.add_argument("--lora", type=Path, default=LORA, help="a LoRA file for it")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
+    figures: dict[str, float] = {}
     unet = UNet2DConditionModel.from_pretrained(
-        MODEL / "unet", variant="fp16", torch_dtype=torch.float32
+        args.model / "unet", variant="fp16", torch_dtype=torch.float32
     )
+    config = unet.config
+    pooled = config.projection_class_embeddings_input_dim - 6 * config.addition_time_embed_dim
     generator = torch.Generator().manual_seed(0)
     latent = args.side // 8
     inputs = {
         "sample": torch.randn(1, 4, latent, latent, generator=generator),
         "timestep": torch.tensor([999]),
-        "encoder_hidden_states": torch.randn(1, 77, 2048, generator=generator),
+        "encoder_hidden_states": torch.randn(
+            1, 77, config.cross_attention_dim, generator=generator
+        ),
         "added_cond_kwargs": {
-            "text_embeds": torch.randn(1, 1280, generator=generator),
+            "text_embeds": torch.randn(1, pooled, generator=generator),
             "time_ids": torch.tensor([[args.side, args.side, 0, 0, args.side, args.side]]),
         },
     }
+
+    def said(name: str, value: float) -> None:
+        """Each figure as it comes: a run stopped early keeps what it measured."""
+        figures[name] = value
+        print(f"{name}: {value:.4g}", flush=True)
 
     def calls() -> tuple[float, torch.Tensor]:
         out = unet(**inputs).sample  # warm-up
@@ -62,24 +74,26 @@ def main() -> None:
             seconds.append(time.perf_counter() - started)
         return statistics.median(seconds), out
 
-    figures: dict[str, float] = {}
-    figures["none_step_s"], plain = calls()
+    none_step, plain = calls()
+    said("none_step_s", none_step)
     started = time.perf_counter()
-    state, alphas = StableDiffusionXLPipeline.lora_state_dict(str(LORA))
-    state = {k: v.to(torch.float32) for k, v in state.items()}
+    state, alphas = StableDiffusionXLPipeline.lora_state_dict(str(args.lora))
+    state = {k: v.to(torch.float32) for k, v in state.items() if k.startswith("unet.")}
     StableDiffusionXLPipeline.load_lora_into_unet(state, alphas, unet=unet, adapter_name="bench")
-    figures["unfused_apply_s"] = time.perf_counter() - started
-    figures["unfused_step_s"], unfused = calls()
+    said("unfused_apply_s", time.perf_counter() - started)
+    unfused_step, unfused = calls()
+    said("unfused_step_s", unfused_step)
     started = time.perf_counter()
     unet.fuse_lora(lora_scale=1.0)
-    figures["fuse_s"] = time.perf_counter() - started
-    figures["fused_step_s"], fused = calls()
+    said("fuse_s", time.perf_counter() - started)
+    fused_step, fused = calls()
+    said("fused_step_s", fused_step)
     started = time.perf_counter()
     unet.unfuse_lora()
-    figures["unfuse_s"] = time.perf_counter() - started
+    said("unfuse_s", time.perf_counter() - started)
     started = time.perf_counter()
     unet.unload_lora()
-    figures["unfused_remove_s"] = time.perf_counter() - started
+    said("unfused_remove_s", time.perf_counter() - started)
     _, after = calls()
     figures["fused_vs_unfused_max_abs"] = float((fused - unfused).abs().max())
     figures["after_unfuse_vs_none_max_abs"] = float((after - plain).abs().max())
