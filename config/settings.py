@@ -160,6 +160,9 @@ MODELS = env_str("MODELS", "")
 # Upscaler files offered by name beside Lanczos and Nearest, comma-separated repo:file[=name]
 # (imagegen/model/upscalers/offered.py). Checked by the imagegen app (imagegen/checks.py).
 UPSCALERS = env_str("UPSCALERS", "")
+# LoRAs a prompt may name (<lora:name:weight>), comma-separated repo:file[=name], pulled with
+# MODEL_ID into MODEL_DIR/loras (imagegen/model/loras.py); checked by imagegen/checks.py.
+LORAS = env_str("LORAS", "")
 
 # LoRA adapters fused into the UNet at load (imagegen/model/adapters.py): repo:file[:scale],...
 # Absent: SDXL-Lightning's 4-step LoRA with the default MODEL_ID, none with another; set, even

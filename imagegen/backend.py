@@ -40,6 +40,7 @@ from imagegen.model.cpu import torch_threads
 from imagegen.model.decoder import FULL_DECODER
 from imagegen.model.device import compute_device
 from imagegen.model.loader import ModelLoader
+from imagegen.model.loras import LoraCatalog, parse_loras
 from imagegen.model.memory import memory_limit
 from imagegen.model.pipeline import LoadOptions
 from imagegen.model.shelf import ModelShelf
@@ -69,6 +70,7 @@ def model_source() -> hub.ModelSource:
         adapters=settings.MODEL_ADAPTERS,
         decoder=settings.VAE_DECODER,
         inpaint=settings.INPAINT_MODEL,
+        loras=parse_loras(settings.LORAS),
     )
 
 
@@ -76,7 +78,7 @@ def entry_source(model_id: str, revision: str) -> hub.ModelSource:
     """A MODELS entry's source: MODEL_ID's share, cache, hub and variant, but none of its extras."""
     return dataclasses.replace(
         model_source(), model_id=model_id, revision=revision, adapters=(),
-        decoder=FULL_DECODER, inpaint=None,
+        decoder=FULL_DECODER, inpaint=None, loras=(),
     )  # fmt: skip
 
 
@@ -182,6 +184,7 @@ class Backend:
     # The model each A1111 caller chose (POST /sdapi/v1/options), kept where jobs are kept.
     checkpoints: CheckpointChoices = field(default_factory=LocalCheckpoints)
     upscalers: OfferedUpscalers = field(default_factory=lambda: offered_upscalers())
+    loras: LoraCatalog | None = None  # LORAS and the dropped LoRA files (None: none offered)
 
     def offered(self) -> Catalog:
         """The offered models, MODEL_ID's first."""
@@ -224,6 +227,9 @@ def build_backend() -> Backend:
     images = ImageStore(settings.OUTPUT_DIR)
     rules = rules_from_settings()
     catalog = catalog_of(sources, rules)
+    loras = LoraCatalog(
+        settings.MODEL_DIR, sources[0].loras, models={s.model_id: s.path for s in sources}
+    )
     run_ttl = settings.GEN_SYNC_TIMEOUT + 60
     if is_distributed():
         from imagegen.distributed.board import RedisJobBoard
@@ -260,6 +266,7 @@ def build_backend() -> Backend:
             webhooks=RedisOutbox(client),
             checkpoints=RedisCheckpoints(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
+            loras=loras,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
     # Records of jobs this process's predecessors ran: those jobs are long gone.
@@ -280,7 +287,7 @@ def build_backend() -> Backend:
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,
         runs=LocalRuns(ttl_seconds=run_ttl), rates=LocalRates(), webhooks=outbox,
-        jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
+        jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf, loras=loras,
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from imagegen.generation.catalog import parse_models
 from imagegen.generation.previews import PREVIEW_METHODS, TINY
 from imagegen.generation.schedulers import SCHEDULERS
+from imagegen.model.loras import parse_loras
 from imagegen.model.upscalers.offered import parse_upscalers
 
 
@@ -36,6 +37,7 @@ def setting_problems(values: Any = settings) -> list[str]:
             problems.append(f"MODELS: {values.MODEL_ID!r} is MODEL_ID, offered already")
     try:
         parse_upscalers(values.UPSCALERS)
+        parse_loras(values.LORAS)
     except ValueError as exc:
         problems.append(str(exc))
     return problems

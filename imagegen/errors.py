@@ -274,3 +274,16 @@ class EventStreamsBusy(ServiceError):
         "job with GET /jobs/<id>"
     )
     retry_after = 5
+
+
+class LoraNotPulled(ServiceError):
+    """A prompt's `<lora:...>` tag naming a LORAS entry not yet on the share: 409 saying how
+    to pull it; nothing is queued."""
+
+    status = 409
+
+    def __init__(self, tag: str, name: str) -> None:
+        super().__init__(
+            f"{tag}: the LoRA {name} is offered but not on the share yet: POST /model/pull "
+            "(or manage.py pull_model) first"
+        )

@@ -52,6 +52,7 @@ from imagegen.generation.schedulers import (
     a1111_parts,
     a1111_scheduler,
 )
+from imagegen.model.loras import lora_file_metadata
 
 router = Router(tags=["automatic1111"])
 auth = token_or_basic_required()
@@ -113,7 +114,7 @@ def chosen_checkpoint(generation: GenerationRequest, checkpoint: JsonValue) -> G
     backend = current_backend()
     offered = backend.offered()
     if checkpoint is None or not offered.several:
-        return generation
+        return services.with_loras(backend, generation)
     if not isinstance(checkpoint, str):
         raise FieldError(CHECKPOINT_FIELD, f"must be a title /sd-models lists; offered: "
                          f"{', '.join(offered.ids)}")  # fmt: skip
@@ -677,9 +678,45 @@ def schedulers(request: HttpRequest):
 for _path, _what in [
     ("/sd-vae", "none: the model's own VAE"),
     ("/latent-upscale-modes", "none: no hires fix here"),
-    ("/loras", "none: LoRA adapters are fused at load (MODEL_ADAPTERS), not chosen per prompt"),
 ]:
     _empty(_path, _what)
+
+
+class LoraOut(Schema):
+    name: str
+    alias: str
+    path: str
+    metadata: dict[str, Any]
+    models: list[str]  # the offered models it fits (their layers are its layers); not A1111's
+
+
+@router.get("/loras", auth=auth, response={200: list[LoraOut], **errors()})
+def loras(request: HttpRequest):
+    """The LoRAs a prompt may name (`<lora:name:weight>`): LORAS's, then the files dropped into
+    MODEL_DIR/loras at the last refresh. `metadata` is the file's safetensors metadata (empty
+    until it is on the share); `models` the offered models it fits."""
+    catalog = current_backend().loras
+    if catalog is None:
+        return []
+    listed = []
+    for lora in catalog.offered():
+        listed.append(
+            LoraOut(
+                name=lora.name, alias=lora.name, path=server_path(request, str(lora.path)),
+                metadata=lora_file_metadata(lora.path) if catalog.on_share(lora) else {},
+                models=catalog.fitting_models(lora),
+            )
+        )  # fmt: skip
+    return listed
+
+
+@router.post("/refresh-loras", auth=auth, response={200: dict, **errors()})
+def refresh_loras(request: HttpRequest):
+    """Looks again for `*.safetensors` files dropped into MODEL_DIR/loras (A1111's rescan)."""
+    catalog = current_backend().loras
+    if catalog is not None:
+        catalog.refresh()
+    return {}
 
 
 @router.get("/scripts", auth=auth, response={200: dict[str, list[str]], **errors()})

@@ -126,12 +126,12 @@ def chosen_model(generation: GenerationRequest, name: str | None) -> GenerationR
     backend = current_backend()
     offered = backend.offered()
     if not offered.several or name is None or not name.strip():
-        return generation
+        return services.with_loras(backend, generation)
     try:
         model = offered.find(name)
     except UnknownModel:
         if is_openai_name(name):
-            return generation
+            return services.with_loras(backend, generation)
         raise
     return services.with_model(backend, generation.model_copy(update={"model": model.id}))
 

@@ -18,6 +18,7 @@ from imagegen.distributed.store import PULLS, WORKERS, decoded, pull_key, worker
 from imagegen.errors import ModelDownloading, ModelFailed, ModelNotPulled
 from imagegen.model import hub
 from imagegen.model.loader import ModelLoader
+from imagegen.model.loras_pull import pull_with_loras
 from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.status import ModelStatus, WorkerModel
 
@@ -69,9 +70,11 @@ class SharedModel:
     def pull(self) -> bool:
         """Downloads if the share lacks a complete copy, then has every worker load.
 
-        False when every live worker that may run it is ready already."""
+        False when every live worker that may run it is ready already and the share holds every
+        file (LORAS may lack some)."""
         workers = self._runners(live_workers(self.redis))
-        if workers and all(self._state_of(w) == "ready" for w in workers):
+        ready = workers and all(self._state_of(w) == "ready" for w in workers)
+        if ready and self.source.complete_manifest() is not None:
             return False
         with self._lock:
             if self._downloading is not None and self._downloading.is_alive():
@@ -90,7 +93,7 @@ class SharedModel:
 
     def _download(self, progress: hub.DownloadProgress) -> None:
         try:
-            hub.download_to_share(self.source, progress)
+            pull_with_loras(self.source, progress)  # the model, then LORAS's files
             self.redis.incr(self.pulls_key)
         except Exception as exc:
             log.exception("model download failed")

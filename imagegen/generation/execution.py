@@ -135,6 +135,7 @@ def _run(
             pipe, parameters, scheduler=request.scheduler, device=device, home=loader.device,
             on_step=report.step, stop_requested=report.stop_requested, edit=edit,
             on_latents=on_latents if previews.on else None,
+            loras=[(loader.source.model_dir / u.path, u.weight) for u in request.loras],
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
         worked = (parameters.width, parameters.height)  # "only masked": its cut-out's

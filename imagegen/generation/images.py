@@ -51,12 +51,18 @@ class GenerationParameters(BaseModel):
     revision: str | None
     # An edit's inputs and strength (imagegen.generation.requests); absent: text-to-image.
     edit: EditParameters | None = None
+    # The prompt's LoRAs as A1111 writes them: `name: short hash`, comma-separated; absent: none.
+    lora_hashes: str | None = None
 
-    # Text-to-image answers, records and PNGs carry no `edit` key at all.
+    # Text-to-image answers, records and PNGs carry no `edit` key at all, nor `lora_hashes`
+    # without LoRAs.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
-        return without_absent_edit(self, handler)
+        data = without_absent_edit(self, handler)
+        if isinstance(data, dict) and self.lora_hashes is None:
+            data.pop("lora_hashes", None)
+        return data
 
     def a1111_text(self) -> str:
         lines = [self.prompt]
@@ -68,6 +74,7 @@ class GenerationParameters(BaseModel):
             f"CFG scale: {self.guidance:g}, "
             f"Seed: {self.seed}, Size: {self.width}x{self.height}, Model: {self.model_id}"
             + (f", Model hash: {self.revision[:10]}" if self.revision else "")
+            + (f', Lora hashes: "{self.lora_hashes}"' if self.lora_hashes else "")
             + (
                 f", Denoising strength: {self.edit.strength:g}"
                 + (f", Mask blur: {self.edit.mask_blur}" if self.edit.mask else "")

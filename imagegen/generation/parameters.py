@@ -68,6 +68,7 @@ def resolve(
         edit=None
         if request.edit is None
         else edit_parameters(request.edit, steps=steps, inpaint_model=inpaint_model),
+        lora_hashes=", ".join(f"{u.name}: {u.hash}" for u in request.loras) or None,
     )
 
 

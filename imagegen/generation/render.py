@@ -4,17 +4,19 @@ Progress counts the steps asked for, whatever the scheduler makes of them. Two h
 stages at no cost per step."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from imagegen.generation.edit_inputs import EditInputs
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.parameters import steps_running
+from imagegen.generation.prompt_tags import without_tags
 from imagegen.generation.schedulers import scheduler_applied
 from imagegen.generation.stop_points import stop_points
-from imagegen.model import prompt_cache
+from imagegen.model import loras_applied, prompt_cache
 from imagegen.model.edit_pipelines import edit_pipeline
 
 
@@ -48,11 +50,13 @@ def render(
     stop_requested: Callable[[], bool],
     edit: EditInputs | None = None,
     on_latents: Callable[[Any, int, int], None] | None = None,
+    loras: Sequence[tuple[Path, float]] = (),
 ) -> Rendered:
     """Runs the pipeline on `device`, then puts `home` and the model's scheduler back.
 
     `on_step` counts asked steps and may raise Cancelled. `stop_requested()` runs hundreds of
-    times a step, so it must be a flag read. `on_latents` must not change the latents."""
+    times a step, so it must be a flag read. `on_latents` must not change the latents. `loras`
+    (file, weight) run for this image alone; the encoders see the prompt without its tags."""
     import torch
 
     def check() -> None:
@@ -102,6 +106,7 @@ def render(
         if device != home:
             pipe.to(device)
         with (
+            loras_applied.applied(pipe, loras),  # first: the hooks below sit on its layers
             torch.inference_mode(),
             scheduler_applied(runs, scheduler),
             prompt_cache.used(pipe, runs),
@@ -109,7 +114,7 @@ def render(
         ):
             started = time.monotonic()
             image = runs(
-                prompt=parameters.prompt,
+                prompt=without_tags(parameters.prompt),
                 negative_prompt=parameters.negative_prompt,
                 num_inference_steps=parameters.steps,
                 guidance_scale=parameters.guidance,

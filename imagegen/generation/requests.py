@@ -55,6 +55,17 @@ class EditRequest(BaseModel):
     only_masked: Region | None = Field(default=None, description="null: the whole picture")
 
 
+class LoraUse(BaseModel):
+    """A LoRA a prompt's `<lora:name:weight>` tag runs, as checked against the offered ones."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    weight: float
+    path: str = Field(description="its file, relative to MODEL_DIR")
+    hash: str = Field(default="", description="its file's sha256, the first 12 characters")
+
+
 class GenerationRequest(BaseModel):
     """What a client asked for, in any protocol; a job reports it as it will run: defaults
     filled in and caps applied (steps, guidance, scheduler, seed; `adjusted` says what was
@@ -81,6 +92,9 @@ class GenerationRequest(BaseModel):
         default=None,
         description="the offered model (MODELS) that runs it, by repo id; absent: MODEL_ID",
     )
+    loras: tuple[LoraUse, ...] = Field(
+        default=(), description="the LoRAs the prompt's <lora:name:weight> tags run; absent: none"
+    )
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, and no
     # `partial_images` unless a stream asked for some.
@@ -92,6 +106,8 @@ class GenerationRequest(BaseModel):
             data.pop("partial_images", None)
         if isinstance(data, dict) and self.model is None:
             data.pop("model", None)
+        if isinstance(data, dict) and not self.loras:
+            data.pop("loras", None)
         return data
 
     adjusted: list[Adjustment] = Field(

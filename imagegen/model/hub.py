@@ -29,6 +29,7 @@ from imagegen.model import inpaint as inpainting
 from imagegen.model.adapters import Adapter
 from imagegen.model.components import pipeline_components
 from imagegen.model.decoder import FULL_DECODER, DecoderChoice
+from imagegen.model.loras import LoraEntry, missing
 from imagegen.model.share import InpaintRecord, Manifest, ModelFile
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class ModelSource:
     adapters: tuple[Adapter, ...] = ()  # MODEL_ADAPTERS
     decoder: DecoderChoice = FULL_DECODER  # VAE_DECODER, VAE_DECODER_REPO
     inpaint: inpainting.InpaintChoice | None = None  # INPAINT_MODEL_ID, INPAINT_MODEL_REVISION
+    loras: tuple[LoraEntry, ...] = ()  # LORAS: pulled with the model, each in MODEL_DIR/loras
 
     @property
     def path(self) -> Path:
@@ -70,6 +72,8 @@ class ModelSource:
         if not extras.matches(manifest, self.adapters, self.decoder, self.model_index):
             return None
         if not inpainting.matches(manifest.inpaint, self.inpaint):
+            return None
+        if missing(self.model_dir, self.loras):  # ready only once every LORAS file is there
             return None
         return manifest
 

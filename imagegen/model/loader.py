@@ -22,6 +22,7 @@ from typing import Any
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, inpaint, share
 from imagegen.model.adapters import Adapter, give_back_freed_memory
+from imagegen.model.loras_pull import pull_with_loras
 from imagegen.model.pipeline import LoadOptions, load_pipeline, load_unet
 from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.share import InpaintRecord
@@ -271,7 +272,7 @@ class ModelLoader:
             manifest = self.source.complete_manifest()
             if manifest is None:
                 self._set_state(State.DOWNLOADING)
-                manifest = hub.download_to_share(self.source, progress)
+                manifest = pull_with_loras(self.source, progress)
             else:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 ATTRIBUTE = "_imagegen_prompt_cache"
+# The LoRAs applied to the pipeline for this run (imagegen.model.loras_applied), with their
+# weights: they change what the text encoders compute, so they are part of the key.
+LORAS_ATTRIBUTE = "_imagegen_prompt_loras"
 
 
 class PromptCache:
@@ -68,7 +71,10 @@ def used(pipe: Any, runs: Any) -> Iterator[None]:
         if any(_is_tensor(v) for v in (*args, *kwargs.values())):  # embeddings sent: no key
             return encode(*args, **kwargs)
         # The class: an edit pipeline's encode_prompt is its own copy of the code.
-        key = (type(runs).__name__, _plain(args), _plain(sorted(kwargs.items())))
+        key = (
+            type(runs).__name__, _plain(args), _plain(sorted(kwargs.items())),
+            getattr(pipe, LORAS_ATTRIBUTE, ()),
+        )  # fmt: skip
         return cache.encoded(key, lambda: encode(*args, **kwargs))
 
     runs.encode_prompt = cached

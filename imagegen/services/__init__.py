@@ -22,6 +22,7 @@ from imagegen.services.jobs import (
     generation_waited_result,
     job_cancel,
 )
+from imagegen.services.loras import with_loras
 from imagegen.services.models import model_pull, with_model
 from imagegen.services.shared_runs import generation_run_shared
 from imagegen.services.webhooks import (
@@ -61,5 +62,6 @@ __all__ = [
     "webhook_secrets",
     "webhook_watch",
     "webhooks_start",
+    "with_loras",
     "with_model",
 ]

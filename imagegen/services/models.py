@@ -2,6 +2,7 @@
 
 from imagegen.backend import Backend
 from imagegen.generation.requests import GenerationRequest
+from imagegen.services.loras import with_loras
 
 
 def model_pull(backend: Backend, *, model: str | None = None) -> bool:
@@ -21,10 +22,11 @@ def model_pull(backend: Backend, *, model: str | None = None) -> bool:
 
 def with_model(backend: Backend, request: GenerationRequest) -> GenerationRequest:
     """`request` with its `model` (a repo id or unique name part, as sent) made the offered
-    model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`."""
+    model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`. The
+    prompt's LoRA tags are then checked for that model (imagegen.services.loras)."""
     if request.model is None:
-        return request
+        return with_loras(backend, request)
     offered = backend.offered().find(request.model)
     if offered.default:
-        return request.model_copy(update={"model": None})
-    return request.model_copy(update={"model": offered.id})
+        return with_loras(backend, request.model_copy(update={"model": None}))
+    return with_loras(backend, request.model_copy(update={"model": offered.id}))

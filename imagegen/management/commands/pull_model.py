@@ -27,6 +27,7 @@ from imagegen.backend import (
 from imagegen.generation.catalog import UnknownModel
 from imagegen.model import hub, share
 from imagegen.model.adapters import REPO_RULE, is_repo_id
+from imagegen.model.loras_pull import pull_with_loras
 from imagegen.model.pull_failures import explain_pull_failure
 
 LOG_EVERY = 10.0  # seconds between progress lines when not on a terminal
@@ -169,7 +170,7 @@ class Command(BaseCommand):
 
         def download() -> None:
             try:
-                outcome["manifest"] = hub.download_to_share(source, progress, reuse=reuse)
+                outcome["manifest"] = pull_with_loras(source, progress, reuse=reuse)
             except Exception as exc:
                 outcome["error"] = exc
 

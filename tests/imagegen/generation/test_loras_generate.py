@@ -1,0 +1,165 @@
+"""A prompt's `<lora:name:weight>` tags: the LoRA runs for that image alone (the next image
+without it is, pixel for pixel, the one made before any LoRA ran; weight 0 is the image
+without it), the encoders see the prompt without its tags and the prompt cache keeps the
+LoRA's encoding apart, the record keeps the prompt as written; an unknown name, a LoRA of
+another model or a weight outside [-4, 4] is a 400 naming the tag and a LORAS entry not on
+the share a 409, nothing queued; webuiapi's txt2img with a tag. In process (served_here),
+MODEL_ID the tiny SD model, MODELS the tiny SDXL one."""
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import requests
+import webuiapi
+from PIL import Image
+
+from imagegen.model import prompt_cache
+from imagegen.model.loras import repo_path
+from imagegen.model.share import MANIFEST_NAME, sha256_of
+from tests.support.in_process import LoopbackApp, openai_client, served_here
+from tests.support.local_hub import LocalHub
+from tests.support.model_service import (
+    PULL_TIMEOUT,
+    SD_REPO,
+    SDXL_REPO,
+    model_service_env,
+    pull_until_ready,
+    ready_in_mode,
+)
+from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, SDXL_FILE, build_adapter_repos
+
+FIELDS = {"seed": "7", "steps": "2", "guidance": "5", "size": "64x64"}
+LORAS = f"{LORA_REPO}:{KOHYA_FILE}=style, {LORA_REPO}:{SDXL_FILE}=xl"
+
+
+@pytest.fixture(scope="module")
+def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    work = tmp_path_factory.mktemp("lora-generate")
+    with LocalHub(hub_root) as hub:
+        env = model_service_env(hub.url, work / "share", work)
+        with served_here(**env, MODELS=SDXL_REPO, LORAS=LORAS) as served:
+            pull_until_ready(served)
+            yield served
+
+
+def generate(app: Any, prompt: str, **fields: str) -> requests.Response:
+    data = {**FIELDS, "prompt": prompt, **fields}
+    return requests.post(app.url("/generate"), data=data, timeout=120)
+
+
+def pixels(answer: requests.Response) -> bytes:
+    assert answer.status_code == 200, answer.text
+    return Image.open(io.BytesIO(answer.content)).convert("RGB").tobytes()
+
+
+def test_a_lora_runs_for_its_image_alone_and_weight_0_is_the_image_without_it(app):
+    cache = prompt_cache.cache_of(app.backend.loader.pipeline(60))
+    assert cache is not None
+    before = pixels(generate(app, "a red cube"))
+    misses = cache.misses
+    tagged = generate(app, "a red cube <lora:style:1.5>")
+    assert pixels(tagged) != before
+    assert cache.misses == misses + 1  # the LoRA's encoding is its own, not the plain one's
+    after = pixels(generate(app, "a red cube"))
+    assert after == before  # no state left behind
+    assert pixels(generate(app, "a red cube <lora:style:0>")) == before
+    # The tag is out of the text the encoders see: the same picture with it at the start.
+    assert pixels(generate(app, "<lora:STYLE:1.5> a red cube")) == pixels(tagged)
+
+    job = requests.get(app.url(f"/jobs/{tagged.headers['X-Job-Id']}"), timeout=30).json()
+    assert job["parameters"]["prompt"] == "a red cube <lora:style:1.5>"  # as written
+    path = f"loras/testorg--tiny-lora/{KOHYA_FILE}"
+    short = sha256_of(Path(app.env["MODEL_DIR"]) / path)[:12]
+    assert job["parameters"]["loras"] == [
+        {"name": "style", "weight": 1.5, "path": path, "hash": short}
+    ]
+    # The infotext as A1111 writes it: the prompt with its tag, and the LoRA's short hash.
+    text = Image.open(io.BytesIO(tagged.content)).text["parameters"]
+    assert text.startswith("a red cube <lora:style:1.5>\n")
+    assert f'Lora hashes: "style: {short}"' in text
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ("a cube <lora:nope>", "<lora:nope>: no LoRA 'nope' is offered; offered: style, xl"),
+        # SDXL is not pulled here: no model on the share has the SDXL LoRA's layers.
+        (
+            "a cube <lora:xl:1>",
+            f"<lora:xl:1>: xl is a LoRA for none of the models on the share, not for {SD_REPO}",
+        ),
+        ("a cube <lora:style:4.5>", "<lora:style:4.5>: the weight must be in [-4, 4]"),
+        ("a cube <lora:style:big>", "<lora:style:big>: the weight must be in [-4, 4]"),
+    ],
+)
+def test_a_bad_tag_is_a_400_naming_it_and_nothing_is_queued(app, prompt, message):
+    refused = generate(app, prompt, **{"async": "true"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"].startswith(f"Invalid request: prompt: {message}")
+    assert all(prompt != job["parameters"]["prompt"] for job in jobs(app))
+
+
+def test_an_offered_lora_not_on_the_share_is_a_409(app):
+    manifest = repo_path(Path(app.env["MODEL_DIR"]), LORA_REPO) / MANIFEST_NAME
+    kept = manifest.read_bytes()
+    manifest.unlink()
+    try:
+        refused = generate(app, "a cube <lora:style>", **{"async": "true"})
+    finally:
+        manifest.write_bytes(kept)
+    assert refused.status_code == 409, refused.text
+    assert "<lora:style>: the LoRA style is offered but not on the share" in refused.text
+    assert all(job["parameters"]["prompt"] != "a cube <lora:style>" for job in jobs(app))
+
+
+def test_webuiapi_txt2img_runs_a_tag(app):
+    api = webuiapi.WebUIApi(baseurl=app.url("/sdapi/v1"))
+    plain = api.txt2img(prompt="a blue ball", seed=3, steps=2, width=64, height=64)
+    tagged = api.txt2img(prompt="a blue ball <lora:style>", seed=3, steps=2, width=64, height=64)
+    assert plain.image.convert("RGB").tobytes() != tagged.image.convert("RGB").tobytes()
+    assert tagged.info["prompt"] == "a blue ball <lora:style>"
+    assert [lora["name"] for lora in api.get_loras()] == ["style", "xl"]
+
+
+def test_the_openai_sdk_runs_a_tag_and_refuses_an_unknown_one(app):
+    client = openai_client(api_key="unused", max_retries=0)
+    made = client.images.generate(prompt="a cat <lora:style:0.5>", size="256x256")
+    assert made.data and made.data[0].b64_json
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.images.generate(prompt="a cat <lora:absent>", size="256x256")
+    assert "<lora:absent>: no LoRA 'absent' is offered" in refused.value.message
+
+
+def loras(app: Any) -> dict[str, dict]:
+    listed = requests.get(app.url("/sdapi/v1/loras"), timeout=30).json()
+    return {lora["name"]: lora for lora in listed}
+
+
+def jobs(app: LoopbackApp) -> list[dict]:
+    return requests.get(app.url("/jobs"), timeout=30).json()
+
+
+def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_image_alone(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path: Path
+):
+    """A web replica on the session's shared stack (its Redis, worker and share): its pull
+    places LORAS's files; the worker runs the tag from the request as the web side checked it."""
+    build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
+    with ready_in_mode(request, "distributed", hub_root, tmp_path, LORAS=LORAS) as app:
+        pull_until_ready(app, timeout=PULL_TIMEOUT["distributed"])
+        # The workers were ready before: the replica's download of the LoRAs runs on.
+        deadline = time.monotonic() + PULL_TIMEOUT["distributed"]
+        while (style := loras(app)["style"])["models"] != [SD_REPO]:
+            assert time.monotonic() < deadline, style
+            time.sleep(0.1)
+        prompt = "a green pyramid in distributed mode"
+        before = pixels(generate(app, prompt))
+        tagged = pixels(generate(app, f"{prompt} <lora:style:1.5>"))
+        assert tagged != before
+        assert pixels(generate(app, prompt)) == before
