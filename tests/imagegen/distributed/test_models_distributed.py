@@ -250,7 +250,8 @@ def test_a_worker_models_name_that_is_no_offered_model_stops_the_start():
 
 
 def test_the_real_clients_list_and_choose_models_in_distributed_mode(stack, web):
-    """The openai SDK's models.list and images.generate(model=...), webuiapi's get_sd_models,
+    """The openai SDK's models.list, images.generate(model=...) and images.edit(model=...),
+    webuiapi's get_sd_models,
     util_set_model, util_get_current_model and txt2img with override_settings: each request
     runs on a worker as the model it names, and says so."""
     import base64
@@ -267,6 +268,15 @@ def test_the_real_clients_list_and_choose_models_in_distributed_mode(stack, web)
     assert base64.b64decode(made.data[0].b64_json).startswith(b"\x89PNG")
     newest = requests.get(web.url("/jobs"), params={"limit": 1}, timeout=30).json()[0]
     assert newest["image"]["parameters"]["model_id"] == SDXL_REPO
+    picture = base64.b64decode(made.data[0].b64_json)
+    edited = sdk.images.edit(
+        model="tiny-sdxl", image=("in.png", picture, "image/png"), prompt="a blue cube",
+        size="64x64", extra_body={"seed": 7, "steps": 2},
+    )  # fmt: skip
+    assert base64.b64decode(edited.data[0].b64_json).startswith(b"\x89PNG")
+    newest = requests.get(web.url("/jobs"), params={"limit": 1}, timeout=30).json()[0]
+    assert newest["image"]["parameters"]["model_id"] == SDXL_REPO
+    assert "edit" in newest["image"]["parameters"]
     a1111 = webuiapi.WebUIApi(baseurl=web.url("/sdapi/v1"))
     assert [m["title"] for m in a1111.get_sd_models()] == [SD_REPO, SDXL_REPO, SD_INPAINT_REPO]
     a1111.util_set_model("tiny-sdxl")
