@@ -69,6 +69,13 @@ each figure's median (the 1-thread run's requests too): the text encoders' secon
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/time_to_image_bench.py --model sdxl \
         --configs turbo --steps 1 --no-scaling --repeat 5      # about 8 minutes
 
+`--neighbour` runs the bench's own one-core busy loop (a process in a session of its own, as
+another program on the machine) beside each side's requests, and the wait for a quiet machine
+leaves it out; each request's load average is recorded either way:
+
+    .venv/bin/python bench/time_to_image_bench.py --quick --configs defaults,fast --repeat 5 \
+        --neighbour --no-scaling
+
 Beside the seconds, the efficiency table: each part's FLOPs (bench.efficiency; the full
 decode as its tiles run it), achieved FLOP/s and the fraction of this run's measured peak.
 """
@@ -80,8 +87,11 @@ import io
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -421,11 +431,12 @@ def plain_child(args: argparse.Namespace) -> int:
         config = CONFIGS[name]
         prepare_plain(pipe, config, args.model, full_vae, args.vae_tile)
         wait_for_quiet(args)
-        samples = [plain_request(pipe, config, args, int(seeds.get(name, SEED)))
-                   for _ in range(args.repeat)]  # fmt: skip
+        with neighbour(args.neighbour):
+            samples = [plain_request(pipe, config, args, int(seeds.get(name, SEED)))
+                       for _ in range(args.repeat)]  # fmt: skip
         runs.append(samples[-1] | medians(samples) | {
             "peak_rss_bytes": max(sample["peak_rss_bytes"] for sample in samples),
-            "samples": [{key: sample[key] for key in SAMPLED} for sample in samples],
+            "samples": [{key: sample[key] for key in (*SAMPLED, "load")} for sample in samples],
         })  # fmt: skip
         pipe.scheduler = own
     common.emit_child_result(
@@ -469,6 +480,8 @@ def run_plain(
         "--repeat",
         str(args.repeat),
     ] + (["--steps", str(steps)] if steps else [])
+    if args.neighbour:
+        child_args.append("--neighbour")
     if seeds:
         child_args += ["--seeds", ",".join(f"{name}={seed}" for name, seed in seeds.items())]
     log = work / f"plain-{model}-{'-'.join(configs)}-{threads}.log"
@@ -566,6 +579,32 @@ def unet_calls(job: dict[str, Any]) -> int:
     return steps + EXTRA_CALLS.get(job["image"]["parameters"]["scheduler"], 0)
 
 
+def service_request(
+    app: AppServer, pid: int, config: Config, model: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One request's figures (SAMPLED), its job record and its response."""
+    counters = process_counters(pid)
+    started = time.perf_counter()
+    response = requests.post(
+        app.url("/generate"),
+        data=config.form(side_of(config, model, args), args.steps),
+        timeout=7200,
+    )
+    total = time.perf_counter() - started
+    spent = counted_since(pid, counters)
+    if response.status_code != 200:
+        raise RuntimeError(f"/generate: {response.status_code} {response.text[:300]}")
+    job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}"), timeout=30).json()
+    timings = job["image"]["timings"]
+    stages = sum(timings[f"{stage}_seconds"] for stage in ("encode", "denoise", "decode"))
+    return {
+        "encode": timings["encode_seconds"], "denoise": timings["denoise_seconds"],
+        "decode": timings["decode_seconds"], "png_store": total - stages,
+        "total": total, **spent, "load": common.load_average(), "job": job,
+        "response": response,
+    }  # fmt: skip
+
+
 def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> Run:
     """One configuration's request to its own app (its settings: adapters, decoder)."""
     spec, config = spec_for(model), CONFIGS[name]
@@ -585,27 +624,12 @@ def run_service(args: argparse.Namespace, model: str, name: str, work: Path) -> 
         reset_peak(pid)
         load = common.load_average()
         samples = []
-        for _ in range(args.repeat):
-            counters = process_counters(pid)
-            started = time.perf_counter()
-            response = requests.post(
-                app.url("/generate"),
-                data=config.form(side_of(config, model, args), args.steps),
-                timeout=7200,
-            )
-            total = time.perf_counter() - started
-            spent = counted_since(pid, counters)
-            if response.status_code != 200:
-                raise RuntimeError(f"/generate: {response.status_code} {response.text[:300]}")
-            job = requests.get(app.url(f"/jobs/{response.headers['X-Job-Id']}"), timeout=30)
-            timings = job.json()["image"]["timings"]
-            stages = sum(timings[f"{stage}_seconds"] for stage in ("encode", "denoise", "decode"))
-            samples.append({
-                "encode": timings["encode_seconds"], "denoise": timings["denoise_seconds"],
-                "decode": timings["decode_seconds"], "png_store": total - stages,
-                "total": total, **spent,
-            })  # fmt: skip
-        job = job.json()
+        with neighbour(args.neighbour):
+            for _ in range(args.repeat):
+                samples.append(service_request(app, pid, config, model, args))
+        job, response = samples[-1]["job"], samples[-1]["response"]
+        samples = [{k: v for k, v in sample.items() if k not in ("job", "response")}
+                   for sample in samples]  # fmt: skip
         peak = proc_bytes(pid, "VmHWM")
         status = requests.get(app.url("/model/status"), timeout=30).json()
     finally:
@@ -675,6 +699,22 @@ def wait_for_quiet(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + args.quiet_wait
     while os.getloadavg()[0] > args.quiet_load and time.monotonic() < deadline:
         time.sleep(5)
+
+
+@contextmanager
+def neighbour(on: bool) -> Iterator[subprocess.Popen | None]:
+    """With `on`, a one-core busy loop in a session of its own while the body runs: the
+    neighbour a shared machine gives both sides alike (--neighbour)."""
+    if not on:
+        yield None
+        return
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(0.5)  # running before the first request
+        yield loop
+    finally:
+        loop.kill()
+        loop.wait()
 
 
 def proc_bytes(pid: int, name: str) -> int:
@@ -967,6 +1007,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="requests per configuration on each side, one process each; every figure is "
         "their median (a stage of about a second moved by up to 1.2 s between requests) (1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--neighbour", action="store_true",
+        help="a one-core busy loop beside each side's requests (off)",
+    )  # fmt: skip
     parser.add_argument("--seeds", help=argparse.SUPPRESS)  # name=seed,...: the service's
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1055,7 +1099,7 @@ def measure_model(args: argparse.Namespace, model: str, work: Path) -> dict[str,
     return {
         "model": model, "size": side, "fp32_bytes": fp32, "runs": runs,
         "speedup_1_to_2": speedup, "plain_load": plain_load, "image_difference": differences,
-        "work": work_counted, "works": works, "peaks": peaks,
+        "work": work_counted, "works": works, "peaks": peaks, "neighbour": args.neighbour,
     }  # fmt: skip
 
 

@@ -3,18 +3,32 @@
 The contract asks for slicing. diffusers' sliced processor builds the full score matrix per
 slice, and on a CPU an SD 1.5 step is then about 1.4x slower. This one calls
 `scaled_dot_product_attention` per slice. So memory stays bounded, and a step costs what an
-unsliced one does (bench/step_bench.py)."""
+unsliced one does (bench/step_bench.py).
+
+Below ONE_CALL_BYTES of scores all rows go in one call: at small sizes each slice is too little
+work to share among torch's threads, and its fork and join cost more than the slice saves."""
 
 import torch
 import torch.nn.functional as F
 from diffusers.models.attention_processor import Attention, SlicedAttnProcessor
 
+# The score matrix (rows x query tokens x key tokens) that one call may cover: SD 1.5's
+# self-attention at 256x256, guided (16 x 1024 x 1024 fp32). Below a quarter of one slice's
+# at 512x512, so slicing's bound on memory stands.
+ONE_CALL_BYTES = 64 * 2**20
+
 
 class SlicedSdpaProcessor:
     """Attention over `slice_size` (batch x head) rows at a time, each with the fused kernel."""
 
-    def __init__(self, slice_size: int) -> None:
+    def __init__(self, slice_size: int, one_call_bytes: int = ONE_CALL_BYTES) -> None:
         self.slice_size = slice_size
+        self.one_call_bytes = one_call_bytes
+
+    def rows_per_call(self, rows: int, queries: int, keys: int, item_size: int) -> int:
+        """All rows when their scores fit in one_call_bytes, else slice_size."""
+        whole = rows * queries * keys * item_size <= self.one_call_bytes
+        return rows if whole else self.slice_size
 
     def __call__(
         self,
@@ -57,8 +71,11 @@ class SlicedSdpaProcessor:
         query, key, value = (t.reshape(-1, *t.shape[2:]) for t in (query, key, value))
 
         out = torch.empty_like(query)
-        for start in range(0, query.shape[0], self.slice_size):
-            rows = slice(start, start + self.slice_size)
+        step = self.rows_per_call(
+            query.shape[0], query.shape[1], key.shape[1], query.element_size()
+        )
+        for start in range(0, query.shape[0], step):
+            rows = slice(start, start + step)
             # 4-d: with 3-d inputs torch falls back to its unfused (math) attention on CPU.
             q, k, v = (t[rows].unsqueeze(0) for t in (query, key, value))
             mask = attention_mask[rows].unsqueeze(0) if attention_mask is not None else None

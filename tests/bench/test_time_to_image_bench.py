@@ -5,6 +5,7 @@ shipped default is checked here in a second: nothing that picks the defaults rea
 what the default model's preset runs with its decoder, and plain diffusers never fuses two
 LoRAs in one child."""
 
+import os
 import time
 
 import pytest
@@ -21,6 +22,7 @@ from bench.time_to_image_bench import (
     Run,
     counted_since,
     medians,
+    neighbour,
     parse_args,
     plain_groups,
     print_run,
@@ -176,3 +178,17 @@ def test_a_requests_counters_are_its_process_cpu_and_page_faults():
     spent = counted_since("self", before)
     assert spent["minor_faults"] >= 64 * 2**20 // 4096 * 0.9
     assert 0.3 <= spent["cpu"] < 5 and 0 <= spent["kernel_cpu"] <= spent["cpu"]
+
+
+def test_the_neighbour_is_a_busy_loop_of_its_own_session_while_the_requests_run():
+    with neighbour(False) as none:
+        assert none is None
+    with neighbour(True) as loop:
+        assert loop is not None and loop.poll() is None
+        assert os.getsid(loop.pid) == loop.pid  # another program's session, not the bench's
+        before = process_counters(loop.pid)["cpu"]
+        time.sleep(1.0)
+        assert process_counters(loop.pid)["cpu"] - before > 0.05  # busy (the machine is shared)
+    assert loop.poll() is not None
+    assert parse_args(["--quick", "--neighbour"]).neighbour
+    assert not parse_args(["--quick"]).neighbour

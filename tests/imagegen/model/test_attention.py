@@ -44,7 +44,7 @@ def test_slices_give_the_same_result_as_diffusers_processors(kwargs, inputs, sli
     args = {k: torch.randn(shape, generator=generator) for k, shape in inputs.items()}
     results = {}
     for processor in (AttnProcessor2_0(), SlicedAttnProcessor(slice_size),
-                      SlicedSdpaProcessor(slice_size)):  # fmt: skip
+                      SlicedSdpaProcessor(slice_size, one_call_bytes=0)):  # fmt: skip
         attn.set_processor(processor)
         with torch.inference_mode():
             results[type(processor).__name__] = attn(**args)
@@ -63,7 +63,8 @@ def test_an_attention_mask_is_sliced_with_its_rows():
     keep[2, 1:] = 0
     mask = ((1 - keep) * -10000.0).unsqueeze(1)  # as UNet2DConditionModel passes it
     results = []
-    for processor in (SlicedAttnProcessor(1), SlicedSdpaProcessor(1), SlicedSdpaProcessor(4)):
+    sliced = [SlicedSdpaProcessor(size, one_call_bytes=0) for size in (1, 4)]
+    for processor in (SlicedAttnProcessor(1), *sliced, SlicedSdpaProcessor(1)):
         attn.set_processor(processor)
         with torch.inference_mode():
             results.append(attn(hidden, encoder_hidden_states=context, attention_mask=mask))
@@ -73,6 +74,31 @@ def test_an_attention_mask_is_sliced_with_its_rows():
         unmasked = attn(hidden, encoder_hidden_states=context)
     assert not torch.allclose(unmasked[0], results[0][0], atol=1e-3)  # the mask mattered
     torch.testing.assert_close(unmasked[1], results[0][1])  # where it kept every token
+
+
+def _fused_calls(processor: SlicedSdpaProcessor, tokens: int, monkeypatch) -> list[int]:
+    """The rows of each fused-kernel call for one guided SD 1.5 self-attention of `tokens`."""
+    attn = _attention(query_dim=40, heads=8, dim_head=5)  # 16 rows, as SD 1.5's guided pair
+    attn.set_processor(processor)
+    rows: list[int] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(q, *args, **kwargs):
+        rows.append(q.shape[1])
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    with torch.inference_mode():
+        attn(torch.zeros(2, tokens, 40))
+    return rows
+
+
+def test_small_attention_is_one_call_and_large_is_sliced(monkeypatch):
+    """SD 1.5 at 256x256 (1,024 image tokens: 64 MiB of scores) in one call of all 16 rows;
+    at 512x512 (4,096 tokens: 1 GiB) in slices of the size diffusers chose."""
+    assert _fused_calls(SlicedSdpaProcessor(4), 32 * 32, monkeypatch) == [16]
+    assert _fused_calls(SlicedSdpaProcessor(4), 64 * 64, monkeypatch) == [4, 4, 4, 4]
+    assert _fused_calls(SlicedSdpaProcessor(4, one_call_bytes=0), 32 * 32, monkeypatch) == [4] * 4
 
 
 def test_the_slice_sizes_diffusers_chose_are_kept(hub_root):
