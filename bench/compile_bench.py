@@ -261,7 +261,7 @@ def print_rows(rows: list[Row]) -> None:
     names = ("part", "variant", "s/call", "speed-up", "1st call", "compile s", "max diff")
     columns = [(names[0], 15), (names[1], 20)] + [(n, 9) for n in names[2:]]
     eager = {r.part: r for r in rows if r.variant == "eager"}
-    common.print_table(columns + [("peak GiB", 8), ("", 0)], [
+    common.print_table([*columns, ("peak GiB", 8), ("", 0)], [
         [r.part, r.variant, f"{r.median_call_seconds:.2f}",
          fmt_ratio(ratio(eager[r.part].median_call_seconds, r.median_call_seconds)),
          f"{r.first_call_seconds:.1f}",
