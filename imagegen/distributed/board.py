@@ -21,17 +21,11 @@ from imagegen.distributed.store import JobStore
 from imagegen.distributed.timings import RedisTimings
 from imagegen.errors import (
     JobFinished,
-    ModelDownloading,
-    ModelFailed,
-    ModelLoading,
-    ModelNotPulled,
     NoWorkerForModel,
-    OfferedModelNotPulled,
     QueueFull,
-    naming_model,
 )
 from imagegen.generation.estimates import Estimate, estimate
-from imagegen.generation.job_board import FINISHED, JobView, ahead_of
+from imagegen.generation.job_board import FINISHED, JobView, ahead_of, check_loadable
 from imagegen.generation.parameters import with_defaults
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import Preview
@@ -94,16 +88,7 @@ class RedisJobBoard:
         handle, rules = self.model_of(request)
         model_id = request.model or self.default_model
         self._check_runnable(model_id, default=request.model is None)
-        try:
-            handle.check_loadable()
-        except ModelNotPulled:
-            if request.model is None:
-                raise
-            raise OfferedModelNotPulled(request.model) from None
-        except (ModelLoading, ModelDownloading, ModelFailed) as exc:
-            if request.model is None:
-                raise
-            raise naming_model(exc, request.model) from None
+        check_loadable(handle, request.model)  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=rules)
         job_id = job_id or secrets.token_hex(8)
         if not self.jobs.add(

@@ -11,11 +11,20 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ServiceError
+from imagegen.errors import (
+    ModelDownloading,
+    ModelFailed,
+    ModelLoading,
+    ModelNotPulled,
+    OfferedModelNotPulled,
+    naming_model,
+)
 from imagegen.generation.estimates import Ahead, Estimate
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.previews import Preview
 from imagegen.generation.requests import GenerationRequest
+from imagegen.model.status import ModelHandle
 
 
 class JobState(StrEnum):
@@ -157,3 +166,18 @@ class JobBoard(Protocol):
 
     def preview(self, job_id: str, partial: int | None = None) -> Preview | None:
         """The latest preview, or an OpenAI stream's partial image. None before it exists."""
+
+
+def check_loadable(handle: ModelHandle, model: str | None) -> None:
+    """Refuses at submit (409, 503) what would fail as a job later. A model the request named
+    (a MODELS entry) is named in the refusal; MODEL_ID's keeps the words it always had."""
+    try:
+        handle.check_loadable()
+    except ModelNotPulled:
+        if model is None:
+            raise
+        raise OfferedModelNotPulled(model) from None
+    except (ModelLoading, ModelDownloading, ModelFailed) as exc:
+        if model is None:
+            raise
+        raise naming_model(exc, model) from None

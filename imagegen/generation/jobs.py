@@ -38,6 +38,7 @@ from imagegen.generation.job_board import (
     JobState,
     JobView,
     ahead_of,
+    check_loadable,
     job_progress,
 )
 from imagegen.generation.parameters import with_defaults
@@ -170,16 +171,7 @@ class JobQueue:
         The key's jobs are counted under the lock that admits it. The model loads when the worker
         takes the job."""
         loader, rules = self.model_of(request)
-        try:
-            loader.check_loadable()  # 409/503 now rather than a failed job later
-        except ModelNotPulled:
-            if request.model is None:
-                raise
-            raise OfferedModelNotPulled(request.model) from None
-        except (ModelLoading, ModelDownloading, ModelFailed) as exc:
-            if request.model is None:
-                raise
-            raise naming_model(exc, request.model) from None
+        check_loadable(loader, request.model)  # 409/503 now rather than a failed job later
         request = with_defaults(request, rules=rules)
         job = Job(
             request=request, owner=owner, batch=batch, key=key,
