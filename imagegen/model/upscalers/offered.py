@@ -8,12 +8,15 @@ share is never locked), its local copy removed, then a small manifest written be
 A pull finds the manifest and a file of its size and skips the entry: a warm pull fetches
 nothing. The file lies at `MODEL_DIR/upscalers/<org>--<name>/<file>`."""
 
+from __future__ import annotations
+
 import json
 import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from huggingface_hub import hf_hub_download, hf_hub_url
 
@@ -21,20 +24,18 @@ from core.errors import FieldError
 from imagegen.model import share
 from imagegen.model.adapters import REPO_RULE, is_repo_id, share_folder_name
 from imagegen.model.hub import remove_local_copy
-from imagegen.model.upscalers.esrgan_files import SUFFIXES
-from imagegen.model.upscalers.upscaler import (
-    LANCZOS,
-    NEAREST,
-    ModelUpscaler,
-    Upscaler,
-    load_model_upscaler,
-)
+
+if TYPE_CHECKING:  # the networks import torch: a web process that never upscales must not
+    from imagegen.model.upscalers.upscaler import ModelUpscaler, Upscaler
 
 log = logging.getLogger(__name__)
 
 FOLDER = "upscalers"
 FORM = "repo:file[=name], comma-separated (e.g. org/name:x4.pth=Sharp-4x)"
-FILTERS: tuple[Upscaler, ...] = (LANCZOS, NEAREST)
+# Pillow's filters (imagegen.model.upscalers.upscaler's LANCZOS and NEAREST), by name: naming
+# them here keeps torch out of a process that only lists or checks names.
+FILTER_NAMES = ("Lanczos", "Nearest")
+SUFFIXES = (".safetensors", ".pth")  # what esrgan_files reads
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -57,7 +58,7 @@ def parse_upscalers(raw: str) -> tuple[UpscalerEntry, ...]:
     repo:file, a repo that is not a hub id, a file that is not .safetensors or .pth or not a
     path inside the repo, an empty name, a name given twice or one of the filters')."""
     entries: list[UpscalerEntry] = []
-    taken = {f.name.lower() for f in FILTERS}
+    taken = {name.lower() for name in FILTER_NAMES}
     for written in raw.split(","):
         text = written.strip()
         if not text:
@@ -116,7 +117,7 @@ class OfferedUpscalers:
 
     @property
     def names(self) -> list[str]:
-        return [f.name for f in FILTERS] + [e.name for e in self.entries]
+        return [*FILTER_NAMES, *(e.name for e in self.entries)]
 
     def path_of(self, entry: UpscalerEntry) -> Path:
         return self.model_dir / entry.share_path
@@ -167,7 +168,9 @@ class OfferedUpscalers:
         """The upscaler `name` names (any case). Raises UnknownUpscaler, or UpscalerNotPulled
         for an offered file not on the share."""
         wanted = name.strip().lower()
-        for upscaler in FILTERS:
+        from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST
+
+        for upscaler in (LANCZOS, NEAREST):
             if upscaler.name.lower() == wanted:
                 return upscaler
         for entry in self.entries:
@@ -179,9 +182,9 @@ class OfferedUpscalers:
         """A1111's /upscalers items: the filters first (no weights, no scale of their own),
         then each entry, its scale read from its weights once they are on the share."""
         items: list[dict] = [
-            {"name": f.name, "model_name": None, "model_path": None, "model_url": None,
+            {"name": name, "model_name": None, "model_path": None, "model_url": None,
              "scale": None}
-            for f in FILTERS
+            for name in FILTER_NAMES
         ]  # fmt: skip
         for entry in self.entries:
             scale = self._load(entry).scale if self.on_share(entry) else None
@@ -202,6 +205,8 @@ class OfferedUpscalers:
                 return self._loaded[entry.name]
         if not self.on_share(entry):
             raise UpscalerNotPulled(entry.name)
+        from imagegen.model.upscalers.upscaler import load_model_upscaler
+
         upscaler = load_model_upscaler(self.path_of(entry), name=entry.name)
         with self._lock:
             return self._loaded.setdefault(entry.name, upscaler)

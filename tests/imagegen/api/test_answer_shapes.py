@@ -186,7 +186,8 @@ def test_the_model_status_of_distributed_mode_keeps_its_workers_before_the_rules
     out = ModelStatusOut(**status.model_dump(), generation=RULES)
     assert answer(ModelStatusOut, out) == (
         f'{STATUS_NOW}, "workers": [{{"name": "worker-1", "state": "ready", "error": null, '
-        f'"job": null}}], "generation": {RULES_BEFORE}}}}}'
+        f'"job": null, "models": [], "worker_models": [], "loads": {{}}, "swaps": {{}}}}], '
+        f'"generation": {RULES_BEFORE}}}}}'
     )
 
 

@@ -106,3 +106,10 @@ def test_a_request_finds_an_upscaler_by_name_in_any_case_once_its_file_is_on_the
         double = offered.find("DOUBLE")
         assert (double.name, double.scale) == ("Double", 2)
         assert offered.find("tiny-x4").scale == 4
+
+
+def test_the_filter_names_listed_without_torch_are_the_filters_names():
+    from imagegen.model.upscalers.offered import FILTER_NAMES
+    from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST
+
+    assert (LANCZOS.name, NEAREST.name) == FILTER_NAMES
