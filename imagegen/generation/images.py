@@ -33,6 +33,15 @@ from imagegen.generation.stored_ids import is_digest, is_key_name
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
 
+class LoraRan(BaseModel):
+    """A LoRA the image ran with, at its weight: what a card shows and a request can send back."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    weight: float
+
+
 class GenerationParameters(BaseModel):
     """Enough to produce the image again. Stored in the record and the PNG."""
 
@@ -53,15 +62,19 @@ class GenerationParameters(BaseModel):
     edit: EditParameters | None = None
     # The prompt's LoRAs as A1111 writes them: `name: short hash`, comma-separated; absent: none.
     lora_hashes: str | None = None
+    # The LoRAs it ran with and their weights, in the prompt's order; absent: none.
+    loras: tuple[LoraRan, ...] = ()
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, nor `lora_hashes`
-    # without LoRAs.
+    # or `loras` without LoRAs.
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
         data = without_absent_edit(self, handler)
         if isinstance(data, dict) and self.lora_hashes is None:
             data.pop("lora_hashes", None)
+        if isinstance(data, dict) and not self.loras:
+            data.pop("loras", None)
         return data
 
     def a1111_text(self) -> str:

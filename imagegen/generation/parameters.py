@@ -6,7 +6,7 @@ runs max(1, int(steps x strength)) steps, as diffusers and A1111 do."""
 import secrets
 from typing import Any
 
-from imagegen.generation.images import GenerationParameters
+from imagegen.generation.images import GenerationParameters, LoraRan
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.requests import (
     SEED_MAX,
@@ -69,6 +69,7 @@ def resolve(
         if request.edit is None
         else edit_parameters(request.edit, steps=steps, inpaint_model=inpaint_model),
         lora_hashes=", ".join(f"{u.name}: {u.hash}" for u in request.loras) or None,
+        loras=tuple(LoraRan(name=u.name, weight=u.weight) for u in request.loras),
     )
 
 

@@ -268,7 +268,7 @@
   });
 
   function useSettings(parameters) {
-    $("prompt").value = parameters.prompt;
+    $("prompt").value = promptWithLoras(parameters);
     $("negative_prompt").value = parameters.negative_prompt || "";
     $("steps").value = String(parameters.steps);
     $("guidance").value = String(parameters.guidance);
@@ -676,6 +676,7 @@
     item.querySelector(".model").textContent = `Model: ${record.parameters.model_id}`;
     showOwner(item, record.owner);
     item.querySelector(".params").textContent = describeParameters(record.parameters);
+    showLorasRan(item.querySelector(".loras"), record.parameters);
     const download = item.querySelector(".download");
     download.download = `${record.id}.png`;
     download.setAttribute("aria-label", `Download ${prompt}`);
@@ -768,6 +769,7 @@
     markTiny(image);
     $("viewer-heading").textContent = record.parameters.prompt;
     $("viewer-params").textContent = describeParameters(record.parameters);
+    showLorasRan($("viewer-loras"), record.parameters);
     $("viewer-download").href = src;
     $("viewer-download").download = `${record.id}.png`;
     const source = item.querySelector("img.source");
@@ -1011,6 +1013,7 @@
   function showModel(raw) {
     lastStatus = raw;
     showModels(raw);
+    lorasFollowModels(raw);
     const status = chosenStatus(raw);
     $("model-id").textContent = status.model_id;
     $("model-state").textContent = status.state;
@@ -1074,6 +1077,135 @@
   $("model-pull").addEventListener("click", () => pullModel($("model").value, $("model-pull")));
   $("model-refresh").addEventListener("click", refreshModel);
 
+  // --- the LoRAs: those that fit the chosen model, each tag added to the prompt ----------
+  //
+  // GET /sdapi/v1/loras lists every offered LoRA with the offered models it fits (`models`:
+  // the service matches its layers against each model's on the share). The list shows those
+  // of the chosen model; it is read again when a model's or the LoRAs' place on the share
+  // changes (a pull) and when "Look for new LoRA files" has the service look for dropped ones.
+
+  const LORA_TAG = /<lora:([^:>]*)(?::([^>]*))?>/gi; // the service's own (prompt_tags.py)
+  let loras = null; // the service's latest list (null: not read yet)
+  let lorasFollowed = null; // the models' places and states it was read at
+  let lorasRefreshing = false;
+
+  async function loadLoras() {
+    try {
+      const response = await api("/sdapi/v1/loras");
+      if (!response.ok) {
+        $("lora-error").textContent =
+          `The LoRAs could not be read: ${(await errorMessage(response)).message}`;
+        return;
+      }
+      loras = await response.json();
+      $("lora-error").textContent = "";
+    } catch (error) {
+      $("lora-error").textContent = `The service did not answer: ${error.message}`;
+      return;
+    }
+    showLoras();
+  }
+
+  function showLoras() {
+    if (loras === null) return;
+    const model = $("model").value;
+    const fitting = loras.filter((lora) => (lora.models || []).includes(model));
+    const list = $("lora-list");
+    const names = fitting.map((lora) => lora.name);
+    // Rebuilt only when the names change, so a focused Add keeps its focus.
+    if ([...list.children].map((li) => li.dataset.loraName).join("\n") !== names.join("\n")) {
+      list.replaceChildren(...fitting.map(loraItem));
+    }
+    list.hidden = !fitting.length;
+    $("lora-empty").textContent = fitting.length ? "" : noLoraText();
+  }
+
+  // A LoRA's fit is found from the model's files: a model not yet there fits none so far.
+  function noLoraText() {
+    if (!loras.length) {
+      return "No LoRA is offered (LORAS, or .safetensors files dropped into MODEL_DIR/loras/ " +
+        "and then \u201cLook for new LoRA files\u201d).";
+    }
+    const there = lastStatus ? chosenStatus(lastStatus).weights_on_share : true;
+    return `No offered LoRA fits this model.${
+      there ? "" : ` Those that fit it show once it is ${config.weightsWord}.`}`;
+  }
+
+  function loraItem(lora) {
+    const item = $("lora-item").content.firstElementChild.cloneNode(true);
+    item.dataset.loraName = lora.name;
+    item.querySelector(".lora-name").textContent = lora.name;
+    const add = item.querySelector(".lora-add");
+    add.setAttribute("aria-label", `Add ${lora.name} to the prompt`);
+    add.addEventListener("click", () => addLoraTag(lora.name));
+    return item;
+  }
+
+  // The tag goes where the prompt's cursor is, replacing a selection (a prompt never focused
+  // has it at the end of its text), with a space on each side the text lacks.
+  function addLoraTag(name) {
+    const prompt = $("prompt");
+    const { value, selectionStart: start, selectionEnd: end } = prompt;
+    const before = start > 0 && !/\s/.test(value[start - 1]) ? " " : "";
+    const after = end < value.length && !/\s/.test(value[end]) ? " " : "";
+    prompt.setRangeText(`${before}<lora:${name}:1>${after}`, start, end, "end");
+    prompt.focus();
+    prompt.dispatchEvent(new Event("input", { bubbles: true })); // kept, its error cleared
+  }
+
+  // Read again once a model or the LoRAs land on the share (or leave it): what fits changes.
+  function lorasFollowModels(status) {
+    const seen = [status, ...(status.models || [])]
+      .map((m) => `${m.id || m.model_id}:${m.weights_on_share}:${m.state}`)
+      .join(",");
+    if (loras !== null && lorasFollowed !== null && seen !== lorasFollowed) loadLoras();
+    lorasFollowed = seen;
+    showLoras();
+  }
+
+  $("model").addEventListener("change", showLoras);
+
+  // The service looks again for files dropped into MODEL_DIR/loras/ (A1111's refresh).
+  $("lora-refresh").addEventListener("click", async () => {
+    if (lorasRefreshing) return;
+    lorasRefreshing = true;
+    try {
+      const response = await api("/sdapi/v1/refresh-loras", { method: "POST" });
+      if (!response.ok) {
+        $("lora-error").textContent =
+          `Could not look for LoRA files: ${(await errorMessage(response)).message}`;
+        return;
+      }
+      await loadLoras();
+    } catch (error) {
+      $("lora-error").textContent = `The service did not answer: ${error.message}`;
+    } finally {
+      lorasRefreshing = false;
+    }
+  });
+
+  // The LoRAs an image ran with and their weights (its record's `loras`).
+  function showLorasRan(element, parameters) {
+    const ran = parameters.loras || [];
+    element.textContent = ran.length
+      ? `LoRAs: ${ran.map((lora) => `${lora.name} at ${lora.weight}`).join(", ")}`
+      : "";
+    element.hidden = !ran.length;
+  }
+
+  // "Use these settings" keeps an image's LoRAs: a LoRA it ran that its prompt names in no
+  // tag (a client may send them as fields) gets its tag added at the end.
+  function promptWithLoras(parameters) {
+    const named = new Set(
+      [...parameters.prompt.matchAll(LORA_TAG)].map((match) => match[1].trim().toLowerCase()),
+    );
+    const missing = (parameters.loras || []).filter(
+      (lora) => !named.has(lora.name.toLowerCase()),
+    );
+    return [parameters.prompt, ...missing.map((lora) => `<lora:${lora.name}:${lora.weight}>`)]
+      .join(" ");
+  }
+
   $("forget-token").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     // The prompts kept for the next visit go with it: they are the person's, like the token.
@@ -1091,6 +1223,7 @@
     refreshModel();
     if (config.tokenRequired && !sessionStorage.getItem(TOKEN_KEY)) await askToken("");
     showEstimate();
+    loadLoras();
     await loadGallery(`/images?limit=${config.galleryPage}`);
     await pollQueue();
   }
