@@ -163,3 +163,7 @@ def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_ima
         tagged = pixels(generate(app, f"{prompt} <lora:style:1.5>"))
         assert tagged != before
         assert pixels(generate(app, prompt)) == before
+        # The image's record, written by the worker, keeps the LoRA it ran and its weight.
+        made = generate(app, f"{prompt} <lora:style:0.5>")
+        job = requests.get(app.url(f"/jobs/{made.headers['X-Job-Id']}"), timeout=30).json()
+        assert job["image"]["parameters"]["loras"] == [{"name": "style", "weight": 0.5}]

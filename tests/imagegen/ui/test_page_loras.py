@@ -111,7 +111,8 @@ def test_the_lora_list_adds_a_tag_and_each_card_shows_the_loras_it_ran(
     page.fill("#size", "64x64")
     page.click("#generate")
     made = card(page, prompt)
-    expect(made.locator(".loras")).to_have_text("LoRAs: style at 1", timeout=WAIT_MS)
+    expect(made).to_have_count(1, timeout=WAIT_MS)
+    expect(made.locator(".loras")).to_have_text("LoRAs: style at 1")
     (record,) = [r for r in requests.get(loras_app.url("/images"), timeout=60).json()["items"]
                  if r["parameters"]["prompt"] == prompt]  # fmt: skip
     assert record["parameters"]["loras"] == [{"name": "style", "weight": 1.0}]

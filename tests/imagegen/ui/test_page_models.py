@@ -166,13 +166,20 @@ def test_the_choice_survives_a_reload_and_the_hints_follow_its_preset(new_page, 
 
 def test_with_one_model_offered_the_picker_shows_it_and_no_list(new_page, ui_app):
     """The package's app offers MODEL_ID alone: the picker says what Generate runs; the
-    Model panel has its state and Pull, so no list repeats them."""
+    Model panel has its state and Pull, so no list repeats them. It offers no LoRA either,
+    and the LoRA list says so."""
     page = new_page()
     page.goto(ui_app.url("/ui/"))
     expect(page.locator("#model option")).to_have_text([f"{SD_REPO} (loaded)"])
     expect(page.locator("#model-list li")).to_have_count(1)  # listed, and not shown
     expect(page.locator("#model-list")).to_be_hidden()
     expect(page.locator("#model-state")).to_have_text("ready")
+    # No LORAS and no file dropped: the LoRA list says so.
+    expect(page.locator("#lora-list")).to_be_hidden()
+    expect(page.locator("#lora-empty")).to_have_text(
+        "No LoRA is offered (LORAS, or .safetensors files dropped into MODEL_DIR/loras/ and "
+        "then \u201cLook for new LoRA files\u201d)."
+    )
 
 
 # Recognised by its id for its preset (a one-step recipe, its steps capped): the page reads the
