@@ -269,17 +269,20 @@ class LoraCatalog:
                 known = self._fits.get(key)
             if known is None:
                 known = self._fit(lora.path, model_id, path)
+                if known is None:  # the model is not on the share yet: asked again once it is
+                    continue
                 with self._lock:
                     self._fits[key] = known
             if known:
                 found.append(model_id)
         return found
 
-    def _fit(self, file: Path, model_id: str, path: Path) -> bool:
+    def _fit(self, file: Path, model_id: str, path: Path) -> bool | None:
+        """Whether the file fits the model; None while the model is not on the share."""
         try:
             config = json.loads((path / "unet" / "config.json").read_text())
         except (OSError, ValueError):
-            return False  # not on the share yet
+            return None
         with self._lock:
             sizes = self._model_sizes.get(model_id)
         if sizes is None:

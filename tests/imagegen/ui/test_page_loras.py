@@ -1,7 +1,8 @@
 """The page's LoRAs in a real browser, with MODEL_ID the tiny SD model (pulled, its LORAS with
-it), MODELS the tiny SDXL one (not pulled) and LORAS a LoRA of each: the list shows the LoRAs
-that fit the chosen model and follows the picker, says when none fits, adds a tag at the
-prompt's cursor and finds a file dropped into MODEL_DIR/loras/; each card and the larger view
+it), MODELS the tiny SDXL one (pulled from the page) and LORAS a LoRA of each: the list shows
+the LoRAs that fit the chosen model and follows the picker and a pull, says when none fits,
+adds a tag at the prompt's cursor or in place of a selection and finds a file dropped into
+MODEL_DIR/loras/; each card and the larger view
 show the LoRAs an image ran with and their weights, and "Use these settings" keeps them in
 the prompt. One page load."""
 
@@ -91,12 +92,18 @@ def test_the_lora_list_adds_a_tag_and_each_card_shows_the_loras_it_ran(
     expect(page.locator("#prompt")).to_be_focused()
     screenshot(page, "41-lora-list")
 
-    # The list follows the picker: the SDXL model is not on the share, so nothing fits it yet.
+    # The list follows the picker: the SDXL model is not on the share, so nothing fits it
+    # yet; once Pull brings it, its LoRA is listed.
     page.select_option("#model", SDXL_REPO)
     expect(page.locator("#lora-list")).to_be_hidden()
     expect(page.locator("#lora-empty")).to_have_text(
         "No offered LoRA fits this model. Those that fit it show once it is downloaded."
     )
+    page.get_by_role("button", name=f"Pull {SDXL_REPO}").click()
+    pulled = page.locator(f'#model-list li[data-model-id="{SDXL_REPO}"] .model-entry-state')
+    expect(pulled).to_have_text("loaded", timeout=WAIT_MS)
+    expect(offered(page)).to_have_text(["xl"], timeout=60_000)  # its fit read on a loaded host
+    expect(page.locator("#lora-empty")).to_have_text("")
     page.select_option("#model", SD_REPO)
     expect(offered(page)).to_have_text(["style"])
 
@@ -105,6 +112,13 @@ def test_the_lora_list_adds_a_tag_and_each_card_shows_the_loras_it_ran(
     shutil.copy(hub_root / LORA_REPO / PEFT_FILE, model_dir / "loras" / "dropped.safetensors")
     page.get_by_role("button", name="Look for new LoRA files").click()
     expect(offered(page)).to_have_text(["style", "dropped"])
+    # A selection is replaced by the tag.
+    page.press("#prompt", "End")
+    for _ in range(len("cube")):
+        page.press("#prompt", "Shift+ArrowLeft")
+    page.get_by_role("button", name="Add dropped to the prompt").click()
+    prompt = "a red <lora:style:1> <lora:dropped:1>"
+    expect(page.locator("#prompt")).to_have_value(prompt)
 
     # The image made with the tag: its card says the LoRA and the weight it ran at.
     page.fill("#steps", "2")
@@ -112,12 +126,14 @@ def test_the_lora_list_adds_a_tag_and_each_card_shows_the_loras_it_ran(
     page.click("#generate")
     made = card(page, prompt)
     expect(made).to_have_count(1, timeout=WAIT_MS)
-    expect(made.locator(".loras")).to_have_text("LoRAs: style at 1")
+    expect(made.locator(".loras")).to_have_text("LoRAs: style at 1, dropped at 1")
     (record,) = [r for r in requests.get(loras_app.url("/images"), timeout=60).json()["items"]
                  if r["parameters"]["prompt"] == prompt]  # fmt: skip
-    assert record["parameters"]["loras"] == [{"name": "style", "weight": 1.0}]
+    assert record["parameters"]["loras"] == [
+        {"name": "style", "weight": 1.0}, {"name": "dropped", "weight": 1.0}
+    ]
     made.locator(".view").click()
-    expect(page.locator("#viewer-loras")).to_have_text("LoRAs: style at 1")
+    expect(page.locator("#viewer-loras")).to_have_text("LoRAs: style at 1, dropped at 1")
     screenshot(page, "42-lora-card-view")
     page.click("#viewer-close")
 
