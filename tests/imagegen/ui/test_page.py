@@ -344,7 +344,8 @@ def test_the_page_is_usable_by_keyboard_alone_and_ctrl_enter_generates_a_batch(n
     for _ in range(12):
         page.keyboard.press("Tab")
         order.append(page.evaluate("document.activeElement.id"))
-    assert order[:4] == ["model", "negative_prompt", "steps", "guidance"]  # the picker first
+    # The picker first, then the LoRAs' one control here (none is offered: no Add).
+    assert order[:5] == ["model", "lora-refresh", "negative_prompt", "steps", "guidance"]
     assert order.index("count") < order.index("generate")
     page.focus("#steps")
     page.keyboard.type("2")

@@ -130,7 +130,8 @@ def test_the_lora_list_adds_a_tag_and_each_card_shows_the_loras_it_ran(
     (record,) = [r for r in requests.get(loras_app.url("/images"), timeout=60).json()["items"]
                  if r["parameters"]["prompt"] == prompt]  # fmt: skip
     assert record["parameters"]["loras"] == [
-        {"name": "style", "weight": 1.0}, {"name": "dropped", "weight": 1.0}
+        {"name": "style", "weight": 1.0},
+        {"name": "dropped", "weight": 1.0},
     ]
     made.locator(".view").click()
     expect(page.locator("#viewer-loras")).to_have_text("LoRAs: style at 1, dropped at 1")
