@@ -1,11 +1,13 @@
 """The image store's writes: a record never exists without its complete image."""
 
+import io
+import json
 import os
 
 import pytest
 from PIL import Image
 
-from imagegen.generation.images import GenerationParameters, ImageStore, png_bytes
+from imagegen.generation.images import GenerationParameters, ImageStore, LoraRan, png_bytes
 
 PARAMETERS = GenerationParameters(
     prompt="p", negative_prompt=None, steps=2, guidance=7.0, width=8, height=8, seed=1,
@@ -97,3 +99,22 @@ def test_a_keys_listing_reads_its_index_not_every_record(tmp_path, monkeypatch):
 def test_a_key_index_takes_only_a_keys_name(tmp_path):
     with pytest.raises(ValueError, match="not a key's name"):
         ImageStore(tmp_path).page(limit=1, key="../x")
+
+
+def test_a_record_keeps_its_loras_and_weights_and_one_without_names_none(tmp_path):
+    """The record and the PNG's `imagegen` text keep the LoRAs an image ran (the page's cards
+    show them); an image made without one carries no `loras` key, as before."""
+    store = ImageStore(tmp_path)
+    with_loras = PARAMETERS.model_copy(
+        update={"lora_hashes": "style: 0123456789ab",
+                "loras": (LoraRan(name="style", weight=0.5),)}
+    )  # fmt: skip
+    saved = store.save(png_bytes(Image.new("RGB", (8, 8)), with_loras), with_loras,
+                       device="cpu", timings={})  # fmt: skip
+    stored = json.loads((tmp_path / f"{saved.id}.json").read_text())
+    assert stored["parameters"]["loras"] == [{"name": "style", "weight": 0.5}]
+    text = json.loads(Image.open(store.png_path(saved.id)).text["imagegen"])
+    assert text["loras"] == [{"name": "style", "weight": 0.5}]
+    assert store.get(saved.id) == saved
+    assert "loras" not in PARAMETERS.model_dump()
+    assert "loras" not in json.loads(Image.open(io.BytesIO(png())).text["imagegen"])
