@@ -1,0 +1,185 @@
+"""POST /upscale in process (served here, no gunicorn) on the tiny SD model, with UPSCALERS a
+tiny random x4 ESRGAN (a Real-ESRGAN .pth) and a tiny x2 one on the test hub: the job, its
+tiles as steps, cancel between tiles, the record, a stored image as the source, and the
+refusals that queue nothing."""
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from imagegen.model.upscalers.tiles import bytes_per_pixel
+from imagegen.model.upscalers.upscaler import load_model_upscaler
+from tests.support.in_process import LoopbackApp, ready_here
+from tests.support.jobs import cancel_all, wait_until
+from tests.support.tiny_upscaler import ESRGAN_REPO, X4, place_on_hub
+
+UPSCALERS = f"{ESRGAN_REPO}:tiny-x4.pth, {ESRGAN_REPO}:tiny-x2.safetensors=Double"
+# Tiles of 32 input pixels (a 16-pixel margin each side) for the tiny x4 network.
+TILE_BUDGET = bytes_per_pixel(X4) * 64 * 64
+
+
+@pytest.fixture(scope="module")
+def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
+    place_on_hub(hub_root)
+    work = tmp_path_factory.mktemp("upscale")
+    env = {"UPSCALERS": UPSCALERS, "UPSCALE_TILE_MEMORY": str(TILE_BUDGET)}
+    with ready_here(hub_root, work, **env) as served:
+        assert served.backend is not None
+        served.backend.upscalers.wait(60)  # the pull that POST /model/pull started
+        assert not served.backend.upscalers.missing()
+        yield served
+
+
+@pytest.fixture(autouse=True)
+def idle_queue(app: LoopbackApp) -> Iterator[None]:
+    yield
+    cancel_all(app)
+
+
+def png_of(size: tuple[int, int], seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def upscale(app: LoopbackApp, image: bytes | None = None, **fields: str) -> requests.Response:
+    files = None if image is None else {"image": ("in.png", image, "image/png")}
+    return requests.post(app.url("/upscale"), data=fields, files=files, timeout=120)
+
+
+def test_a_4x_network_asked_for_2x_runs_at_4x_in_tiles_and_is_resized_to_2x(app):
+    source = png_of((100, 48))
+    response = upscale(app, source, upscaler="tiny-x4", scale="2")
+    assert response.status_code == 200, response.text
+    result = Image.open(io.BytesIO(response.content))
+    assert result.size == (200, 96)
+    assert response.headers["X-Upscaler"] == "tiny-x4"
+    assert response.headers["X-Scale"] == "2"
+    # The same network on the share, run here: the service's tiles give its picture.
+    share = Path(app.env["MODEL_DIR"])
+    net = load_model_upscaler(share / "upscalers/testorg--tiny-esrgan/tiny-x4.pth")
+    expected = net.upscale(Image.open(io.BytesIO(source)), scale=2, budget_bytes=TILE_BUDGET)
+    assert np.array_equal(np.asarray(result.convert("RGB")), np.asarray(expected))
+
+    record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
+    ran = record["parameters"]["upscale"]
+    assert ran["upscaler"] == "tiny-x4" and ran["scale"] == 2 and ran["upscaler_scale"] == 4
+    assert ran["tiles"] == 8  # 100x48 in 32-pixel tiles
+    assert (ran["source_width"], ran["source_height"], ran["source_image"]) == (100, 48, None)
+    assert (record["parameters"]["width"], record["parameters"]["height"]) == (200, 96)
+    assert requests.get(app.url(ran["source_url"])).content == source
+    assert set(record["timings"]) == {"queued_seconds", "upscale_seconds", "png_seconds"}
+    info = result.text["parameters"]
+    assert info == "Postprocess upscale by: 2, Postprocess upscaler: tiny-x4"
+
+
+def test_async_job_counts_tiles_as_steps_and_a_cancel_stops_it_between_tiles(app):
+    response = upscale(app, png_of((512, 512)), upscaler="tiny-x4", scale="4", **{"async": "true"})
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    assert response.json()["parameters"]["upscale"]["upscaler"] == "tiny-x4"
+    running = wait_until(app, job_id, lambda j: j["progress"]["step"] >= 2)
+    assert running["progress"]["steps"] == 256  # 512x512 in 32-pixel tiles
+    assert running["phase"] == "upscaling"
+    requests.delete(app.url(f"/jobs/{job_id}"))
+    ended = wait_until(app, job_id, lambda j: j["state"] != "running", timeout=30)
+    assert ended["state"] == "cancelled"
+    assert ended["progress"]["step"] < 256
+    assert ended["image"] is None
+
+
+def test_async_job_succeeds_with_its_record_and_steps(app):
+    response = upscale(app, png_of((48, 32)), upscaler="Double", width="96", **{"async": "true"})
+    assert response.status_code == 202, response.text
+    done = wait_until(app, response.json()["id"], lambda j: j["state"] == "succeeded")
+    assert done["progress"]["step"] == done["progress"]["steps"] >= 1
+    record = done["image"]
+    assert (record["parameters"]["width"], record["parameters"]["height"]) == (96, 64)
+    assert record["parameters"]["upscale"]["upscaler_scale"] == 2
+
+
+def test_a_stored_image_keeps_its_parameters_and_a_size_is_cut_from_the_centre(app):
+    made = requests.post(
+        app.url("/generate"), data={"prompt": "a lighthouse", "size": "64x64", "seed": "5"}
+    )
+    assert made.status_code == 200, made.text
+    image_id = made.headers["X-Image-Id"]
+    response = upscale(app, image_id=image_id, upscaler="Lanczos", width="160", height="96")
+    assert response.status_code == 200, response.text
+    result = Image.open(io.BytesIO(response.content))
+    assert result.size == (160, 96)
+    source = Image.open(io.BytesIO(requests.get(app.url(f"/images/{image_id}.png")).content))
+    whole = source.convert("RGB").resize((160, 160), Image.Resampling.LANCZOS)
+    assert np.array_equal(np.asarray(result), np.asarray(whole.crop((0, 32, 160, 128))))
+    record = requests.get(app.url(f"/images/{response.headers['X-Image-Id']}")).json()
+    parameters = record["parameters"]
+    assert (parameters["prompt"], parameters["seed"]) == ("a lighthouse", 5)
+    assert parameters["upscale"]["source_image"] == image_id
+    assert parameters["upscale"]["scale"] == 2.5
+    assert result.text["parameters"].endswith(
+        ", Postprocess upscale by: 2.5, Postprocess upscaler: Lanczos"
+    )
+    assert result.text["parameters"].startswith("a lighthouse\n")
+
+
+def test_json_body_takes_the_image_as_base64_and_defaults_to_the_first_upscalers_entry(app):
+    import base64
+
+    body = {"image": base64.b64encode(png_of((20, 20))).decode(), "scale": 2}
+    response = requests.post(app.url("/upscale"), json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Upscaler"] == "tiny-x4"
+    assert Image.open(io.BytesIO(response.content)).size == (40, 40)
+
+
+def queued_and_stored(app: LoopbackApp) -> tuple[int, int]:
+    inputs = Path(app.env["OUTPUT_DIR"]) / "inputs"
+    stored = len(list(inputs.iterdir())) if inputs.is_dir() else 0
+    return len(requests.get(app.url("/jobs"), params={"limit": 200}).json()), stored
+
+
+@pytest.mark.parametrize(
+    ("fields", "with_image", "field", "words"),
+    [
+        ({"upscaler": "Nope", "scale": "2"}, True, "upscaler", "'Nope' is not offered"),
+        ({"scale": "1"}, True, "scale", "must be above 1"),
+        ({"scale": "0.5"}, True, "scale", "must be above 1"),
+        ({"scale": "2", "width": "64"}, True, "scale", "not both"),
+        ({}, True, "scale", "send a scale"),
+        ({"scale": "128"}, True, "scale", "past GEN_MAX_SIDE (2048)"),
+        ({"width": "16"}, True, "width", "must make the image larger"),
+        ({"scale": "2"}, False, "image", "send an image"),
+        ({"scale": "2", "image_id": "20260101T000000000000Z-abcdef"}, True, "image_id", "not both"),
+        ({"scale": "2", "prompt": "x"}, True, "prompt", "is not a field of /upscale"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_queues_nothing(
+    app, fields, with_image, field, words
+):
+    before = queued_and_stored(app)
+    response = upscale(app, png_of((32, 32)) if with_image else None, **fields)
+    assert response.status_code == 400, response.text
+    detail = json.dumps(response.json())
+    assert field in detail and words in detail, detail
+    assert queued_and_stored(app) == before
+
+
+def test_an_unknown_image_id_is_a_404(app):
+    response = upscale(app, image_id="20260101T000000000000Z-abcdef", scale="2")
+    assert response.status_code == 404, response.text
+
+
+def test_the_estimate_is_the_documented_guess_and_refuses_nothing_small(app):
+    started = time.monotonic()
+    response = upscale(app, png_of((16, 16)), upscaler="Nearest", scale="3")
+    assert response.status_code == 200, response.text
+    assert time.monotonic() - started < 60
+    assert Image.open(io.BytesIO(response.content)).size == (48, 48)
