@@ -101,6 +101,11 @@ def upscale_text(parameters: GenerationParameters) -> str:
     upscale = parameters.upscale
     assert upscale is not None, "an upscale's record"
     extras = f"Postprocess upscale by: {upscale.scale:g}, Postprocess upscaler: {upscale.upscaler}"
+    if upscale.upscaler_2 is not None:
+        extras += (
+            f", Postprocess upscaler 2: {upscale.upscaler_2}, "
+            f"Postprocess upscaler 2 visibility: {upscale.upscaler_2_visibility:g}"
+        )
     if not parameters.model_id:  # an upload, or a source no longer stored
         return extras
     return f"{parameters._generation_text()}, {extras}"

@@ -88,10 +88,13 @@ def run_upscale(
     Raises Cancelled when a cancel comes (checked before each tile)."""
     upscale = request.upscale
     assert upscale is not None, "an upscale job"
-    upscaler = upscaling.offered.find(upscale.upscaler)
+    upscalers = [upscaling.offered.find(upscale.upscaler)]
+    if upscale.upscaler_2 is not None and upscale.upscaler_2_visibility > 0:
+        upscalers.append(upscaling.offered.find(upscale.upscaler_2))
     source = Image.open(io.BytesIO(store.read_input(upscale.source)))
     source.load()
-    tiles = tile_count(upscaler, source.size, upscale, upscaling.budget_bytes)
+    counts = [tile_count(u, source.size, upscale, upscaling.budget_bytes) for u in upscalers]
+    tiles = sum(counts)
     report.denoising(tiles)
     report.phase("upscaling")
 
@@ -100,15 +103,26 @@ def run_upscale(
             raise Cancelled()
 
     started = time.monotonic()
-    result = upscaler.upscale(
-        source, scale=upscale.scale, budget_bytes=upscaling.budget_bytes, check=check,
-        progress=report.step,
-    )  # fmt: skip
+    results = []
+    for upscaler, before in zip(upscalers, (0, counts[0]), strict=False):
+
+        def progress(done: int, _total: int, before: int = before) -> None:
+            report.step(before + done, tiles)
+
+        results.append(
+            upscaler.upscale(
+                source, scale=upscale.scale, budget_bytes=upscaling.budget_bytes, check=check,
+                progress=progress,
+            )
+        )  # fmt: skip
+    result = results[0]
+    if len(results) > 1:  # A1111's upscaler_2: blended over the first's at its visibility
+        result = Image.blend(result, results[1], upscale.upscaler_2_visibility)
     if result.size != (upscale.width, upscale.height):  # a size asked: the centre kept
         result = centre_crop(result, (upscale.width, upscale.height))
     upscale_seconds = time.monotonic() - started
     report.phase("saving")
-    parameters = record_parameters(store, upscale, upscaler.scale, tiles)
+    parameters = record_parameters(store, upscale, upscalers[0].scale, tiles)
     encoding = time.monotonic()
     png = png_bytes(result, parameters)
     timings = {
@@ -135,6 +149,8 @@ def record_parameters(
         source_sha256=upscale.source, source_url=input_url(upscale.source),
         source_image=upscale.source_image, source_width=upscale.source_width,
         source_height=upscale.source_height, tiles=tiles,
+        upscaler_2=upscale.upscaler_2 if upscale.upscaler_2_visibility > 0 else None,
+        upscaler_2_visibility=upscale.upscaler_2_visibility if upscale.upscaler_2 else 0.0,
     )  # fmt: skip
     found = None if upscale.source_image is None else store.get(upscale.source_image)
     if found is not None:

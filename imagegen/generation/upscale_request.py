@@ -36,6 +36,9 @@ class UpscaleRequest(BaseModel):
     height: int = Field(description="the result's height")
     source_width: int
     source_height: int
+    # A second upscaler blended over the first's result (A1111's upscaler_2), at this weight.
+    upscaler_2: str | None = None
+    upscaler_2_visibility: float = 0.0
     # What the estimate counts: the network's passes' input pixels, 0 for a filter.
     network_pixels: int = 0
 
@@ -61,6 +64,10 @@ class UpscaleParameters(BaseModel):
     source_width: int
     source_height: int
     tiles: int = Field(description="network tiles that ran (all passes); 1 for a filter")
+    upscaler_2: str | None = Field(
+        default=None, description="a second upscaler blended over the first's result; null: none"
+    )
+    upscaler_2_visibility: float = Field(default=0.0, description="the second's weight, 0 to 1")
 
 
 def upscale_inputs(upscale: UpscaleRequest | UpscaleParameters | None) -> set[str]:

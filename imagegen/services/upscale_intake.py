@@ -32,6 +32,8 @@ class UpscaleFields:
     scale: str = "scale"
     width: str = "width"
     height: str = "height"
+    upscaler_2: str = "upscaler_2"
+    upscaler_2_visibility: str = "upscaler_2_visibility"
 
 
 NATIVE = UpscaleFields()
@@ -66,6 +68,9 @@ def upscale_request(
     scale: float | None = None,
     width: int | None = None,
     height: int | None = None,
+    crop: bool = True,
+    upscaler_2: str | None = None,
+    upscaler_2_visibility: float = 0.0,
     fields: UpscaleFields = NATIVE,
 ) -> GenerationRequest:
     """An upscale job's request, its source stored. Refused with a FieldError naming the field
@@ -74,8 +79,15 @@ def upscale_request(
     data, source_image = _source(backend, image, image_id, seen_by, fields)
     high = settings.GEN_MAX_SIDE
     picture = read_image(data, field=fields.image, max_pixels=INPUT_PIXELS_FACTOR * high * high)
-    name = _upscaler(backend, upscaler, fields)
+    name = _upscaler(backend, upscaler, fields.upscaler)
+    second = None
+    if upscaler_2 is not None and upscaler_2 != A1111_NONE and upscaler_2_visibility > 0:
+        second = _upscaler(backend, upscaler_2, fields.upscaler_2)
+    if not 0 <= upscaler_2_visibility <= 1:
+        raise FieldError(fields.upscaler_2_visibility, "must be between 0 and 1")
     factor, size, field = _size(picture.size, scale, width, height, fields)
+    if not crop:  # A1111's upscaling_crop false: the covering size, uncut
+        size = _scaled(picture.size, factor)
     upscaled = _scaled(picture.size, factor)
     if max(upscaled) > high:
         raise FieldError(
@@ -89,6 +101,7 @@ def upscale_request(
         scale=factor, width=size[0], height=size[1], source_width=picture.width,
         source_height=picture.height,
         network_pixels=_network_pixels(picture.size, factor) if network else 0,
+        upscaler_2=second, upscaler_2_visibility=upscaler_2_visibility if second else 0.0,
     )  # fmt: skip
     return GenerationRequest(prompt="", upscale=upscale)
 
@@ -115,7 +128,7 @@ def _source(
     return image, None
 
 
-def _upscaler(backend: Backend, asked: str | None, fields: UpscaleFields) -> str:
+def _upscaler(backend: Backend, asked: str | None, field: str) -> str:
     """The offered upscaler's name as listed; refused when unknown or not pulled yet."""
     if asked is None or not asked.strip():
         asked = default_upscaler(backend)
@@ -131,7 +144,7 @@ def _upscaler(backend: Backend, asked: str | None, fields: UpscaleFields) -> str
             if not offered.on_share(entry):
                 raise UpscalerNotPulled(entry.name)
             return entry.name
-    raise UnknownUpscaler(fields.upscaler, asked, offered.names)
+    raise UnknownUpscaler(field, asked, offered.names)
 
 
 def _size(

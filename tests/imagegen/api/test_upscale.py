@@ -3,6 +3,7 @@ tiny random x4 ESRGAN (a Real-ESRGAN .pth) and a tiny x2 one on the test hub: th
 tiles as steps, cancel between tiles, the record, a stored image as the source, and the
 refusals that queue nothing."""
 
+import base64
 import io
 import json
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import webuiapi
 from PIL import Image
 
 from imagegen.model.upscalers.tiles import bytes_per_pixel
@@ -131,8 +133,6 @@ def test_a_stored_image_keeps_its_parameters_and_a_size_is_cut_from_the_centre(a
 
 
 def test_json_body_takes_the_image_as_base64_and_defaults_to_the_first_upscalers_entry(app):
-    import base64
-
     body = {"image": base64.b64encode(png_of((20, 20))).decode(), "scale": 2}
     response = requests.post(app.url("/upscale"), json=body, timeout=120)
     assert response.status_code == 200, response.text
@@ -183,3 +183,99 @@ def test_the_estimate_is_the_documented_guess_and_refuses_nothing_small(app):
     assert response.status_code == 200, response.text
     assert time.monotonic() - started < 60
     assert Image.open(io.BytesIO(response.content)).size == (48, 48)
+
+
+# A1111's extras through webuiapi, unchanged, over a loopback port.
+
+
+def webui(app: LoopbackApp) -> webuiapi.WebUIApi:
+    return webuiapi.WebUIApi(baseurl=app.url("/sdapi/v1"))
+
+
+def test_webuiapi_extra_single_image_runs_the_network_at_its_own_scale_then_resizes(app):
+    source = Image.open(io.BytesIO(png_of((30, 20), seed=3)))
+    result = webui(app).extra_single_image(source, upscaler_1="tiny-x4", upscaling_resize=3)
+    [image] = result.images
+    assert image.size == (90, 60)
+    share = Path(app.env["MODEL_DIR"])
+    net = load_model_upscaler(share / "upscalers/testorg--tiny-esrgan/tiny-x4.pth")
+    expected = net.upscale(source, scale=3, budget_bytes=TILE_BUDGET)  # 4x, resized to 3x
+    assert np.array_equal(np.asarray(image.convert("RGB")), np.asarray(expected))
+    assert result.info == "<p>Postprocess upscale by: 3, Postprocess upscaler: tiny-x4</p>"
+
+
+def test_webuiapi_defaults_upscale_2x_with_none_as_lanczos(app):
+    source = Image.open(io.BytesIO(png_of((24, 24), seed=4))).convert("RGB")
+    [image] = webui(app).extra_single_image(source).images  # upscaler_1 "None", 2x
+    expected = source.resize((48, 48), Image.Resampling.LANCZOS)
+    assert np.array_equal(np.asarray(image.convert("RGB")), np.asarray(expected))
+
+
+def test_webuiapi_resize_to_a_size_crops_the_centre_or_keeps_the_covering_size(app):
+    source = Image.open(io.BytesIO(png_of((40, 20), seed=5)))
+    api = webui(app)
+    cut = api.extra_single_image(
+        source, resize_mode=1, upscaling_resize_w=60, upscaling_resize_h=60, upscaler_1="Nearest"
+    ).images[0]
+    assert cut.size == (60, 60)
+    whole = api.extra_single_image(
+        source, resize_mode=1, upscaling_resize_w=60, upscaling_resize_h=60,
+        upscaler_1="Nearest", upscaling_crop=False,
+    ).images[0]  # fmt: skip
+    assert whole.size == (120, 60)
+    assert np.array_equal(np.asarray(cut), np.asarray(whole)[:, 30:90])
+
+
+def test_webuiapi_upscaler_2_is_blended_over_the_first_at_its_visibility(app):
+    source = Image.open(io.BytesIO(png_of((16, 16), seed=6))).convert("RGB")
+    result = webui(app).extra_single_image(
+        source, upscaler_1="Nearest", upscaler_2="Lanczos", extras_upscaler_2_visibility=0.25
+    )
+    nearest = source.resize((32, 32), Image.Resampling.NEAREST)
+    lanczos = source.resize((32, 32), Image.Resampling.LANCZOS)
+    expected = Image.blend(nearest, lanczos, 0.25)
+    assert np.array_equal(np.asarray(result.images[0].convert("RGB")), np.asarray(expected))
+    assert "Postprocess upscaler 2: Lanczos" in result.info
+
+
+def test_webuiapi_extra_batch_images_upscales_each_in_order(app):
+    sources = [Image.open(io.BytesIO(png_of((8 + i, 8), seed=i))) for i in range(3)]
+    result = webui(app).extra_batch_images(sources, upscaler_1="Double", upscaling_resize=2)
+    assert [image.size for image in result.images] == [(16, 16), (18, 16), (20, 16)]
+    assert "Postprocess upscaler: Double" in result.info
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"upscaler_1": "Nope"}, "upscaler_1", "'Nope' is not offered"),
+        ({"upscaling_resize": 1}, "upscaling_resize", "must be above 1"),
+        ({"upscaling_resize": 64}, "upscaling_resize", "past GEN_MAX_SIDE"),
+        ({"gfpgan_visibility": 0.5}, "gfpgan_visibility", "not offered here"),
+        (
+            {"upscaler_2": "Nope", "extras_upscaler_2_visibility": 0.5},
+            "upscaler_2",
+            "'Nope' is not offered",
+        ),
+    ],
+)
+def test_extras_bad_input_is_a_400_naming_a1111s_field_and_queues_nothing(
+    app, fields, field, words
+):
+    before = queued_and_stored(app)
+    body = {"image": base64.b64encode(png_of((40, 40))).decode(), **fields}
+    response = requests.post(app.url("/sdapi/v1/extra-single-image"), json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    detail = json.dumps(response.json())
+    assert field in detail and words in detail, detail
+    assert queued_and_stored(app) == before
+
+
+def test_extra_batch_images_with_one_bad_image_queues_none_and_stores_none(app):
+    before = queued_and_stored(app)
+    good = base64.b64encode(png_of((8, 8), seed=9)).decode()
+    body = {"imageList": [{"data": good, "name": "a"}, {"data": "bm90IGFuIGltYWdl", "name": "b"}]}
+    response = requests.post(app.url("/sdapi/v1/extra-batch-images"), json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert "imageList.1.data" in response.text
+    assert queued_and_stored(app) == before
