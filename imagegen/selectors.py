@@ -125,6 +125,15 @@ def generation_estimate(
             else "nothing has been measured here for this model (every image made is measured)"
         )
         message += counted_later
+    elif refused and request.upscale is not None:
+        assert limit is not None
+        message = (
+            f"This upscale would take about {_seconds(found.seconds)} here (a guess from the "
+            f"network's counted work, docs/image-api.md), past the {limit:g} s a synchronous "
+            f"request may take ({factor:g} x GEN_SYNC_TIMEOUT, {timeout:g} s), so it is refused "
+            "now. Send it asynchronously (async=true, then follow /jobs/<id>), or ask for a "
+            "smaller scale"
+        )
     elif refused:
         assert limit is not None
         message = (

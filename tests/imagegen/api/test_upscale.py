@@ -6,6 +6,7 @@ refusals that queue nothing."""
 import base64
 import io
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,12 @@ import requests
 import webuiapi
 from PIL import Image
 
+from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.upscale_request import UpscaleRequest
 from imagegen.model.upscalers.tiles import bytes_per_pixel
 from imagegen.model.upscalers.upscaler import load_model_upscaler
+from imagegen.services import upscale_intake
+from tests.support import sse
 from tests.support.in_process import LoopbackApp, ready_here
 from tests.support.jobs import cancel_all, wait_until
 from tests.support.tiny_upscaler import ESRGAN_REPO, X4, place_on_hub
@@ -25,13 +30,19 @@ from tests.support.tiny_upscaler import ESRGAN_REPO, X4, place_on_hub
 UPSCALERS = f"{ESRGAN_REPO}:tiny-x4.pth, {ESRGAN_REPO}:tiny-x2.safetensors=Double"
 # Tiles of 32 input pixels (a 16-pixel margin each side) for the tiny x4 network.
 TILE_BUDGET = bytes_per_pixel(X4) * 64 * 64
+# A synchronous upscale estimated past 1.25 x this is refused at once (GEN_SYNC_REFUSE_FACTOR).
+SYNC_TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
     place_on_hub(hub_root)
     work = tmp_path_factory.mktemp("upscale")
-    env = {"UPSCALERS": UPSCALERS, "UPSCALE_TILE_MEMORY": str(TILE_BUDGET)}
+    env = {
+        "UPSCALERS": UPSCALERS,
+        "UPSCALE_TILE_MEMORY": str(TILE_BUDGET),
+        "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
+    }
     with ready_here(hub_root, work, **env) as served:
         assert served.backend is not None
         served.backend.upscalers.wait(60)  # the pull that POST /model/pull started
@@ -177,12 +188,76 @@ def test_an_unknown_image_id_is_a_404(app):
     assert response.status_code == 404, response.text
 
 
-def test_the_estimate_is_the_documented_guess_and_refuses_nothing_small(app):
+def test_the_estimate_is_the_documented_guess(app):
+    """ESRGAN x4's counted work at 100 GFLOP/s: 36e6 x 512 x 512 / 1e11 = 94 s for a
+    512x512 source at 4x (one pass), 4 x 36e6 x 64 x 64 / 1e11 = 5.9 s (two passes: 64
+    then 256 pixels a side) for a 64x64 one at 8x; a filter 0.05 s an output megapixel."""
+    jobs = app.backend.jobs
+    cases = [
+        ((512, 512), "tiny-x4", 4, 94.37),
+        ((64, 64), "tiny-x4", 8, 25.17),
+        ((1000, 1000), "Lanczos", 2, 0.2),
+    ]
+    for size, name, scale, seconds in cases:
+        upscale = UpscaleRequest(
+            source="0" * 64, upscaler=name, scale=scale, width=size[0] * scale,
+            height=size[1] * scale, source_width=size[0], source_height=size[1],
+            network_pixels=upscale_intake._network_pixels(size, scale) if name != "Lanczos" else 0,
+        )  # fmt: skip
+        found = jobs.estimate(GenerationRequest(prompt="", upscale=upscale))
+        assert found is not None and found.image_seconds == pytest.approx(seconds, rel=0.01)
+
+
+def test_a_synchronous_upscale_past_the_timeout_is_refused_at_once_and_queues_nothing(app):
+    before = queued_and_stored(app)
     started = time.monotonic()
-    response = upscale(app, png_of((16, 16)), upscaler="Nearest", scale="3")
-    assert response.status_code == 200, response.text
-    assert time.monotonic() - started < 60
-    assert Image.open(io.BytesIO(response.content)).size == (48, 48)
+    response = upscale(app, png_of((512, 512), seed=11), upscaler="tiny-x4", scale="4")
+    assert response.status_code == 400, response.text
+    assert "This upscale would take about 95 s here" in response.text
+    assert "Send it asynchronously (async=true" in response.text
+    assert time.monotonic() - started < 30
+    assert queued_and_stored(app) == before
+    small = upscale(app, png_of((16, 16)), upscaler="Nearest", scale="3")
+    assert small.status_code == 200, small.text
+
+
+def test_the_event_stream_counts_tiles_as_steps(app):
+    response = upscale(app, png_of((100, 48)), upscaler="tiny-x4", scale="2", **{"async": "true"})
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    with sse.open_stream(app.url(f"/jobs/{job_id}/events")) as stream:
+        events = list(sse.read_events(stream))
+    steps = [e.data["step"] for e in events if e.name == "step"]
+    assert steps and steps[-1] == 8 and steps == sorted(steps)
+    assert {e.data["steps"] for e in events if e.name == "step"} == {8}
+    assert events[-1].name == "succeeded"
+
+
+def test_a1111_progress_shows_this_clients_extras_tiles(app):
+    net = app.backend.upscalers.find("tiny-x4").net
+    hook = net.register_forward_pre_hook(lambda *_: time.sleep(0.2))
+    source = Image.open(io.BytesIO(png_of((100, 48), seed=8)))
+    done: list = []
+    worker = threading.Thread(
+        target=lambda: done.append(webui(app).extra_single_image(source, upscaler_1="tiny-x4")),
+        daemon=True,
+    )
+    try:
+        worker.start()
+        deadline = time.monotonic() + 60
+        while True:
+            progress = requests.get(app.url("/sdapi/v1/progress")).json()
+            if progress["state"]["sampling_step"] >= 1:
+                break
+            assert time.monotonic() < deadline, progress
+            time.sleep(0.02)
+        assert progress["state"]["sampling_steps"] == 8
+        assert progress["textinfo"] == "upscaling"
+        assert 0 < progress["progress"] < 1
+        worker.join(60)
+        assert done and done[0].images[0].size == (200, 96)
+    finally:
+        hook.remove()
 
 
 # A1111's extras through webuiapi, unchanged, over a loopback port.
