@@ -5,9 +5,10 @@ jobs are, so /progress, /interrupt and the key's limits see them; answered in A1
 `upscaling_resize` is the result's scale whatever the network's own (a 4x network asked for 2x
 runs at 4x and is resized to 2x, as A1111 does); `resize_mode` 1 asks for
 `upscaling_resize_w` x `upscaling_resize_h` instead, cut from the centre unless
-`upscaling_crop` is false. Face restoration is not offered: a visibility above 0 is refused."""
+`upscaling_crop` is false. Face restoration is not offered: its visibilities are 0 only."""
 
 import html
+from typing import Annotated
 
 from django.http import HttpRequest
 from ninja import Router, Schema
@@ -16,6 +17,7 @@ from pydantic import ConfigDict, Field
 from apikeys.auth import seen_by, token_or_basic_required
 from core.errors import FieldError
 from imagegen import services
+from imagegen.api.bounds import AtMost
 from imagegen.api.protocol import admit, decode_base64, png_base64, run_for_client
 from imagegen.api.schemas import errors
 from imagegen.backend import current_backend
@@ -27,7 +29,7 @@ router = Router(tags=["automatic1111"])
 auth = token_or_basic_required()
 
 SCALE_BY, SCALE_TO = 0, 1  # A1111's resize_mode
-NO_FACES = "face restoration is not offered here: send 0"
+NO_FACES = "0 only: face restoration is not offered here"
 A1111_FIELDS = UpscaleFields(
     upscaler="upscaler_1", scale="upscaling_resize", width="upscaling_resize_w",
     height="upscaling_resize_h", upscaler_2="upscaler_2",
@@ -42,20 +44,28 @@ class ExtrasIn(Schema):
     model_config = ConfigDict(extra="ignore")
 
     resize_mode: int = Field(0, ge=0, le=1, description="0: by upscaling_resize; 1: to _w x _h")
-    upscaling_resize: float = Field(2.0, description="the result's scale, above 1")
-    upscaling_resize_w: int = Field(512, description="resize_mode 1: the result's width")
-    upscaling_resize_h: int = Field(512, description="resize_mode 1: the result's height")
+    upscaling_resize: Annotated[float, Field(gt=1), AtMost("GEN_MAX_SIDE")] = Field(
+        2.0, description="resize_mode 0: the result's scale, above 1"
+    )
+    upscaling_resize_w: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] = Field(
+        512, description="resize_mode 1: the result's width"
+    )
+    upscaling_resize_h: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] = Field(
+        512, description="resize_mode 1: the result's height"
+    )
     upscaling_crop: bool = Field(True, description="resize_mode 1: cut the centre to the size")
-    upscaler_1: str = Field("None", description="an /upscalers name; None: Lanczos, as A1111")
-    upscaler_2: str = Field("None", description="blended over upscaler_1's result; None: none")
-    extras_upscaler_2_visibility: float = Field(0.0, description="upscaler_2's weight, 0 to 1")
-    gfpgan_visibility: float = Field(0.0, description="0 only: no face restoration here")
-    codeformer_visibility: float = Field(0.0, description="0 only: no face restoration here")
-
-    def check_faces(self) -> None:
-        for name in ("gfpgan_visibility", "codeformer_visibility"):
-            if getattr(self, name) > 0:
-                raise FieldError(name, NO_FACES)
+    upscaler_1: str = Field(
+        "None", min_length=1, max_length=200,
+        description="an /upscalers name; None: Lanczos, as A1111",
+    )  # fmt: skip
+    upscaler_2: str = Field(
+        "None", max_length=200, description="blended over upscaler_1's result; None: none"
+    )
+    extras_upscaler_2_visibility: float = Field(
+        0.0, ge=0, le=1, description="upscaler_2's weight, 0 to 1"
+    )
+    gfpgan_visibility: float = Field(0.0, ge=0, le=0, description=NO_FACES)
+    codeformer_visibility: float = Field(0.0, ge=0, le=0, description=NO_FACES)
 
 
 class SingleIn(ExtrasIn):
@@ -108,7 +118,6 @@ def html_info(record: ImageRecord) -> str:
     summary="A1111 extras: upscale one image (a job like POST /upscale's)",
 )
 def extra_single_image(request: HttpRequest, payload: SingleIn):
-    payload.check_faces()
     admit(request, 1)  # before the image is decoded
     upscale = upscale_of(request, payload, payload.image, "image")
     [record] = run_for_client(request, upscale, count=1, admitted=True)
@@ -124,7 +133,6 @@ def extra_single_image(request: HttpRequest, payload: SingleIn):
 def extra_batch_images(request: HttpRequest, payload: BatchIn):
     """Every image is checked and stored before the first job is queued: one refused image
     queues none (and leaves none of the others' inputs behind)."""
-    payload.check_faces()
     admit(request, len(payload.imageList))
     upscales: list[GenerationRequest] = []
     try:

@@ -10,12 +10,14 @@ from pydantic import ConfigDict, Field
 from core.errors import FieldError
 from imagegen import selectors
 from imagegen.api import generate_body
+from imagegen.api.bounds import AtMost
 from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
 
 IMAGE_PART = {"image": "the image to upscale: PNG, JPEG or WebP (or send `image_id`)"}
 NOT_A_FIELD = "is not a field of /upscale"
+IMAGE_ID = r"^\d{8}T\d{12}Z-[0-9a-f]{6}$"  # imagegen.generation.images's ids
 
 
 class UpscaleForm(Schema):
@@ -24,19 +26,24 @@ class UpscaleForm(Schema):
     model_config = ConfigDict(extra="forbid")
     FIELDS: ClassVar[tuple[str, ...]] = ("image_id", "upscaler", "scale", "width", "height")
 
-    image_id: Annotated[str | None, Field(max_length=64)] = Field(
+    image_id: Annotated[str, Field(pattern=IMAGE_ID)] | None = Field(
         default=None, description="a stored image (GET /images) to upscale instead of a file"
     )
-    upscaler: Annotated[str | None, Field(max_length=200)] = Field(
+    upscaler: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None,
         description="a name /sdapi/v1/upscalers lists; default: the first UPSCALERS entry, "
         "else Lanczos",
     )
-    scale: float | None = Field(
-        default=None, description="the result's side over the source's, above 1"
+    scale: Annotated[float, Field(gt=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+        default=None,
+        description="the result's side over the source's, above 1; or a width and/or height",
     )
-    width: int | None = Field(default=None, description="the result's width (instead of scale)")
-    height: int | None = Field(default=None, description="the result's height (instead of scale)")
+    width: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+        default=None, description="the result's width, instead of scale"
+    )
+    height: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+        default=None, description="the result's height, instead of scale"
+    )
 
 
 def check_sent_names(request: HttpRequest) -> None:

@@ -21,6 +21,13 @@ LANCZOS = FILTER_NAMES[0]
 GUESSED_NETWORK_SCALE = 4  # the estimate's guess before the network's file is read
 MAX_PASSES = 3  # as imagegen.model.upscalers.upscaler runs a network
 
+# The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
+NO_SOURCE = "send an image to upscale, or a stored image's image_id"
+BOTH_SOURCES = "send an image or an image_id, not both"
+NO_SCALE = "send a scale, or a width and/or height"
+SCALE_AND_SIZE = "send a scale or a width and/or height, not both"
+NOT_LARGER = "must make the image larger than the source"
+
 
 @dataclass(frozen=True)
 class UpscaleFields:
@@ -116,15 +123,13 @@ def _source(
     """The source's bytes and its stored image's id (None for an upload). Another key's image
     is unknown (404), as GET /images/<id> answers it."""
     if image is not None and image_id is not None:
-        raise FieldError(fields.image_id, f"send an {fields.image} or an image id, not both")
+        raise FieldError(fields.image_id, BOTH_SOURCES)
     if image_id is not None:
         selectors.image_get(backend, image_id=image_id, seen_by=seen_by)
         path = selectors.image_png(backend, image_id=image_id, seen_by=seen_by)
         return path.read_bytes(), image_id
     if image is None:
-        raise FieldError(
-            fields.image, f"send an image to upscale, or a stored one's {fields.image_id}"
-        )
+        raise FieldError(fields.image, NO_SOURCE)
     return image, None
 
 
@@ -159,11 +164,9 @@ def _size(
     A1111's extras crop)."""
     sized = width is not None or height is not None
     if scale is not None and sized:
-        raise FieldError(fields.scale, f"send a {fields.scale} or a target size, not both")
+        raise FieldError(fields.scale, SCALE_AND_SIZE)
     if scale is None and not sized:
-        raise FieldError(
-            fields.scale, f"send a {fields.scale}, or a {fields.width} and/or {fields.height}"
-        )
+        raise FieldError(fields.scale, NO_SCALE)
     if scale is not None:
         if not math.isfinite(scale) or scale <= 1:
             raise FieldError(fields.scale, f"must be above 1, got {scale:g}")
@@ -175,9 +178,7 @@ def _size(
     factor = max(ratios)
     field = fields.width if width is not None else fields.height
     if factor <= 1:
-        raise FieldError(
-            field, f"must make the image larger than its {source[0]}x{source[1]}, as asked"
-        )
+        raise FieldError(field, NOT_LARGER)
     scaled = _scaled(source, factor)
     return factor, (width or scaled[0], height or scaled[1]), field
 
