@@ -11,6 +11,7 @@ from core.errors import FieldError
 from imagegen import selectors
 from imagegen.api import generate_body
 from imagegen.api.bounds import AtMost
+from imagegen.api.schemas import Integer, Number, Optional
 from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
@@ -26,24 +27,27 @@ class UpscaleForm(Schema):
     model_config = ConfigDict(extra="forbid")
     FIELDS: ClassVar[tuple[str, ...]] = ("image_id", "upscaler", "scale", "width", "height")
 
-    image_id: Annotated[str, Field(pattern=IMAGE_ID)] | None = Field(
+    image_id: Annotated[Annotated[str, Field(pattern=IMAGE_ID)] | None, *Optional] = Field(
         default=None, description="a stored image (GET /images) to upscale instead of a file"
     )
-    upscaler: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+    upscaler: Annotated[Annotated[str, Field(max_length=200)] | None, *Optional] = Field(
         default=None,
         description="a name /sdapi/v1/upscalers lists; default: the first UPSCALERS entry, "
         "else Lanczos",
     )
-    scale: Annotated[float, Field(gt=1), AtMost("GEN_MAX_SIDE")] | None = Field(
+    scale: Annotated[
+        Annotated[float, Field(gt=1, allow_inf_nan=False), AtMost("GEN_MAX_SIDE"), Number] | None,
+        *Optional,
+    ] = Field(
         default=None,
         description="the result's side over the source's, above 1; or a width and/or height",
     )
-    width: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
-        default=None, description="the result's width, instead of scale"
-    )
-    height: Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE")] | None = Field(
-        default=None, description="the result's height, instead of scale"
-    )
+    width: Annotated[
+        Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(default=None, description="the result's width, instead of scale")
+    height: Annotated[
+        Annotated[int, Field(ge=1), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(default=None, description="the result's height, instead of scale")
 
 
 def check_sent_names(request: HttpRequest) -> None:

@@ -88,7 +88,8 @@ def upscale_request(
     picture = read_image(data, field=fields.image, max_pixels=INPUT_PIXELS_FACTOR * high * high)
     name = _upscaler(backend, upscaler, fields.upscaler)
     second = None
-    if upscaler_2 is not None and upscaler_2 != A1111_NONE and upscaler_2_visibility > 0:
+    named_2 = upscaler_2 is not None and upscaler_2.strip().lower() != A1111_NONE.lower()
+    if upscaler_2 is not None and named_2 and upscaler_2_visibility > 0:
         second = _upscaler(backend, upscaler_2, fields.upscaler_2)
     if not 0 <= upscaler_2_visibility <= 1:
         raise FieldError(fields.upscaler_2_visibility, "must be between 0 and 1")
@@ -137,7 +138,7 @@ def _upscaler(backend: Backend, asked: str | None, field: str) -> str:
     """The offered upscaler's name as listed; refused when unknown or not pulled yet."""
     if asked is None or not asked.strip():
         asked = default_upscaler(backend)
-    if asked == A1111_NONE:
+    if asked.strip().lower() == A1111_NONE.lower():
         asked = LANCZOS
     offered = backend.upscalers
     wanted = asked.strip().lower()
