@@ -642,6 +642,14 @@ def _png(mode: str) -> bytes:
     return buffer.getvalue()
 
 
+def _json(**body: Any) -> Any:
+    """A JSON body's case (A1111's extras), as the confirming checks read it."""
+    return SimpleNamespace(body=body, query=None, media_type="application/json")
+
+
+_PNG64 = base64.b64encode(_png("RGB")).decode()  # 8x8
+
+
 @pytest.mark.parametrize(
     ("holds", "field", "case", "refused"),
     [
@@ -693,6 +701,34 @@ def _png(mode: str) -> bytes:
         (is_not_base64, "init_images", _a1111(init_images=["data:image/png;base64,AA AA"]), False),
         (is_not_base64, "mask", _a1111(mask="AAA"), True),
         (is_not_base64, "image", _a1111(image="QUJD"), False),
+        (sent_no_source, "image", _sent({"scale": "2", "image_id": ""}), True),
+        (sent_no_source, "image", _sent({"image": Binary(b""), "scale": "2"}), False),
+        (sent_both_sources, "image_id", _sent({"image": Binary(b""), "image_id": "x"}), True),
+        (sent_both_sources, "image_id", _sent({"image_id": "x"}), False),
+        (sent_no_scale, "scale", _sent({"image": Binary(_png("RGB")), "width": ""}), True),
+        (sent_no_scale, "scale", _sent({"height": "9"}), False),
+        (sent_scale_and_size, "scale", _sent({"scale": "2", "height": "9"}), True),
+        (sent_scale_and_size, "scale", _sent({"scale": "2"}), False),
+        (does_not_enlarge, "width", _sent({"image": Binary(_png("RGB")), "width": "8"}), True),
+        (does_not_enlarge, "width", _sent({"image": Binary(_png("RGB")), "width": "9"}), False),
+        (is_past_max_side, "scale", _sent({"image": Binary(_png("RGB")), "scale": "8.1"}), True),
+        (is_past_max_side, "scale", _sent({"image": Binary(_png("RGB")), "scale": "8"}), False),
+        (is_past_max_side, "upscaling_resize", _json(image=_PNG64, upscaling_resize=9), True),
+        (is_past_max_side, "upscaling_resize_w", _json(image=_PNG64, resize_mode=1), True),
+        (
+            is_past_max_side,
+            "upscaling_resize_w",
+            _json(
+                imageList=[{"data": _PNG64}],
+                resize_mode=1,
+                upscaling_resize_w=16,
+                upscaling_resize_h=16,
+            ),
+            False,
+        ),
+        (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="R-ESRGAN 4x+"), True),
+        (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="None"), False),
+        (is_unoffered_upscaler, "upscaler", _sent({"upscaler": " lanczos"}), False),
     ],
 )
 def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):
