@@ -549,17 +549,25 @@ def upscale(
         backend, image=sent_image(request), image_id=form.image_id, seen_by=seen_by(request),
         upscaler=form.upscaler, scale=form.scale, width=form.width, height=form.height,
     )  # fmt: skip
+    key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
     if run_async:
-        job = services.generation_submit(
-            backend, request=job_request, key_name=owner_key(request),
-            key_limit=queue_limit(request),
-        )  # fmt: skip
+        if key is None:
+            job = services.generation_submit(
+                backend, request=job_request, key_name=owner_key(request),
+                key_limit=queue_limit(request),
+            )  # fmt: skip
+        else:
+            job = services.generation_submit_keyed(
+                backend, request=job_request, client=client_identity(request),
+                idempotency_key=key, key_name=owner_key(request),
+                key_limit=queue_limit(request),
+            )  # fmt: skip
         response["Location"] = f"/jobs/{job.id}"
         return 202, selectors.job_get(backend, job_id=job.id)
     with places.sync_waiter_place(backend, job_request):
         job, record = services.generation_run(
             backend, request=job_request, timeout=settings.GEN_SYNC_TIMEOUT,
-            client=client_identity(request), key_name=owner_key(request),
+            client=client_identity(request), idempotency_key=key, key_name=owner_key(request),
             key_limit=queue_limit(request),
         )  # fmt: skip
     return upscale_png(record, job)

@@ -18,7 +18,9 @@ import webuiapi
 from PIL import Image
 
 from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.upscale import tile_budget
 from imagegen.generation.upscale_request import UpscaleRequest
+from imagegen.model.memory import memory_limit
 from imagegen.model.upscalers.tiles import bytes_per_pixel
 from imagegen.model.upscalers.upscaler import load_model_upscaler
 from imagegen.services import upscale_intake
@@ -201,10 +203,15 @@ def test_the_estimate_is_the_documented_guess(app):
     ]
     for size, name, scale, seconds in cases:
         upscale = UpscaleRequest(
-            source="0" * 64, upscaler=name, scale=scale, width=size[0] * scale,
-            height=size[1] * scale, source_width=size[0], source_height=size[1],
+            source="0" * 64,
+            upscaler=name,
+            scale=scale,
+            width=size[0] * scale,
+            height=size[1] * scale,
+            source_width=size[0],
+            source_height=size[1],
             network_pixels=upscale_intake._network_pixels(size, scale) if name != "Lanczos" else 0,
-        )  # fmt: skip
+        )
         found = jobs.estimate(GenerationRequest(prompt="", upscale=upscale))
         assert found is not None and found.image_seconds == pytest.approx(seconds, rel=0.01)
 
@@ -355,3 +362,38 @@ def test_extra_batch_images_with_one_bad_image_queues_none_and_stores_none(app):
     assert response.status_code == 400, response.text
     assert "imageList.1.data" in response.text
     assert queued_and_stored(app) == before
+
+
+def test_tiles_get_the_configured_budget_or_an_eighth_of_the_memory_limit(app):
+    assert app.backend.jobs.upscaling.budget_bytes == TILE_BUDGET  # UPSCALE_TILE_MEMORY
+    assert tile_budget(12345) == 12345
+    limit = memory_limit()
+    assert limit is not None  # the container's or the machine's
+    assert tile_budget(0) == min(2 * 2**30, limit // 8)
+
+
+def test_a_retry_with_an_idempotency_key_joins_its_first_attempts_job(app):
+    image = png_of((20, 20), seed=12)
+    answers = [
+        requests.post(
+            app.url("/upscale"),
+            data={"scale": "2", "async": "true", "upscaler": "Nearest"},
+            files={"image": ("in.png", image, "image/png")},
+            headers={"Idempotency-Key": "upscale-retry-1"},
+            timeout=60,
+        )
+        for _ in range(2)
+    ]
+    assert [a.status_code for a in answers] == [202, 202], answers[0].text
+    assert answers[0].json()["id"] == answers[1].json()["id"]
+    sync = [
+        requests.post(
+            app.url("/upscale"),
+            data={"scale": "2", "upscaler": "Nearest"},
+            files={"image": ("in.png", image, "image/png")},
+            headers={"Idempotency-Key": "upscale-retry-2"},
+            timeout=60,
+        )
+        for _ in range(2)
+    ]
+    assert sync[0].headers["X-Image-Id"] == sync[1].headers["X-Image-Id"]
