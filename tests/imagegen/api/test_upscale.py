@@ -397,3 +397,14 @@ def test_a_retry_with_an_idempotency_key_joins_its_first_attempts_job(app):
         for _ in range(2)
     ]
     assert sync[0].headers["X-Image-Id"] == sync[1].headers["X-Image-Id"]
+
+
+def test_deleting_an_upscaled_image_removes_its_stored_source(app):
+    response = upscale(app, png_of((10, 10), seed=13), upscaler="Nearest", scale="2")
+    assert response.status_code == 200, response.text
+    image_id = response.headers["X-Image-Id"]
+    record = requests.get(app.url(f"/images/{image_id}")).json()
+    source_url = record["parameters"]["upscale"]["source_url"]
+    assert requests.get(app.url(source_url)).status_code == 200
+    assert requests.delete(app.url(f"/images/{image_id}")).status_code == 200
+    assert requests.get(app.url(source_url)).status_code == 404  # nothing else names it
