@@ -160,6 +160,9 @@ MODELS = env_str("MODELS", "")
 # Upscaler files offered by name beside Lanczos and Nearest, comma-separated repo:file[=name]
 # (imagegen/model/upscalers/offered.py). Checked by the imagegen app (imagegen/checks.py).
 UPSCALERS = env_str("UPSCALERS", "")
+# Bytes an upscaler's tile may hold in activations (imagegen/generation/upscale.py); 0: auto, the
+# smaller of 2 GiB and an eighth of the memory limit.
+UPSCALE_TILE_MEMORY = env_int("UPSCALE_TILE_MEMORY", 0, minimum=0)
 # LoRAs a prompt may name (<lora:name:weight>), comma-separated repo:file[=name], pulled with
 # MODEL_ID into MODEL_DIR/loras (imagegen/model/loras.py); checked by imagegen/checks.py.
 LORAS = env_str("LORAS", "")

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from config.api import api
 from imagegen.api.a1111 import router as a1111_router
+from imagegen.api.a1111_extras import router as a1111_extras_router
 from imagegen.api.errors import EXCEPTION_HANDLERS as IMAGEGEN_HANDLERS
 from imagegen.api.mcp import router as mcp_router
 from imagegen.api.metrics import router as metrics_router
@@ -19,6 +20,7 @@ api.add_router("", imagegen_router)
 api.add_router("", metrics_router)
 api.add_router("/v1", openai_router)
 api.add_router("/sdapi/v1", a1111_router)
+api.add_router("/sdapi/v1", a1111_extras_router)
 api.add_router("", mcp_router)
 for handlers in (TODOS_HANDLERS, IMAGEGEN_HANDLERS):
     for exception, handler in handlers.items():

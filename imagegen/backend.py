@@ -35,6 +35,7 @@ from imagegen.generation.presets import GenerationRules, generation_rules, prese
 from imagegen.generation.previews import PreviewPolicy
 from imagegen.generation.rates import LocalRates, RateCounter
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
+from imagegen.generation.upscale import Upscaling, tile_budget
 from imagegen.model import hub
 from imagegen.model.cpu import torch_threads
 from imagegen.model.decoder import FULL_DECODER
@@ -225,6 +226,7 @@ def build_backend() -> Backend:
     loader, *others = [new_loader(source) for source in sources]
     shelf = ModelShelf([loader, *others], shelf_limit())
     images = ImageStore(settings.OUTPUT_DIR)
+    upscalers = offered_upscalers()
     rules = rules_from_settings()
     catalog = catalog_of(sources, rules)
     loras = LoraCatalog(
@@ -266,7 +268,7 @@ def build_backend() -> Backend:
             webhooks=RedisOutbox(client),
             checkpoints=RedisCheckpoints(client),
             distributed=True, jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf,
-            loras=loras,
+            loras=loras, upscalers=upscalers,
         )  # fmt: skip
     outbox = DiskOutbox(settings.OUTPUT_DIR / "webhooks")
     # Records of jobs this process's predecessors ran: those jobs are long gone.
@@ -283,11 +285,13 @@ def build_backend() -> Backend:
         throughput=settings.GEN_THROUGHPUT,
         models={m.id: (shelf.loader(m.id), m.rules) for m in catalog.models if not m.default},
         shelf=shelf,
+        upscaling=upscaling_of(upscalers),
     )
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,
         runs=LocalRuns(ttl_seconds=run_ttl), rates=LocalRates(), webhooks=outbox,
         jobs_keep=settings.JOBS_KEEP, catalog=catalog, shelf=shelf, loras=loras,
+        upscalers=upscalers,
     )  # fmt: skip
 
 
@@ -353,7 +357,14 @@ def worker_runtime(name: str) -> "WorkerRuntime":
         timings=RedisTimings(client, measured_model(model_source())),
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
+        upscaling=upscaling_of(offered_upscalers()),
     )
+
+
+def upscaling_of(upscalers: OfferedUpscalers) -> Upscaling:
+    """The offered upscalers with their tiles' budget (UPSCALE_TILE_MEMORY), for whoever runs
+    the jobs."""
+    return Upscaling(upscalers, tile_budget(settings.UPSCALE_TILE_MEMORY))
 
 
 def preview_policy() -> PreviewPolicy:

@@ -17,10 +17,11 @@ from imagegen.backend import Backend
 from imagegen.errors import ImageLinkExpired, ImageLinkInvalid, ImageNotFound
 from imagegen.generation.edit_inputs import input_digests
 from imagegen.generation.estimates import Estimate
-from imagegen.generation.images import ImageRecord, is_image_id
+from imagegen.generation.images import GenerationParameters, ImageRecord, is_image_id
 from imagegen.generation.job_board import CANCELLING, FINISHED, JobState, JobView
 from imagegen.generation.previews import Preview
 from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.upscale_request import upscale_inputs
 from imagegen.model.download_size import documented_download_bytes
 from imagegen.model.status import ModelStatus
 
@@ -124,6 +125,15 @@ def generation_estimate(
             else "nothing has been measured here for this model (every image made is measured)"
         )
         message += counted_later
+    elif refused and request.upscale is not None:
+        assert limit is not None
+        message = (
+            f"This upscale would take about {_seconds(found.seconds)} here (a guess from the "
+            f"network's counted work, docs/image-api.md), past the {limit:g} s a synchronous "
+            f"request may take ({factor:g} x GEN_SYNC_TIMEOUT, {timeout:g} s), so it is refused "
+            "now. Send it asynchronously (async=true, then follow /jobs/<id>), or ask for a "
+            "smaller scale"
+        )
     elif refused:
         assert limit is not None
         message = (
@@ -282,10 +292,14 @@ def _names_input(backend: Backend, digest: str, seen_by: str | None) -> bool:
     if seen_by is None:
         return True
     jobs = backend.jobs.unfinished()
-    if any(digest in input_digests(job.parameters.edit) for job in jobs if job.key == seen_by):
+    if any(digest in _inputs_of(job.parameters) for job in jobs if job.key == seen_by):
         return True
     records = backend.images.records(key=seen_by)
-    return any(digest in input_digests(r.parameters.edit) for r in records)
+    return any(digest in _inputs_of(r.parameters) for r in records)
+
+
+def _inputs_of(parameters: GenerationRequest | GenerationParameters) -> set[str]:
+    return input_digests(parameters.edit) | upscale_inputs(parameters.upscale)
 
 
 def image_page(

@@ -43,6 +43,13 @@ from imagegen.api.schemas import (
     RouteEntry,
     errors,
 )
+from imagegen.api.upscale_form import (
+    IMAGE_PART,
+    UpscaleForm,
+    check_sent_names,
+    sent_image,
+    upscale_png,
+)
 from imagegen.backend import current_backend
 from imagegen.errors import JobNotFound, PreviewNotYet
 from imagegen.generation import events
@@ -518,3 +525,49 @@ def image_get(request: HttpRequest, image_id: str):
 )
 def image_delete(request: HttpRequest, image_id: str):
     return services.image_delete(current_backend(), image_id=image_id, seen_by=seen_by(request))
+
+
+@router.post(
+    "/upscale",
+    auth=token_required(),
+    response={200: None, 202: JobOut, **errors(400, 404, 409, 413, 429, 500, 503, 504)},
+    summary="Upscale an image (an upload or a stored one) as a job: the PNG, or with async=true "
+    "the job",
+    openapi_extra={
+        "requestBody": form_request_body(UpscaleForm, IMAGE_PART, **{"async": ASYNC_FIELD}),
+        **png_answer("the PNG; what ran in X-Upscaler, X-Scale, X-Size ... headers"),
+    },
+)  # fmt: skip
+def upscale(
+    request: HttpRequest, response: HttpResponse, form: Annotated[UpscaleForm, FormOrJson(...)]
+):
+    check_sent_names(request)
+    run_async = wants_async(request)
+    admit(request, 1)  # before the image is decoded: a key past its limits costs nothing
+    backend = current_backend()
+    job_request = services.upscale_request(
+        backend, image=sent_image(request), image_id=form.image_id, seen_by=seen_by(request),
+        upscaler=form.upscaler, scale=form.scale, width=form.width, height=form.height,
+    )  # fmt: skip
+    key = request.headers.get("Idempotency-Key")  # a retry joins its first attempt's job
+    if run_async:
+        if key is None:
+            job = services.generation_submit(
+                backend, request=job_request, key_name=owner_key(request),
+                key_limit=queue_limit(request),
+            )  # fmt: skip
+        else:
+            job = services.generation_submit_keyed(
+                backend, request=job_request, client=client_identity(request),
+                idempotency_key=key, key_name=owner_key(request),
+                key_limit=queue_limit(request),
+            )  # fmt: skip
+        response["Location"] = f"/jobs/{job.id}"
+        return 202, selectors.job_get(backend, job_id=job.id)
+    with places.sync_waiter_place(backend, job_request):
+        job, record = services.generation_run(
+            backend, request=job_request, timeout=settings.GEN_SYNC_TIMEOUT,
+            client=client_identity(request), idempotency_key=key, key_name=owner_key(request),
+            key_limit=queue_limit(request),
+        )  # fmt: skip
+    return upscale_png(record, job)

@@ -46,6 +46,7 @@ from imagegen.generation.execution import Outcome, count_finished, run_job
 from imagegen.generation.images import ImageStore
 from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolicy
 from imagegen.generation.render import Cancelled
+from imagegen.generation.upscale import Upscaling
 from imagegen.generation.work import CountOnce
 from imagegen.model.loader import ModelLoader
 from imagegen.model.shelf import ModelShelf
@@ -120,10 +121,12 @@ class WorkerRuntime:
         throughput: float = 0.0,
         shelf: ModelShelf | None = None,
         may_run: tuple[str, ...] | None = None,
+        upscaling: Upscaling | None = None,
     ) -> None:
         """`loader` is MODEL_ID's; `shelf` holds the models this worker may run (`may_run`, the
         repo ids of WORKER_MODELS; None: every one on the shelf)."""
         self.store = store
+        self.upscaling = upscaling  # the offered upscalers and their tiles' budget
         self.previews = previews  # PREVIEW, PREVIEW_EVERY, PREVIEW_SECONDS
         self.timings = timings  # where this worker's jobs' measurements go (the estimates)
         # The model's counted work over this worker's pace, published for every replica before any
@@ -350,6 +353,7 @@ class WorkerRuntime:
             load_timeout=self.load_timeout,
             report=report,
             previews=self.previews,
+            upscaling=self.upscaling,
         )
 
     def finish(self, claimed: Claimed, outcome: Outcome) -> bool:

@@ -150,6 +150,8 @@ class Cost:
 
 def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
     """One image of `request` (defaults filled in), or None when nothing is known for it yet."""
+    if request.upscale is not None:
+        return upscale_cost(request)
     counted = measurements.counted
     size = request.size or measurements.native or (counted.size if counted else None)
     steps, guidance = request.steps, request.guidance
@@ -179,6 +181,16 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
         basis=basis.size,
         counted=not measurements.timings,
     )
+
+
+def upscale_cost(request: GenerationRequest) -> Cost:
+    """An upscale's documented guess (UpscaleRequest.estimated_seconds), one step of it."""
+    assert request.upscale is not None, "an upscale's request"
+    size = request.upscale.width, request.upscale.height
+    return Cost(
+        steps=1, encode_seconds=0.0, step_seconds=request.upscale.estimated_seconds(),
+        decode_seconds=0.0, size=size, basis=size, counted=True,
+    )  # fmt: skip
 
 
 def _pixels(size: Size) -> int:

@@ -23,6 +23,7 @@ from imagegen.generation.previews import (
 )
 from imagegen.generation.render import Cancelled, render
 from imagegen.generation.requests import GenerationRequest, InpaintModel
+from imagegen.generation.upscale import Upscaling, run_upscale
 from imagegen.model.loader import ModelLoader
 from imagegen.model.status import describe
 
@@ -70,8 +71,10 @@ def run_job(
     load_timeout: float,
     report: Report,
     previews: PreviewPolicy = DEFAULT_PREVIEWS,
+    upscaling: Upscaling | None = None,
 ) -> Outcome:
-    """Loads the model if needed, renders, and stores the PNG and record.
+    """Loads the model if needed, renders, and stores the PNG and record; an upscale runs
+    its upscaler instead (`upscaling`), no model loaded.
 
     Every ending becomes the outcome: cancel, ServiceError (message and status kept), or any
     other error (logged; its first line for the client)."""
@@ -80,7 +83,7 @@ def run_job(
     outcome = _run(
         job_id=job_id, loader=loader, store=store, request=request,
         queued_seconds=queued_seconds, load_timeout=load_timeout, report=report,
-        previews=previews, key=key,
+        previews=previews, key=key, upscaling=upscaling,
     )  # fmt: skip
     metrics.RUN_SECONDS.observe(time.monotonic() - started)
     return outcome
@@ -102,8 +105,17 @@ def _run(
     report: Report,
     previews: PreviewPolicy,
     key: str | None,
+    upscaling: Upscaling | None = None,
 ) -> Outcome:
     try:
+        if request.upscale is not None:
+            if upscaling is None:
+                raise ServiceError("this job runner runs no upscales")
+            image = run_upscale(
+                store=store, request=request, upscaling=upscaling, report=report, key=key,
+                queued_seconds=queued_seconds,
+            )  # fmt: skip
+            return Outcome(JobState.SUCCEEDED, "done", image=image)
         started = time.monotonic()
         pipe: Any = _loaded(loader, load_timeout, report)
         # The inpainting checkpoint's UNet for an inpainting, if configured; else the base's.

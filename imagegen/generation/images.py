@@ -29,6 +29,7 @@ from imagegen.atomic_files import write_atomically
 from imagegen.generation.requests import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 from imagegen.generation.stored_ids import is_digest, is_key_name
+from imagegen.generation.upscale_request import UpscaleParameters
 
 _ID = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{6}$")
 
@@ -64,6 +65,8 @@ class GenerationParameters(BaseModel):
     lora_hashes: str | None = None
     # The LoRAs it ran with and their weights, in the prompt's order; absent: none.
     loras: tuple[LoraRan, ...] = ()
+    # What an upscale ran (POST /upscale, A1111's extras); absent: a generation.
+    upscale: UpscaleParameters | None = None
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, nor `lora_hashes`
     # or `loras` without LoRAs.
@@ -75,9 +78,16 @@ class GenerationParameters(BaseModel):
             data.pop("lora_hashes", None)
         if isinstance(data, dict) and not self.loras:
             data.pop("loras", None)
+        if isinstance(data, dict) and self.upscale is None:
+            data.pop("upscale", None)
         return data
 
     def a1111_text(self) -> str:
+        if self.upscale is not None:
+            return upscale_text(self)
+        return self._generation_text()
+
+    def _generation_text(self) -> str:
         lines = [self.prompt]
         if self.negative_prompt:
             lines.append(f"Negative prompt: {self.negative_prompt}")
@@ -96,6 +106,22 @@ class GenerationParameters(BaseModel):
             )
         )
         return "\n".join(lines)
+
+
+def upscale_text(parameters: GenerationParameters) -> str:
+    """An upscale's infotext as A1111's extras writes it: the source's own text when it was
+    generated here, then the postprocessing's keys."""
+    upscale = parameters.upscale
+    assert upscale is not None, "an upscale's record"
+    extras = f"Postprocess upscale by: {upscale.scale:g}, Postprocess upscaler: {upscale.upscaler}"
+    if upscale.upscaler_2 is not None:
+        extras += (
+            f", Postprocess upscaler 2: {upscale.upscaler_2}, "
+            f"Postprocess upscaler 2 visibility: {upscale.upscaler_2_visibility:g}"
+        )
+    if not parameters.model_id:  # an upload, or a source no longer stored
+        return extras
+    return f"{parameters._generation_text()}, {extras}"
 
 
 class ImageRecord(BaseModel):

@@ -47,6 +47,7 @@ from imagegen.generation.previews import DEFAULT_PREVIEWS, Preview, PreviewPolic
 from imagegen.generation.priority import lower_this_thread
 from imagegen.generation.render import Cancelled
 from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.upscale import Upscaling
 from imagegen.generation.work import CountOnce, LoadTimes
 from imagegen.model.loader import ModelLoader
 from imagegen.model.shelf import ModelShelf
@@ -126,8 +127,10 @@ class JobQueue:
         throughput: float = 0.0,
         models: Mapping[str, tuple[ModelLoader, GenerationRules]] | None = None,
         shelf: ModelShelf | None = None,
+        upscaling: Upscaling | None = None,
     ) -> None:
         self.loader = loader
+        self.upscaling = upscaling  # the offered upscalers and their tiles' budget
         # The MODELS entries by repo id, each its loader and rules: a request's `model`.
         self.models = dict(models or {})
         # Every offered model's loader and the memory rule: which models are held, what a swap
@@ -467,6 +470,7 @@ class JobQueue:
             load_timeout=self.load_timeout,
             report=_LocalReport(self._lock, job, self._changed),
             previews=self.previews,
+            upscaling=self.upscaling,
         )
 
     def _naming_model(self, outcome: Outcome, model_id: str) -> Outcome:

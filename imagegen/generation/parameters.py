@@ -23,7 +23,10 @@ from imagegen.model.pipeline import native_size
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
     """The request as it will run, with defaults, caps and a seed, known at submission.
 
-    The defaults follow the configured model, not the loaded pipeline."""
+    The defaults follow the configured model, not the loaded pipeline. An upscale has no
+    steps, guidance or seed: it runs as sent."""
+    if request.upscale is not None:
+        return request
     steps, guidance, scheduler, adjusted = rules.settle(
         steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
     )

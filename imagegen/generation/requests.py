@@ -23,6 +23,7 @@ from imagegen.generation.framing import JUST_RESIZE, Region
 from imagegen.generation.presets import Adjustment
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.generation.stored_ids import SHA256
+from imagegen.generation.upscale_request import UpscaleRequest
 
 SEED_MAX = 2**32 - 1
 STRENGTH_DEFAULT = 0.75
@@ -95,6 +96,9 @@ class GenerationRequest(BaseModel):
     loras: tuple[LoraUse, ...] = Field(
         default=(), description="the LoRAs the prompt's <lora:name:weight> tags run; absent: none"
     )
+    upscale: UpscaleRequest | None = Field(
+        default=None, description="an upscale (POST /upscale); its prompt fields stay empty"
+    )
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, and no
     # `partial_images` unless a stream asked for some.
@@ -108,6 +112,8 @@ class GenerationRequest(BaseModel):
             data.pop("model", None)
         if isinstance(data, dict) and not self.loras:
             data.pop("loras", None)
+        if isinstance(data, dict) and self.upscale is None:
+            data.pop("upscale", None)
         return data
 
     adjusted: list[Adjustment] = Field(

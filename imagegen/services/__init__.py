@@ -25,6 +25,7 @@ from imagegen.services.jobs import (
 from imagegen.services.loras import with_loras
 from imagegen.services.models import model_pull, with_model
 from imagegen.services.shared_runs import generation_run_shared
+from imagegen.services.upscale_intake import upscale_request
 from imagegen.services.webhooks import (
     NO_SECRET,
     SYNC_WEBHOOK,
@@ -58,6 +59,7 @@ __all__ = [
     "job_cancel",
     "key_admit",
     "model_pull",
+    "upscale_request",
     "webhook_plan",
     "webhook_secrets",
     "webhook_watch",

@@ -11,6 +11,7 @@ from imagegen.errors import ImageNotFound
 from imagegen.generation.edit_inputs import input_digests
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.upscale_request import upscale_inputs
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,8 +37,8 @@ def _prunes_refused_inputs(call: Callable[P, T]) -> Callable[P, T]:
 
 def inputs_release(backend: Backend, request: GenerationRequest) -> None:
     """An edit refused before queueing leaves no unnamed input behind."""
-    if request.edit is not None:
-        _prune_inputs(backend, input_digests(request.edit))
+    if request.edit is not None or request.upscale is not None:
+        _prune_inputs(backend, input_digests(request.edit) | upscale_inputs(request.upscale))
 
 
 def image_delete(backend: Backend, *, image_id: str, seen_by: str | None = None) -> ImageRecord:
@@ -49,7 +50,8 @@ def image_delete(backend: Backend, *, image_id: str, seen_by: str | None = None)
     record = backend.images.delete(image_id)
     if record is None:
         raise ImageNotFound()
-    _prune_inputs(backend, input_digests(record.parameters.edit))
+    freed = input_digests(record.parameters.edit) | upscale_inputs(record.parameters.upscale)
+    _prune_inputs(backend, freed)
     return record
 
 
@@ -70,9 +72,9 @@ def _prune_inputs(backend: Backend, freed: set[str]) -> None:
         return
     named: set[str] = set()
     for job in backend.jobs.unfinished():
-        named |= input_digests(job.parameters.edit)
+        named |= input_digests(job.parameters.edit) | upscale_inputs(job.parameters.upscale)
     for record in store.records():
-        named |= input_digests(record.parameters.edit)
+        named |= input_digests(record.parameters.edit) | upscale_inputs(record.parameters.upscale)
     for digest, age in ages.items():
         if digest not in named and (digest in freed or age > INPUT_GRACE_SECONDS):
             store.remove_input(digest)

@@ -54,7 +54,7 @@ from imagegen.generation.schedulers import (
     UnknownScheduler,
     a1111_scheduler,
 )
-from imagegen.services import NO_SECRET, SYNC_WEBHOOK
+from imagegen.services import NO_SECRET, SYNC_WEBHOOK, upscale_intake
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.health_watch import health_beside
 from tests.support.model_service import SD_REPO, ready_app
@@ -276,6 +276,98 @@ def webhook_without_secret(case: Case, field: str) -> bool:
     return _sent_async(case) and not django_settings.WEBHOOK_SECRET
 
 
+# Upscales (POST /upscale, A1111's extras): the source, the scale or size, and the upscaler,
+# restated from docs/image-api.md ("Upscaling an image") and docs/protocols.md.
+FUZZ_MAX_SIDE = 64  # the fuzzed app's GEN_MAX_SIDE
+# Its upscalers: no UPSCALERS, so Pillow's two filters, and A1111's "None" (Lanczos).
+OFFERED_UPSCALERS = {"lanczos", "nearest", "none"}
+NOT_OFFERED_UPSCALER = "is not offered (UPSCALERS)"
+PAST_MAX_SIDE = "makes a result past GEN_MAX_SIDE on a side"
+_A1111_SIZE = {"upscaling_resize": "scale", "upscaling_resize_w": "width",
+               "upscaling_resize_h": "height"}  # fmt: skip
+
+
+def _absent(value: Any) -> bool:
+    return value in (MISSING, None, "")
+
+
+def _upscale_source(case: Case) -> tuple[int, int] | None:
+    """The size of the image an upscale sent (a file part; A1111's base64 `image` or first
+    item), None when none decodes."""
+    data = sent(case, "image")
+    if data is MISSING:
+        data = sent(case, "imageList.0.data")
+    data = _base64_decoded(data) if _is_json(case) else file_bytes(data)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.size
+    except Exception:
+        return None
+
+
+def _asked(case: Case) -> dict[str, Any]:
+    """An upscale's scale, width and height as sent (A1111's by resize_mode), None if absent."""
+    if sent(case, "upscaling_resize") is not MISSING or _is_json(case):
+        sized = sent(case, "resize_mode") == 1
+        values = {"scale": None if sized else sent(case, "upscaling_resize")}
+        for name in ("width", "height"):
+            field = f"upscaling_resize_{name[0]}"
+            values[name] = sent(case, field) if sized else None
+        return {k: (512 if k != "scale" else 2.0) if v is MISSING else v
+                for k, v in values.items()}  # fmt: skip
+    return {k: None if _absent(v := sent(case, k)) else float(v)
+            for k in ("scale", "width", "height")}  # fmt: skip
+
+
+def sent_no_source(case: Case, field: str) -> bool:
+    """A file part counts once sent, empty or not (schemathesis's Binary equals "")."""
+    return sent(case, "image") in (MISSING, None) and _absent(sent(case, "image_id"))
+
+
+def sent_both_sources(case: Case, field: str) -> bool:
+    return sent(case, "image") not in (MISSING, None) and not _absent(sent(case, "image_id"))
+
+
+def sent_no_scale(case: Case, field: str) -> bool:
+    return all(value is None for value in _asked(case).values())
+
+
+def sent_scale_and_size(case: Case, field: str) -> bool:
+    asked = _asked(case)
+    return asked["scale"] is not None and (
+        asked["width"] is not None or asked["height"] is not None
+    )
+
+
+def _scale_of(case: Case) -> float | None:
+    """The scale an upscale runs at: sent, or the one a width and/or height cover."""
+    size, asked = _upscale_source(case), _asked(case)
+    if size is None:
+        return None
+    if asked["scale"] is not None:
+        return float(asked["scale"])
+    ratios = [asked[k] / side for k, side in (("width", size[0]), ("height", size[1]))
+              if asked[k] is not None]  # fmt: skip
+    return max(ratios) if ratios else None
+
+
+def does_not_enlarge(case: Case, field: str) -> bool:
+    scale = _scale_of(case)
+    return scale is not None and scale <= 1
+
+
+def is_past_max_side(case: Case, field: str) -> bool:
+    size, scale = _upscale_source(case), _scale_of(case)
+    if size is None or scale is None:
+        return False
+    return max(round(size[0] * scale), round(size[1] * scale)) > FUZZ_MAX_SIDE
+
+
+def is_unoffered_upscaler(case: Case, field: str) -> bool:
+    value = sent(case, field)
+    return isinstance(value, str) and value.strip().lower() not in OFFERED_UPSCALERS | {""}
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -376,6 +468,53 @@ ALLOWED_REFUSALS = {
         "every sampler has every schedule type; JSON Schema states no such pairs on a field",
         is_unoffered_sampler,
     ),
+    ("imageList.N.data", NOT_BASE64): Allowed(
+        "A1111's extras' images, as init_images", is_not_base64
+    ),
+    ("imageList.N.data", NOT_AN_IMAGE): Allowed(
+        "as `image`, once the base64 is decoded", is_no_image
+    ),
+    ("image", upscale_intake.NO_SOURCE): Allowed(
+        "an upscale needs an image file part or a stored image's id, one of two optional "
+        "fields: a form's schema cannot state that one of them is required",
+        sent_no_source,
+    ),
+    ("image_id", upscale_intake.BOTH_SOURCES): Allowed(
+        "one source at a time: a form's schema cannot state that two fields exclude each other",
+        sent_both_sources,
+    ),
+    ("scale", upscale_intake.NO_SCALE): Allowed(
+        "an upscale needs a scale or a target size, optional fields one of which is required: "
+        "a form's schema cannot state it",
+        sent_no_scale,
+    ),
+    ("scale", upscale_intake.SCALE_AND_SIZE): Allowed(
+        "a scale and a target size exclude each other, which a form's schema cannot state",
+        sent_scale_and_size,
+    ),
+    **{
+        (name, upscale_intake.NOT_LARGER): Allowed(
+            "a target size must enlarge the image sent, whose size no schema can know",
+            does_not_enlarge,
+        )
+        for name in ("width", "height", "upscaling_resize_w", "upscaling_resize_h")
+    },
+    **{
+        (name, PAST_MAX_SIDE): Allowed(
+            "the result's sides are the image's times the scale; the image's size is its "
+            "pixels', which the schema cannot know",
+            is_past_max_side,
+        )
+        for name in ("scale", "width", "height", *_A1111_SIZE)
+    },
+    **{
+        (name, NOT_OFFERED_UPSCALER): Allowed(
+            "which upscalers a deployment offers is its settings' (UPSCALERS), not the "
+            "document's: the 400 lists the offered names",
+            is_unoffered_upscaler,
+        )
+        for name in ("upscaler", "upscaler_1", "upscaler_2")
+    },
 }
 
 
@@ -393,7 +532,18 @@ def allowed_refusal(response) -> list[dict[str, str]] | None:
 def entry(detail: dict[str, str]) -> tuple[str, str | None]:
     """A refused field's key in ALLOWED_REFUSALS: its name without a todo's place."""
     field = re.sub(r"^todos?\.(\d+\.)?", "", detail.get("field", ""))
+    field = re.sub(r"^imageList\.\d+\.", "imageList.N.", field)
     message = detail.get("message")
+    if (
+        field in ("upscaler", "upscaler_1", "upscaler_2")
+        and message
+        and re.fullmatch(r"(['\"]).*\1 is not offered; offered: .*", message, re.S)
+    ):
+        message = NOT_OFFERED_UPSCALER
+    if message and re.fullmatch(
+        r"makes \d+x\d+ of the \d+x\d+ source, past GEN_MAX_SIDE \(\d+\) on a side", message
+    ):
+        message = PAST_MAX_SIDE
     if (
         field == "model"
         and message
@@ -423,7 +573,7 @@ def fuzz_app(
         # synchronous request never waits its GEN_SYNC_TIMEOUT out behind them.
         "GEN_MAX_STEPS": "1",
         "GEN_DEFAULT_STEPS": "1",
-        "GEN_MAX_SIDE": "64",
+        "GEN_MAX_SIDE": str(FUZZ_MAX_SIDE),
         "GEN_QUEUE_MAX": "100",  # a full queue's 503 is tested elsewhere
         "GEN_SYNC_TIMEOUT": "60",
     }
@@ -492,6 +642,14 @@ def _png(mode: str) -> bytes:
     return buffer.getvalue()
 
 
+def _json(**body: Any) -> Any:
+    """A JSON body's case (A1111's extras), as the confirming checks read it."""
+    return SimpleNamespace(body=body, query=None, media_type="application/json")
+
+
+_PNG64 = base64.b64encode(_png("RGB")).decode()  # 8x8
+
+
 @pytest.mark.parametrize(
     ("holds", "field", "case", "refused"),
     [
@@ -543,6 +701,34 @@ def _png(mode: str) -> bytes:
         (is_not_base64, "init_images", _a1111(init_images=["data:image/png;base64,AA AA"]), False),
         (is_not_base64, "mask", _a1111(mask="AAA"), True),
         (is_not_base64, "image", _a1111(image="QUJD"), False),
+        (sent_no_source, "image", _sent({"scale": "2", "image_id": ""}), True),
+        (sent_no_source, "image", _sent({"image": Binary(b""), "scale": "2"}), False),
+        (sent_both_sources, "image_id", _sent({"image": Binary(b""), "image_id": "x"}), True),
+        (sent_both_sources, "image_id", _sent({"image_id": "x"}), False),
+        (sent_no_scale, "scale", _sent({"image": Binary(_png("RGB")), "width": ""}), True),
+        (sent_no_scale, "scale", _sent({"height": "9"}), False),
+        (sent_scale_and_size, "scale", _sent({"scale": "2", "height": "9"}), True),
+        (sent_scale_and_size, "scale", _sent({"scale": "2"}), False),
+        (does_not_enlarge, "width", _sent({"image": Binary(_png("RGB")), "width": "8"}), True),
+        (does_not_enlarge, "width", _sent({"image": Binary(_png("RGB")), "width": "9"}), False),
+        (is_past_max_side, "scale", _sent({"image": Binary(_png("RGB")), "scale": "8.1"}), True),
+        (is_past_max_side, "scale", _sent({"image": Binary(_png("RGB")), "scale": "8"}), False),
+        (is_past_max_side, "upscaling_resize", _json(image=_PNG64, upscaling_resize=9), True),
+        (is_past_max_side, "upscaling_resize_w", _json(image=_PNG64, resize_mode=1), True),
+        (
+            is_past_max_side,
+            "upscaling_resize_w",
+            _json(
+                imageList=[{"data": _PNG64}],
+                resize_mode=1,
+                upscaling_resize_w=16,
+                upscaling_resize_h=16,
+            ),
+            False,
+        ),
+        (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="R-ESRGAN 4x+"), True),
+        (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="None"), False),
+        (is_unoffered_upscaler, "upscaler", _sent({"upscaler": " lanczos"}), False),
     ],
 )
 def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):

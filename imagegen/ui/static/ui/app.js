@@ -687,6 +687,7 @@
     edit.setAttribute("aria-label", `Edit: ${prompt}`);
     edit.addEventListener("click", () => editImage(record));
     showSource(record, item);
+    wireUpscale(item, record);
     const view = item.querySelector(".view");
     view.setAttribute("aria-label", `View larger: ${prompt}`);
     view.addEventListener("click", () => openViewer(record, item));
@@ -749,6 +750,53 @@
       clearErrors();
       $("edit").scrollIntoView({ block: "start" });
       $("image").focus();
+    }
+  }
+
+  // --- upscale: a card's image at twice its size, a job like any other (POST /upscale) ----
+
+  const UPSCALE_BY = 2;
+
+  // The card's Upscale button; an upscaled card says what ran beside its parameters.
+  function wireUpscale(item, record) {
+    const ran = record.parameters.upscale;
+    if (ran) {
+      item.querySelector(".params").textContent += ` · upscaled ${ran.scale}x with ${ran.upscaler}`;
+    }
+    const button = item.querySelector(".upscale");
+    button.setAttribute("aria-label", `Upscale ${UPSCALE_BY}x: ${record.parameters.prompt}`);
+    button.addEventListener("click", () => upscaleImage(record));
+  }
+
+  // The service's default upscaler (its first UPSCALERS entry, else Lanczos) on the stored
+  // image; the job joins the Queue panel, and its image the gallery when it is done.
+  async function upscaleImage(record) {
+    $("gallery-status").textContent = "";
+    const data = new URLSearchParams({
+      image_id: record.id, scale: String(UPSCALE_BY), async: "true",
+    });
+    try {
+      const response = await api("/upscale", { method: "POST", body: data });
+      if (response.status !== 202) {
+        $("gallery-status").textContent =
+          `Could not upscale: ${(await errorMessage(response)).message}`;
+        return;
+      }
+      const job = await response.json();
+      if (job.state === "succeeded") { // done before its answer was written
+        addToGallery({ ...job.image, owner: job.owner }, null, true);
+        return;
+      }
+      showJob(job);
+      const item = $("queue").querySelector(`li[data-job-id="${CSS.escape(job.id)}"]`);
+      if (item) {
+        item.querySelector(".job-prompt").textContent =
+          `Upscale ${UPSCALE_BY}x: ${record.parameters.prompt}`;
+      }
+    } catch (error) {
+      $("gallery-status").textContent = `The service did not answer: ${error.message}`;
+    } finally {
+      pollQueue();
     }
   }
 
