@@ -4,9 +4,9 @@ xdist's own order is by test count, so its last groups are the one-test modules 
 processes (the bench smoke runs, the database faults: 20-40 s each), and a worker takes a new
 group while three of its tests are still to run, so at the end one worker can hold two long
 groups while the other has nothing left. Here the next group is the longest still waiting, by
-the seconds it took in the last run here (pytest's cache) or in tests/group_seconds.json (a
-fresh clone), and a worker is given one only when its last test is all it has left (it waits
-for the next before running it: pytest needs the next test to tear fixtures down)."""
+the seconds it took in the last run here (pytest's cache) or in group_seconds.json beside this
+file (a fresh clone), and a worker is given one only when its last test is all it has left (it
+waits for the next before running it: pytest needs the next test to tear fixtures down)."""
 
 import json
 from pathlib import Path
@@ -30,14 +30,14 @@ def group_of_test(nodeid: str) -> str:
     return group_of_module(nodeid.split("::", 1)[0])
 
 
-SECONDS_FILE = Path(__file__).resolve().parents[1] / "group_seconds.json"
+SECONDS_FILE = Path(__file__).with_name("group_seconds.json")
 CACHE_KEY = "imagegen/group-seconds"
 # A group seen in neither place: about what most tests here take.
 SECONDS_PER_UNKNOWN_TEST = 0.5
 
 
 def known_seconds(config: pytest.Config) -> dict[str, float]:
-    """Each group's seconds: tests/group_seconds.json, updated by the last runs here."""
+    """Each group's seconds: tests/support/group_seconds.json, updated by the last runs here."""
     seconds = json.loads(SECONDS_FILE.read_text()) if SECONDS_FILE.exists() else {}
     if getattr(config, "cache", None) is not None:
         seconds.update(config.cache.get(CACHE_KEY, {}))
