@@ -103,3 +103,16 @@ def test_a_group_seen_nowhere_is_judged_by_its_test_count():
     assert longest(waiting, {"a": 0.8}) == "b"  # 2 tests at 0.5 s each
     assert longest(waiting, {"a": 1.5}) == "a"
     assert [wants_more(n) for n in (0, 1, 2, 3)] == [True, True, False, False]
+
+
+def test_only_a_run_of_the_whole_suite_keeps_its_groups_seconds():
+    from tests.support.xdist_schedule import whole_suite
+
+    def run(source: pytest.Config.ArgsSource, keyword: str = "", markexpr: str = "") -> bool:
+        option = SimpleNamespace(keyword=keyword, markexpr=markexpr)
+        return whole_suite(SimpleNamespace(args_source=source, option=option))
+
+    assert run(pytest.Config.ArgsSource.TESTPATHS)
+    assert not run(pytest.Config.ArgsSource.ARGS)  # paths given
+    assert not run(pytest.Config.ArgsSource.TESTPATHS, keyword="pull")
+    assert not run(pytest.Config.ArgsSource.TESTPATHS, markexpr="slow")

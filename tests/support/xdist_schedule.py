@@ -83,9 +83,19 @@ class LongestGroupFirst(LoadGroupScheduling):
         super().mark_test_complete(node, item_index, duration)
 
 
+def whole_suite(config: pytest.Config) -> bool:
+    """Whether this run took every test (no path, -k or -m given): only such a run's seconds are
+    kept, a part of a group's tests would make it look short."""
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.keyword
+        and not config.option.markexpr
+    )
+
+
 class GroupSeconds:
     """The controller's plugin: the scheduler for --dist loadgroup, and each group's measured
-    seconds kept in pytest's cache for the next run."""
+    seconds in a run of the whole suite kept in pytest's cache for the next run."""
 
     def __init__(self) -> None:
         self.scheduler: LongestGroupFirst | None = None
@@ -98,6 +108,8 @@ class GroupSeconds:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.scheduler is None or getattr(session.config, "cache", None) is None:
+            return
+        if not whole_suite(session.config):
             return
         kept = session.config.cache.get(CACHE_KEY, {})
         kept.update({g: round(s, 1) for g, s in self.scheduler.measured.items()})
