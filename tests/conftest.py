@@ -25,24 +25,26 @@ from tests.support.model_service import (
 )
 from tests.support.processes import ROOT, AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
+from tests.support.xdist_schedule import PACKAGE_GROUPS, GroupSeconds, group_of_module
 
-# Packages whose tests share package-scoped fixtures (an app pulled once for the package).
-PACKAGE_GROUPS = ("tests/imagegen/api/clients", "tests/imagegen/ui")
+__all__ = ["PACKAGE_GROUPS"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from tests.support.end_to_end import EndToEndCount
 
     config.pluginmanager.register(EndToEndCount(config), "end_to_end")
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(GroupSeconds(), "group_seconds")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """./scripts/test runs two pytest-xdist workers (--dist loadgroup): each module, or each
     package of PACKAGE_GROUPS, runs whole on one worker, so its module- or package-scoped
-    fixtures (an app under gunicorn, a pulled model) start once, not once per worker."""
+    fixtures (an app under gunicorn, a pulled model) start once, not once per worker. The
+    scheduler (tests/support/xdist_schedule.py) groups by the same rule; the marker says it."""
     for item in items:
-        module = item.path.relative_to(ROOT).as_posix()
-        group = next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
+        group = group_of_module(item.path.relative_to(ROOT).as_posix())
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -2,10 +2,13 @@
 group, and each package whose tests share package-scoped apps is one, so no module or package
 fixture starts on both workers (tests/conftest.py)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from tests.conftest import PACKAGE_GROUPS
 from tests.support.processes import ROOT, AppServer
+from tests.support.xdist_schedule import group_of_test
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -20,6 +23,9 @@ def test_every_collected_test_is_in_its_modules_group_or_its_shared_packages(req
         module = item.path.relative_to(ROOT).as_posix()
         shared = [p for p in PACKAGE_GROUPS if module.startswith(p + "/")]
         assert group_of(item) == (shared[0] if shared else module), item.nodeid
+        # The scheduler's reading of the test's id (pytest-xdist's own reading of the marker
+        # no longer groups anything under pytest 9: it saw each test as a group of its own).
+        assert group_of_test(item.nodeid) == group_of(item), item.nodeid
 
 
 def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_path, settings):
@@ -31,3 +37,82 @@ def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_
     assert (settings.TORCH_THREADS, settings.GEN_NICE, torch.get_num_threads()) == ("1", 0, 1)
     env = AppServer({"GEN_NICE": "7"}, tmp_path / "app.log").env
     assert (env["TORCH_THREADS"], env["GEN_NICE"]) == ("1", "7")
+
+
+class StubConfig:
+    """What the scheduler reads of pytest's config: two workers, no cache of earlier runs."""
+
+    cache = None
+
+    class option:
+        loadscopereorder = True
+
+    def getvalue(self, name: str):
+        return {"tx": ["2*popen"], "dist": "loadgroup"}[name]
+
+
+class StubWorker:
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.given: list[list[int]] = []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.given.append(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_the_longest_group_goes_first_and_a_worker_holds_one_group_ahead(monkeypatch):
+    from tests.support import xdist_schedule
+
+    seconds = {"long.py": 40.0, "mid.py": 20.0, "many.py": 5.0, "short.py": 1.0}  # unknown: 4 tests
+    monkeypatch.setattr(xdist_schedule, "known_seconds", lambda config: seconds)
+    tests = {"many": 6, "unknown": 4, "short": 1, "mid": 1, "long": 1}
+    collection = [f"{g}.py::t{i}" for g, n in tests.items() for i in range(n)]
+    scheduler = xdist_schedule.LongestGroupFirst(StubConfig())
+    one, two = StubWorker("gw0"), StubWorker("gw1")
+    for worker in (one, two):
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+
+    def groups(worker: StubWorker) -> list[str]:
+        return [collection[indices[0]].split(".py")[0] for indices in worker.given]
+
+    # Each one-test group's worker needs a next test to run it: it gets the next longest.
+    assert (groups(one), groups(two)) == (["long", "many"], ["mid", "unknown"])
+    # Nothing more while it has two tests or more to run ("long" and 2 of "many" left) ...
+    for index in one.given[1][:4]:
+        scheduler.mark_test_complete(one, index, 1.0)
+    scheduler.mark_test_complete(one, one.given[0][0], 40.0)
+    assert groups(one) == ["long", "many"]
+    # ... then the next group once its last test is all it has.
+    scheduler.mark_test_complete(one, one.given[1][4], 1.0)
+    assert groups(one) == ["long", "many", "short"]
+    scheduler.mark_test_complete(one, one.given[1][5], 1.0)
+    assert one.shutting_down  # nothing waits: it runs its last test and stops
+    assert scheduler.measured == {"long.py": 40.0, "many.py": 6.0}
+
+
+def test_a_group_seen_nowhere_is_judged_by_its_test_count():
+    from tests.support.xdist_schedule import longest, wants_more
+
+    waiting = {"a": {"x": False}, "b": {"y": False, "z": False}, "c": {"w": False}}
+    assert longest(waiting, {"a": 0.8}) == "b"  # 2 tests at 0.5 s each
+    assert longest(waiting, {"a": 1.5}) == "a"
+    assert [wants_more(n) for n in (0, 1, 2, 3)] == [True, True, False, False]
+
+
+def test_only_a_run_of_the_whole_suite_keeps_its_groups_seconds():
+    from tests.support.xdist_schedule import whole_suite
+
+    def run(source: pytest.Config.ArgsSource, keyword: str = "", markexpr: str = "") -> bool:
+        option = SimpleNamespace(keyword=keyword, markexpr=markexpr)
+        return whole_suite(SimpleNamespace(args_source=source, option=option))
+
+    assert run(pytest.Config.ArgsSource.TESTPATHS)
+    assert not run(pytest.Config.ArgsSource.ARGS)  # paths given
+    assert not run(pytest.Config.ArgsSource.TESTPATHS, keyword="pull")
+    assert not run(pytest.Config.ArgsSource.TESTPATHS, markexpr="slow")
