@@ -275,6 +275,10 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     chosen = services.with_model(current_backend(), form.to_request())
+    if (hires := form.hires_asked()) is not None:
+        chosen = services.with_hires(
+            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
+        )
     if image is None:
         return chosen
     return services.edit_request(

@@ -26,6 +26,8 @@ from pydantic import (
 
 from core.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
+from imagegen.generation import hires as hires_fix
+from imagegen.generation.hires import Hires
 from imagegen.generation.requests import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 from imagegen.generation.stored_ids import is_digest, is_key_name
@@ -53,6 +55,9 @@ class GenerationParameters(BaseModel):
     edit: EditParameters | None = None
     # The prompt's LoRAs as A1111 writes them: `name: short hash`, comma-separated; absent: none.
     lora_hashes: str | None = None
+    # The hires fix that made the image at hires.size (width and height are its first pass's,
+    # as A1111's Size); absent: none.
+    hires: Hires | None = None
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, nor `lora_hashes`
     # without LoRAs.
@@ -62,6 +67,8 @@ class GenerationParameters(BaseModel):
         data = without_absent_edit(self, handler)
         if isinstance(data, dict) and self.lora_hashes is None:
             data.pop("lora_hashes", None)
+        if isinstance(data, dict) and self.hires is None:
+            data.pop("hires", None)
         return data
 
     def a1111_text(self) -> str:
@@ -81,6 +88,7 @@ class GenerationParameters(BaseModel):
                 if self.edit
                 else ""
             )
+            + (f", {hires_fix.infotext(self.hires)}" if self.hires else "")
         )
         return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from core.errors import FieldError
 from imagegen.generation import framing
 from imagegen.generation.framing import JUST_RESIZE, Region
+from imagegen.generation.hires import Hires
 from imagegen.generation.presets import Adjustment
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.generation.stored_ids import SHA256
@@ -95,6 +96,10 @@ class GenerationRequest(BaseModel):
     loras: tuple[LoraUse, ...] = Field(
         default=(), description="the LoRAs the prompt's <lora:name:weight> tags run; absent: none"
     )
+    hires: Hires | None = Field(
+        default=None,
+        description="a text-to-image's hires fix (`size` its first pass); absent: none",
+    )
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, and no
     # `partial_images` unless a stream asked for some.
@@ -108,6 +113,8 @@ class GenerationRequest(BaseModel):
             data.pop("model", None)
         if isinstance(data, dict) and not self.loras:
             data.pop("loras", None)
+        if isinstance(data, dict) and self.hires is None:
+            data.pop("hires", None)
         return data
 
     adjusted: list[Adjustment] = Field(
