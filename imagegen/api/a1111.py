@@ -33,7 +33,7 @@ from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
 from imagegen.generation.catalog import UnknownModel, name_part, parse_models
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
-from imagegen.generation.hires import LATENT_MODES
+from imagegen.generation.hires import LATENT_MODES, hires_upscaler_names
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
 from imagegen.generation.job_board import JobState, JobView
@@ -174,13 +174,18 @@ class Txt2ImgIn(Schema):
         None, allow_inf_nan=False, description="with enable_hr: the result's scale, above 1; "
         "default 2 (ignored with hr_resize_x or hr_resize_y)",
     )  # fmt: skip
-    hr_resize_x: int | None = Field(0, description="with enable_hr: the result's width; 0: none")
-    hr_resize_y: int | None = Field(0, description="with enable_hr: the result's height; 0: none")
+    hr_resize_x: int | None = Field(
+        0, ge=0, description="with enable_hr: the result's width; 0: from hr_resize_y, or none"
+    )
+    hr_resize_y: int | None = Field(
+        0, ge=0, description="with enable_hr: the result's height; 0: from hr_resize_x, or none"
+    )
     hr_upscaler: str | None = Field(
-        None, description="with enable_hr: a latent mode (/latent-upscale-modes) or an upscaler "
-        "(/upscalers); default Latent",
+        None, json_schema_extra={"enum": [*hires_upscaler_names(settings.UPSCALERS), None]},
+        description="with enable_hr: a latent mode (/latent-upscale-modes) or an upscaler "
+        "(/upscalers), any case; default Latent",
     )  # fmt: skip
-    hr_second_pass_steps: Annotated[int, AtMost("GEN_MAX_STEPS")] | None = Field(
+    hr_second_pass_steps: Annotated[int, Field(ge=0), AtMost("GEN_MAX_STEPS")] | None = Field(
         0, description="with enable_hr: the second pass's steps; 0: the first pass's"
     )
     hr_prompt: str | None = Field("", max_length=PROMPT_MAX, description="empty: the prompt")

@@ -30,6 +30,7 @@ from core.timestamps import iso_ms
 from imagegen import selectors
 from imagegen.api.bounds import AtMost
 from imagegen.backend import current_backend
+from imagegen.generation.hires import TXT2IMG_ONLY, hires_upscaler_names
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
@@ -107,6 +108,11 @@ def _size_schema(schema: dict[str, Any]) -> None:
 def _scheduler_schema(schema: dict[str, Any]) -> None:
     plain_optional(schema)
     schema["enum"] = list(SCHEDULER_NAMES)
+
+
+def _hires_upscaler_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["enum"] = hires_upscaler_names(settings.UPSCALERS)
 
 
 def _blank_is_absent(value: Any) -> Any:
@@ -243,18 +249,21 @@ class GenerateForm(Schema):
         "fields tune it (in JSON, `hires` may be an object of them without the prefix)",
     )
     hires_scale: Annotated[
-        Annotated[float, Field(allow_inf_nan=False), Number] | None, *Optional
+        Annotated[float, Field(gt=1, allow_inf_nan=False), Number] | None, *Optional
     ] = Field(default=None, description="with hires=true: the result's scale, above 1; default 2")
-    hires_width: Annotated[Annotated[int, Field(ge=0), Integer] | None, *Optional] = Field(
+    hires_width: Annotated[
+        Annotated[int, Field(ge=0), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(
         default=None,
         description="with hires=true: the result's width instead of a scale (0 or absent: from "
         "the height at the first pass's shape)",
     )
-    hires_height: Annotated[Annotated[int, Field(ge=0), Integer] | None, *Optional] = Field(
-        default=None, description="with hires=true: the result's height instead of a scale"
-    )
+    hires_height: Annotated[
+        Annotated[int, Field(ge=0), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(default=None, description="with hires=true: the result's height instead of a scale")
     hires_upscaler: Annotated[Annotated[str, Field(max_length=200)] | None, *Optional] = Field(
         default=None,
+        json_schema_extra=_hires_upscaler_schema,
         description="with hires=true: a latent mode (GET /sdapi/v1/latent-upscale-modes) or an "
         "upscaler (GET /sdapi/v1/upscalers), any case; default Latent",
     )
@@ -263,7 +272,7 @@ class GenerateForm(Schema):
     ] = Field(default=None, description="with hires=true: the second pass's steps; default "
               "(and 0) the first pass's")  # fmt: skip
     hires_strength: Annotated[
-        Annotated[float, Field(allow_inf_nan=False), Number] | None, *Optional
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
     ] = Field(
         default=None,
         description="with hires=true: how far the second pass noises the upscaled picture, "
@@ -326,7 +335,7 @@ class GenerateForm(Schema):
             if getattr(self, name) is not None and not self.hires:
                 raise FieldError(name, HIRES_ONLY)
         if self.hires and editing:
-            raise FieldError("hires", "applies to text-to-image only: send no `image`")
+            raise FieldError("hires", TXT2IMG_ONLY)
 
     def hires_asked(self) -> HiresAsked | None:
         """The hires fix asked for; None without hires=true."""

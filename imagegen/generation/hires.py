@@ -12,6 +12,7 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import FieldError, ServiceError
+from imagegen.model.upscalers.offered import FILTER_NAMES, parse_upscalers
 
 # A1111's latent upscale modes (its shared.latent_upscale_modes): torch's interpolation and
 # antialiasing for each, listed by /sdapi/v1/latent-upscale-modes in this order.
@@ -70,9 +71,29 @@ class HiresUpscalerNotPulled(ServiceError):
         )
 
 
+def hires_upscaler_names(upscalers: str) -> list[str]:
+    """What a hires fix may name, as the document lists it: the latent modes, then UPSCALERS'
+    (`upscalers`, the setting as written) with Pillow's filters first."""
+    return [*LATENT_MODES, *FILTER_NAMES, *(e.name for e in parse_upscalers(upscalers))]
+
+
 def latent_mode(name: str) -> str | None:
     """A latent mode's name as A1111 spells it, for any case; None for another name."""
     return next((mode for mode in LATENT_MODES if mode.lower() == name.strip().lower()), None)
+
+
+# The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
+SCALE_RULE = "must be greater than 1"
+STRENGTH_RULE = "must be greater than 0 and at most 1"
+RESIZE_RULE = "must be 0 (none) or more pixels"
+TXT2IMG_ONLY = "applies to text-to-image only: send no `image`"
+
+
+def target_rule(max_side: int) -> str:
+    return (
+        "the result (the first pass's size times the scale, or the size asked) must be larger "
+        f"than the first pass and at most {max_side} pixels a side (GEN_MAX_SIDE)"
+    )
 
 
 def target_size(
@@ -92,32 +113,24 @@ def target_size(
         wide, high = resize
         for side, key in ((wide, "resize_x"), (high, "resize_y")):
             if side < 0:
-                raise FieldError(fields[key], f"must be 0 or more pixels, got {side}")
+                raise FieldError(fields[key], RESIZE_RULE)
         target = (wide or round(high * width / height), high or round(wide * height / width))
-        named = fields["resize_x"] if target[0] >= target[1] else fields["resize_y"]
+        named = fields["resize_x"] if wide else fields["resize_y"]
     else:
         factor = SCALE_DEFAULT if scale is None else scale
         if not factor > 1:
-            raise FieldError(fields["scale"], f"must be greater than 1, got {factor:g}")
+            raise FieldError(fields["scale"], SCALE_RULE)
         target, named = (round(width * factor), round(height * factor)), fields["scale"]
     result = (target[0] - target[0] % 8, target[1] - target[1] % 8)
-    if max(result) > max_side:
-        raise FieldError(
-            named, f"makes a {result[0]}x{result[1]} image from {width}x{height}: each side "
-            f"must be at most {max_side} (GEN_MAX_SIDE)",
-        )  # fmt: skip
-    if result[0] <= width and result[1] <= height:
-        raise FieldError(
-            named, f"makes a {result[0]}x{result[1]} image from {width}x{height}: it must be "
-            "larger than the first pass",
-        )  # fmt: skip
+    if max(result) > max_side or (result[0] <= width and result[1] <= height):
+        raise FieldError(named, target_rule(max_side))
     return result
 
 
 def checked_strength(value: float | None, *, field: str) -> float:
     strength = STRENGTH_DEFAULT if value is None else value
     if not 0 < strength <= 1:
-        raise FieldError(field, f"must be greater than 0 and at most 1, got {strength:g}")
+        raise FieldError(field, STRENGTH_RULE)
     return strength
 
 

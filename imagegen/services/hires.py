@@ -55,8 +55,7 @@ def with_hires(
     field by `fields`; an upscaler offered but not on the share is a 409."""
     strength = checked_strength(asked.denoising_strength, field=fields["denoising_strength"])
     if asked.steps is not None and asked.steps < 0:
-        raise FieldError(fields["steps"], f"must be 0 (the first pass's) or more, got "
-                         f"{asked.steps}")  # fmt: skip
+        raise FieldError(fields["steps"], "must be 0 (the first pass's) or more")
     upscaler, path = _upscaler(backend, asked.upscaler or UPSCALER_DEFAULT, fields["upscaler"])
     first = request.size or _native_size(backend, request)
     size = target_size(

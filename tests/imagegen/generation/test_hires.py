@@ -155,10 +155,12 @@ def test_webuiapi_txt2img_with_enable_hr_works_unchanged(app):
     assert plain.image.size == (64, 64)  # without enable_hr the hr_* fields webuiapi sends idle
 
 
+TOO_LARGE = "must be larger than the first pass and at most 512 pixels a side (GEN_MAX_SIDE)"
 A1111_REFUSALS = [
-    ({"hr_scale": 1}, "hr_scale", "must be greater than 1, got 1"),
-    ({"hr_scale": 16}, "hr_scale", "each side must be at most 512 (GEN_MAX_SIDE)"),
-    ({"hr_resize_x": 1024}, "hr_resize_x", "each side must be at most 512 (GEN_MAX_SIDE)"),
+    ({"hr_scale": 1}, "hr_scale", "must be greater than 1"),
+    ({"hr_scale": 16}, "hr_scale", TOO_LARGE),
+    ({"hr_resize_x": 1024}, "hr_resize_x", TOO_LARGE),
+    ({"hr_resize_y": 64}, "hr_resize_y", TOO_LARGE),  # no larger than the first pass
     ({"hr_upscaler": "SwinIR 4x"}, "hr_upscaler", "is neither a latent mode nor an offered"),
     ({"denoising_strength": 0}, "denoising_strength", "must be greater than 0 and at most 1"),
     ({"denoising_strength": 1.5}, "denoising_strength", "must be greater than 0 and at most 1"),
@@ -179,10 +181,11 @@ def test_a1111_bad_hires_settings_are_a_400_naming_the_field_nothing_queued(
 
 
 NATIVE_REFUSALS = [
-    ({"hires": {"scale": 0.5}}, "hires_scale", "must be greater than 1"),
-    ({"hires": {"scale": 9}}, "hires_scale", "at most 512 (GEN_MAX_SIDE)"),
+    ({"hires": {"scale": 0.5}}, "hires_scale", "greater than 1"),
+    ({"hires": {"scale": 9}}, "hires_scale", TOO_LARGE),
+    ({"hires": {"width": 1024}}, "hires_width", "less than or equal to 512"),
     ({"hires": {"upscaler": "nope"}}, "hires_upscaler", "offered: Latent, Latent (antialiased)"),
-    ({"hires": {"strength": 0}}, "hires_strength", "must be greater than 0 and at most 1"),
+    ({"hires": {"strength": 0}}, "hires_strength", "greater than 0"),
     ({"hires": {"colour": "red"}}, "hires_colour", "is not a field of this form"),
     ({"hires_scale": 2}, "hires_scale", "applies with hires=true only"),
     ({"hires": {}, "image": base64.b64encode(b"x").decode()}, "hires", "text-to-image only"),
