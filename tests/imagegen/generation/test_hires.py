@@ -286,6 +286,7 @@ def test_a_cancel_stops_the_job_in_each_phase(app, tmp_path, phase, last_step, u
     # Of 2 + 2 steps: none in the first pass; the second stopped before its first step ended.
     assert {total for _, total in report.steps} <= {4}
     assert max((done for done, _ in report.steps), default=None) == last_step
+    assert ("second pass" in report.phases) is (phase == "second pass")  # where it stopped
     assert list(store.records()) == []
 
 
