@@ -8,6 +8,7 @@ phase and the estimate are held on the job runner itself, at the end."""
 import base64
 import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from imagegen.generation.previews import Preview
 from imagegen.generation.render import Cancelled
 from imagegen.generation.requests import GenerationRequest
 from tests.support.in_process import LoopbackApp, ready_here
+from tests.support.model_service import SDXL_REPO
 from tests.support.tiny_upscaler import ESRGAN_REPO, place_on_hub
 
 UPSCALERS = f"{ESRGAN_REPO}:tiny-x4.pth"
@@ -41,9 +43,18 @@ MODES = [
 def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackApp]:
     place_on_hub(hub_root)
     work = tmp_path_factory.mktemp("hires")
-    with ready_here(hub_root, work, UPSCALERS=UPSCALERS, GEN_MAX_SIDE="512") as served:
+    with ready_here(
+        hub_root, work, UPSCALERS=UPSCALERS, GEN_MAX_SIDE="512", MODELS=SDXL_REPO
+    ) as served:
         served.backend.upscalers.pull()
         yield served
+
+
+def wait_until(check: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
 
 
 def generate(app: LoopbackApp, body: dict[str, Any]) -> requests.Response:
@@ -236,6 +247,18 @@ def test_native_bad_hires_settings_are_a_400_naming_the_field_nothing_queued(
     message = refused.json()["error"]["message"]
     assert name in message and rule in message, message
     assert len(jobs(app)) == before
+
+
+@pytest.mark.parametrize("upscaler", ["Latent (bicubic antialiased)", "Nearest"])
+def test_the_sdxl_pipeline_runs_a_hires_fix_too(app, upscaler):
+    """SDXL's img2img takes the latents (and sizes) of its own txt2img as SD's does."""
+    pulled = requests.post(app.url("/model/pull"), data={"model": SDXL_REPO}, timeout=30)
+    assert pulled.status_code in (200, 202), pulled.text
+    models = app.url("/model/status")
+    wait_until(lambda: requests.get(models, timeout=30).json()["models"][1]["state"] == "ready")
+    made = generate(app, {**FIRST, "model": SDXL_REPO, "hires": {"upscaler": upscaler}})
+    assert image_of(made).size == (128, 128)
+    assert made.headers["X-Model"] == SDXL_REPO
 
 
 # --- the job runner itself: cancel in each phase, and the estimate --------------------------
