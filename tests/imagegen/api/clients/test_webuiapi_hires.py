@@ -41,8 +41,9 @@ def test_the_native_hires_object_runs_an_upscaler_as_one_job(open_app: AppServer
     assert started.status_code == 202, started.text
     url = open_app.url(f"/jobs/{started.json()['id']}")
     job = wait_until(
-        lambda: (j := requests.get(url, timeout=30).json())["state"] not in ("queued", "running")
-        and j,
+        lambda: (
+            (j := requests.get(url, timeout=30).json())["state"] not in ("queued", "running") and j
+        ),
         timeout=300,
     )
     assert job["state"] == "succeeded", job
