@@ -33,7 +33,7 @@ from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
 from imagegen.generation.catalog import UnknownModel, name_part, parse_models
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
-from imagegen.generation.hires import LATENT_MODES, hires_upscaler_names
+from imagegen.generation.hires import LATENT_MODES, SCALE_DEFAULT, Hires, hires_upscaler_names
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
 from imagegen.generation.job_board import JobState, JobView
@@ -455,7 +455,23 @@ def txt2img(request: HttpRequest, payload: Txt2ImgIn):
     # partial: an interrupt answers the images made so far, as A1111 does.
     generation = with_hires(payload, payload.to_request(chosen_model(request)))
     records = run_for_client(request, generation, count=payload.count, partial=True)
-    return _answer(payload, records, payload.model_dump(), _info(payload, records, generation))
+    info = _info(payload, records, generation)
+    hires = records[0].parameters.hires if records else generation.hires
+    if hires is not None:  # as A1111's info says its hires fix: its steps as they ran
+        info |= hires_info(hires)
+    return _answer(payload, records, payload.model_dump(), info)
+
+
+def hires_info(hires: Hires) -> dict[str, Any]:
+    """`denoising_strength`, and the infotext's Hires entries in `extra_generation_params`."""
+    size = {"Hires resize": "x".join(map(str, hires.resize))} if hires.resize else {
+        "Hires upscale": hires.scale or SCALE_DEFAULT
+    }  # fmt: skip
+    return {
+        "denoising_strength": hires.denoising_strength,
+        "extra_generation_params": size
+        | {"Hires steps": hires.steps, "Hires upscaler": hires.upscaler},
+    }
 
 
 def with_hires(payload: Txt2ImgIn, generation: GenerationRequest) -> GenerationRequest:

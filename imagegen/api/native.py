@@ -179,6 +179,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
+    if parameters.hires is not None:  # X-Size is its first pass's, as the record's
+        png["X-Hires-Size"] = "x".join(map(str, parameters.hires.size))
     png["X-Device"] = record.device
     png["X-Model"] = parameters.model_id
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"

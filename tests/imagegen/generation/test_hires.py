@@ -84,6 +84,8 @@ def test_a_latent_hires_fix_makes_the_larger_image_in_one_job_and_says_so(app):
     made = generate(app, {**FIRST, "hires": {"scale": 2}})
     image = image_of(made)
     assert image.size == (128, 128)
+    assert (made.headers["X-Size"], made.headers["X-Hires-Size"]) == ("64x64", "128x128")
+    assert made.headers["X-Steps"] == "4"  # both passes'
     job = job_of(app, made)
     assert job["parameters"]["hires"]["size"] == [128, 128]
     record = job["image"]
@@ -196,6 +198,10 @@ def test_webuiapi_txt2img_with_enable_hr_works_unchanged(app):
     assert result.image.size == (128, 128)
     assert "Hires upscale: 2, Hires steps: 3, Hires upscaler: Latent" in result.info["infotexts"][0]
     assert "Denoising strength: 0.7" in result.info["infotexts"][0]
+    assert result.info["denoising_strength"] == 0.7
+    assert result.info["extra_generation_params"] == {
+        "Hires upscale": 2, "Hires steps": 3, "Hires upscaler": "Latent"
+    }  # fmt: skip
     plain = api.txt2img(prompt="a blue ball", seed=3, steps=2, width=64, height=64)
     assert plain.image.size == (64, 64)  # without enable_hr the hr_* fields webuiapi sends idle
 
