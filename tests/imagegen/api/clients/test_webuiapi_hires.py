@@ -17,7 +17,7 @@ from tests.support.processes import AppServer
 @pytest.mark.both_modes
 def test_webuiapi_txt2img_with_enable_hr_makes_the_larger_image(open_app: AppServer):
     api = webuiapi.WebUIApi(baseurl=open_app.url("/sdapi/v1"))
-    modes = api.session.get(open_app.url("/sdapi/v1/latent-upscale-modes")).json()
+    modes = api.get_latent_upscale_modes()
     assert modes[0] == {"name": "Latent"} and len(modes) == 6
     result = api.txt2img(
         prompt="webui hires harbour", seed=5, steps=2, width=64, height=64, enable_hr=True,
