@@ -33,6 +33,7 @@ from imagegen.api.schemas import PROMPT_MAX, errors
 from imagegen.backend import current_backend
 from imagegen.generation.catalog import UnknownModel, name_part, parse_models
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
+from imagegen.generation.hires import LATENT_MODES, SCALE_DEFAULT, Hires, hires_upscaler_names
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.infotext import png_info
 from imagegen.generation.job_board import JobState, JobView
@@ -133,8 +134,9 @@ class Txt2ImgIn(Schema):
     """A1111's txt2img body. Every field is optional and an omitted one takes this service's
     default (GEN_DEFAULT_STEPS, not A1111's 50; the model's native size).
     override_settings.sd_model_checkpoint picks the model of this request alone
-    (chosen_checkpoint); A1111's other keys (the other override_settings, hr_*,
-    alwayson_scripts, ...) are accepted and ignored."""
+    (chosen_checkpoint); enable_hr and its hr_* fields run the hires fix (txt2img only);
+    A1111's other keys (the other override_settings, hr_sampler_name, alwayson_scripts, ...)
+    are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -167,6 +169,34 @@ class Txt2ImgIn(Schema):
     send_images: bool | None = True
     save_images: bool | None = Field(False, description="every image is stored either way")
     override_settings: dict[str, JsonValue] | None = Field(None, description=OVERRIDE_SETTINGS)
+    enable_hr: bool | None = Field(False, description="txt2img: the hires fix (docs/image-api.md)")
+    hr_scale: float | None = Field(
+        None, allow_inf_nan=False, description="with enable_hr: the result's scale, above 1; "
+        "default 2 (ignored with hr_resize_x or hr_resize_y)",
+    )  # fmt: skip
+    hr_resize_x: int | None = Field(
+        0, ge=0, description="with enable_hr: the result's width; 0: from hr_resize_y, or none"
+    )
+    hr_resize_y: int | None = Field(
+        0, ge=0, description="with enable_hr: the result's height; 0: from hr_resize_x, or none"
+    )
+    hr_upscaler: str | None = Field(
+        None, json_schema_extra={"enum": [*hires_upscaler_names(settings.UPSCALERS), None]},
+        description="with enable_hr: a latent mode (/latent-upscale-modes) or an upscaler "
+        "(/upscalers), any case; default Latent",
+    )  # fmt: skip
+    hr_second_pass_steps: Annotated[int, Field(ge=0), AtMost("GEN_MAX_STEPS")] | None = Field(
+        0, description="with enable_hr: the second pass's steps; 0: the first pass's"
+    )
+    hr_prompt: str | None = Field("", max_length=PROMPT_MAX, description="empty: the prompt")
+    hr_negative_prompt: str | None = Field(
+        "", max_length=PROMPT_MAX, description="empty: the negative prompt"
+    )
+    denoising_strength: float | None = Field(
+        None, allow_inf_nan=False,
+        description="with enable_hr: how far the second pass noises the upscaled picture, "
+        "0 < s <= 1; default 0.7",
+    )  # fmt: skip
 
     @field_validator("n_iter")
     @classmethod
@@ -423,9 +453,41 @@ def _info(
 )
 def txt2img(request: HttpRequest, payload: Txt2ImgIn):
     # partial: an interrupt answers the images made so far, as A1111 does.
-    generation = payload.to_request(chosen_model(request))
+    generation = with_hires(payload, payload.to_request(chosen_model(request)))
     records = run_for_client(request, generation, count=payload.count, partial=True)
-    return _answer(payload, records, payload.model_dump(), _info(payload, records, generation))
+    info = _info(payload, records, generation)
+    hires = records[0].parameters.hires if records else generation.hires
+    if hires is not None:  # as A1111's info says its hires fix: its steps as they ran
+        info |= hires_info(hires)
+    return _answer(payload, records, payload.model_dump(), info)
+
+
+def hires_info(hires: Hires) -> dict[str, Any]:
+    """`denoising_strength`, and the infotext's Hires entries in `extra_generation_params`."""
+    size = {"Hires resize": "x".join(map(str, hires.resize))} if hires.resize else {
+        "Hires upscale": hires.scale or SCALE_DEFAULT
+    }  # fmt: skip
+    return {
+        "denoising_strength": hires.denoising_strength,
+        "extra_generation_params": size
+        | {"Hires steps": hires.steps, "Hires upscaler": hires.upscaler},
+    }
+
+
+def with_hires(payload: Txt2ImgIn, generation: GenerationRequest) -> GenerationRequest:
+    """The hires fix enable_hr asks for, checked before anything is queued (a refusal names
+    A1111's field); without enable_hr the hr_* fields are ignored, as A1111 does."""
+    if not payload.enable_hr:
+        return generation
+    asked = services.HiresAsked(
+        scale=payload.hr_scale, resize=(payload.hr_resize_x or 0, payload.hr_resize_y or 0),
+        upscaler=payload.hr_upscaler, steps=payload.hr_second_pass_steps,
+        denoising_strength=payload.denoising_strength, prompt=payload.hr_prompt,
+        negative_prompt=payload.hr_negative_prompt,
+    )  # fmt: skip
+    return services.with_hires(
+        current_backend(), generation, asked=asked, fields=services.A1111_FIELDS
+    )
 
 
 def chosen_model(request: HttpRequest) -> str:
@@ -677,9 +739,18 @@ def schedulers(request: HttpRequest):
 
 for _path, _what in [
     ("/sd-vae", "none: the model's own VAE"),
-    ("/latent-upscale-modes", "none: no hires fix here"),
 ]:
     _empty(_path, _what)
+
+
+class LatentUpscaleMode(Schema):
+    name: str
+
+
+@router.get("/latent-upscale-modes", auth=auth, response={200: list[LatentUpscaleMode], **errors()})
+def latent_upscale_modes(request: HttpRequest):
+    """The hires fix's latent modes (hr_upscaler), A1111's, in its order."""
+    return [LatentUpscaleMode(name=name) for name in LATENT_MODES]
 
 
 class LoraOut(Schema):

@@ -21,6 +21,7 @@ from imagegen.api.protocol import NOT_BASE64, decode_base64
 JSON_TYPE = "application/json"
 FLAG = "async"  # read beside the schema's fields (imagegen.api.native.wants_async)
 FILE_PARTS = ("image", "mask")
+HIRES = "hires"  # an object in JSON, its keys the form's hires_* fields
 NOT_AN_OBJECT = "must be a JSON object of the form's fields"
 _PARSED = "_generate_json"  # where the request keeps its parsed body
 
@@ -39,8 +40,18 @@ def json_fields(request: HttpRequest) -> dict[str, Any]:
             raise FieldError("body", "must be a JSON document") from None
         if not isinstance(parsed, dict):
             raise FieldError("body", NOT_AN_OBJECT)
+        parsed = with_hires_fields(parsed)
         setattr(request, _PARSED, parsed)
     return parsed
+
+
+def with_hires_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A `hires` object as the form's fields: `{"hires": {"scale": 2}}` is `hires: true,
+    hires_scale: 2` (an unknown key is then refused by its field's name)."""
+    hires = fields.get(HIRES)
+    if not isinstance(hires, dict):
+        return fields
+    return {**fields, HIRES: True, **{f"{HIRES}_{key}": value for key, value in hires.items()}}
 
 
 def sent_names(request: HttpRequest) -> tuple[list[str], list[str]]:

@@ -186,6 +186,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
+    if parameters.hires is not None:  # X-Size is its first pass's, as the record's
+        png["X-Hires-Size"] = "x".join(map(str, parameters.hires.size))
     png["X-Device"] = record.device
     png["X-Model"] = parameters.model_id
     png["X-Generation-Seconds"] = f"{record.timings['generation_seconds']:.3f}"
@@ -282,6 +284,10 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     chosen = services.with_model(current_backend(), form.to_request())
+    if (hires := form.hires_asked()) is not None:
+        chosen = services.with_hires(
+            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
+        )
     if image is None:
         return chosen
     return services.edit_request(

@@ -30,6 +30,7 @@ from core.timestamps import iso_ms
 from imagegen import selectors
 from imagegen.api.bounds import AtMost
 from imagegen.backend import current_backend
+from imagegen.generation.hires import TXT2IMG_ONLY, hires_upscaler_names
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
@@ -51,6 +52,7 @@ from imagegen.generation.requests import (
 from imagegen.generation.schedulers import A1111_NAMES, NAMES, scheduler_for_input
 from imagegen.model.status import AdapterView, ModelStatus
 from imagegen.selectors import SyncEstimate
+from imagegen.services import HiresAsked
 
 # What the native `scheduler` field lists: the table's ids, then A1111's name for each (what
 # records and X-Scheduler answer, taken back in any case).
@@ -108,6 +110,11 @@ def _scheduler_schema(schema: dict[str, Any]) -> None:
     schema["enum"] = list(SCHEDULER_NAMES)
 
 
+def _hires_upscaler_schema(schema: dict[str, Any]) -> None:
+    plain_optional(schema)
+    schema["enum"] = hires_upscaler_names(settings.UPSCALERS)
+
+
 def _blank_is_absent(value: Any) -> Any:
     return None if isinstance(value, str) and is_blank(value) else value
 
@@ -154,6 +161,11 @@ OptionalGuidance = Annotated[
 
 
 FILE_PARTS = ("image", "mask")  # the file parts POST /generate takes
+HIRES_FIELDS = (
+    "hires_scale", "hires_width", "hires_height", "hires_upscaler", "hires_steps",
+    "hires_strength", "hires_prompt", "hires_negative_prompt",
+)  # fmt: skip
+HIRES_ONLY = "applies with hires=true only"
 
 
 class GenerateForm(Schema):
@@ -230,6 +242,48 @@ class GenerateForm(Schema):
         description="with async=true: an http(s) URL told when the job ends (a signed POST: "
         "job.succeeded, job.failed or job.cancelled); default the key's, else WEBHOOK_URL",
     )
+    hires: Annotated[bool, BeforeValidator(lambda v: _blank_is_absent(v) or False)] = Field(
+        default=False,
+        description="text-to-image only: the hires fix, a first pass at `size` (default the "
+        "model's native size), upscaled, then an img2img at the result's size; the hires_* "
+        "fields tune it (in JSON, `hires` may be an object of them without the prefix)",
+    )
+    hires_scale: Annotated[
+        Annotated[float, Field(gt=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(default=None, description="with hires=true: the result's scale, above 1; default 2")
+    hires_width: Annotated[
+        Annotated[int, Field(ge=0), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(
+        default=None,
+        description="with hires=true: the result's width instead of a scale (0 or absent: from "
+        "the height at the first pass's shape)",
+    )
+    hires_height: Annotated[
+        Annotated[int, Field(ge=0), AtMost("GEN_MAX_SIDE"), Integer] | None, *Optional
+    ] = Field(default=None, description="with hires=true: the result's height instead of a scale")
+    hires_upscaler: Annotated[Annotated[str, Field(max_length=200)] | None, *Optional] = Field(
+        default=None,
+        json_schema_extra=_hires_upscaler_schema,
+        description="with hires=true: a latent mode (GET /sdapi/v1/latent-upscale-modes) or an "
+        "upscaler (GET /sdapi/v1/upscalers), any case; default Latent",
+    )
+    hires_steps: Annotated[
+        Annotated[int, Field(ge=0), AtMost("GEN_MAX_STEPS"), Integer] | None, *Optional
+    ] = Field(default=None, description="with hires=true: the second pass's steps; default "
+              "(and 0) the first pass's")  # fmt: skip
+    hires_strength: Annotated[
+        Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Number] | None, *Optional
+    ] = Field(
+        default=None,
+        description="with hires=true: how far the second pass noises the upscaled picture, "
+        "0 < s <= 1; default 0.7",
+    )
+    hires_prompt: Annotated[Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional] = Field(
+        default=None, description="with hires=true: the second pass's; default the prompt"
+    )
+    hires_negative_prompt: Annotated[
+        Annotated[str, Field(max_length=PROMPT_MAX)] | None, *Optional
+    ] = Field(default=None, description="with hires=true: the second pass's negative prompt")
 
     @field_validator("scheduler")
     @classmethod
@@ -277,6 +331,22 @@ class GenerateForm(Schema):
             raise FieldError("only_masked", MASK_ONLY)
         if self.only_masked_padding is not None and not self.only_masked:
             raise FieldError("only_masked_padding", ONLY_MASKED_ONLY)
+        for name in HIRES_FIELDS:
+            if getattr(self, name) is not None and not self.hires:
+                raise FieldError(name, HIRES_ONLY)
+        if self.hires and editing:
+            raise FieldError("hires", TXT2IMG_ONLY)
+
+    def hires_asked(self) -> HiresAsked | None:
+        """The hires fix asked for; None without hires=true."""
+        if not self.hires:
+            return None
+        return HiresAsked(
+            scale=self.hires_scale, resize=(self.hires_width or 0, self.hires_height or 0),
+            upscaler=self.hires_upscaler, steps=self.hires_steps,
+            denoising_strength=self.hires_strength, prompt=self.hires_prompt,
+            negative_prompt=self.hires_negative_prompt,
+        )  # fmt: skip
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(

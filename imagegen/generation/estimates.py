@@ -12,13 +12,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from imagegen.generation.hires import steps_run as hires_steps_run
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.parameters import steps_run, steps_running
 from imagegen.generation.presets import NO_GUIDANCE
-from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.requests import EditRequest, GenerationRequest
 
 Size = tuple[int, int]
 KEPT = 3  # images kept per size
+NO_INPUT = "0" * 64  # the input of a hires fix's second pass, costed as an edit's
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def measured(image: ImageRecord, *, home: str) -> Timing | None:
     parameters, timings = image.parameters, image.timings
     stages = ("encode_seconds", "denoise_seconds", "decode_seconds")
     if image.device != home or not all(stage in timings for stage in stages):
+        return None
+    if parameters.hires is not None:  # its stages ran at two sizes
         return None
     # An edit measured the steps it ran at its working size.
     steps = steps_running(parameters)
@@ -152,6 +156,8 @@ def image_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
     """One image of `request` (defaults filled in), or None when nothing is known for it yet."""
     if request.upscale is not None:
         return upscale_cost(request)
+    if request.hires is not None:
+        return hires_cost(measurements, request)
     counted = measurements.counted
     size = request.size or measurements.native or (counted.size if counted else None)
     steps, guidance = request.steps, request.guidance
@@ -191,6 +197,37 @@ def upscale_cost(request: GenerationRequest) -> Cost:
         steps=1, encode_seconds=0.0, step_seconds=request.upscale.estimated_seconds(),
         decode_seconds=0.0, size=size, basis=size, counted=True,
     )  # fmt: skip
+
+
+def hires_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
+    """A hires fix's three phases as one image: the first pass at its size, the second at the
+    target as an edit of it (its input's encode counted, so an upscaler's decode and encode
+    are), its steps those it runs; the per-step figure is their mean, so steps left count."""
+    hires = request.hires
+    if hires is None or request.steps is None:
+        return None
+    first = image_cost(measurements, request.model_copy(update={"hires": None}))
+    steps = hires_steps_run(hires.steps or request.steps, hires.denoising_strength)
+    second = image_cost(
+        measurements,
+        request.model_copy(update={"hires": None, "size": hires.size, "steps": steps,
+                                   "edit": EditRequest(source=NO_INPUT, strength=1.0)}),
+    )  # fmt: skip
+    if first is None or second is None:
+        return None
+    denoise = first.steps * first.step_seconds + second.steps * second.step_seconds
+    # An upscaler's picture is decoded and encoded again; its own time is not counted.
+    image_encode = max(0.0, second.encode_seconds - first.encode_seconds)
+    return Cost(
+        steps=first.steps + second.steps,
+        encode_seconds=first.encode_seconds,
+        step_seconds=denoise / (first.steps + second.steps),
+        decode_seconds=second.decode_seconds
+        + (0.0 if hires.latent else first.decode_seconds + image_encode),
+        size=hires.size,
+        basis=second.basis,
+        counted=first.counted,
+    )
 
 
 def _pixels(size: Size) -> int:

@@ -11,6 +11,7 @@ from core.errors import ServiceError
 from imagegen import metrics
 from imagegen.errors import ModelLoading
 from imagegen.generation.edit_inputs import EditInputs, prepared_inputs
+from imagegen.generation.hires_render import HiresRun
 from imagegen.generation.images import GenerationParameters, ImageRecord, ImageStore, png_bytes
 from imagegen.generation.job_board import JobState
 from imagegen.generation.parameters import resolve, steps_running
@@ -135,6 +136,10 @@ def _run(
         edit = _edit_inputs(store, request, parameters)
         steps = steps_running(parameters)
         report.denoising(steps)
+        hires = None
+        if parameters.hires is not None:
+            report.phase("first pass")
+            hires = HiresRun(parameters.hires, loader.source.model_dir, report.phase)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
         previewer = Previewer(pipe, previews, partial_steps(request.partial_images, steps))
@@ -148,13 +153,15 @@ def _run(
             on_step=report.step, stop_requested=report.stop_requested, edit=edit,
             on_latents=on_latents if previews.on else None,
             loras=[(loader.source.model_dir / u.path, u.weight) for u in request.loras],
+            hires=hires,
         )  # fmt: skip
         generation = time.monotonic() - denoise_started
         worked = (parameters.width, parameters.height)  # "only masked": its cut-out's
         if parameters.edit is not None and parameters.edit.only_masked is not None:
             worked = parameters.edit.only_masked.size
         size = metrics.image_size(*worked)
-        for seconds in rendered.step_seconds:
+        # A hires fix's second pass runs at another size: its steps are not this size's.
+        for seconds in rendered.step_seconds[: parameters.steps if hires else None]:
             metrics.STEP_SECONDS.labels(size=size).observe(seconds)
         metrics.DECODE_SECONDS.labels(size=size).observe(rendered.stages["decode_seconds"])
         report.phase("saving")

@@ -26,6 +26,8 @@ from pydantic import (
 
 from core.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
+from imagegen.generation import hires as hires_fix
+from imagegen.generation.hires import Hires
 from imagegen.generation.requests import EditParameters, without_absent_edit
 from imagegen.generation.schedulers import infotext_sampler
 from imagegen.generation.stored_ids import is_digest, is_key_name
@@ -67,6 +69,9 @@ class GenerationParameters(BaseModel):
     loras: tuple[LoraRan, ...] = ()
     # What an upscale ran (POST /upscale, A1111's extras); absent: a generation.
     upscale: UpscaleParameters | None = None
+    # The hires fix that made the image at hires.size (width and height are its first pass's,
+    # as A1111's Size); absent: none.
+    hires: Hires | None = None
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, nor `lora_hashes`
     # or `loras` without LoRAs.
@@ -80,6 +85,8 @@ class GenerationParameters(BaseModel):
             data.pop("loras", None)
         if isinstance(data, dict) and self.upscale is None:
             data.pop("upscale", None)
+        if isinstance(data, dict) and self.hires is None:
+            data.pop("hires", None)
         return data
 
     def a1111_text(self) -> str:
@@ -104,6 +111,7 @@ class GenerationParameters(BaseModel):
                 if self.edit
                 else ""
             )
+            + (f", {hires_fix.infotext(self.hires)}" if self.hires else "")
         )
         return "\n".join(lines)
 

@@ -6,6 +6,7 @@ runs max(1, int(steps x strength)) steps, as diffusers and A1111 do."""
 import secrets
 from typing import Any
 
+from imagegen.generation.hires import steps_run as hires_steps_run
 from imagegen.generation.images import GenerationParameters, LoraRan
 from imagegen.generation.presets import GenerationRules
 from imagegen.generation.requests import (
@@ -73,6 +74,9 @@ def resolve(
         else edit_parameters(request.edit, steps=steps, inpaint_model=inpaint_model),
         lora_hashes=", ".join(f"{u.name}: {u.hash}" for u in request.loras) or None,
         loras=tuple(LoraRan(name=u.name, weight=u.weight) for u in request.loras),
+        hires=None
+        if request.hires is None
+        else request.hires.model_copy(update={"steps": request.hires.steps or steps}),
     )
 
 
@@ -101,7 +105,10 @@ def steps_run(steps: int, strength: float) -> int:
 
 
 def steps_running(parameters: GenerationParameters) -> int:
-    """An edit runs fewer steps (strength); anything else runs those asked."""
+    """An edit runs fewer steps (strength); a hires fix adds its second pass's; anything else
+    runs those asked."""
+    if (hires := parameters.hires) is not None:
+        return parameters.steps + hires_steps_run(hires.steps, hires.denoising_strength)
     return parameters.steps if parameters.edit is None else parameters.edit.steps_run
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.generation.edit_inputs import EditInputs
+from imagegen.generation.hires_render import HiresRun
 from imagegen.generation.images import GenerationParameters
 from imagegen.generation.masks import blurred_mask, pasted_back
 from imagegen.generation.parameters import steps_running
@@ -51,12 +52,14 @@ def render(
     edit: EditInputs | None = None,
     on_latents: Callable[[Any, int, int], None] | None = None,
     loras: Sequence[tuple[Path, float]] = (),
+    hires: HiresRun | None = None,
 ) -> Rendered:
     """Runs the pipeline on `device`, then puts `home` and the model's scheduler back.
 
     `on_step` counts asked steps and may raise Cancelled. `stop_requested()` runs hundreds of
     times a step, so it must be a flag read. `on_latents` must not change the latents. `loras`
-    (file, weight) run for this image alone; the encoders see the prompt without its tags."""
+    (file, weight) run for this image alone; the encoders see the prompt without its tags.
+    `hires` adds the upscale and the second pass; the steps count both passes'."""
     import torch
 
     def check() -> None:
@@ -66,11 +69,13 @@ def render(
     marks: dict[str, float] = {}
     step_seconds: list[float] = []
     total = steps_running(parameters)
+    # The pass running: the steps done before it, and its own (a hires fix has two passes).
+    span = [0, total if hires is None else parameters.steps]
 
     def step_end(pipe_: Any, index: int, _timestep: Any, tensors: dict) -> dict:
         now = time.monotonic()
-        calls = getattr(pipe_, "num_timesteps", None) or total
-        done = asked_steps_done(index + 1, calls, total)
+        calls = getattr(pipe_, "num_timesteps", None) or span[1]
+        done = span[0] + asked_steps_done(index + 1, calls, span[1])
         if done > len(step_seconds):  # the steps this timestep completed share its time
             since = marks.get("step_mark") or marks.get("encoded", now)
             new = done - len(step_seconds)
@@ -113,6 +118,8 @@ def render(
             stop_points(pipe).watching(check),  # the hooks sit on the shared modules
         ):
             started = time.monotonic()
+            # A CPU generator gives the same image for a seed on every device.
+            generator = torch.Generator("cpu").manual_seed(parameters.seed)
             image = runs(
                 prompt=without_tags(parameters.prompt),
                 negative_prompt=parameters.negative_prompt,
@@ -120,10 +127,16 @@ def render(
                 guidance_scale=parameters.guidance,
                 **size,
                 **inputs,
-                # A CPU generator gives the same image for a seed on every device.
-                generator=torch.Generator("cpu").manual_seed(parameters.seed),
+                **(hires.first_pass_output if hires is not None else {}),
+                generator=generator,
                 callback_on_step_end=step_end,
             ).images[0]
+            if hires is not None:
+                span[:] = [parameters.steps, total - parameters.steps]
+                image = hires.finish(
+                    pipe, image, parameters=parameters, scheduler=scheduler,
+                    generator=generator, check=check, step_end=step_end,
+                )  # fmt: skip
             finished = time.monotonic()
             if edit is not None and mask is not None:
                 if edit.cutout is not None:

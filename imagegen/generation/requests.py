@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from core.errors import FieldError
 from imagegen.generation import framing
 from imagegen.generation.framing import JUST_RESIZE, Region
+from imagegen.generation.hires import Hires
 from imagegen.generation.presets import Adjustment
 from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.generation.stored_ids import SHA256
@@ -99,6 +100,10 @@ class GenerationRequest(BaseModel):
     upscale: UpscaleRequest | None = Field(
         default=None, description="an upscale (POST /upscale); its prompt fields stay empty"
     )
+    hires: Hires | None = Field(
+        default=None,
+        description="a text-to-image's hires fix (`size` its first pass); absent: none",
+    )
 
     # Text-to-image answers, records and PNGs carry no `edit` key at all, and no
     # `partial_images` unless a stream asked for some.
@@ -114,6 +119,8 @@ class GenerationRequest(BaseModel):
             data.pop("loras", None)
         if isinstance(data, dict) and self.upscale is None:
             data.pop("upscale", None)
+        if isinstance(data, dict) and self.hires is None:
+            data.pop("hires", None)
         return data
 
     adjusted: list[Adjustment] = Field(

@@ -11,6 +11,7 @@ from imagegen.services.checkpoints import (
     checkpoint_switching,
 )
 from imagegen.services.edit_intake import edit_request
+from imagegen.services.hires import A1111_FIELDS, NATIVE_FIELDS, HiresAsked, with_hires
 from imagegen.services.inputs import INPUT_GRACE_SECONDS, image_delete, inputs_release
 from imagegen.services.jobs import (
     generation_interrupt,
@@ -37,9 +38,12 @@ from imagegen.services.webhooks import (
 )
 
 __all__ = [
+    "A1111_FIELDS",
     "INPUT_GRACE_SECONDS",
+    "NATIVE_FIELDS",
     "NO_SECRET",
     "SYNC_WEBHOOK",
+    "HiresAsked",
     "KeyQuota",
     "WebhookPlan",
     "checkpoint_choose",
@@ -64,6 +68,7 @@ __all__ = [
     "webhook_secrets",
     "webhook_watch",
     "webhooks_start",
+    "with_hires",
     "with_loras",
     "with_model",
 ]

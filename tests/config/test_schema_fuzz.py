@@ -45,8 +45,16 @@ from core.text import is_blank as text_is_blank
 from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
 from imagegen.api.protocol import NOT_BASE64
-from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, NUMBER_TOO_LONG
+from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, HIRES_ONLY, NUMBER_TOO_LONG, parse_size
+from imagegen.api.schemas import HIRES_FIELDS as SCHEMA_HIRES_FIELDS
 from imagegen.generation.edit_inputs import MARKS_NOTHING, NOT_AN_IMAGE
+from imagegen.generation.hires import (
+    SCALE_RULE,
+    STRENGTH_RULE,
+    TXT2IMG_ONLY,
+    target_rule,
+    target_size,
+)
 from imagegen.generation.requests import EDIT_ONLY, MASK_NEEDS_IMAGE, MASK_ONLY, ONLY_MASKED_ONLY
 from imagegen.generation.schedulers import (
     A1111_SCHEDULES,
@@ -54,7 +62,7 @@ from imagegen.generation.schedulers import (
     UnknownScheduler,
     a1111_scheduler,
 )
-from imagegen.services import NO_SECRET, SYNC_WEBHOOK, upscale_intake
+from imagegen.services import A1111_FIELDS, NATIVE_FIELDS, NO_SECRET, SYNC_WEBHOOK, upscale_intake
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.health_watch import health_beside
 from tests.support.model_service import SD_REPO, ready_app
@@ -368,6 +376,78 @@ def is_unoffered_upscaler(case: Case, field: str) -> bool:
     return isinstance(value, str) and value.strip().lower() not in OFFERED_UPSCALERS | {""}
 
 
+# The tiny SD model's own size (its UNet's 32 latents, its VAE's 2x): a first pass sent no size.
+TINY_NATIVE = (64, 64)
+HIRES_FIELDS = {"hr_scale": A1111_FIELDS, "hr_resize_x": A1111_FIELDS,
+                "hr_resize_y": A1111_FIELDS, "hires_scale": NATIVE_FIELDS,
+                "hires_width": NATIVE_FIELDS, "hires_height": NATIVE_FIELDS}  # fmt: skip
+
+
+def _on(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "on", "yes")
+
+
+def hires_target_refused(case: Case, field: str) -> bool:
+    """The hires fix's target rule (imagegen/generation/hires.py, target_size) run again on
+    what was sent, naming `field`: a scale or size that makes a result no larger than the
+    first pass or past GEN_MAX_SIDE (the fuzzed app's FUZZ_MAX_SIDE: every one). A1111's needs
+    enable_hr, the native form's hires."""
+    native = field.startswith("hires_")
+    names = HIRES_FIELDS[field]
+    if not _on(sent(case, "hires" if native else "enable_hr")):
+        return False
+
+    def number(name: str) -> Any:
+        value = sent(case, names[name])
+        return None if value in (MISSING, None, "") else float(value)
+
+    if native:
+        size = sent(case, "size")
+        first = TINY_NATIVE if size in (MISSING, None, "") else parse_size(str(size))
+    else:
+        width, height = (sent(case, side) for side in ("width", "height"))
+        width = height if width in (MISSING, None) else width
+        height = width if height in (MISSING, None) else height
+        first = TINY_NATIVE if width in (MISSING, None) else (int(width), int(height))
+    resize = tuple(int(number(side) or 0) for side in ("resize_x", "resize_y"))
+    try:
+        target_size(first, scale=number("scale"), resize=resize,  # type: ignore[arg-type]
+                    fields=names, max_side=FUZZ_MAX_SIDE)  # fmt: skip
+    except FieldError as refused:
+        return refused.field == field
+    return False
+
+
+def hires_scale_refused(case: Case, field: str) -> bool:
+    """hr_scale with enable_hr and no hr_resize_x/y: above 1 (imagegen/generation/hires.py)."""
+    resized = any(
+        sent(case, side) not in (MISSING, None, 0) for side in ("hr_resize_x", "hr_resize_y")
+    )
+    scale = sent(case, field)
+    return (
+        _on(sent(case, "enable_hr"))
+        and not resized
+        and scale not in (MISSING, None)
+        and not float(scale) > 1
+    )
+
+
+def hires_strength_refused(case: Case, field: str) -> bool:
+    """txt2img's denoising_strength with enable_hr: 0 < s <= 1 (imagegen/generation/hires.py);
+    without enable_hr it is ignored, so its schema cannot bound it."""
+    value = sent(case, field)
+    return (
+        _on(sent(case, "enable_hr"))
+        and value not in (MISSING, None)
+        and not (0 < float(value) <= 1)
+    )
+
+
+def hires_field_without_hires(case: Case, field: str) -> bool:
+    """A hires_* field tunes hires=true's fix: refused without it rather than ignored."""
+    return not _on(sent(case, "hires")) and sent(case, field) not in (MISSING, None, "")
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -463,6 +543,37 @@ ALLOWED_REFUSALS = {
         "document's: the description says so, and the 400 lists the offered ids",
         is_unoffered_model,
     ),
+    **{
+        (field, target_rule(FUZZ_MAX_SIDE)): Allowed(
+            "a hires fix's result must be larger than its first pass and within GEN_MAX_SIDE: "
+            "its size is the first pass's (width and height, or the model's own) times the "
+            "scale, or the size asked, which JSON Schema cannot compute",
+            hires_target_refused,
+        )
+        for field in HIRES_FIELDS
+    },
+    ("hr_scale", SCALE_RULE): Allowed(
+        "A1111 clients send hr_scale whether or not enable_hr is on (webuiapi always, "
+        "SillyTavern from a slider starting at 1), so only enable_hr's fix bounds it",
+        hires_scale_refused,
+    ),
+    ("denoising_strength", STRENGTH_RULE): Allowed(
+        "as hr_scale: A1111 clients send txt2img's denoising_strength with the fix off",
+        hires_strength_refused,
+    ),
+    ("hires", TXT2IMG_ONLY): Allowed(
+        "the hires fix is text-to-image's: refused with an `image` rather than ignored, which "
+        "a form's schema cannot state",
+        lambda case, _field: not sent_no_image(case, "image"),
+    ),
+    **{
+        (field, HIRES_ONLY): Allowed(
+            "a hires_* field tunes hires=true's fix; a schema cannot state one field's need of "
+            "another's value",
+            hires_field_without_hires,
+        )
+        for field in SCHEMA_HIRES_FIELDS
+    },
     ("sampler_name", SAMPLER_RULE): Allowed(
         "A1111's sampler and schedule type are each one of a listed set (their enums), but not "
         "every sampler has every schedule type; JSON Schema states no such pairs on a field",
@@ -729,6 +840,29 @@ _PNG64 = base64.b64encode(_png("RGB")).decode()  # 8x8
         (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="R-ESRGAN 4x+"), True),
         (is_unoffered_upscaler, "upscaler_1", _a1111(upscaler_1="None"), False),
         (is_unoffered_upscaler, "upscaler", _sent({"upscaler": " lanczos"}), False),
+        (hires_target_refused, "hr_scale", _a1111(enable_hr=True, hr_scale=2), True),
+        (hires_target_refused, "hr_scale", _a1111(enable_hr=False, hr_scale=2), False),
+        (hires_target_refused, "hr_resize_x", _a1111(enable_hr=True, hr_resize_x=64), True),
+        (hires_target_refused, "hr_scale", _a1111(enable_hr=True, hr_resize_x=64), False),
+        (hires_target_refused, "hires_scale", _sent({"hires": "true", "size": "64x64"}), True),
+        (hires_target_refused, "hires_width", _sent({"hires": "on", "hires_width": "8"}), True),
+        (hires_target_refused, "hires_scale", _sent({"hires_scale": "2"}), False),
+        (hires_scale_refused, "hr_scale", _a1111(enable_hr=True, hr_scale=1), True),
+        (hires_scale_refused, "hr_scale", _a1111(enable_hr=True, hr_scale=1, hr_resize_x=8), False),
+        (
+            hires_strength_refused,
+            "denoising_strength",
+            _a1111(enable_hr=1, denoising_strength=0),
+            True,
+        ),
+        (hires_strength_refused, "denoising_strength", _a1111(denoising_strength=0), False),
+        (hires_field_without_hires, "hires_steps", _sent({"hires_steps": "3"}), True),
+        (
+            hires_field_without_hires,
+            "hires_steps",
+            _sent({"hires": "1", "hires_steps": "3"}),
+            False,
+        ),
     ],
 )
 def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case, refused):
@@ -747,6 +881,18 @@ def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case,
     elif holds is has_no_alpha:
         with pytest.raises(FieldError) if refused else nullcontext():
             repaint_mask(file_bytes(value))
+    elif holds is hires_target_refused and refused:
+        body = case.body
+        with pytest.raises(FieldError):
+            if "hires" in body:
+                first = parse_size(body.get("size", "64x64"))
+                target_size(first, scale=float(body.get("hires_scale", 2)),
+                            resize=(int(body.get("hires_width", 0)), 0), fields=NATIVE_FIELDS,
+                            max_side=FUZZ_MAX_SIDE)  # fmt: skip
+            else:
+                target_size(TINY_NATIVE, scale=body.get("hr_scale"),
+                            resize=(body.get("hr_resize_x", 0), 0), fields=A1111_FIELDS,
+                            max_side=FUZZ_MAX_SIDE)  # fmt: skip
     elif holds is is_unoffered_sampler:
         body = case.body
         sampler = body.get("sampler_name") or body.get("sampler_index")

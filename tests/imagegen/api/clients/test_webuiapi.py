@@ -191,7 +191,10 @@ def test_models_options_and_the_lists_clients_read(app):
     assert {"Euler a", "DPM++ 2M", "LCM"} <= {s["name"] for s in api.get_samplers()}
     assert "Karras" in {s["label"] for s in api.get_schedulers()}
     assert [u["name"] for u in api.get_upscalers()] == ["Lanczos", "Nearest"]  # no UPSCALERS
-    for read in (api.get_sd_vae, api.get_latent_upscale_modes, api.get_loras):
+    assert [m["name"] for m in api.get_latent_upscale_modes()][:2] == [
+        "Latent", "Latent (antialiased)"
+    ]  # fmt: skip
+    for read in (api.get_sd_vae, api.get_loras):
         assert read() == []
 
 

@@ -1,0 +1,120 @@
+"""The hires fix's upscale and second pass, run inside render's one session of the pipeline
+(its LoRAs, stop points and prompt cache already on), so the three phases are one job.
+
+The second pass is the img2img pipeline made of the loaded one's components (no weight is
+copied). A latent mode resizes the first pass's latents and hands them to it as they are; an
+upscaler gets the decoded picture and its result is encoded again."""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagegen.generation.hires import LATENT_MODES, Hires, second_pass_schedule
+from imagegen.generation.images import GenerationParameters
+from imagegen.generation.prompt_tags import without_tags
+from imagegen.generation.schedulers import scheduler_applied
+from imagegen.model import prompt_cache
+from imagegen.model.edit_pipelines import edit_pipeline
+
+# The tiles' share of the memory left beside the weights, and its floor: the tiles' activations
+# are counted by the tile planner, the rest is the second pass's room.
+TILE_SHARE = 4
+TILE_BUDGET_MIN = 256 * 2**20
+MEMORY_UNKNOWN = 8 * 2**30  # the limit assumed where neither cgroup nor /proc says
+
+_networks: dict[Path, Any] = {}  # the last upscaler network loaded, by its file
+_networks_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class HiresRun:
+    """A job's hires fix: its settings (steps resolved), where its upscaler's file lies, and
+    where its phases are told."""
+
+    hires: Hires
+    model_dir: Path
+    phase: Callable[[str], None]
+
+    @property
+    def first_pass_output(self) -> dict[str, str]:
+        """A latent mode keeps the first pass's latents: no decode."""
+        return {"output_type": "latent"} if self.hires.latent else {}
+
+    def finish(
+        self,
+        pipe: Any,
+        first: Any,
+        *,
+        parameters: GenerationParameters,
+        scheduler: str | None,
+        generator: Any,
+        check: Callable[[], None],
+        step_end: Callable[..., dict],
+    ) -> Any:
+        """The first pass's output (latents or a picture) upscaled and worked again: the image."""
+        self.phase("upscaling")
+        check()
+        picture = self._upscaled(pipe, first, check)
+        check()
+        self.phase("second pass")
+        hires = self.hires
+        runs = edit_pipeline(pipe, inpaint=False)
+        with scheduler_applied(runs, scheduler), prompt_cache.used(pipe, runs):
+            return runs(
+                prompt=without_tags(parameters.prompt if hires.prompt is None else hires.prompt),
+                negative_prompt=parameters.negative_prompt
+                if hires.negative_prompt is None
+                else hires.negative_prompt,
+                num_inference_steps=second_pass_schedule(hires.steps, hires.denoising_strength),
+                strength=hires.denoising_strength,
+                guidance_scale=parameters.guidance,
+                image=picture,
+                generator=generator,
+                callback_on_step_end=step_end,
+            ).images[0]
+
+    def _upscaled(self, pipe: Any, first: Any, check: Callable[[], None]) -> Any:
+        width, height = self.hires.size
+        if self.hires.latent:
+            from torch.nn.functional import interpolate
+
+            mode, antialias = LATENT_MODES[self.hires.upscaler]
+            latents = first if first.ndim == 4 else first[None]
+            factor = pipe.vae_scale_factor
+            return interpolate(
+                latents, size=(height // factor, width // factor), mode=mode, antialias=antialias
+            )
+        from PIL import Image
+
+        upscaler = self._upscaler()
+        image = upscaler.upscale(
+            first, scale=width / first.width, budget_bytes=tile_budget(pipe), check=check
+        )
+        return image if image.size == (width, height) else image.resize(
+            (width, height), Image.Resampling.LANCZOS
+        )  # fmt: skip
+
+    def _upscaler(self) -> Any:
+        from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST, load_model_upscaler
+
+        for kind in (LANCZOS, NEAREST):
+            if kind.name == self.hires.upscaler:
+                return kind
+        if self.hires.path is None:
+            raise ValueError(f"the upscaler {self.hires.upscaler} has no file")
+        path = self.model_dir / self.hires.path
+        with _networks_lock:
+            if path not in _networks:
+                _networks.clear()  # one network kept: the next job most likely asks the same
+                _networks[path] = load_model_upscaler(path, name=self.hires.upscaler)
+            return _networks[path]
+
+
+def tile_budget(pipe: Any) -> int:
+    """Bytes an upscaler's tiles may take: a share of what the limit leaves beside the weights."""
+    from imagegen.model.memory import memory_limit, weights_bytes
+
+    left = (memory_limit() or MEMORY_UNKNOWN) - weights_bytes(pipe.components.values())
+    return max(TILE_BUDGET_MIN, left // TILE_SHARE)
