@@ -19,6 +19,7 @@ compiled output and eager's for the same inputs (the decoder's in 8-bit pixel le
 
     .venv/bin/python bench/compile_bench.py                        # every part (hours)
     .venv/bin/python bench/compile_bench.py --parts sd15-unet-512  # one part
+    .venv/bin/python bench/compile_bench.py --parts sdxl-unet-512 --reuse-variants copied
     .venv/bin/python bench/compile_bench.py --smoke                # tiny UNet 64x64
     .venv/bin/python bench/compile_bench.py --dry-run              # the header and plan only
 """
@@ -66,6 +67,7 @@ PARTS = {
 }
 DEFAULT_PARTS = [name for name in PARTS if name != "tiny-unet-64"]
 COMPILED = ("compiled-cold", "compiled-warm-local", "compiled-copied", "compiled-artefacts")
+REUSE = ["warm-local", "copied", "artefacts"]  # the second-process variants, COMPILED[1:]
 
 
 @dataclass
@@ -246,7 +248,8 @@ def measure(part: Part, variant: str, args: argparse.Namespace, work: Path) -> R
 
 
 def measure_part(part: Part, args: argparse.Namespace, work: Path) -> list[Row]:
-    variants = ["eager", "compiled-cold"] + (list(COMPILED[1:]) if args.reuse else [])
+    reused = [f"compiled-{name}" for name in args.reuse_variants] if args.reuse else []
+    variants = ["eager", "compiled-cold", *reused]
     rows = [measure(part, variant, args, work) for variant in variants]
     eager = rows[0]
     for row in rows[1:]:
@@ -301,6 +304,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_false",
         help="skip the second-process variants (warm, copied, artefacts)",
     )
+    parser.add_argument(
+        "--reuse-variants",
+        type=lambda text: text.split(","),
+        default=REUSE,
+        help=f"which second-process variants, comma-separated, from {', '.join(REUSE)} (all)",
+    )
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny UNet at 64x64")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the header and the plan, measure nothing"
@@ -316,6 +325,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [name for name in args.parts if name not in PARTS]
     if unknown:
         parser.error(f"--parts: unknown {', '.join(unknown)}; expected from {', '.join(PARTS)}")
+    wrong = [name for name in args.reuse_variants if name not in REUSE]
+    if wrong:
+        parser.error(
+            f"--reuse-variants: unknown {', '.join(wrong)}; expected from {', '.join(REUSE)}"
+        )
     if args.calls < 1 or args.threads < 1:
         parser.error("--calls and --threads must be >= 1")
     return args
@@ -330,7 +344,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"parts: {', '.join(args.parts)} | {args.calls} timed calls after one warm-up")
     config = {"parts": args.parts, "calls": args.calls, "threads": args.threads,
-              "reuse": args.reuse, "torch": torch.__version__, "seed": SEED}  # fmt: skip
+              "reuse": args.reuse and args.reuse_variants, "torch": torch.__version__,
+              "seed": SEED}  # fmt: skip
     if args.dry_run:
         summary = "summary: dry run, nothing measured"
         common.finish("compile", machine, {"config": config, "results": []}, summary, args.json)

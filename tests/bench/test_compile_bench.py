@@ -39,3 +39,11 @@ def test_help_names_every_part(capsys):
     assert raised.value.code == 0
     unwrapped = "".join(capsys.readouterr().out.split())  # argparse wraps at hyphens too
     assert all(name in unwrapped for name in PARTS)
+
+
+def test_the_second_process_variants_can_be_chosen_and_an_unknown_one_is_refused(capsys):
+    assert parse_args([]).reuse_variants == ["warm-local", "copied", "artefacts"]
+    assert parse_args(["--reuse-variants", "copied"]).reuse_variants == ["copied"]
+    with pytest.raises(SystemExit):
+        parse_args(["--reuse-variants", "copied,shared"])
+    assert "--reuse-variants: unknown shared" in capsys.readouterr().err

@@ -1,6 +1,8 @@
 """bench/upscale_bench.py, so it cannot rot: its quick run (a tiny RRDBNet on 96x96, in
-process) prints the harness's header, the tiled run beside the one pass with each one's peak
-memory, and the summary; it measures nothing."""
+process, read back from a Real-ESRGAN-layout file by the service's loader) prints the
+harness's header, the service's tiled run beside the one pass (with and without a resident
+tiny model; beside it, at the budget given and at the budget its peak target leaves), each
+with its peak memory, and the summary; it measures nothing."""
 
 import json
 from pathlib import Path
@@ -9,6 +11,7 @@ import pytest
 
 from bench.upscale_bench import main
 from tests.bench.harness import check_run
+from tests.support.model_service import SD_REPO
 
 
 def test_the_quick_run_measures_tiles_beside_one_pass(tmp_path: Path, capsys):
@@ -17,16 +20,35 @@ def test_the_quick_run_measures_tiles_beside_one_pass(tmp_path: Path, capsys):
     document = json.loads(out.read_text())
     printed = capsys.readouterr().out
     check_run(document, printed, "upscale")
-    tiled, plain = document["runs"]
-    assert (tiled["variant"], plain["variant"]) == ("tiled", "one_pass")
-    assert tiled["size"] == plain["size"] == 96
+    plain, service = document["runs"]
+    assert (plain["variant"], service["variant"]) == ("one_pass", "service")
+    assert plain["size"] == service["size"] == 96
     # A 10 MiB budget cuts the picture in 3 x 3 tiles of 33 (+16 margins): more pixels computed.
-    assert (tiled["tiles"], tiled["tile_side"], plain["tiles"]) == (9, 33, 1)
-    assert tiled["computed_pixels"] > plain["computed_pixels"] == 96 * 96
-    for run in (tiled, plain):
-        assert run["seconds"] > 0 and run["peak_rss_bytes"] > run["weights_bytes"] > 0
-    assert document["ratios"]["tiled_vs_one_pass_seconds"] == pytest.approx(
-        tiled["seconds"] / plain["seconds"]
+    assert (service["tiles"], service["tile_side"], plain["tiles"]) == (9, 33, 1)
+    assert service["computed_pixels"] > plain["computed_pixels"] == 96 * 96
+    for run in (plain, service):
+        assert run["seconds"] > 0 and run["peak_during_bytes"] > run["weights_bytes"] > 0
+        assert run["resident_model_bytes"] == 0
+    ratios = document["ratios"]
+    assert ratios["service_vs_one_pass_seconds"] == pytest.approx(
+        service["seconds"] / plain["seconds"]
     )
+    assert ratios["service_computed_pixels"] == pytest.approx(service["computed_pixels"] / 96**2)
     assert isinstance(document["max_pixel_difference"], int)
-    assert "tiled" in printed and "one_pass" in printed
+    assert "one_pass" in printed and "service" in printed
+
+
+def test_beside_a_resident_model_the_target_sizes_the_budget(tmp_path: Path, hub_root: Path):
+    out = tmp_path / "upscale.json"
+    assert main(["--quick", "--resident", str(hub_root / SD_REPO), "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert [r["variant"] for r in document["runs"]] == ["one_pass", "resident", "resident"]
+    _, given, targeted = document["runs"]
+    # The model held: the process's RSS with it loaded; the first run at the budget given, the
+    # second at what 1.1x that (plus the upscaler) leaves beside what was resident before.
+    assert given["resident_model_bytes"] > 0 and given["budget_bytes"] == 10 * 2**20
+    assert targeted["budget_bytes"] == (
+        int(1.1 * (targeted["resident_model_bytes"] + targeted["weights_bytes"]))
+        - targeted["rss_before_bytes"]
+    )
+    assert len(document["ratios"]["resident_peak_over_model_plus_upscaler"]) == 2
