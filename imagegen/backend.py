@@ -35,7 +35,7 @@ from imagegen.generation.presets import GenerationRules, generation_rules, prese
 from imagegen.generation.previews import PreviewPolicy
 from imagegen.generation.rates import LocalRates, RateCounter
 from imagegen.generation.shared_runs import LocalRuns, RunRegistry
-from imagegen.generation.upscale import Upscaling, tile_budget
+from imagegen.generation.upscale import Upscaling
 from imagegen.model import hub
 from imagegen.model.cpu import torch_threads
 from imagegen.model.decoder import FULL_DECODER
@@ -285,7 +285,7 @@ def build_backend() -> Backend:
         throughput=settings.GEN_THROUGHPUT,
         models={m.id: (shelf.loader(m.id), m.rules) for m in catalog.models if not m.default},
         shelf=shelf,
-        upscaling=upscaling_of(upscalers),
+        upscaling=upscaling_of(upscalers, shelf),
     )
     return Backend(
         jobs=jobs, models=loader, loader=loader, images=images,
@@ -346,25 +346,26 @@ def worker_runtime(name: str) -> "WorkerRuntime":
     loader, *others = [new_loader(source) for source in sources]
     kept = [each for each in (loader, *others) if each.source.model_id in may_run]
     client = redis_client()
+    shelf = ModelShelf(kept, shelf_limit())
     return WorkerRuntime(
         job_store(client),
         loader,
         ImageStore(settings.OUTPUT_DIR),
-        shelf=ModelShelf(kept, shelf_limit()),
+        shelf=shelf,
         may_run=may_run,
         name=name,
         load_timeout=settings.GEN_LOAD_TIMEOUT,
         timings=RedisTimings(client, measured_model(model_source())),
         previews=preview_policy(),
         throughput=settings.GEN_THROUGHPUT,
-        upscaling=upscaling_of(offered_upscalers()),
+        upscaling=upscaling_of(offered_upscalers(), shelf),
     )
 
 
-def upscaling_of(upscalers: OfferedUpscalers) -> Upscaling:
-    """The offered upscalers with their tiles' budget (UPSCALE_TILE_MEMORY), for whoever runs
-    the jobs."""
-    return Upscaling(upscalers, tile_budget(settings.UPSCALE_TILE_MEMORY))
+def upscaling_of(upscalers: OfferedUpscalers, shelf: ModelShelf) -> Upscaling:
+    """The offered upscalers with their tiles' budget (UPSCALE_TILE_MEMORY, else sized by the
+    shelf's resident models), for whoever runs the jobs."""
+    return Upscaling(upscalers, settings.UPSCALE_TILE_MEMORY, shelf.resident_bytes)
 
 
 def preview_policy() -> PreviewPolicy:

@@ -24,8 +24,9 @@ from imagegen.generation.previews import (
 )
 from imagegen.generation.render import Cancelled, render
 from imagegen.generation.requests import GenerationRequest, InpaintModel
-from imagegen.generation.upscale import Upscaling, run_upscale
+from imagegen.generation.upscale import Upscaling, run_upscale, tile_budget
 from imagegen.model.loader import ModelLoader
+from imagegen.model.memory import weights_bytes
 from imagegen.model.status import describe
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ def _run(
         hires = None
         if parameters.hires is not None:
             report.phase("first pass")
-            hires = HiresRun(parameters.hires, loader.source.model_dir, report.phase)
+            budget = (upscaling.budget() if upscaling is not None
+                      else tile_budget(0, weights_bytes(pipe.components.values())))  # fmt: skip
+            hires = HiresRun(parameters.hires, loader.source.model_dir, report.phase, budget)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
         previewer = Previewer(pipe, previews, partial_steps(request.partial_images, steps))

@@ -18,24 +18,19 @@ from imagegen.generation.schedulers import scheduler_applied
 from imagegen.model import prompt_cache
 from imagegen.model.edit_pipelines import edit_pipeline
 
-# The tiles' share of the memory left beside the weights, and its floor: the tiles' activations
-# are counted by the tile planner, the rest is the second pass's room.
-TILE_SHARE = 4
-TILE_BUDGET_MIN = 256 * 2**20
-MEMORY_UNKNOWN = 8 * 2**30  # the limit assumed where neither cgroup nor /proc says
-
 _networks: dict[Path, Any] = {}  # the last upscaler network loaded, by its file
 _networks_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class HiresRun:
-    """A job's hires fix: its settings (steps resolved), where its upscaler's file lies, and
-    where its phases are told."""
+    """A job's hires fix: its settings (steps resolved), where its upscaler's file lies, where
+    its phases are told, and its upscaler's tile budget (imagegen.generation.upscale's rule)."""
 
     hires: Hires
     model_dir: Path
     phase: Callable[[str], None]
+    tile_budget_bytes: int
 
     @property
     def first_pass_output(self) -> dict[str, str]:
@@ -90,7 +85,7 @@ class HiresRun:
 
         upscaler = self._upscaler()
         image = upscaler.upscale(
-            first, scale=width / first.width, budget_bytes=tile_budget(pipe), check=check
+            first, scale=width / first.width, budget_bytes=self.tile_budget_bytes, check=check
         )
         return image if image.size == (width, height) else image.resize(
             (width, height), Image.Resampling.LANCZOS
@@ -110,11 +105,3 @@ class HiresRun:
                 _networks.clear()  # one network kept: the next job most likely asks the same
                 _networks[path] = load_model_upscaler(path, name=self.hires.upscaler)
             return _networks[path]
-
-
-def tile_budget(pipe: Any) -> int:
-    """Bytes an upscaler's tiles may take: a share of what the limit leaves beside the weights."""
-    from imagegen.model.memory import memory_limit, weights_bytes
-
-    left = (memory_limit() or MEMORY_UNKNOWN) - weights_bytes(pipe.components.values())
-    return max(TILE_BUDGET_MIN, left // TILE_SHARE)

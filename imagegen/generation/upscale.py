@@ -6,6 +6,7 @@ source was generated here."""
 
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -22,11 +23,13 @@ if TYPE_CHECKING:
     from imagegen.model.upscalers.offered import OfferedUpscalers
     from imagegen.model.upscalers.upscaler import Upscaler
 
-# UPSCALE_TILE_MEMORY=0 (auto): a tile's activations get this much at most, and never more than
-# an AUTO_SHARE of the memory limit, so an upscale beside a resident model stays within a little
-# of the model's own size.
-AUTO_TILE_BYTES = 2 * 2**30
-AUTO_SHARE = 8
+# UPSCALE_TILE_MEMORY=0 (auto): a tile's activations get a tenth of the model weights in
+# memory beside them, so an upscale's peak stays near 1.1x of the resident models and the
+# upscaler (docs/performance.md, "Upscaling": 1.10x measured beside SD 1.5), within these
+# bounds. With no model in memory, the room a model would take: an eighth of the limit.
+AUTO_SHARE = 10
+AUTO_TILE_MIN = 256 * 2**20
+AUTO_TILE_MAX = 2 * 2**30
 
 
 class UpscaleReport(Protocol):
@@ -43,20 +46,27 @@ class UpscaleReport(Protocol):
 
 @dataclass(frozen=True)
 class Upscaling:
-    """What runs an upscale job in this process: the offered upscalers and the tiles' memory
-    budget in bytes."""
+    """What runs upscales in this process (an upscale job, a hires fix's upscaler): the offered
+    upscalers, UPSCALE_TILE_MEMORY, and the fp32 bytes of the models in memory now."""
 
     offered: "OfferedUpscalers"
-    budget_bytes: int
+    configured_bytes: int
+    resident_bytes: Callable[[], int] = lambda: 0
+
+    def budget(self) -> int:
+        """The tiles' budget in bytes for an upscale starting now."""
+        return tile_budget(self.configured_bytes, self.resident_bytes())
 
 
-def tile_budget(configured: int) -> int:
-    """UPSCALE_TILE_MEMORY, or with 0 the smaller of AUTO_TILE_BYTES and an AUTO_SHARE of the
-    memory limit (imagegen.model.memory.memory_limit)."""
+def tile_budget(configured: int, resident_bytes: int) -> int:
+    """UPSCALE_TILE_MEMORY, or with 0 a tenth of `resident_bytes` within AUTO_TILE_MIN and
+    AUTO_TILE_MAX (no model resident: an eighth of the memory limit, at most AUTO_TILE_MAX)."""
     if configured > 0:
         return configured
-    limit = memory_limit()
-    return AUTO_TILE_BYTES if limit is None else min(AUTO_TILE_BYTES, limit // AUTO_SHARE)
+    if resident_bytes <= 0:
+        limit = memory_limit()
+        return AUTO_TILE_MAX if limit is None else min(AUTO_TILE_MAX, limit // 8)
+    return min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, resident_bytes // AUTO_SHARE))
 
 
 def tile_count(upscaler: "Upscaler", size: tuple[int, int], upscale: UpscaleRequest,
@@ -93,7 +103,8 @@ def run_upscale(
         upscalers.append(upscaling.offered.find(upscale.upscaler_2))
     source = Image.open(io.BytesIO(store.read_input(upscale.source)))
     source.load()
-    counts = [tile_count(u, source.size, upscale, upscaling.budget_bytes) for u in upscalers]
+    budget = upscaling.budget()
+    counts = [tile_count(u, source.size, upscale, budget) for u in upscalers]
     tiles = sum(counts)
     report.denoising(tiles)
     report.phase("upscaling")
@@ -111,7 +122,7 @@ def run_upscale(
 
         results.append(
             upscaler.upscale(
-                source, scale=upscale.scale, budget_bytes=upscaling.budget_bytes, check=check,
+                source, scale=upscale.scale, budget_bytes=budget, check=check,
                 progress=progress,
             )
         )  # fmt: skip

@@ -61,6 +61,10 @@ class ModelShelf:
         """The ids of the models in memory now."""
         return [model_id for model_id, loader in self.loaders.items() if loader.resident]
 
+    def resident_bytes(self) -> int:
+        """The fp32 bytes of the models in memory now (an upscale's tiles are sized by them)."""
+        return sum(self.size(loader) for loader in self.loaders.values() if loader.resident)
+
     def size(self, loader: ModelLoader) -> int:
         """The model's fp32 bytes, 0 while the share holds no complete copy."""
         manifest = loader.source.complete_manifest()

@@ -18,7 +18,7 @@ import webuiapi
 from PIL import Image
 
 from imagegen.generation.requests import GenerationRequest
-from imagegen.generation.upscale import tile_budget
+from imagegen.generation.upscale import AUTO_TILE_MIN, Upscaling, tile_budget
 from imagegen.generation.upscale_request import UpscaleRequest
 from imagegen.model.memory import memory_limit
 from imagegen.model.upscalers.tiles import bytes_per_pixel
@@ -364,12 +364,23 @@ def test_extra_batch_images_with_one_bad_image_queues_none_and_stores_none(app):
     assert queued_and_stored(app) == before
 
 
-def test_tiles_get_the_configured_budget_or_an_eighth_of_the_memory_limit(app):
-    assert app.backend.jobs.upscaling.budget_bytes == TILE_BUDGET  # UPSCALE_TILE_MEMORY
-    assert tile_budget(12345) == 12345
+def test_tiles_get_the_configured_budget_or_a_tenth_of_the_models_in_memory(app):
+    """The one rule an upscale job and a hires fix's upscaler size their tiles by."""
+    upscaling = app.backend.jobs.upscaling
+    assert upscaling.budget() == TILE_BUDGET  # UPSCALE_TILE_MEMORY
+    resident = app.backend.shelf.resident_bytes()
+    assert resident > 0  # the test's model, loaded and counted in fp32
+    auto = Upscaling(upscaling.offered, 0, app.backend.shelf.resident_bytes)
+    assert auto.budget() == max(AUTO_TILE_MIN, resident // 10)
+    gib = 2**30
+    assert tile_budget(12345, 14 * gib) == 12345
+    assert tile_budget(0, 4 * gib) == 4 * gib // 10  # SD 1.5's fp32 weights: about 410 MiB
+    assert tile_budget(0, 14 * gib) == 14 * gib // 10  # SDXL's
+    assert tile_budget(0, 40 * gib) == 2 * gib
+    assert tile_budget(0, gib) == 256 * 2**20
     limit = memory_limit()
     assert limit is not None  # the container's or the machine's
-    assert tile_budget(0) == min(2 * 2**30, limit // 8)
+    assert tile_budget(0, 0) == min(2 * gib, limit // 8)  # nothing in memory
 
 
 def test_a_retry_with_an_idempotency_key_joins_its_first_attempts_job(app):
