@@ -274,7 +274,7 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     """The form's generation; with an `image` (and a `mask`), an edit of it."""
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
-    chosen = services.with_model(current_backend(), form.to_request())
+    chosen = services.with_model(current_backend(), form.to_request(), loras=form.lora_fields())
     if image is None:
         return chosen
     return services.edit_request(

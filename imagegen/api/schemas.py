@@ -33,6 +33,7 @@ from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
+from imagegen.generation.prompt_tags import LoraTag, lora_field, lora_item
 from imagegen.generation.requests import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
@@ -156,6 +157,17 @@ OptionalGuidance = Annotated[
 FILE_PARTS = ("image", "mask")  # the file parts POST /generate takes
 
 
+class LoraItem(Schema):
+    """One LoRA of a JSON body's `loras`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(max_length=200)]
+    weight: Annotated[float, Field(allow_inf_nan=False)] | None = Field(
+        default=None, description="in [-4, 4]; default 1"
+    )
+
+
 class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
@@ -225,6 +237,17 @@ class GenerateForm(Schema):
         description=f"with only_masked=true: pixels added around the marked area's box; "
         f"default {ONLY_MASKED_PADDING_DEFAULT}",
     )
+    lora: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None,
+        description="a LoRA to run, `name` or `name:weight` (weight 1 when absent, in "
+        "[-4, 4]); repeat the field for several; runs beside the prompt's <lora:name:weight> "
+        "tags, a LoRA named twice at the sum of its weights",
+    )
+    loras: list[LoraItem] | None = Field(
+        default=None,
+        description="JSON bodies: the LoRAs to run, [{name, weight}] (weight 1 when absent), "
+        "as `lora` fields are",
+    )
     webhook_url: Annotated[Annotated[str, Field(max_length=2048)] | None, *Optional] = Field(
         default=None,
         description="with async=true: an http(s) URL told when the job ends (a signed POST: "
@@ -266,6 +289,12 @@ class GenerateForm(Schema):
         if "mask" in files and "image" not in files:
             refused.append({"loc": ("form", "mask"), "msg": MASK_NEEDS_IMAGE, "type": "extra"})
         return refused
+
+    def lora_fields(self) -> list[LoraTag]:
+        """The LoRAs of the `lora` fields (an empty one, as HTML forms send, is absent), then
+        of `loras`, each checked as a prompt's tag is (imagegen.generation.prompt_tags)."""
+        written = [lora_field(text) for text in self.lora or () if text.strip()]
+        return written + [lora_item(item.name, item.weight) for item in self.loras or ()]
 
     def check_edit_fields(self, *, editing: bool, masking: bool = False) -> None:
         """An edit's fields sent without an image (only_masked: without a mask; its

@@ -7,7 +7,7 @@ import secrets
 from typing import Any
 
 from imagegen.generation.images import GenerationParameters
-from imagegen.generation.presets import GenerationRules
+from imagegen.generation.presets import GenerationRules, preset_named
 from imagegen.generation.requests import (
     SEED_MAX,
     EditParameters,
@@ -23,15 +23,21 @@ from imagegen.model.pipeline import native_size
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
     """The request as it will run, with defaults, caps and a seed, known at submission.
 
-    The defaults follow the configured model, not the loaded pipeline."""
+    The defaults follow the configured model, not the loaded pipeline, or the recipe of a
+    few-step LoRA the request runs (the first, at a weight above 0)."""
+    recipe = next((u.preset for u in request.loras if u.preset and u.weight > 0), None)
+    if recipe is not None and (preset := preset_named(recipe)) is not None:
+        rules = rules.under(preset)
     steps, guidance, scheduler, adjusted = rules.settle(
-        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
-    )
+        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler,
+        quality=request.quality,
+    )  # fmt: skip
     return request.model_copy(
         update={
             "steps": steps,
             "guidance": guidance,
             "scheduler": scheduler,
+            "preset": rules.preset,
             "seed": secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
             "adjusted": [*request.adjusted, *adjusted],
         }

@@ -163,3 +163,101 @@ def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_ima
         tagged = pixels(generate(app, f"{prompt} <lora:style:1.5>"))
         assert tagged != before
         assert pixels(generate(app, prompt)) == before
+
+
+# --- the native form's `lora` fields and JSON's `loras` ---------------------------------------
+
+
+def job_of(app: Any, answer: requests.Response) -> dict:
+    assert answer.status_code in (200, 202), answer.text
+    job_id = answer.headers.get("X-Job-Id") or answer.json()["id"]
+    return requests.get(app.url(f"/jobs/{job_id}"), timeout=30).json()
+
+
+def test_lora_fields_and_json_loras_run_as_the_tags_do(app):
+    tagged = generate(app, "a red cube <lora:style:1.5>")
+    fielded = requests.post(
+        app.url("/generate"), data={**FIELDS, "prompt": "a red cube", "lora": "style:1.5"},
+        timeout=120,
+    )  # fmt: skip
+    assert pixels(fielded) == pixels(tagged)
+    assert [(u["name"], u["weight"]) for u in job_of(app, fielded)["parameters"]["loras"]] == [
+        ("style", 1.5)
+    ]
+    body = {"prompt": "a red cube", "seed": 7, "steps": 2, "guidance": 5, "size": "64x64",
+            "loras": [{"name": "style", "weight": 1.5}]}  # fmt: skip
+    sent = requests.post(app.url("/generate"), json=body, timeout=120)
+    assert pixels(sent) == pixels(tagged)
+    # No weight is weight 1, in a field as in a tag.
+    plain = generate(app, "a red cube", lora="style")
+    assert pixels(plain) == pixels(generate(app, "a red cube <lora:style>"))
+    assert job_of(app, plain)["parameters"]["loras"][0]["weight"] == 1
+
+
+def test_a_lora_named_twice_runs_once_at_the_sum_of_its_weights(app):
+    once = generate(app, "a red cube <lora:style:1.5>")
+    twice = generate(app, "a red cube <lora:style:0.5>", lora="STYLE:1")
+    assert pixels(twice) == pixels(once)
+    (use,) = job_of(app, twice)["parameters"]["loras"]
+    assert (use["name"], use["weight"]) == ("style", 1.5)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "fields", "message"),
+    [
+        ("a cube", {"lora": "nope:1"}, "lora: nope:1: no LoRA 'nope' is offered"),
+        ("a cube", {"lora": "style:5"}, "lora: style:5: the weight must be in [-4, 4]"),
+        ("a cube", {"lora": ":1"}, "lora: ':1' names no LoRA"),
+        (
+            "a cube",
+            {"lora": "xl"},
+            f"lora: xl: xl is a LoRA for none of the models on the share, not for {SD_REPO}",
+        ),
+        (
+            "a cube <lora:style:3>",
+            {"lora": "style:2"},
+            "lora: style:2: style is named more than once; its weights add up to 5",
+        ),
+    ],
+)
+def test_a_bad_lora_field_is_a_400_naming_it_and_nothing_is_queued(app, prompt, fields, message):
+    before = len(jobs(app))
+    refused = generate(app, prompt, **fields, **{"async": "true"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"].startswith(f"Invalid request: {message}")
+    assert len(jobs(app)) == before
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"name": "nope"}, "loras: nope:1: no LoRA 'nope' is offered"),
+        ({"name": "style", "weight": -4.5}, "loras: style:-4.5: the weight must be in [-4, 4]"),
+    ],
+)
+def test_a_bad_json_lora_is_a_400_naming_loras(app, item, message):
+    before = len(jobs(app))
+    body = {"prompt": "a cube", "size": "64x64", "async": True, "loras": [item]}
+    refused = requests.post(app.url("/generate"), json=body, timeout=120)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"].startswith(f"Invalid request: {message}")
+    assert len(jobs(app)) == before
+
+
+def test_an_edit_runs_its_lora_field_and_refuses_a_bad_one_before_storing_its_image(app):
+    source = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(source, format="PNG")
+    files = {"image": ("in.png", source.getvalue(), "image/png")}
+    data = {**FIELDS, "prompt": "a red cube", "strength": "0.5"}
+    edited = requests.post(app.url("/generate"), data={**data, "lora": "style:1.5"}, files=files,
+                           timeout=120)  # fmt: skip
+    assert pixels(edited) != pixels(requests.post(app.url("/generate"), data=data, files=files,
+                                                  timeout=120))  # fmt: skip
+    assert job_of(app, edited)["parameters"]["loras"][0]["name"] == "style"
+    inputs = Path(app.env["MODEL_DIR"]).parent  # the stores live beside the share
+    stored = sorted(p.name for p in inputs.rglob("*") if p.is_file())
+    refused = requests.post(app.url("/generate"), data={**data, "lora": "nope", "seed": "8"},
+                            files={"image": ("in.png", b"\x89PNG" + bytes(60), "image/png")},
+                            timeout=120)  # fmt: skip
+    assert refused.status_code == 400 and "lora: nope" in refused.text, refused.text
+    assert sorted(p.name for p in inputs.rglob("*") if p.is_file()) == stored
