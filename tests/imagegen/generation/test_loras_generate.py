@@ -7,6 +7,7 @@ the share a 409, nothing queued; webuiapi's txt2img with a tag. In process (serv
 MODEL_ID the tiny SD model, MODELS the tiny SDXL one."""
 
 import io
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import requests
 import webuiapi
 from PIL import Image
 
+from imagegen.generation.schedulers import SCHEDULERS
 from imagegen.model import prompt_cache
 from imagegen.model.loras import repo_path
 from imagegen.model.share import MANIFEST_NAME, sha256_of
@@ -45,7 +47,27 @@ def app(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lo
         env = model_service_env(hub.url, work / "share", work)
         with served_here(**env, MODELS=SDXL_REPO, LORAS=LORAS) as served:
             pull_until_ready(served)
+            drop_recipe_loras(hub_root, Path(env["MODEL_DIR"]) / "loras")
+            requests.post(served.url("/sdapi/v1/refresh-loras"), timeout=30).raise_for_status()
             yield served
+
+
+# Tiny random LoRAs (the SD one of testorg/tiny-lora) under the names the few-step LoRAs are
+# published with, dropped into MODEL_DIR/loras: the name alone is the recipe. (Lightning's is
+# an SDXL LoRA's name on an SD-shaped file: the fit rule reads the layers, the recipe the name.)
+RECIPE_REPO = "testorg/few-step-names"  # the same files as a LORAS entry's repo
+RECIPE_FILES = {
+    "Hyper-SD15-8steps-lora": ("hyper-sd-8step", 8, 0.0, "ddim_trailing"),
+    "lcm-lora-sdv1-5": ("lcm-lora", 4, 1.0, "lcm"),
+    "TCD-SD15-LoRA": ("tcd-lora", 4, 0.0, "tcd"),
+    "sdxl_lightning_2step_lora": ("sdxl-lightning-2step", 2, 0.0, "euler_trailing"),
+}
+
+
+def drop_recipe_loras(hub_root: Path, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in RECIPE_FILES:
+        shutil.copyfile(hub_root / LORA_REPO / KOHYA_FILE, folder / f"{name}.safetensors")
 
 
 def generate(app: Any, prompt: str, **fields: str) -> requests.Response:
@@ -88,7 +110,11 @@ def test_a_lora_runs_for_its_image_alone_and_weight_0_is_the_image_without_it(ap
 @pytest.mark.parametrize(
     ("prompt", "message"),
     [
-        ("a cube <lora:nope>", "<lora:nope>: no LoRA 'nope' is offered; offered: style, xl"),
+        (
+            "a cube <lora:nope>",
+            "<lora:nope>: no LoRA 'nope' is offered; offered: style, xl, "
+            + ", ".join(sorted(RECIPE_FILES)),
+        ),
         # SDXL is not pulled here: no model on the share has the SDXL LoRA's layers.
         (
             "a cube <lora:xl:1>",
@@ -124,7 +150,7 @@ def test_webuiapi_txt2img_runs_a_tag(app):
     tagged = api.txt2img(prompt="a blue ball <lora:style>", seed=3, steps=2, width=64, height=64)
     assert plain.image.convert("RGB").tobytes() != tagged.image.convert("RGB").tobytes()
     assert tagged.info["prompt"] == "a blue ball <lora:style>"
-    assert [lora["name"] for lora in api.get_loras()] == ["style", "xl"]
+    assert [lora["name"] for lora in api.get_loras()] == ["style", "xl", *sorted(RECIPE_FILES)]
 
 
 def test_the_openai_sdk_runs_a_tag_and_refuses_an_unknown_one(app):
@@ -151,7 +177,11 @@ def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_ima
     """A web replica on the session's shared stack (its Redis, worker and share): its pull
     places LORAS's files; the worker runs the tag from the request as the web side checked it."""
     build_adapter_repos(hub_root, sd_repo=SD_REPO, sdxl_repo=SDXL_REPO)
-    with ready_in_mode(request, "distributed", hub_root, tmp_path, LORAS=LORAS) as app:
+    recipes = hub_root / RECIPE_REPO
+    drop_recipe_loras(hub_root, recipes)
+    (recipes / "README.md").write_text("---\nlibrary_name: diffusers\n---\n# Few-step names\n")
+    entries = f"{LORAS}, {RECIPE_REPO}:Hyper-SD15-8steps-lora.safetensors=hyper8"
+    with ready_in_mode(request, "distributed", hub_root, tmp_path, LORAS=entries) as app:
         pull_until_ready(app, timeout=PULL_TIMEOUT["distributed"])
         # The workers were ready before: the replica's download of the LoRAs runs on.
         deadline = time.monotonic() + PULL_TIMEOUT["distributed"]
@@ -163,6 +193,17 @@ def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_ima
         tagged = pixels(generate(app, f"{prompt} <lora:style:1.5>"))
         assert tagged != before
         assert pixels(generate(app, prompt)) == before
+        # The native field and a LORAS entry's recipe (by its file's name), as in process.
+        while loras(app)["hyper8"]["models"] != [SD_REPO]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        fielded = requests.post(
+            app.url("/generate"), data={"prompt": prompt, "lora": "hyper8:0.5", "size": "64x64"},
+            timeout=120,
+        )  # fmt: skip
+        ran = job_of(app, fielded)["parameters"]
+        assert (ran["preset"], ran["steps"]) == ("hyper-sd-8step", 8)
+        assert ran["loras"][0]["weight"] == 0.5
 
 
 # --- the native form's `lora` fields and JSON's `loras` ---------------------------------------
@@ -261,3 +302,45 @@ def test_an_edit_runs_its_lora_field_and_refuses_a_bad_one_before_storing_its_im
                             timeout=120)  # fmt: skip
     assert refused.status_code == 400 and "lora: nope" in refused.text, refused.text
     assert sorted(p.name for p in inputs.rglob("*") if p.is_file()) == stored
+
+
+# --- a few-step LoRA's recipe -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_FILES))
+def test_a_few_step_lora_in_the_prompt_brings_its_recipe(app, name):
+    preset, steps, guidance, scheduler = RECIPE_FILES[name]
+    data = {"prompt": f"a lamp <lora:{name}>", "size": "64x64", "seed": "3"}
+    made = requests.post(app.url("/generate"), data=data, timeout=120)
+    ran = job_of(app, made)["parameters"]
+    assert (ran["preset"], ran["steps"], ran["guidance"]) == (preset, steps, guidance)
+    assert ran["scheduler"] == SCHEDULERS[scheduler].a1111_name
+    assert ran["loras"][0]["preset"] == preset
+    assert made.headers["X-Steps"] == str(steps)
+
+
+def test_a_recipe_holds_what_a_client_sends_to_it_and_a_weight_0_brings_none(app):
+    # webuiapi's 20 steps and guidance 7 meet the 2-step recipe as they meet the model's preset.
+    held = generate(app, "a lamp <lora:sdxl_lightning_2step_lora>", steps="20", guidance="7")
+    ran = job_of(app, held)["parameters"]
+    assert (ran["steps"], ran["guidance"], ran["preset"]) == (2, 1.0, "sdxl-lightning-2step")
+    assert held.headers["X-Adjusted"] == "steps 20->2, guidance 7->1"
+    # At weight 0 the LoRA does not run, nor does its recipe: the model's defaults (steps 2,
+    # GEN_DEFAULT_STEPS; no preset) run.
+    off = job_of(app, requests.post(
+        app.url("/generate"), data={"prompt": "a lamp <lora:lcm-lora-sdv1-5:0>", "size": "64x64"},
+        timeout=120,
+    ))["parameters"]  # fmt: skip
+    assert "preset" not in off and off["steps"] == 2 and off["scheduler"] != "LCM"
+    # A LoRA that is no recipe leaves the model's defaults.
+    styled = job_of(app, generate(app, "a lamp", lora="style"))["parameters"]
+    assert "preset" not in styled and "preset" not in styled["loras"][0]
+
+
+def test_the_openai_sdk_quality_scales_a_recipe_s_steps(app):
+    client = openai_client(api_key="unused", max_retries=0)
+    for quality, steps in (("low", 2), ("standard", 4), ("hd", 6)):
+        prompt = f"a {quality} kite <lora:lcm-lora-sdv1-5>"
+        client.images.generate(prompt=prompt, size="64x64", quality=quality)  # type: ignore[arg-type]
+        (ran,) = [job["parameters"] for job in jobs(app) if job["parameters"]["prompt"] == prompt]
+        assert (ran["steps"], ran["preset"], ran["scheduler"]) == (steps, "lcm-lora", "LCM")
