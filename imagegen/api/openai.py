@@ -282,7 +282,7 @@ class ImageEditForm(Schema):
         Annotated[int, Field(ge=0, le=PARTIALS_MAX), Integer] | None, *Optional
     ] = Field(None, description=PARTIAL_IMAGES)
 
-    quality: Annotated[str | None, BlankIsAbsent] = Field(None, description=QUALITY)
+    quality: Annotated[str | None, *Optional] = Field(None, description=QUALITY)
 
     _check_size = field_validator("size")(_size)
     _check_quality = field_validator("quality")(_quality)

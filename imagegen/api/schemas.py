@@ -163,9 +163,9 @@ class LoraItem(Schema):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(max_length=200)]
-    weight: Annotated[float, Field(allow_inf_nan=False)] | None = Field(
-        default=None, description="in [-4, 4]; default 1"
-    )
+    weight: Annotated[
+        Annotated[float, Field(allow_inf_nan=False)] | None, Field(json_schema_extra=plain_optional)
+    ] = Field(default=None, description="in [-4, 4]; default 1")
 
 
 class GenerateForm(Schema):
@@ -237,13 +237,15 @@ class GenerateForm(Schema):
         description=f"with only_masked=true: pixels added around the marked area's box; "
         f"default {ONLY_MASKED_PADDING_DEFAULT}",
     )
-    lora: list[Annotated[str, Field(max_length=200)]] | None = Field(
+    lora: Annotated[
+        list[Annotated[str, Field(max_length=200)]] | None, Field(json_schema_extra=plain_optional)
+    ] = Field(
         default=None,
         description="a LoRA to run, `name` or `name:weight` (weight 1 when absent, in "
         "[-4, 4]); repeat the field for several; runs beside the prompt's <lora:name:weight> "
         "tags, a LoRA named twice at the sum of its weights",
     )
-    loras: list[LoraItem] | None = Field(
+    loras: Annotated[list[LoraItem] | None, Field(json_schema_extra=plain_optional)] = Field(
         default=None,
         description="JSON bodies: the LoRAs to run, [{name, weight}] (weight 1 when absent), "
         "as `lora` fields are",

@@ -11,6 +11,10 @@ what clients send to what the model can use: more steps or guidance than the pre
 are clamped, a scheduler the model cannot use is replaced by the preset's. Every change is
 reported (the job, the X-Adjusted header); explicit GEN_DEFAULT_* settings and the caps
 GEN_STEPS_CAP / GEN_GUIDANCE_CAP win over a preset.
+
+A request may bring its own recipe: a few-step LoRA its prompt names (lora_preset) replaces
+the model's preset for that request (GenerationRules.under), and OpenAI's `quality` scales
+the default steps (QUALITIES).
 """
 
 import math
