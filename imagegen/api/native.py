@@ -162,7 +162,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     X-Guidance and X-Scheduler are what ran (an edit's X-Steps: the steps its strength ran,
     with X-Strength, and X-Inpaint-Model when the inpainting checkpoint's UNet ran) (the
     scheduler by A1111's name, as the record says), X-Adjusted names what was changed from
-    what the client sent (`steps 20->4, guidance 7->1`)."""
+    what the client sent (`steps 20->4, guidance 7->1`), X-Preset the preset whose defaults
+    ran."""
     png = HttpResponse(
         selectors.image_png(current_backend(), image_id=record.id).read_bytes(),
         content_type="image/png",
@@ -178,6 +179,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     png["X-Scheduler"] = parameters.scheduler
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
+    if job.parameters.preset is not None:  # the model's, or a prompt's few-step LoRA's
+        png["X-Preset"] = job.parameters.preset
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     png["X-Device"] = record.device
     png["X-Model"] = parameters.model_id

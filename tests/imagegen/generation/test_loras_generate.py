@@ -316,7 +316,7 @@ def test_a_few_step_lora_in_the_prompt_brings_its_recipe(app, name):
     assert (ran["preset"], ran["steps"], ran["guidance"]) == (preset, steps, guidance)
     assert ran["scheduler"] == SCHEDULERS[scheduler].a1111_name
     assert ran["loras"][0]["preset"] == preset
-    assert made.headers["X-Steps"] == str(steps)
+    assert (made.headers["X-Steps"], made.headers["X-Preset"]) == (str(steps), preset)
 
 
 def test_a_recipe_holds_what_a_client_sends_to_it_and_a_weight_0_brings_none(app):
@@ -335,6 +335,7 @@ def test_a_recipe_holds_what_a_client_sends_to_it_and_a_weight_0_brings_none(app
     # A LoRA that is no recipe leaves the model's defaults.
     styled = job_of(app, generate(app, "a lamp", lora="style"))["parameters"]
     assert "preset" not in styled and "preset" not in styled["loras"][0]
+    assert "X-Preset" not in generate(app, "a lamp", lora="style").headers
 
 
 def test_the_openai_sdk_quality_scales_a_recipe_s_steps(app):
