@@ -210,8 +210,21 @@ def generate_request_body() -> dict:
         name: {"type": "string", "description": f"base64 (a `data:` prefix allowed); {text}"}
         for name, text in EDIT_PARTS.items()
     }
+    loras = {
+        "type": "array",
+        "description": "the LoRAs to run, as repeated `lora` form fields are; weight 1 when absent",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+                "weight": {"type": "number", "minimum": -4, "maximum": 4},
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    }
     body["content"][generate_body.JSON_TYPE] = {
-        "schema": {**form, "properties": {**form["properties"], **images}}
+        "schema": {**form, "properties": {**form["properties"], **images, "loras": loras}}
     }
     return body
 
@@ -277,7 +290,8 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     """The form's generation; with an `image` (and a `mask`), an edit of it."""
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
-    chosen = services.with_model(current_backend(), form.to_request(), loras=form.lora_fields())
+    loras = [*form.lora_fields(), *generate_body.json_loras(request)]
+    chosen = services.with_model(current_backend(), form.to_request(), loras=loras)
     if image is None:
         return chosen
     return services.edit_request(

@@ -109,6 +109,14 @@ QUALITY = (
 )
 
 
+def _quality_schema(schema: dict[str, Any]) -> None:
+    """The values as an enum (any case is taken too)."""
+    options = [option for option in schema.pop("anyOf", ()) if option.get("type") != "null"]
+    schema.update(options[0] if options else {"type": "string"})
+    schema["enum"] = list(QUALITIES)
+    schema.pop("default", None)
+
+
 def _quality(value: str | None) -> str | None:
     """The recipe a `quality` names (imagegen.generation.presets.QUALITIES)."""
     if value is None:
@@ -195,7 +203,7 @@ class ImageGenerationIn(Schema):
         f"{settings.GEN_MAX_SIDE}) or auto: the model's native size (the default)",
     )
     response_format: Literal["b64_json", "url"] | None = Field(None, description="b64_json")
-    quality: str | None = Field(None, description=QUALITY)
+    quality: str | None = Field(None, description=QUALITY, json_schema_extra=_quality_schema)
     style: str | None = None
     user: str | None = None
     output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
@@ -282,7 +290,9 @@ class ImageEditForm(Schema):
         Annotated[int, Field(ge=0, le=PARTIALS_MAX), Integer] | None, *Optional
     ] = Field(None, description=PARTIAL_IMAGES)
 
-    quality: Annotated[str | None, *Optional] = Field(None, description=QUALITY)
+    quality: Annotated[str | None, *Optional] = Field(
+        None, description=QUALITY, json_schema_extra=_quality_schema
+    )
 
     _check_size = field_validator("size")(_size)
     _check_quality = field_validator("quality")(_quality)

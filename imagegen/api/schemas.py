@@ -33,7 +33,7 @@ from imagegen.backend import current_backend
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
-from imagegen.generation.prompt_tags import LoraTag, lora_field, lora_item
+from imagegen.generation.prompt_tags import LoraTag, lora_field
 from imagegen.generation.requests import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
@@ -157,17 +157,6 @@ OptionalGuidance = Annotated[
 FILE_PARTS = ("image", "mask")  # the file parts POST /generate takes
 
 
-class LoraItem(Schema):
-    """One LoRA of a JSON body's `loras`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Annotated[str, Field(max_length=200)]
-    weight: Annotated[
-        Annotated[float, Field(allow_inf_nan=False)] | None, Field(json_schema_extra=plain_optional)
-    ] = Field(default=None, description="in [-4, 4]; default 1")
-
-
 class GenerateForm(Schema):
     model_config = ConfigDict(extra="forbid")
 
@@ -243,12 +232,7 @@ class GenerateForm(Schema):
         default=None,
         description="a LoRA to run, `name` or `name:weight` (weight 1 when absent, in "
         "[-4, 4]); repeat the field for several; runs beside the prompt's <lora:name:weight> "
-        "tags, a LoRA named twice at the sum of its weights",
-    )
-    loras: Annotated[list[LoraItem] | None, Field(json_schema_extra=plain_optional)] = Field(
-        default=None,
-        description="JSON bodies: the LoRAs to run, [{name, weight}] (weight 1 when absent), "
-        "as `lora` fields are",
+        "tags, a LoRA named twice at the sum of its weights (JSON bodies: `loras`)",
     )
     webhook_url: Annotated[Annotated[str, Field(max_length=2048)] | None, *Optional] = Field(
         default=None,
@@ -293,10 +277,9 @@ class GenerateForm(Schema):
         return refused
 
     def lora_fields(self) -> list[LoraTag]:
-        """The LoRAs of the `lora` fields (an empty one, as HTML forms send, is absent), then
-        of `loras`, each checked as a prompt's tag is (imagegen.generation.prompt_tags)."""
-        written = [lora_field(text) for text in self.lora or () if text.strip()]
-        return written + [lora_item(item.name, item.weight) for item in self.loras or ()]
+        """The LoRAs of the `lora` fields (an empty one, as HTML forms send, is absent), each
+        checked as a prompt's tag is (imagegen.generation.prompt_tags)."""
+        return [lora_field(text) for text in self.lora or () if text.strip()]
 
     def check_edit_fields(self, *, editing: bool, masking: bool = False) -> None:
         """An edit's fields sent without an image (only_masked: without a mask; its

@@ -249,6 +249,7 @@ def test_a_lora_named_twice_runs_once_at_the_sum_of_its_weights(app):
         ("a cube", {"lora": "nope:1"}, "lora: nope:1: no LoRA 'nope' is offered"),
         ("a cube", {"lora": "style:5"}, "lora: style:5: the weight must be in [-4, 4]"),
         ("a cube", {"lora": ":1"}, "lora: ':1' names no LoRA"),
+        ("a cube", {"loras": "style"}, "loras: is not a field of this form"),
         (
             "a cube",
             {"lora": "xl"},
@@ -270,15 +271,18 @@ def test_a_bad_lora_field_is_a_400_naming_it_and_nothing_is_queued(app, prompt, 
 
 
 @pytest.mark.parametrize(
-    ("item", "message"),
+    ("loras", "message"),
     [
-        ({"name": "nope"}, "loras: nope:1: no LoRA 'nope' is offered"),
-        ({"name": "style", "weight": -4.5}, "loras: style:-4.5: the weight must be in [-4, 4]"),
+        ([{"name": "nope"}], "loras: nope:1: no LoRA 'nope' is offered"),
+        ([{"name": "style", "weight": -4.5}], "loras: style:-4.5: the weight must be in [-4, 4]"),
+        ([{"name": "style", "scale": 1}], 'loras: must be a list of {"name": "...", "weight"'),
+        ([{"name": "style", "weight": "1"}], 'loras: must be a list of {"name": "...", "weight"'),
+        ("style", 'loras: must be a list of {"name": "...", "weight"'),
     ],
 )
-def test_a_bad_json_lora_is_a_400_naming_loras(app, item, message):
+def test_a_bad_json_lora_is_a_400_naming_loras(app, loras, message):
     before = len(jobs(app))
-    body = {"prompt": "a cube", "size": "64x64", "async": True, "loras": [item]}
+    body = {"prompt": "a cube", "size": "64x64", "async": True, "loras": loras}
     refused = requests.post(app.url("/generate"), json=body, timeout=120)
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["message"].startswith(f"Invalid request: {message}")
