@@ -8,7 +8,8 @@ cap); what a person waits for each is what docs/openai.md promises, so it is mea
 
 One app under gunicorn (tests.support.processes.AppServer, DEVICE=cpu) on the random-weight
 full-size repo (bench/model_fixture.py; random weights cost what real ones cost), placed on
-its share as a complete download and loaded before timing; then, `--repeat` times, one
+its share as a complete download and loaded before timing, and one untimed 1-step image
+made (warm_up); then, `--repeat` times, one
 request per quality in turn (so a slow moment of the machine falls on every recipe alike),
 each timed from the request to the answer's base64 PNG, with the job's steps and stage
 timings read back from its record. The machine's load average is recorded per request.
@@ -90,6 +91,20 @@ def one_request(app: Any, quality: str, size: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def warm_up(app: Any, size: int) -> None:
+    """One untimed 1-step image first: the first request of a process pays for its memory
+    faulted in and its kernels chosen (a first 10-step SD 1.5 image took longer than the
+    20-step one after it), which is no quality's cost."""
+    started = time.perf_counter()
+    answer = requests.post(
+        app.url("/v1/images/generations"),
+        json={"prompt": PROMPT, "size": f"{size}x{size}", "steps": 1, "seed": SEED},
+        timeout=7200,
+    )
+    answer.raise_for_status()
+    print(f"  warm-up (1 step, untimed): {time.perf_counter() - started:.1f} s", flush=True)
+
+
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The app of `args.model` loaded, then `repeat` rounds of one request per quality."""
     spec = spec_for(args.model)
@@ -113,6 +128,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         load_seconds = wait_ready(app, timeout=1800)
         peak_pid = worker_pid(app)
         print(f"  loaded in {load_seconds:.1f} s (worker {peak_pid})", flush=True)
+        warm_up(app, args.size)
         samples = []
         for round_ in range(args.repeat):
             for quality in QUALITIES:
