@@ -89,6 +89,7 @@ def generation_rules(backend: Backend) -> dict[str, Any]:
     (MODEL_ADAPTERS) the model's preset is recognised from (GET /api and GET /model/status
     show them, so a client can see which model preset applies without sending a request)."""
     rules = asdict(backend.jobs.rules)
+    rules.pop("settings")  # what they were made from (GenerationRules.under), not a rule
     rules["schedulers"] = sorted(rules["schedulers"]) if rules["schedulers"] else None
     rules["adapters"] = [asdict(adapter) for adapter in backend.loader.source.adapters]
     return rules

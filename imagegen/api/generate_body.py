@@ -17,11 +17,14 @@ from pydantic import BaseModel
 
 from core.errors import FieldError
 from imagegen.api.protocol import NOT_BASE64, decode_base64
+from imagegen.generation.prompt_tags import LoraTag, lora_item
 
 JSON_TYPE = "application/json"
 FLAG = "async"  # read beside the schema's fields (imagegen.api.native.wants_async)
 FILE_PARTS = ("image", "mask")
 HIRES = "hires"  # an object in JSON, its keys the form's hires_* fields
+JSON_ONLY = ("loras",)  # a list of objects: no form field can carry it (json_loras)
+LORAS_RULE = 'must be a list of {"name": "...", "weight": a number in [-4, 4]} (weight optional)'
 NOT_AN_OBJECT = "must be a JSON object of the form's fields"
 _PARSED = "_generate_json"  # where the request keeps its parsed body
 
@@ -59,7 +62,7 @@ def sent_names(request: HttpRequest) -> tuple[list[str], list[str]]:
     check takes them; in JSON the edit's images are its file parts."""
     if sends_json(request):
         sent = [name for name, value in json_fields(request).items() if value is not None]
-        fields = [name for name in sent if name not in FILE_PARTS and name != FLAG]
+        fields = [name for name in sent if name not in (*FILE_PARTS, *JSON_ONLY, FLAG)]
         return fields, [name for name in sent if name in FILE_PARTS]
     fields = [name for name in request.POST if name != FLAG]
     return fields, [name for name, parts in request.FILES.lists() for _ in parts]
@@ -89,6 +92,30 @@ def sent_text(request: HttpRequest, name: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise FieldError(name, f"must be a string; got {json.dumps(value)}")
     return value or None
+
+
+def json_loras(request: HttpRequest) -> list[LoraTag]:
+    """A JSON body's `loras`, `[{"name": ..., "weight": ...}]` (weight 1 when absent), each
+    checked as a prompt's tag is; none for a form. Refused as a whole, naming `loras`, when it
+    is not that shape."""
+    if not sends_json(request) or (value := json_fields(request).get("loras")) is None:
+        return []
+    if not isinstance(value, list):
+        raise FieldError("loras", f"{LORAS_RULE}; got {json.dumps(value)[:200]}")
+    tags = []
+    for item in value:
+        weight = item.get("weight") if isinstance(item, dict) else None
+        if (
+            not isinstance(item, dict)
+            or set(item) - {"name", "weight"}
+            or not isinstance(item.get("name"), str)
+            or len(item["name"]) > 200
+            or isinstance(weight, bool)
+            or not isinstance(weight, int | float | None)
+        ):
+            raise FieldError("loras", f"{LORAS_RULE}; got {json.dumps(item)[:200]}")
+        tags.append(lora_item(item["name"], weight))
+    return tags
 
 
 def edit_inputs(request: HttpRequest) -> tuple[bytes | None, bytes | None]:

@@ -169,7 +169,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     X-Guidance and X-Scheduler are what ran (an edit's X-Steps: the steps its strength ran,
     with X-Strength, and X-Inpaint-Model when the inpainting checkpoint's UNet ran) (the
     scheduler by A1111's name, as the record says), X-Adjusted names what was changed from
-    what the client sent (`steps 20->4, guidance 7->1`)."""
+    what the client sent (`steps 20->4, guidance 7->1`), X-Preset the preset whose defaults
+    ran."""
     png = HttpResponse(
         selectors.image_png(current_backend(), image_id=record.id).read_bytes(),
         content_type="image/png",
@@ -185,6 +186,8 @@ def png_with_headers(record: ImageRecord, job: JobView) -> HttpResponse:
     png["X-Scheduler"] = parameters.scheduler
     if adjusted := job.parameters.answered().adjusted:
         png["X-Adjusted"] = ", ".join(change.header() for change in adjusted)
+    if job.parameters.preset is not None:  # the model's, or a prompt's few-step LoRA's
+        png["X-Preset"] = job.parameters.preset
     png["X-Size"] = f"{parameters.width}x{parameters.height}"
     if parameters.hires is not None:  # X-Size is its first pass's, as the record's
         png["X-Hires-Size"] = "x".join(map(str, parameters.hires.size))
@@ -216,8 +219,21 @@ def generate_request_body() -> dict:
         name: {"type": "string", "description": f"base64 (a `data:` prefix allowed); {text}"}
         for name, text in EDIT_PARTS.items()
     }
+    loras = {
+        "type": "array",
+        "description": "the LoRAs to run, as repeated `lora` form fields are; weight 1 when absent",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+                "weight": {"type": "number", "minimum": -4, "maximum": 4},
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    }
     body["content"][generate_body.JSON_TYPE] = {
-        "schema": {**form, "properties": {**form["properties"], **images}}
+        "schema": {**form, "properties": {**form["properties"], **images, "loras": loras}}
     }
     return body
 
@@ -283,7 +299,8 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     """The form's generation; with an `image` (and a `mask`), an edit of it."""
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
-    chosen = services.with_model(current_backend(), form.to_request())
+    loras = [*form.lora_fields(), *generate_body.json_loras(request)]
+    chosen = services.with_model(current_backend(), form.to_request(), loras=loras)
     if (hires := form.hires_asked()) is not None:
         chosen = services.with_hires(
             current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS

@@ -53,6 +53,7 @@ from imagegen.generation.catalog import UnknownModel
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.output_formats import MEDIA_TYPES, OutputFormat, encoded
+from imagegen.generation.presets import QUALITIES
 from imagegen.generation.requests import (
     MASK_BLUR_DEFAULT,
     MASK_BLUR_MAX,
@@ -99,6 +100,31 @@ OUTPUT_COMPRESSION = (
     "0 to 100: jpeg's and webp's quality (100, the default, the best picture and the largest "
     "file); a PNG is lossless, so it changes nothing there"
 )
+
+
+QUALITY = (
+    "the recipe, when `steps` is not sent: low (half the model's default steps, at least 1), "
+    "medium (its defaults; also auto and dall-e-3's standard), high (1.5 times its default "
+    "steps, within the cap of a few-step model; also dall-e-3's hd); default medium"
+)
+
+
+def _quality_schema(schema: dict[str, Any]) -> None:
+    """The values as an enum (any case is taken too)."""
+    options = [option for option in schema.pop("anyOf", ()) if option.get("type") != "null"]
+    schema.update(options[0] if options else {"type": "string"})
+    schema["enum"] = list(QUALITIES)
+    schema.pop("default", None)
+
+
+def _quality(value: str | None) -> str | None:
+    """The recipe a `quality` names (imagegen.generation.presets.QUALITIES)."""
+    if value is None:
+        return None
+    recipe = QUALITIES.get(value.strip().lower())
+    if recipe is None:
+        raise ValueError(f"must be one of {', '.join(QUALITIES)}; got {value!r}")
+    return recipe
 
 
 MODEL = (
@@ -177,7 +203,7 @@ class ImageGenerationIn(Schema):
         f"{settings.GEN_MAX_SIDE}) or auto: the model's native size (the default)",
     )
     response_format: Literal["b64_json", "url"] | None = Field(None, description="b64_json")
-    quality: str | None = None
+    quality: str | None = Field(None, description=QUALITY, json_schema_extra=_quality_schema)
     style: str | None = None
     user: str | None = None
     output_format: OutputFormat | None = Field(None, description=OUTPUT_FORMAT)
@@ -192,6 +218,7 @@ class ImageGenerationIn(Schema):
     partial_images: int | None = Field(None, ge=0, le=PARTIALS_MAX, description=PARTIAL_IMAGES)
 
     _check_size = field_validator("size")(_size)
+    _check_quality = field_validator("quality")(_quality)
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(
@@ -201,6 +228,7 @@ class ImageGenerationIn(Schema):
             guidance=self.guidance_scale,
             size=parse_size(self.size) if self.size else None,
             seed=self.seed,
+            quality=self.quality,
         )
 
 
@@ -262,7 +290,12 @@ class ImageEditForm(Schema):
         Annotated[int, Field(ge=0, le=PARTIALS_MAX), Integer] | None, *Optional
     ] = Field(None, description=PARTIAL_IMAGES)
 
+    quality: Annotated[str | None, *Optional] = Field(
+        None, description=QUALITY, json_schema_extra=_quality_schema
+    )
+
     _check_size = field_validator("size")(_size)
+    _check_quality = field_validator("quality")(_quality)
 
     @classmethod
     def of(cls, request: HttpRequest) -> "ImageEditForm":
@@ -282,6 +315,7 @@ class ImageEditForm(Schema):
             guidance=self.guidance_scale,
             size=parse_size(self.size) if self.size else None,
             seed=self.seed,
+            quality=self.quality,
         )
 
 

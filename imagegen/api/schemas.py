@@ -34,6 +34,7 @@ from imagegen.generation.hires import TXT2IMG_ONLY, hires_upscaler_names
 from imagegen.generation.images import ImageRecord, image_url
 from imagegen.generation.job_board import JobProgress, JobView
 from imagegen.generation.parameters import working_size
+from imagegen.generation.prompt_tags import LoraTag, lora_field
 from imagegen.generation.requests import (
     EDIT_ONLY,
     MASK_BLUR_DEFAULT,
@@ -237,6 +238,14 @@ class GenerateForm(Schema):
         description=f"with only_masked=true: pixels added around the marked area's box; "
         f"default {ONLY_MASKED_PADDING_DEFAULT}",
     )
+    lora: Annotated[
+        list[Annotated[str, Field(max_length=200)]] | None, Field(json_schema_extra=plain_optional)
+    ] = Field(
+        default=None,
+        description="a LoRA to run, `name` or `name:weight` (weight 1 when absent, in "
+        "[-4, 4]); repeat the field for several; runs beside the prompt's <lora:name:weight> "
+        "tags, a LoRA named twice at the sum of its weights (JSON bodies: `loras`)",
+    )
     webhook_url: Annotated[Annotated[str, Field(max_length=2048)] | None, *Optional] = Field(
         default=None,
         description="with async=true: an http(s) URL told when the job ends (a signed POST: "
@@ -320,6 +329,11 @@ class GenerateForm(Schema):
         if "mask" in files and "image" not in files:
             refused.append({"loc": ("form", "mask"), "msg": MASK_NEEDS_IMAGE, "type": "extra"})
         return refused
+
+    def lora_fields(self) -> list[LoraTag]:
+        """The LoRAs of the `lora` fields (an empty one, as HTML forms send, is absent), each
+        checked as a prompt's tag is (imagegen.generation.prompt_tags)."""
+        return [lora_field(text) for text in self.lora or () if text.strip()]
 
     def check_edit_fields(self, *, editing: bool, masking: bool = False) -> None:
         """An edit's fields sent without an image (only_masked: without a mask; its

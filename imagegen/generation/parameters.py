@@ -8,7 +8,7 @@ from typing import Any
 
 from imagegen.generation.hires import steps_run as hires_steps_run
 from imagegen.generation.images import GenerationParameters, LoraRan
-from imagegen.generation.presets import GenerationRules
+from imagegen.generation.presets import GenerationRules, preset_named
 from imagegen.generation.requests import (
     SEED_MAX,
     EditParameters,
@@ -24,18 +24,24 @@ from imagegen.model.pipeline import native_size
 def with_defaults(request: GenerationRequest, *, rules: GenerationRules) -> GenerationRequest:
     """The request as it will run, with defaults, caps and a seed, known at submission.
 
-    The defaults follow the configured model, not the loaded pipeline. An upscale has no
+    The defaults follow the configured model, not the loaded pipeline, or the recipe of a
+    few-step LoRA the request runs (the first, at a weight above 0). An upscale has no
     steps, guidance or seed: it runs as sent."""
     if request.upscale is not None:
         return request
+    recipe = next((u.preset for u in request.loras if u.preset and u.weight > 0), None)
+    if recipe is not None and (preset := preset_named(recipe)) is not None:
+        rules = rules.under(preset)
     steps, guidance, scheduler, adjusted = rules.settle(
-        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler
-    )
+        steps=request.steps, guidance=request.guidance, scheduler=request.scheduler,
+        quality=request.quality,
+    )  # fmt: skip
     return request.model_copy(
         update={
             "steps": steps,
             "guidance": guidance,
             "scheduler": scheduler,
+            "preset": rules.preset,
             "seed": secrets.randbelow(SEED_MAX + 1) if request.seed is None else request.seed,
             "adjusted": [*request.adjusted, *adjusted],
         }

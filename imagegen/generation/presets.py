@@ -11,11 +11,17 @@ what clients send to what the model can use: more steps or guidance than the pre
 are clamped, a scheduler the model cannot use is replaced by the preset's. Every change is
 reported (the job, the X-Adjusted header); explicit GEN_DEFAULT_* settings and the caps
 GEN_STEPS_CAP / GEN_GUIDANCE_CAP win over a preset.
+
+A request may bring its own recipe: a few-step LoRA its prompt names (lora_preset) replaces
+the model's preset for that request (GenerationRules.under), and OpenAI's `quality` scales
+the default steps (QUALITIES).
 """
 
+import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -110,17 +116,72 @@ MODEL_PRESETS: tuple[tuple[re.Pattern, Preset], ...] = (
 )
 
 
+# The few-step LoRAs' published file names, recognised alone: a LoRA a prompt names is
+# often a file an operator dropped into MODEL_DIR/loras under the name it was published with.
+# (LCM's and TCD's repos publish `pytorch_lora_weights.safetensors`; the names people save
+# them as are the repos'.)
+LORA_FILE_PRESETS: tuple[tuple[re.Pattern, Callable[[re.Match], Preset]], ...] = (
+    (_pattern(r"Hyper-SD(?:XL|15)-(?P<steps>\d+)steps?-(?P<cfg>CFG-)?lora\.safetensors"), _hyper),
+    (_pattern(r"sdxl_lightning_(?P<steps>\d+)step_lora\.safetensors"), _lightning),
+    (_pattern(r"lcm-lora-[\w.-]+\.safetensors"), lambda _: LCM_LORA),
+    (_pattern(r"TCD-SD(?:XL|15)-LoRA\.safetensors"), lambda _: TCD_LORA),
+)
+# A preset back from its name (a request's LoRA carries the name of the recipe it is).
+PRESET_NAMES: tuple[tuple[re.Pattern, Callable[[re.Match], Preset]], ...] = (
+    (_pattern(r"sdxl-lightning-(?P<steps>\d+)step"), _lightning),
+    (_pattern(r"hyper-sd-(?P<steps>\d+)step(?P<cfg>-cfg)?"), _hyper),
+    (_pattern(LCM_LORA.name), lambda _: LCM_LORA),
+    (_pattern(TCD_LORA.name), lambda _: TCD_LORA),
+    (_pattern(TURBO.name), lambda _: TURBO),
+)
+
+
+def _adapter_preset(repo: str, file: str) -> Preset | None:
+    for repo_rule, file_rule, make in ADAPTER_PRESETS:
+        if repo_rule.fullmatch(repo) and (match := file_rule.fullmatch(file)):
+            return make(match)
+    return None
+
+
 def preset_for(*, model_id: str, adapters: Iterable[Adapter]) -> Preset | None:
     """The preset of the configured model: the first adapter that has one (an adapter
     changes what its base model needs), else the model's own, else None."""
     for adapter in adapters:
-        for repo, file, make in ADAPTER_PRESETS:
-            if repo.fullmatch(adapter.repo) and (match := file.fullmatch(adapter.file)):
-                return make(match)
+        if (preset := _adapter_preset(adapter.repo, adapter.file)) is not None:
+            return preset
     for repo, preset in MODEL_PRESETS:
         if repo.fullmatch(model_id):
             return preset
     return None
+
+
+def lora_preset(*, repo: str | None, file: str) -> Preset | None:
+    """The few-step recipe a LoRA a request names is: by its hub repo and file, as
+    MODEL_ADAPTERS's are recognised, else by its file's name alone (a dropped file: no repo)."""
+    if repo is not None and (preset := _adapter_preset(repo, file)) is not None:
+        return preset
+    name = file.rsplit("/", 1)[-1]
+    for rule, make in LORA_FILE_PRESETS:
+        if match := rule.fullmatch(name):
+            return make(match)
+    return None
+
+
+def preset_named(name: str) -> Preset | None:
+    """The preset of this name (Preset.name), or None."""
+    for rule, make in PRESET_NAMES:
+        if match := rule.fullmatch(name):
+            return make(match)
+    return None
+
+
+# OpenAI's `quality` values and the recipe each runs: dall-e-3's `standard` and `hd` are
+# `medium` and `high`; `auto` is the model's own choice, its defaults.
+QUALITIES = {
+    "low": "low", "medium": "medium", "high": "high",
+    "auto": "medium", "standard": "medium", "hd": "high",
+}  # fmt: skip
+HIGH_STEPS = 1.5  # `high`: this many times the default steps, within the recipe's cap
 
 
 # --- the rules a request meets ----------------------------------------------------------------
@@ -158,12 +219,39 @@ class GenerationRules:
     max_steps: int | None
     max_guidance: float | None
     schedulers: frozenset[str] | None
+    # What generation_rules made these from, less the preset (under() swaps the preset).
+    settings: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def under(self, preset: Preset) -> "GenerationRules":
+        """These rules with `preset` in place of the model's: a request's few-step LoRA
+        brings its own recipe. The GEN_DEFAULT_* settings are the model's defaults and give
+        way to it (the prompt asked for the recipe); the caps (GEN_STEPS_CAP,
+        GEN_GUIDANCE_CAP) and the form's bounds still hold."""
+        defaults = {"default_steps": None, "default_guidance": None, "default_scheduler": None}
+        return generation_rules(preset=preset, **{**self.settings, **defaults})
+
+    def quality_steps(self, quality: str | None) -> int:
+        """The default steps of a `quality` recipe (QUALITIES): `low` half the default (at
+        least 1), `medium` the default, `high` HIGH_STEPS times it, within the form's bound
+        (the caps apply in settle)."""
+        recipe = QUALITIES.get(quality or "", "medium")
+        if recipe == "low":
+            return max(1, self.steps // 2)
+        if recipe == "high":
+            return min(math.ceil(self.steps * HIGH_STEPS), self.settings.get("max_steps", 10**6))
+        return self.steps
 
     def settle(
-        self, *, steps: int | None, guidance: float | None, scheduler: str | None
+        self,
+        *,
+        steps: int | None,
+        guidance: float | None,
+        scheduler: str | None,
+        quality: str | None = None,
     ) -> tuple[int, float, str | None, list[Adjustment]]:
-        """(steps, guidance, scheduler, adjustments): omitted values get the defaults, sent
-        ones are held to the caps and to the schedulers the model works with."""
+        """(steps, guidance, scheduler, adjustments): omitted values get the defaults (the
+        steps those of `quality`'s recipe), sent ones are held to the caps and to the
+        schedulers the model works with."""
         adjusted = []
         if scheduler is None:
             scheduler = self.scheduler
@@ -174,7 +262,8 @@ class GenerationRules:
             scheduler = self.scheduler
         steps_cap = _lowest(self.max_steps, _scheduler_max_steps(scheduler))
         if steps is None:
-            steps = self.steps if steps_cap is None else min(self.steps, steps_cap)
+            default = self.quality_steps(quality)
+            steps = default if steps_cap is None else min(default, steps_cap)
         elif steps_cap is not None and steps > steps_cap:
             adjusted.append(Adjustment(field="steps", asked=steps, applied=steps_cap))
             steps = steps_cap
@@ -228,6 +317,11 @@ def generation_rules(
         default_guidance, guidance_cap, "guidance", FALLBACK_GUIDANCE, max_guidance
     )
     scheduler = default_scheduler or from_preset("scheduler", None)
+    settings = {
+        "default_steps": default_steps, "default_guidance": default_guidance,
+        "default_scheduler": default_scheduler, "steps_cap": steps_cap,
+        "guidance_cap": guidance_cap, "max_steps": max_steps, "max_guidance": max_guidance,
+    }  # fmt: skip
     return GenerationRules(
         preset=from_preset("name", None),
         steps=steps,
@@ -236,4 +330,5 @@ def generation_rules(
         max_steps=max_steps_applied,
         max_guidance=max_guidance_applied,
         schedulers=preset.schedulers | {scheduler} if preset is not None else None,
+        settings=settings,
     )

@@ -66,6 +66,16 @@ class LoraUse(BaseModel):
     weight: float
     path: str = Field(description="its file, relative to MODEL_DIR")
     hash: str = Field(default="", description="its file's sha256, the first 12 characters")
+    preset: str | None = Field(
+        default=None, description="the few-step recipe it is (imagegen.generation.presets)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if isinstance(data, dict) and self.preset is None:
+            data.pop("preset", None)
+        return data
 
 
 class GenerationRequest(BaseModel):
@@ -95,7 +105,17 @@ class GenerationRequest(BaseModel):
         description="the offered model (MODELS) that runs it, by repo id; absent: MODEL_ID",
     )
     loras: tuple[LoraUse, ...] = Field(
-        default=(), description="the LoRAs the prompt's <lora:name:weight> tags run; absent: none"
+        default=(),
+        description="the LoRAs the prompt's <lora:name:weight> tags (and the native `lora` and "
+        "`loras` fields) run, one entry per LoRA; absent: none",
+    )
+    quality: str | None = Field(
+        default=None, description="OpenAI's quality recipe (low, medium, high); absent: none"
+    )
+    preset: str | None = Field(
+        default=None,
+        description="the preset whose defaults and caps ran: the model's, or a prompt's "
+        "few-step LoRA's; absent: none",
     )
     upscale: UpscaleRequest | None = Field(
         default=None, description="an upscale (POST /upscale); its prompt fields stay empty"
@@ -121,6 +141,9 @@ class GenerationRequest(BaseModel):
             data.pop("upscale", None)
         if isinstance(data, dict) and self.hires is None:
             data.pop("hires", None)
+        for name in ("quality", "preset"):
+            if isinstance(data, dict) and getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
     adjusted: list[Adjustment] = Field(

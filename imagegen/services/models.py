@@ -1,6 +1,9 @@
 """The model's pull: what POST /model/pull starts."""
 
+from collections.abc import Sequence
+
 from imagegen.backend import Backend
+from imagegen.generation.prompt_tags import LoraTag
 from imagegen.generation.requests import GenerationRequest
 from imagegen.services.loras import with_loras
 
@@ -20,13 +23,16 @@ def model_pull(backend: Backend, *, model: str | None = None) -> bool:
     return backend.handle_of(offered).pull()
 
 
-def with_model(backend: Backend, request: GenerationRequest) -> GenerationRequest:
+def with_model(
+    backend: Backend, request: GenerationRequest, *, loras: Sequence[LoraTag] = ()
+) -> GenerationRequest:
     """`request` with its `model` (a repo id or unique name part, as sent) made the offered
     model's repo id, or None for MODEL_ID; an unknown name is a 400 naming `model`. The
-    prompt's LoRA tags are then checked for that model (imagegen.services.loras)."""
+    prompt's LoRA tags, then `loras` (the native fields), are then checked for that model
+    (imagegen.services.loras)."""
     if request.model is None:
-        return with_loras(backend, request)
+        return with_loras(backend, request, fields=loras)
     offered = backend.offered().find(request.model)
     if offered.default:
-        return with_loras(backend, request.model_copy(update={"model": None}))
-    return with_loras(backend, request.model_copy(update={"model": offered.id}))
+        return with_loras(backend, request.model_copy(update={"model": None}), fields=loras)
+    return with_loras(backend, request.model_copy(update={"model": offered.id}), fields=loras)

@@ -159,6 +159,46 @@ def is_unoffered_model(case: Case, field: str) -> bool:
     return str(value).lower() not in {SD_REPO.lower(), SD_REPO.split("/")[1].lower()}
 
 
+# A LoRA field's refusals: each message names what was sent (one key for each rule).
+LORA_NOT_OFFERED = "no LoRA is offered by that name"
+LORA_WEIGHT = "the weight must be in [-4, 4]"
+LORA_NAMELESS = "names no LoRA"
+
+
+def _sent_loras(case: Case, field: str) -> list[tuple[str, str | None]]:
+    """(name, weight text) of each `lora` form field or JSON `loras` item sent."""
+    value = sent(case, field)
+    values = value if isinstance(value, list) else [] if value in (MISSING, None) else [value]
+    if field == "loras":
+        return [(str(v.get("name", "")), None) for v in values if isinstance(v, dict)]
+    found = []
+    for text in (str(v) for v in values if str(v).strip()):
+        name, colon, weight = text.strip().partition(":")
+        found.append((name.strip(), weight if colon else None))
+    return found
+
+
+def names_an_unoffered_lora(case: Case, field: str) -> bool:
+    """The fuzzed app offers no LoRA (no LORAS, no dropped file): any LoRA named is refused."""
+    return any(name for name, _ in _sent_loras(case, field))
+
+
+def weighs_outside_the_range(case: Case, field: str) -> bool:
+    """A `lora` field's weight after the colon is a number in [-4, 4] (float's syntax)."""
+
+    def bad(text: str | None) -> bool:
+        try:
+            return text is not None and not abs(float(text.strip())) <= 4
+        except ValueError:
+            return True
+
+    return any(bad(weight) for _, weight in _sent_loras(case, field))
+
+
+def names_no_lora(case: Case, field: str) -> bool:
+    return any(not name for name, _ in _sent_loras(case, field))
+
+
 def is_unoffered_sampler(case: Case, field: str) -> bool:
     """SAMPLER_RULE (imagegen/api/a1111.py): a sampler (sampler_name, else its older name
     sampler_index) is refused unless it is offered with the schedule type sent."""
@@ -574,6 +614,20 @@ ALLOWED_REFUSALS = {
         )
         for field in SCHEMA_HIRES_FIELDS
     },
+    ("lora", LORA_NOT_OFFERED): Allowed(
+        "which LoRAs a deployment offers is its settings' (LORAS) and its share's, not the "
+        "document's: the 400 lists the offered ones",
+        names_an_unoffered_lora,
+    ),
+    ("loras", LORA_NOT_OFFERED): Allowed("as lora", names_an_unoffered_lora),
+    ("lora", LORA_WEIGHT): Allowed(
+        "a `lora` field is `name:weight` in one string, as A1111's tag writes it; a pattern "
+        "cannot bound the number after the colon to [-4, 4] (the description states it)",
+        weighs_outside_the_range,
+    ),
+    ("lora", LORA_NAMELESS): Allowed(
+        "as the weight: `:1` names nothing, which the description states", names_no_lora
+    ),
     ("sampler_name", SAMPLER_RULE): Allowed(
         "A1111's sampler and schedule type are each one of a listed set (their enums), but not "
         "every sampler has every schedule type; JSON Schema states no such pairs on a field",
@@ -661,6 +715,14 @@ def entry(detail: dict[str, str]) -> tuple[str, str | None]:
         and re.fullmatch(r"(['\"]).*\1 is not offered; offered: .*", message, re.S)
     ):
         message = NOT_OFFERED
+    if field in ("lora", "loras") and message:
+        for rule, pattern in (
+            (LORA_NOT_OFFERED, r".*: no LoRA .* is offered; offered: .*"),
+            (LORA_WEIGHT, r".*: the weight must be in \[-4, 4\] \(.*\)"),
+            (LORA_NAMELESS, r".* names no LoRA \(.*\)"),
+        ):
+            if re.fullmatch(pattern, message, re.S):
+                message = rule
     return field, message
 
 

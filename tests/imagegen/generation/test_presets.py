@@ -15,8 +15,14 @@ import config.settings
 from imagegen.backend import rules_from_settings
 from imagegen.checks import refuse_bad_settings
 from imagegen.generation.parameters import with_defaults
-from imagegen.generation.presets import Adjustment, generation_rules, preset_for
-from imagegen.generation.requests import GenerationRequest
+from imagegen.generation.presets import (
+    Adjustment,
+    generation_rules,
+    lora_preset,
+    preset_for,
+    preset_named,
+)
+from imagegen.generation.requests import GenerationRequest, LoraUse
 from imagegen.model.adapters import parse_adapters
 
 SDXL = "stabilityai/stable-diffusion-xl-base-1.0"
@@ -212,3 +218,59 @@ def test_unset_defaults_are_none_so_the_preset_decides(environment):
     assert (loaded.GEN_DEFAULT_STEPS, loaded.GEN_DEFAULT_GUIDANCE, loaded.GEN_DEFAULT_SCHEDULER,
             loaded.GEN_STEPS_CAP, loaded.GEN_GUIDANCE_CAP) == (None,) * 5  # fmt: skip
     assert loaded.GEN_FOLLOW_MODEL is True
+
+
+# --- a request's few-step LoRA and OpenAI's quality --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("repo", "file", "name"),
+    [
+        ("latent-consistency/lcm-lora-sdxl", "pytorch_lora_weights.safetensors", "lcm-lora"),
+        ("h1t/TCD-SDXL-LoRA", "pytorch_lora_weights.safetensors", "tcd-lora"),
+        ("ByteDance/SDXL-Lightning", "sdxl_lightning_8step_lora.safetensors",
+         "sdxl-lightning-8step"),
+        ("ByteDance/Hyper-SD", "Hyper-SDXL-12steps-CFG-lora.safetensors", "hyper-sd-12step-cfg"),
+        # A dropped file (no repo), or another repo's copy: the published file name alone.
+        (None, "sdxl_lightning_2step_lora.safetensors", "sdxl-lightning-2step"),
+        ("someone/mirror", "Hyper-SD15-1step-lora.safetensors", "hyper-sd-1step"),
+        (None, "lcm-lora-sdv1-5.safetensors", "lcm-lora"),
+        (None, "TCD-SD15-LoRA.safetensors", "tcd-lora"),
+        (None, "pytorch_lora_weights.safetensors", None),
+        ("someone/style", "pixel_art.safetensors", None),
+    ],
+)  # fmt: skip
+def test_a_request_s_lora_is_recognised_as_its_recipe(repo, file, name):
+    found = lora_preset(repo=repo, file=file)
+    assert (found and found.name) == name
+    if found is not None:
+        assert preset_named(found.name) == found  # the request carries the name; it comes back
+
+
+def test_a_lora_s_recipe_replaces_the_model_s_defaults_but_not_its_caps():
+    model = rules(preset(SDXL, LIGHTNING_4), default_steps=3, steps_cap=6)
+    under = model.under(preset(SDXL, LCM))
+    assert under.preset == "lcm-lora"
+    assert (under.steps, under.guidance, under.scheduler) == (4, 1.0, "lcm")
+    assert under.max_steps == 6  # GEN_STEPS_CAP still holds
+    request = GenerationRequest(prompt="a cat", loras=(
+        LoraUse(name="lcm", weight=1.0, path="loras/lcm.safetensors", preset="lcm-lora"),
+    ))  # fmt: skip
+    settled = with_defaults(request, rules=model)
+    assert (settled.steps, settled.scheduler, settled.preset) == (4, "lcm", "lcm-lora")
+    off = request.model_copy(update={"loras": (request.loras[0].model_copy(update={"weight": 0}),)})
+    assert with_defaults(off, rules=model).steps == 3  # weight 0: the model's own
+
+
+@pytest.mark.parametrize(
+    ("quality", "plain", "lightning", "lcm"),
+    [("low", 10, 2, 2), ("medium", 20, 4, 4), (None, 20, 4, 4), ("high", 30, 4, 6)],
+)
+def test_a_quality_scales_the_default_steps_within_the_recipe_s_cap(quality, plain, lightning, lcm):
+    for found, expected in ((None, plain), (preset(SDXL, LIGHTNING_4), lightning),
+                            (preset(SDXL, LCM), lcm)):  # fmt: skip
+        assert (
+            rules(found).settle(steps=None, guidance=None, scheduler=None, quality=quality)[0]
+            == expected
+        )
+    assert rules(None).settle(steps=7, guidance=None, scheduler=None, quality="low")[0] == 7
