@@ -227,6 +227,7 @@ def build_backend() -> Backend:
     shelf = ModelShelf([loader, *others], shelf_limit())
     images = ImageStore(settings.OUTPUT_DIR)
     upscalers = offered_upscalers()
+    loader.extra_files = (upscalers,)  # MODEL_ID turns ready once UPSCALERS' files are there
     rules = rules_from_settings()
     catalog = catalog_of(sources, rules)
     loras = LoraCatalog(

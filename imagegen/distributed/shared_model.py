@@ -71,15 +71,15 @@ class SharedModel:
         """Downloads if the share lacks a complete copy, then has every worker load.
 
         False when every live worker that may run it is ready already and the share holds every
-        file (LORAS may lack some)."""
+        file (LORAS and UPSCALERS may lack some)."""
         workers = self._runners(live_workers(self.redis))
         ready = workers and all(self._state_of(w) == "ready" for w in workers)
-        if ready and self.source.complete_manifest() is not None:
+        if ready and self._all_on_share():
             return False
         with self._lock:
             if self._downloading is not None and self._downloading.is_alive():
                 return True
-            if self.source.complete_manifest() is not None:
+            if self._all_on_share():
                 self._error = None
                 self.redis.incr(self.pulls_key)
                 return True
@@ -91,9 +91,13 @@ class SharedModel:
             self._downloading.start()
         return True
 
+    def _all_on_share(self) -> bool:
+        return self.source.complete_manifest() is not None and not self.loader.extras_missing()
+
     def _download(self, progress: hub.DownloadProgress) -> None:
         try:
-            pull_with_loras(self.source, progress)  # the model, then LORAS's files
+            # The model, then LORAS's files, then UPSCALERS' (the loader's extra files).
+            pull_with_loras(self.source, progress, extras=self.loader.extra_files)
             self.redis.incr(self.pulls_key)
         except Exception as exc:
             log.exception("model download failed")

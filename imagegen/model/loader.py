@@ -22,7 +22,7 @@ from typing import Any
 from imagegen.errors import ModelDownloading, ModelFailed, ModelLoading, ModelNotPulled
 from imagegen.model import hub, inpaint, share
 from imagegen.model.adapters import Adapter, give_back_freed_memory
-from imagegen.model.loras_pull import pull_with_loras
+from imagegen.model.loras_pull import ExtraFiles, pull_with_loras
 from imagegen.model.pipeline import LoadOptions, load_pipeline, load_unet
 from imagegen.model.pull_failures import explain_pull_failure
 from imagegen.model.share import InpaintRecord
@@ -73,6 +73,11 @@ class ModelLoader:
         self._draining = False  # room is being made: no new job starts on the pipeline
         self.last_used = 0.0  # time.monotonic() of the last pipeline() or load: least recent first
         self._users = 0  # jobs running on the pipeline now: it is not freed under them
+        # Pulled with the model, its state waiting for them (UPSCALERS' files, MODEL_ID's only).
+        self.extra_files: tuple[ExtraFiles, ...] = ()
+
+    def extras_missing(self) -> bool:
+        return any(extra.missing() for extra in self.extra_files)
 
     def status(self) -> "ModelStatus":
         manifest = self.source.complete_manifest()
@@ -270,9 +275,9 @@ class ModelLoader:
     def _run_job(self, done: threading.Event, progress: hub.DownloadProgress) -> None:
         try:
             manifest = self.source.complete_manifest()
-            if manifest is None:
+            if manifest is None or self.extras_missing():
                 self._set_state(State.DOWNLOADING)
-                manifest = pull_with_loras(self.source, progress)
+                manifest = pull_with_loras(self.source, progress, extras=self.extra_files)
             else:
                 share.remove_leftovers(self.source.path, keep={f.path for f in manifest.files})
             self._set_state(State.LOADING)

@@ -3,8 +3,9 @@ into the local download cache, then placed under a temporary name and renamed), 
 repo folder written last, and a warm pull skips what the manifest lists at its size."""
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from huggingface_hub import HfApi
 from huggingface_hub.hf_api import RepoFile
@@ -22,12 +23,27 @@ from imagegen.model.loras import LoraEntry, missing, repo_path
 log = logging.getLogger(__name__)
 
 
+class ExtraFiles(Protocol):
+    """Files pulled with the model that its state waits for (UPSCALERS: OfferedUpscalers)."""
+
+    def missing(self) -> Sequence[object]: ...
+
+    def pull(self) -> Sequence[object]: ...
+
+
 def pull_with_loras(
-    source: ModelSource, progress: DownloadProgress, *, reuse: bool = True
+    source: ModelSource,
+    progress: DownloadProgress,
+    *,
+    reuse: bool = True,
+    extras: Iterable[ExtraFiles] = (),
 ) -> share.Manifest:
-    """The model pulled onto the share (hub.download_to_share), then its LoRAs."""
+    """The model pulled onto the share (hub.download_to_share), then its LoRAs, then `extras`:
+    a pull is done, and the model may turn ready, only once all are on the share."""
     manifest = download_to_share(source, progress, reuse=reuse)
     pull_loras(source, progress)
+    for extra in extras:
+        extra.pull()
     return manifest
 
 

@@ -113,6 +113,7 @@ class OfferedUpscalers:
     token: str | None = None
     _loaded: dict[str, ModelUpscaler] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pull_lock: threading.Lock = field(default_factory=threading.Lock)
     _pulling: threading.Thread | None = None
 
     @property
@@ -138,11 +139,13 @@ class OfferedUpscalers:
         return hf_hub_url(entry.repo, entry.file, endpoint=self.endpoint)
 
     def pull(self) -> list[UpscalerEntry]:
-        """Fetches every entry not on the share yet, in order; returns those fetched."""
+        """Fetches every entry not on the share yet, in order; returns those fetched. One pull
+        at a time: the model's pull job and POST /model/pull's background one may meet."""
         fetched = []
-        for entry in self.missing():
-            self._fetch(entry)
-            fetched.append(entry)
+        with self._pull_lock:
+            for entry in self.missing():
+                self._fetch(entry)
+                fetched.append(entry)
         return fetched
 
     def start_pull(self) -> bool:
