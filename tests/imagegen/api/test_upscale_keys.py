@@ -8,8 +8,8 @@ import pytest
 import requests
 
 from apikeys import services as key_services
-from imagegen.backend import upscaling_of
 from imagegen.generation.jobs import JobQueue
+from imagegen.generation.upscale import Upscaling
 from scripts.embedded_mongo import EmbeddedMongo
 from tests.support.in_process import LoopbackApp
 from tests.support.in_process_app import in_process_app
@@ -30,7 +30,7 @@ def keyed(
             assert served.backend is not None
             jobs = served.backend.jobs
             assert isinstance(jobs, JobQueue)
-            jobs.upscaling = upscaling_of(served.backend.upscalers)  # the filters
+            jobs.upscaling = Upscaling(served.backend.upscalers, 0)  # the filters
             yield served, secrets
 
 
