@@ -28,7 +28,7 @@ from core.timestamps import iso_ms
 from imagegen.atomic_files import write_atomically
 from imagegen.generation import hires as hires_fix
 from imagegen.generation.hires import Hires
-from imagegen.generation.requests import EditParameters, without_absent_edit
+from imagegen.generation.requests import EditParameters, without_absent_fields
 from imagegen.generation.schedulers import infotext_sampler
 from imagegen.generation.stored_ids import is_digest, is_key_name
 from imagegen.generation.upscale_request import UpscaleParameters
@@ -78,15 +78,7 @@ class GenerationParameters(BaseModel):
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
-        data = without_absent_edit(self, handler)
-        if isinstance(data, dict) and self.lora_hashes is None:
-            data.pop("lora_hashes", None)
-        if isinstance(data, dict) and not self.loras:
-            data.pop("loras", None)
-        if isinstance(data, dict) and self.upscale is None:
-            data.pop("upscale", None)
-        if isinstance(data, dict) and self.hires is None:
-            data.pop("hires", None)
+        data = without_absent_fields(self, handler, ("lora_hashes", "loras", "upscale", "hires"))
         return data
 
     def a1111_text(self) -> str:

@@ -130,20 +130,10 @@ class GenerationRequest(BaseModel):
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler):
         # No return annotation: pydantic then documents the model's own fields.
-        data = without_absent_edit(self, handler)
-        if isinstance(data, dict) and not self.partial_images:
-            data.pop("partial_images", None)
-        if isinstance(data, dict) and self.model is None:
-            data.pop("model", None)
-        if isinstance(data, dict) and not self.loras:
-            data.pop("loras", None)
-        if isinstance(data, dict) and self.upscale is None:
-            data.pop("upscale", None)
-        if isinstance(data, dict) and self.hires is None:
-            data.pop("hires", None)
-        for name in ("quality", "preset"):
-            if isinstance(data, dict) and getattr(self, name) is None:
-                data.pop(name, None)
+        data = without_absent_fields(
+            self, handler,
+            ("partial_images", "model", "loras", "upscale", "hires", "quality", "preset"),
+        )  # fmt: skip
         return data
 
     adjusted: list[Adjustment] = Field(
@@ -172,12 +162,16 @@ def _a1111(value: Any) -> Any:
     return SCHEDULERS[value].a1111_name if isinstance(value, str) and value in SCHEDULERS else value
 
 
-def without_absent_edit(model: Any, handler: Any) -> Any:
-    """A request's or record's fields, without `edit` when it is None: a text-to-image
-    answer, record and PNG have no `edit` key."""
+def without_absent_fields(model: Any, handler: Any, optional: tuple[str, ...] = ()) -> Any:
+    """A request's or record's fields, without `edit` when it is None (a text-to-image
+    answer, record and PNG have no `edit` key) and without each `optional` field that is None
+    or empty: an answer names only what its request used."""
     data = handler(model)
-    if isinstance(data, dict) and getattr(model, "edit", None) is None:
-        data.pop("edit", None)
+    if isinstance(data, dict):
+        for name in ("edit", *optional):
+            value = getattr(model, name, None)
+            if value is None or (name != "edit" and not value):
+                data.pop(name, None)
     return data
 
 
