@@ -181,7 +181,8 @@ def test_a_requests_counters_are_its_process_cpu_and_page_faults():
         pass
     spent = counted_since("self", before)
     assert spent["minor_faults"] >= 64 * 2**20 // 4096 * 0.9
-    assert 0.3 <= spent["cpu"] < 5 and 0 <= spent["kernel_cpu"] <= spent["cpu"]
+    # The kernel's share may be all of it (the page faults), equal but for float rounding.
+    assert 0.3 <= spent["cpu"] < 5 and 0 <= spent["kernel_cpu"] <= spent["cpu"] + 1e-9
 
 
 def test_the_neighbour_is_a_busy_loop_of_its_own_session_while_the_requests_run():

@@ -178,7 +178,7 @@ def operator_output(stderr: io.StringIO) -> Iterator[None]:
     root = logging.getLogger()
     console = [handler for handler in root.handlers if handler.get_name() == "console"]
     assert console, "the settings' LOGGING names its handler 'console'"
-    streams = [handler.setStream(stderr) for handler in console]
+    streams = [_swap_stream(handler, stderr) for handler in console]
     level = root.level
     root.setLevel(settings.LOGGING["root"]["level"])
 
@@ -195,4 +195,17 @@ def operator_output(stderr: io.StringIO) -> Iterator[None]:
     finally:
         root.setLevel(level)
         for handler, stream in zip(console, streams, strict=True):
-            handler.setStream(stream)
+            _swap_stream(handler, stream)
+
+
+def _swap_stream(handler: logging.Handler, stream: Any) -> Any:
+    """The handler's stream replaced, the old one returned unflushed: a test that configured
+    logging while pytest captured its output may have left a handler on a closed stream,
+    which StreamHandler.setStream's flush would raise on."""
+    assert isinstance(handler, logging.StreamHandler)
+    handler.acquire()
+    try:
+        old, handler.stream = handler.stream, stream
+    finally:
+        handler.release()
+    return old
