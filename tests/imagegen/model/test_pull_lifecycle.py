@@ -239,11 +239,30 @@ def test_a_download_cut_off_midway_is_never_complete_and_the_next_pull_repairs_i
     assert not (model / ".manifest.json").exists()
     placed = files_on(model)
     assert placed and not WANTED.issubset(placed)  # midway indeed
+    # A temporary file the killed process was writing stays for an hour (another process could
+    # still be writing it); the repair adds none of its own and leaves no other file.
+    killed_partials = {name for name in placed if name.endswith(".partial")}
     second = new_loader(hub, left, tmp_path / "cache-after")  # a new process on that share
     status = second.status()
     assert status.state == "not_started" and status.weights_on_share is False
     pulled(second)
-    assert files_on(model) == WANTED | {".manifest.json"}
+    assert files_on(model) == WANTED | {".manifest.json"} | killed_partials
+
+
+def test_a_pull_removes_a_killed_writers_temporary_file_only_once_it_is_an_hour_old(
+    start_loader, hub, share, tmp_path
+):
+    warm(hub, tmp_path)
+    vae = share / "testorg--tiny-sd" / "vae"
+    old = vae / ".diffusion_pytorch_model.fp16.safetensors.0123abcd.partial"
+    young = vae / ".diffusion_pytorch_model.fp16.safetensors.4567cdef.partial"
+    for leftover in (old, young):
+        leftover.write_bytes(b"cut off")
+    hour_ago = time.time() - 3601
+    os.utime(old, (hour_ago, hour_ago))
+    pulled(start_loader())
+    assert not old.exists()
+    assert young.exists()  # a process elsewhere may still be writing it
 
 
 def test_failed_on_hub_error_then_a_new_pull_recovers(start_loader, hub):
