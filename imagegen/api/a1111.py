@@ -109,8 +109,8 @@ OVERRIDE_SETTINGS = (
 def chosen_checkpoint(generation: GenerationRequest, checkpoint: JsonValue) -> GenerationRequest:
     """`generation` run by the model override_settings.sd_model_checkpoint names: a title as
     /sd-models lists it (the repo id), a model name (the unique name part) or a repo id. With
-    MODELS unset it is ignored, as before models could be chosen (A1111 clients send the
-    checkpoint they last saw); with MODELS set an unknown one is a 400 naming the field and
+    MODELS unset it is ignored: there is one model, and A1111 clients send the checkpoint
+    they last saw; with MODELS set an unknown one is a 400 naming the field and
     listing the offered titles, before anything is stored or queued."""
     backend = current_backend()
     offered = backend.offered()

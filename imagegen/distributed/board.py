@@ -122,7 +122,7 @@ class RedisJobBoard:
 
     def _check_runnable(self, model_id: str, *, default: bool) -> None:
         """Refuses a job no live worker may run (WORKER_MODELS). With no live worker at all it
-        is queued, as before: the worker a scaler starts takes it."""
+        is queued: the worker a scaler starts takes it."""
         if not model_id:
             return
         workers = live_workers(self.jobs.redis)
