@@ -1,5 +1,8 @@
-"""Attention slicing with the fused kernel per slice: the same numbers as diffusers' own
-sliced and unsliced processors, in slices of the size diffusers chose."""
+"""Attention slicing with the fused kernel: the same numbers as diffusers' own sliced and
+unsliced processors, memory bounded without building the score matrix, and with a mask slices
+of the size diffusers chose."""
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,7 +79,9 @@ def test_an_attention_mask_is_sliced_with_its_rows():
     torch.testing.assert_close(unmasked[1], results[0][1])  # where it kept every token
 
 
-def _fused_calls(processor: SlicedSdpaProcessor, tokens: int, monkeypatch) -> list[int]:
+def _fused_calls(
+    processor: SlicedSdpaProcessor, tokens: int, monkeypatch, *, masked: bool = False
+) -> list[int]:
     """The rows of each fused-kernel call for one guided SD 1.5 self-attention of `tokens`."""
     attn = _attention(query_dim=40, heads=8, dim_head=5)  # 16 rows, as SD 1.5's guided pair
     attn.set_processor(processor)
@@ -84,21 +89,70 @@ def _fused_calls(processor: SlicedSdpaProcessor, tokens: int, monkeypatch) -> li
     real = torch.nn.functional.scaled_dot_product_attention
 
     def counted(q, *args, **kwargs):
-        rows.append(q.shape[1])
+        rows.append(q.shape[0] * q.shape[1])
         return real(q, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    mask = torch.zeros(2, 1, tokens) if masked else None
     with torch.inference_mode():
-        attn(torch.zeros(2, tokens, 40))
+        attn(torch.zeros(2, tokens, 40), attention_mask=mask)
     return rows
 
 
-def test_small_attention_is_one_call_and_large_is_sliced(monkeypatch):
-    """SD 1.5 at 256x256 (1,024 image tokens: 64 MiB of scores) in one call of all 16 rows;
-    at 512x512 (4,096 tokens: 1 GiB) in slices of the size diffusers chose."""
+def test_without_a_mask_all_rows_go_in_one_call_at_every_size(monkeypatch):
+    """SD 1.5 at 256x256 (1,024 image tokens) and at 512x512 (4,096: 1 GiB of scores)."""
     assert _fused_calls(SlicedSdpaProcessor(4), 32 * 32, monkeypatch) == [16]
-    assert _fused_calls(SlicedSdpaProcessor(4), 64 * 64, monkeypatch) == [4, 4, 4, 4]
-    assert _fused_calls(SlicedSdpaProcessor(4, one_call_bytes=0), 32 * 32, monkeypatch) == [4] * 4
+    assert _fused_calls(SlicedSdpaProcessor(4), 64 * 64, monkeypatch) == [16]
+
+
+def test_with_a_mask_large_attention_is_sliced(monkeypatch):
+    assert _fused_calls(SlicedSdpaProcessor(4), 32 * 32, monkeypatch, masked=True) == [16]
+    assert _fused_calls(SlicedSdpaProcessor(4), 64 * 64, monkeypatch, masked=True) == [4] * 4
+
+
+def test_without_a_mask_the_result_is_plain_diffusers_bit_for_bit():
+    attn = _attention(query_dim=32, heads=4, dim_head=8)
+    hidden = torch.randn(2, 256, 32, generator=torch.Generator().manual_seed(3))
+    results = []
+    for processor in (AttnProcessor2_0(), SlicedSdpaProcessor(4)):
+        attn.set_processor(processor)
+        with torch.inference_mode():
+            results.append(attn(hidden))
+    assert torch.equal(results[0], results[1])
+
+
+def _peak_growth(run) -> int:
+    """Bytes the process's peak RSS rose above its RSS while `run` ran (Linux: VmHWM reset by
+    clear_refs)."""
+
+    def status(field: str) -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError(field)
+
+    Path("/proc/self/clear_refs").write_text("5")
+    before = status("VmRSS")
+    run()
+    return status("VmHWM") - before
+
+
+def test_one_call_keeps_memory_bounded_without_the_score_matrix():
+    """SD 1.5's top self-attention at 512x512, guided: its scores would be 1 GiB. diffusers'
+    slices of 4 rows build 256 MiB of them at a time; the fused call none."""
+    attn = _attention(query_dim=320, heads=8, dim_head=40)
+    hidden = torch.randn(2, 64 * 64, 320)
+
+    def run(processor):
+        attn.set_processor(processor)
+        with torch.inference_mode():
+            attn(hidden)
+
+    run(SlicedSdpaProcessor(4))  # warm: torch's buffers and threads
+    ours = _peak_growth(lambda: run(SlicedSdpaProcessor(4)))
+    theirs = _peak_growth(lambda: run(SlicedAttnProcessor(4)))
+    assert theirs > 256 * 2**20  # the measure sees a slice's score matrix
+    assert ours < 128 * 2**20, ours / 2**20  # its own q, k, v and output: 40 MiB
 
 
 def test_the_slice_sizes_diffusers_chose_are_kept(hub_root):
