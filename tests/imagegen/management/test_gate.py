@@ -108,11 +108,11 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(model_env, hub):
 def test_a_load_slower_than_the_timeout_is_a_ready_timeout(model_env, hub):
     hub.throttle_bytes_per_sec = 100_000
     with served_here(**model_env) as app:
-        result = gate_beside(app.base_url, "--timeout", "2")
+        result = gate_beside(app.base_url, "--timeout", "1")
         hub.throttle_bytes_per_sec = None  # the pull this process runs ends with the test
         wait_for_state(app, {"ready", "failed"})
     assert result.returncode == 14
-    assert "not ready within 2s (last state: downloading)" in result.stderr
+    assert "not ready within 1s (last state: downloading)" in result.stderr
 
 
 def test_a_refused_pull_is_its_own_failure(model_env):
