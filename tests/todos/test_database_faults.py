@@ -30,6 +30,12 @@ SLACK = 1.5
 
 
 @pytest.fixture
+def empty_todos() -> None:
+    """The package's emptying of the session's app (tests/todos/conftest.py), not wanted here:
+    these tests bring databases of their own, and the session's app would start for nothing."""
+
+
+@pytest.fixture
 def stack(tmp_path) -> Iterator[tuple[EmbeddedMongo, AppServer]]:
     mongo = EmbeddedMongo(tmp_path / "mongo", port=free_port()).start()
     env = {"MONGODB_URI": mongo.uri(), "MONGODB_TIMEOUT_MS": str(TIMEOUT_MS)}

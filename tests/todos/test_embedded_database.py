@@ -6,9 +6,16 @@ import subprocess
 import sys
 import time
 
+import pytest
 import requests
 
 from tests.support.processes import ROOT, free_port, wait_for_http
+
+
+@pytest.fixture
+def empty_todos() -> None:
+    """The package's emptying of the session's app (tests/todos/conftest.py), not wanted here:
+    these tests bring databases of their own, and the session's app would start for nothing."""
 
 
 def serve(data_dir, port, db_port) -> subprocess.Popen:

@@ -34,7 +34,7 @@ def worker_pid(app: AppServer) -> int:
 
 
 def generate_one(app: Served) -> None:
-    fields = {"prompt": "a red cube", "size": "256x256", "steps": "2", "seed": "1"}
+    fields = {"prompt": "a red cube", "size": "64x64", "steps": "2", "seed": "1"}
     response = requests.post(app.url("/generate"), data=fields, timeout=120)
     assert response.status_code == 200, response.text
 

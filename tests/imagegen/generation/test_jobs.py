@@ -236,13 +236,14 @@ def test_records_match_their_request_and_pngs_carry_the_parameters(app):
     assert json.loads(text["imagegen"]) == record["parameters"]
 
 
-def test_images_are_listed_newest_first_in_pages(app):
-    ids = [
-        requests.post(app.url("/generate"), data={"prompt": f"page {i}", "size": "64x64"}).headers[
-            "X-Image-Id"
-        ]
+def test_images_and_jobs_are_listed_newest_first_in_pages(app):
+    """/images pages; /jobs stays a bare list, and ?paged=true pages the board of either mode
+    as /images pages (one set of images for both)."""
+    made = [
+        requests.post(app.url("/generate"), data={"prompt": f"page {i}", "size": "64x64"})
         for i in range(3)
     ]
+    ids = [response.headers["X-Image-Id"] for response in made]
     first = requests.get(app.url("/images"), params={"limit": 2}).json()
     assert [r["id"] for r in first["items"]] == ids[::-1][:2]
     second = requests.get(app.url(first["next"])).json()
@@ -250,21 +251,13 @@ def test_images_are_listed_newest_first_in_pages(app):
     listed = requests.get(app.url("/jobs")).json()
     assert listed[0]["image"]["id"] == ids[-1]  # newest job first
 
-
-def test_jobs_page_in_the_shape_of_images_on_request(app):
-    """The bare list stays; ?paged=true pages the board of either mode as /images pages."""
-    ids = [
-        requests.post(
-            app.url("/generate"), data={"prompt": f"jobs page {i}", "size": "64x64"}
-        ).headers["X-Job-Id"]
-        for i in range(3)
-    ]
+    job_ids = [response.headers["X-Job-Id"] for response in made]
     assert isinstance(requests.get(app.url("/jobs"), params={"limit": 2}).json(), list)
     first = requests.get(app.url("/jobs"), params={"limit": 2, "paged": "true"}).json()
-    assert [job["id"] for job in first["items"]] == ids[::-1][:2]
-    assert first["next"] == f"/jobs?paged=true&limit=2&before={ids[1]}"
+    assert [job["id"] for job in first["items"]] == job_ids[::-1][:2]
+    assert first["next"] == f"/jobs?paged=true&limit=2&before={job_ids[1]}"
     second = requests.get(app.url(first["next"])).json()
-    assert second["items"][0]["id"] == ids[0]
+    assert second["items"][0]["id"] == job_ids[0]
 
 
 def test_a_deleted_image_is_gone_from_the_listing_the_png_and_its_record(app):

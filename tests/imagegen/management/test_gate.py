@@ -1,10 +1,10 @@
 """manage.py gate against real processes: the app under gunicorn, a placeholder http.server,
 a closed port, a failing hub, a slow download, and a scripted service for what the app does
 only by accident (a silent pull, flapping or restarting status); each ends with its own exit
-code. A cold deployment (gunicorn) and a warm one run the gate as its own process; the rest
-run the same command in this process (run_command, or run_beside next to the app served in
-this process: served_here), which answers the same exit code and output without a Python
-start each."""
+code. A cold deployment (gunicorn) runs the gate as its own process; the rest, the warm
+deployment among them, run the same command in this process (run_command, or run_beside next
+to the app served in this process: served_here), which answers the same exit code and output
+without a Python start each."""
 
 import re
 import subprocess
@@ -52,7 +52,7 @@ def test_cold_then_warm_deployment_passes(start_app, model_env, hub, tmp_path):
     hub.reset_log()  # a new revision: a new backend, served here, on the warm share
     warm_env = {**model_env, "DOWNLOAD_CACHE_DIR": str(tmp_path / "cache-warm")}
     with served_here(**warm_env) as app:
-        warm = gate(app.base_url)
+        warm = gate_beside(app.base_url)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout.splitlines()[1] == "gate: pull: accepted (202), state loading"
     assert "downloading" not in warm.stdout
@@ -86,10 +86,10 @@ def test_a_placeholder_file_server_fails_at_step_a(placeholder):
 
 def test_nothing_listening_is_a_health_timeout():
     result = run_command(
-        "gate", "--base-url", f"http://127.0.0.1:{free_port()}", "--health-timeout", "2"
+        "gate", "--base-url", f"http://127.0.0.1:{free_port()}", "--health-timeout", "1"
     )
     assert result.returncode == 11
-    assert "/health did not succeed within 2s" in result.stderr
+    assert "/health did not succeed within 1s" in result.stderr
 
 
 def test_a_hub_error_fails_fast_long_before_the_timeout(model_env, hub):
@@ -108,11 +108,11 @@ def test_a_hub_error_fails_fast_long_before_the_timeout(model_env, hub):
 def test_a_load_slower_than_the_timeout_is_a_ready_timeout(model_env, hub):
     hub.throttle_bytes_per_sec = 100_000
     with served_here(**model_env) as app:
-        result = gate_beside(app.base_url, "--timeout", "2")
+        result = gate_beside(app.base_url, "--timeout", "1")
         hub.throttle_bytes_per_sec = None  # the pull this process runs ends with the test
         wait_for_state(app, {"ready", "failed"})
     assert result.returncode == 14
-    assert "not ready within 2s (last state: downloading)" in result.stderr
+    assert "not ready within 1s (last state: downloading)" in result.stderr
 
 
 def test_a_refused_pull_is_its_own_failure(model_env):

@@ -14,27 +14,30 @@ from tests.support.processes import ROOT
 HEAVY = ("sympy", "accelerate", "transformers", "torch._dynamo", "diffusers.pipelines",
          "diffusers.models", "diffusers.guiders")  # fmt: skip
 
-LOAD_AND_LIST_IMPORTS = """
+# One process: the modules the preload imports, then the modules a load of each repo imports
+# after it (the load's module imported first, as the worker has it).
+PRELOAD_THEN_LOAD = """
 import json, sys
 from pathlib import Path
-if sys.argv[1] == "preload":
-    from imagegen.model.preload import import_loading_code
-    import_loading_code()
 from imagegen.model.pipeline import load_pipeline
+from imagegen.model.preload import import_loading_code
 before = set(sys.modules)
-for repo in sys.argv[2:]:
+import_loading_code()
+preloaded = set(sys.modules)
+for repo in sys.argv[1:]:
     load_pipeline(Path(repo), variant="fp16", device="cpu")
-print(json.dumps(sorted(set(sys.modules) - before)))
+print(json.dumps([sorted(preloaded - before), sorted(set(sys.modules) - preloaded)]))
 """
 
 
-def imports_during_load(hub_root, preload: bool) -> list[str]:
+def imports_of_preload_then_load(hub_root) -> tuple[list[str], list[str]]:
     repos = [str(hub_root / SD_REPO), str(hub_root / SDXL_REPO)]
     run = subprocess.run(
-        [sys.executable, "-c", LOAD_AND_LIST_IMPORTS, "preload" if preload else "-", *repos],
+        [sys.executable, "-c", PRELOAD_THEN_LOAD, *repos],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
-    return json.loads(run.stdout.splitlines()[-1])
+    preloaded, loaded = json.loads(run.stdout.splitlines()[-1])
+    return preloaded, loaded
 
 
 def heavy(modules: list[str]) -> list[str]:
@@ -42,9 +45,10 @@ def heavy(modules: list[str]) -> list[str]:
 
 
 def test_after_the_preload_a_load_of_sd_or_sdxl_imports_no_heavy_module(hub_root):
-    without = imports_during_load(hub_root, preload=False)
-    assert len(heavy(without)) > 500  # what the preload exists for
-    after = imports_during_load(hub_root, preload=True)
+    """The heavy modules are not imported with the load's own module: the preload imports
+    them (what it exists for), and a load after it imports none."""
+    preloaded, after = imports_of_preload_then_load(hub_root)
+    assert len(heavy(preloaded)) > 500
     assert heavy(after) == []
     assert len(after) < 20, after  # a few scheduler modules at most
 

@@ -400,11 +400,10 @@ def test_adapters_and_the_tiny_decoder_are_pulled_beside_the_model_listed_and_lo
     ids=["MODEL_ADAPTERS", "VAE_DECODER"],
 )
 def test_a_changed_setting_makes_the_share_incomplete_until_a_pull_fetches_only_the_change(
-    start_loader, extras_hub, share, change, fetched_files
+    start_loader, extras_hub, share, tmp_path, change, fetched_files
 ):
     hub = extras_hub
-    pulled(start_loader())
-    hub.reset_log()
+    warm(hub, tmp_path)  # the model alone, complete on the share
 
     changed = start_loader(**change)
     status = changed.status()
