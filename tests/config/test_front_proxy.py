@@ -155,25 +155,6 @@ def test_the_same_slow_clients_hold_every_thread_of_gunicorn_alone(proxied: Prox
     assert requests.get(alone + "/health", timeout=10).status_code == 200  # free again
 
 
-def test_either_process_stopping_stops_the_pair(mongo: EmbeddedMongo, tmp_path: Path):
-    """The container exits when either process exits: the platform restarts it whole.
-    gunicorn stopping here; nginx dying in the image's own start (test_container_image.py
-    test_the_image_command_serves_health_outside_docker_behind_its_proxy)."""
-    victim = "gunicorn"
-    app = ProxiedApp(app_env(mongo, tmp_path), tmp_path / f"{victim}.log").start()
-    assert app.process is not None
-    try:
-        pids = children(app.process.pid)
-        target = next(pid for pid, command in pids if victim in command)
-        os.kill(target, signal.SIGTERM)
-        assert app.process.wait(60) != 0
-        assert f"{victim} exited" in app.log_tail()
-        for pid, _command in pids:
-            assert not alive(pid), f"{_command} left running"
-    finally:
-        app.kill()
-
-
 @pytest.mark.parametrize(
     ("bind", "beyond"),
     [
@@ -338,10 +319,14 @@ def test_the_container_starts_the_proxy_for_the_web_role_only():
     assert "worker) exec python manage.py run_worker ;;" in start
 
 
-def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp_path: Path):
-    """(On loopback serve starts gunicorn alone: README's demo start checks that,
-    tests/scripts/test_readme_demo.py.)"""
-    bind, server = "0.0.0.0", "nginx"
+def test_serve_puts_the_proxy_in_front_beyond_loopback_and_either_stopping_stops_the_pair(
+    mongo: EmbeddedMongo, tmp_path: Path
+):
+    """The container exits when either process exits: the platform restarts it whole.
+    gunicorn stopping here; nginx dying in the image's own start (test_container_image.py
+    test_the_image_command_serves_health_outside_docker_behind_its_proxy). (On loopback serve
+    starts gunicorn alone: README's demo start checks that, tests/scripts/test_readme_demo.py.)"""
+    bind, server, victim = "0.0.0.0", "nginx", "gunicorn"
     port = free_port()
     env = {
         **os.environ,
@@ -353,7 +338,12 @@ def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp
         "PRELOAD_MODEL_CODE": "0",
     }
     env.pop("FRONT_PROXY", None)
-    process = subprocess.Popen([sys.executable, "scripts/serve.py"], cwd=ROOT, env=env)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "scripts/serve.py"], cwd=ROOT, env=env, stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -361,11 +351,21 @@ def test_serve_puts_the_proxy_in_front_beyond_loopback(mongo: EmbeddedMongo, tmp
                 health = requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
                 if health.status_code == 200:
                     break
-            assert process.poll() is None and time.monotonic() < deadline
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         assert health.headers["Server"] == server
+
+        (proxy,) = [pid for pid, command in children(process.pid) if "front_proxy" in command]
+        pair = children(proxy)
+        target = next(pid for pid, command in pair if victim in command)
+        os.kill(target, signal.SIGTERM)
+        assert process.wait(60) != 0
+        assert f"{victim} exited" in log.read_text(errors="replace")
+        for pid, command in pair:
+            assert not alive(pid), f"{command} left running"
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
         process.wait(60)
 
 

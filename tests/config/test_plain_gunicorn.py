@@ -63,6 +63,9 @@ def app(
             # LONG's steps, and no refusal by estimate: it must wait, not be refused.
             "GEN_MAX_STEPS": "500",
             "GEN_SYNC_REFUSE_FACTOR": "0",
+            # One core for the long jobs the bounds are tested beside, as the suite's own apps
+            # (tests/settings.py): the other one answers the requests.
+            "TORCH_THREADS": "1",
         }
         server = PlainGunicorn(env, work / "app.log").start(timeout=180)
         try:

@@ -388,8 +388,8 @@ FALLBACK = {
 
 
 @pytest.mark.parametrize("settings", [REFERENCE, FALLBACK], ids=["reference", "fallback"])
-def test_rollout_arithmetic_nodes_times_profile_hold_two_revisions(fake, settings):
-    assert azure_sh(fake, "provision", **settings).returncode == 0
+def test_rollout_arithmetic_nodes_times_profile_hold_two_revisions(fake, provisions, settings):
+    provisions(fake, **settings)
     profile = profile_added(fake)
     spec = deployed_spec(**{k: v for k, v in settings.items() if k != "WORKLOAD_PROFILE_TYPE"})
     assert spec["properties"]["workloadProfileName"] == profile["name"]
@@ -410,8 +410,8 @@ def test_rollout_arithmetic_nodes_times_profile_hold_two_revisions(fake, setting
         assert memory >= 16  # still room for the 14 GB fp32 model
 
 
-def test_fake_az_control_plane_fallback_profile_deploys_by_settings_alone(fake):
-    image = provision(fake, **FALLBACK)
+def test_fake_az_control_plane_fallback_profile_deploys_by_settings_alone(fake, provisions):
+    image = provisions(fake, **FALLBACK)
     result = azure_sh(fake, "deploy", IMAGE=image, **FALLBACK)
     assert result.returncode == 0, result.stderr
     spec = fake.applied()[-1]["spec"]
