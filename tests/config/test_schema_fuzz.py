@@ -18,7 +18,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -69,18 +69,21 @@ from tests.support.health_watch import health_beside
 from tests.support.model_service import SD_REPO, ready_app
 from tests.support.processes import AppServer
 from todos.cursors import NOT_A_CURSOR, Cursor
+from todos.errors import IdRequired, TodoNotFound
+from todos.selectors import object_id
 
 EXAMPLES = 20  # per operation and generation mode, for an operation of a body or parameters
 FEW_EXAMPLES = 5  # for an operation of one parameter and no body (an id, a flag)
 CHECKS = [not_a_server_error, status_code_conformance, positive_data_acceptance]
 
 MISSING = object()
+ID_REQUIRED = IdRequired.message
 
 
 def sent(case: Case, field: str) -> Any:
     """What the case sent for a field as a refusal names it: `todos.3.title` walks the body,
-    `after` is a query parameter. MISSING when it sent none."""
-    for source in (case.body, case.query):
+    `after` is a query parameter, `todo_id` a path parameter. MISSING when it sent none."""
+    for source in (case.body, case.query, getattr(case, "path_parameters", None)):
         value = source
         try:
             for part in field.split("."):
@@ -490,6 +493,13 @@ def hires_field_without_hires(case: Case, field: str) -> bool:
     return not _on(sent(case, "hires")) and sent(case, field) not in (MISSING, None, "")
 
 
+def is_blank_id(case: Case, field: str) -> bool:
+    """A todo id of spaces only (str.strip's, control separators included) is a missing id:
+    the contract answers `id is required`, though the path's schema is any text."""
+    value = sent(case, field)
+    return isinstance(value, str) and not value.strip()
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -498,6 +508,7 @@ class Allowed:
 
 # Refusals of schema-valid requests that are right, by (field, message) of the 400's details.
 ALLOWED_REFUSALS = {
+    ("todo_id", ID_REQUIRED): Allowed("a blank id is a missing one (the contract)", is_blank_id),
     ("image", NOT_AN_IMAGE): Allowed(
         "an `image` file part is binary to the schema; that it is an image no schema can say",
         is_no_image,
@@ -690,7 +701,10 @@ def allowed_refusal(response) -> list[dict[str, str]] | None:
     title is named by its place, `todo.title` or `todos.3.title`); None for any other answer."""
     if response.status_code != 400:
         return None
-    details = response.json()["error"].get("details") or [{}]
+    error = response.json()["error"]
+    details = error.get("details") or [{}]
+    if error["message"] == ID_REQUIRED:  # the contract's shape: a message, no details
+        details = [{"field": "todo_id", "message": ID_REQUIRED}]
     if not all(entry(detail) in ALLOWED_REFUSALS for detail in details):
         return None
     return details
@@ -934,6 +948,18 @@ _PNG64 = base64.b64encode(_png("RGB")).decode()  # 8x8
             True,
         ),
         (hires_strength_refused, "denoising_strength", _a1111(denoising_strength=0), False),
+        (
+            is_blank_id,
+            "todo_id",
+            SimpleNamespace(body=None, query=None, path_parameters={"todo_id": " \x1f"}),
+            True,
+        ),
+        (
+            is_blank_id,
+            "todo_id",
+            SimpleNamespace(body=None, query=None, path_parameters={"todo_id": "\x1fa"}),
+            False,
+        ),
         (hires_field_without_hires, "hires_steps", _sent({"hires_steps": "3"}), True),
         (
             hires_field_without_hires,
@@ -976,6 +1002,9 @@ def test_each_confirming_check_refuses_what_its_rule_refuses(holds, field, case,
         sampler = body.get("sampler_name") or body.get("sampler_index")
         with pytest.raises(UnknownScheduler) if refused else nullcontext():
             a1111_scheduler(sampler, body.get("scheduler"))
+    elif holds is is_blank_id:
+        with pytest.raises(IdRequired) if refused else nullcontext(), suppress(TodoNotFound):
+            object_id(value)
 
 
 # Hostile input: long strings built of the characters a pattern is slowest on. Each one must
