@@ -56,6 +56,7 @@ from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
 from imagegen.generation.parameters import steps_running
+from imagegen.generation.prompt_tags import LoraTag
 from imagegen.generation.requests import (
     GenerationRequest,
 )
@@ -300,11 +301,7 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     loras = [*form.lora_fields(), *generate_body.json_loras(request)]
-    chosen = services.with_model(current_backend(), form.to_request(), loras=loras)
-    if (hires := form.hires_asked()) is not None:
-        chosen = services.with_hires(
-            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
-        )
+    chosen = resolved_request(form, form.to_request(), loras=loras)
     if image is None:
         return chosen
     return services.edit_request(
@@ -314,16 +311,31 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     )  # fmt: skip
 
 
+def resolved_request(
+    form: GenerateForm, asked: GenerationRequest, *, loras: list[LoraTag]
+) -> GenerationRequest:
+    """`asked` (the form's request) with its model, LoRAs (the prompt's tags, then `loras`)
+    and hires fix resolved and checked: what POST /generate queues and GET /generate/estimate
+    estimates, so that both count the same work (a LoRA's recipe, both passes)."""
+    chosen = services.with_model(current_backend(), asked, loras=loras)
+    if (hires := form.hires_asked()) is not None:
+        chosen = services.with_hires(
+            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
+        )
+    return chosen
+
+
 @router.get(
     "/generate/estimate",
     auth=token_required(),
-    response={200: EstimateOut, **errors(400)},
+    response={200: EstimateOut, **errors(400, 409, 503)},
     summary="How long a generation would take now, and whether a synchronous one is refused",
 )
 def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
+    estimated = resolved_request(query, query.to_request(), loras=query.lora_fields())
     verdict = selectors.generation_estimate(
         current_backend(),
-        request=query.to_request(),
+        request=estimated,
         count=query.n or 1,
         timeout=settings.GEN_SYNC_TIMEOUT,
     )
