@@ -212,13 +212,17 @@ EDIT_PARTS = {
 }
 
 
-def generate_request_body() -> dict:
-    """The form's two encodings and the same fields as a JSON object, the images base64."""
-    body = form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD})
+def generate_request_body(
+    schema: type[GenerateForm] = GenerateForm, parts: dict[str, str] = EDIT_PARTS
+) -> dict:
+    """The form's two encodings and the same fields as a JSON object, the images base64
+    (`parts`: none for an estimate, which reads no image and queues nothing)."""
+    flags = {"async": ASYNC_FIELD} if parts else {}
+    body = form_request_body(schema, parts, **flags)
     form = body["content"]["multipart/form-data"]["schema"]
     images = {
         name: {"type": "string", "description": f"base64 (a `data:` prefix allowed); {text}"}
-        for name, text in EDIT_PARTS.items()
+        for name, text in parts.items()
     }
     loras = {
         "type": "array",
@@ -333,11 +337,37 @@ def resolved_request(
 )
 def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
     estimated = resolved_request(query, query.to_request(), loras=query.lora_fields())
+    return estimate_answer(estimated, count=query.n or 1)
+
+
+ESTIMATE_READS_NO_IMAGE = "an estimate reads no image: send `image_size` (WIDTHxHEIGHT) instead"
+
+
+@router.post(
+    "/generate/estimate",
+    auth=token_required(),
+    response={200: EstimateOut, **errors(400, 409, 503)},
+    summary="The same for a body as POST /generate takes it (form or JSON: a `hires` object, "
+    "`loras`); `async` is ignored, an image refused",
+    openapi_extra={"requestBody": generate_request_body(EstimateQuery, {})},
+)
+def generate_estimate_of_body(
+    request: HttpRequest, form: Annotated[EstimateQuery, FormOrJson(...)]
+):
+    names, files = generate_body.sent_names(request)
+    unknown = EstimateQuery.unknown_fields(names, []) + [
+        {"loc": ("form", name), "msg": ESTIMATE_READS_NO_IMAGE, "type": "extra"} for name in files
+    ]
+    if unknown:
+        raise ValidationError(unknown)
+    loras = [*form.lora_fields(), *generate_body.json_loras(request)]
+    estimated = resolved_request(form, form.to_request(), loras=loras)
+    return estimate_answer(estimated, count=form.n or 1)
+
+
+def estimate_answer(estimated: GenerationRequest, *, count: int) -> EstimateOut:
     verdict = selectors.generation_estimate(
-        current_backend(),
-        request=estimated,
-        count=query.n or 1,
-        timeout=settings.GEN_SYNC_TIMEOUT,
+        current_backend(), request=estimated, count=count, timeout=settings.GEN_SYNC_TIMEOUT
     )
     return EstimateOut.of(verdict)
 

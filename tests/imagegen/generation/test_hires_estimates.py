@@ -153,6 +153,27 @@ def test_a_network_upscaler_adds_its_upscale_jobs_estimate(app):
     assert network["steps"] == lanczos["steps"] and network["size"] == lanczos["size"]
 
 
+def test_a_body_as_post_generate_takes_it_is_estimated_as_its_query(app):
+    """POST /generate/estimate: a JSON body's `hires` object and `loras`, or the form."""
+    url = app.url("/generate/estimate")
+    query = estimate(app, **FIRST, hires="true", hires_steps="3")
+    body = {**FIRST, "steps": 2, "async": True, "hires": {"steps": 3}}
+    posted = requests.post(url, json=body, timeout=30)
+    assert posted.status_code == 200, posted.text
+    assert posted.json() == query and query["steps"] == 5
+    form = requests.post(url, data={**FIRST, "hires": "true", "hires_steps": "3"}, timeout=30)
+    assert form.json() == query
+    lora = {"prompt": "a lamp", "size": "64x64", "loras": [{"name": RECIPE}]}
+    assert requests.post(url, json=lora, timeout=30).json()["steps"] == 8
+    bad = {**body, "hires": {"colour": "red"}}
+    refused = requests.post(url, json=bad, timeout=30)
+    assert refused.status_code == 400
+    generated = requests.post(app.url("/generate"), json=bad, timeout=30)
+    assert refused.json() == generated.json() and "hires_colour" in refused.text
+    image = requests.post(url, json={**body, "image": "aGVsbG8="}, timeout=30)
+    assert image.status_code == 400 and "image: an estimate reads no image" in image.text
+
+
 TOO_LARGE = "must be larger than the first pass and at most 512 pixels a side (GEN_MAX_SIDE)"
 REFUSALS = [
     ({"hires_scale": "2"}, "hires_scale", "applies with hires=true only"),
