@@ -346,7 +346,7 @@ ESTIMATE_READS_NO_IMAGE = "an estimate reads no image: send `image_size` (WIDTHx
 @router.post(
     "/generate/estimate",
     auth=token_required(),
-    response={200: EstimateOut, **errors(400, 409, 503)},
+    response={200: EstimateOut, **errors(400, 409, 413, 503)},
     summary="The same for a body as POST /generate takes it (form or JSON: a `hires` object, "
     "`loras`); `async` is ignored, an image refused",
     openapi_extra={"requestBody": generate_request_body(EstimateQuery, {})},
