@@ -30,6 +30,7 @@ from imagegen.api.generate_body import FormOrJson
 from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
     ApiIndex,
+    EstimateForm,
     EstimateOut,
     EstimateQuery,
     GenerateForm,
@@ -349,13 +350,11 @@ ESTIMATE_READS_NO_IMAGE = "an estimate reads no image: send `image_size` (WIDTHx
     response={200: EstimateOut, **errors(400, 409, 413, 503)},
     summary="The same for a body as POST /generate takes it (form or JSON: a `hires` object, "
     "`loras`); `async` is ignored, an image refused",
-    openapi_extra={"requestBody": generate_request_body(EstimateQuery, {})},
+    openapi_extra={"requestBody": generate_request_body(EstimateForm, {})},
 )
-def generate_estimate_of_body(
-    request: HttpRequest, form: Annotated[EstimateQuery, FormOrJson(...)]
-):
+def generate_estimate_of_body(request: HttpRequest, form: Annotated[EstimateForm, FormOrJson(...)]):
     names, files = generate_body.sent_names(request)
-    unknown = EstimateQuery.unknown_fields(names, []) + [
+    unknown = EstimateForm.unknown_fields(names, []) + [
         {"loc": ("form", name), "msg": ESTIMATE_READS_NO_IMAGE, "type": "extra"} for name in files
     ]
     if unknown:

@@ -392,10 +392,11 @@ def _image_size_schema(schema: dict[str, Any]) -> None:
     schema["pattern"] = IMAGE_SIZE
 
 
-class EstimateQuery(GenerateForm):
-    """GET /generate/estimate: POST /generate's fields with its rules (a value out of bounds is a
-    400 naming it), resolved as /generate resolves them (the model, its LoRAs and their recipe,
-    the hires fix), and the images of a request; an edit by the size of its input."""
+class EstimateForm(GenerateForm):
+    """POST /generate/estimate's body: POST /generate's fields with its rules (a value out of
+    bounds is a 400 naming it), resolved as /generate resolves them (the model, its LoRAs and
+    their recipe, the hires fix), and the images of a request; an edit by the size of its
+    input."""
 
     prompt: Annotated[str, Field(max_length=PROMPT_MAX)] = Field(
         default="", description="as POST /generate; only its <lora:...> tags change the work"
@@ -434,6 +435,24 @@ class EstimateQuery(GenerateForm):
         size = request.size or working_size(parse_size(self.image_size), low=low, high=high)
         edit = EditRequest(source=NO_INPUT, strength=edit_settings(strength=self.strength).strength)
         return request.model_copy(update={"size": size, "edit": edit})
+
+
+# Free text a query line (8190 bytes at most, config/gunicorn.py) has no room for at its
+# bounds: GET /generate/estimate reads them when they fit, POST's body is where they belong.
+FREE_TEXT = ("prompt", "negative_prompt", "lora", "webhook_url", "hires_prompt",
+             "hires_negative_prompt")  # fmt: skip
+
+
+def _without_free_text(schema: dict[str, Any]) -> None:
+    for name in FREE_TEXT:
+        schema["properties"][name]["include_in_schema"] = False  # Ninja leaves it out
+
+
+class EstimateQuery(EstimateForm):
+    """GET /generate/estimate: the same fields in the query, its document listing those a query
+    line always has room for (FREE_TEXT is POST's)."""
+
+    model_config = ConfigDict(json_schema_extra=_without_free_text)
 
 
 def _tenths(seconds: float) -> float:

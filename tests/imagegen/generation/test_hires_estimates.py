@@ -174,6 +174,20 @@ def test_a_body_as_post_generate_takes_it_is_estimated_as_its_query(app):
     assert image.status_code == 400 and "image: an estimate reads no image" in image.text
 
 
+def test_the_document_lists_free_text_under_post_only(app):
+    """A query line has 8190 bytes (config/gunicorn.py): GET's document lists the fields that
+    always fit, POST's body every field (GET still reads a prompt's tags that fit, above)."""
+    paths = requests.get(app.url("/api/openapi.json"), timeout=30).json()["paths"]
+    listed = {p["name"] for p in paths["/generate/estimate"]["get"]["parameters"]}
+    assert {"model", "hires", "hires_upscaler", "hires_scale", "steps", "n"} <= listed
+    assert not listed & {"prompt", "lora", "negative_prompt", "hires_prompt", "webhook_url"}
+    body = paths["/generate/estimate"]["post"]["requestBody"]["content"]["application/json"]
+    assert {"prompt", "lora", "loras", "hires", "n", "image_size"} <= set(
+        body["schema"]["properties"]
+    )
+    assert not {"image", "mask", "async"} & set(body["schema"]["properties"])
+
+
 TOO_LARGE = "must be larger than the first pass and at most 512 pixels a side (GEN_MAX_SIDE)"
 REFUSALS = [
     ({"hires_scale": "2"}, "hires_scale", "applies with hires=true only"),
