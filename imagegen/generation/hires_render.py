@@ -97,5 +97,7 @@ class HiresRun:
             if kind.name == self.hires.upscaler:
                 return kind
         if self.upscalers is None:
-            raise ValueError(f"the upscaler {self.hires.upscaler} is not offered here")
+            raise ValueError(
+                f"the upscaler {self.hires.upscaler} is not offered here (this process's UPSCALERS)"
+            )
         return self.upscalers.find(self.hires.upscaler, field_name="hires_upscaler")

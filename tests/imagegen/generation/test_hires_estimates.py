@@ -36,10 +36,13 @@ from imagegen.generation.parameters import with_defaults
 from imagegen.generation.previews import Preview
 from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.upscale import Upscaling
+from imagegen.generation.upscale_request import UpscaleRequest
 from imagegen.model.upscalers import upscaler as upscaler_module
 from imagegen.model.upscalers.tiles import plan_tiles, tile_side
+from tests.support.distributed import RedisServer
 from tests.support.in_process import LoopbackApp, ready_here
 from tests.support.model_service import SD_REPO, SDXL_REPO
+from tests.support.solo_worker import solo_worker
 from tests.support.tiny_adapters import KOHYA_FILE, LORA_REPO, build_tiny_loras
 from tests.support.tiny_upscaler import ESRGAN_REPO, X4, place_on_hub
 
@@ -291,3 +294,45 @@ def test_a_hires_networks_tiles_follow_upscale_tile_memory(app, tmp_path):
     few, many = (upscaling_checks(app, tmp_path / name, u) for name, u in
                  (("large", large), ("small", small)))  # fmt: skip
     assert many - few == tiles - 1  # one check a tile, the rest of the phase's the same
+
+
+def test_distributed_a_worker_runs_a_hires_network_from_its_own_offered_upscalers(
+    app, tmp_path, redis_server: RedisServer, monkeypatch
+):
+    """A worker's runtime as `manage.py run_worker` makes it (solo_worker: its jobs on a real
+    redis-server), on this module's loaded model: the hires fix's network is the worker's
+    offered one, loaded once with its upscale jobs'; a worker offering none fails the job
+    saying so."""
+    offered = app.backend.upscalers
+    monkeypatch.setattr(offered, "_loaded", {})  # nothing loaded yet
+    loads = []
+    load = upscaler_module.load_model_upscaler
+
+    def counted(path: Path, **kwargs: Any) -> Any:
+        loads.append(path)
+        return load(path, **kwargs)
+
+    monkeypatch.setattr(upscaler_module, "load_model_upscaler", counted)
+    hires = Hires(upscaler=NETWORK, path=NETWORK_PATH, scale=2, size=(128, 128), steps=1)
+    request = with_defaults(
+        GenerationRequest(prompt="distributed", size=(64, 64), steps=1, seed=1, hires=hires),
+        rules=app.backend.rules,
+    )
+    images = tmp_path / "images"
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), "navy").save(buffer, format="PNG")
+    upscale = UpscaleRequest(
+        source=ImageStore(images).save_input(buffer.getvalue()), upscaler=NETWORK, scale=4,
+        width=128, height=128, source_width=32, source_height=32, network_pixels=32 * 32,
+    )  # fmt: skip
+    with solo_worker(app.backend.loader, images, redis_server) as worker:
+        worker.runtime.upscaling = Upscaling(offered, TILE_MEMORY)
+        for job in (request, GenerationRequest(prompt="", upscale=upscale)):
+            done = worker.board.wait(worker.submit(job), 120)
+            assert done is not None and done.state is JobState.SUCCEEDED, done
+        assert done.image is not None and done.image.parameters.upscale is not None
+        worker.runtime.upscaling = None  # a worker with no UPSCALERS
+        failed = worker.board.wait(worker.submit(request), 120)
+    assert failed is not None and failed.state is JobState.FAILED, failed
+    assert f"the upscaler {NETWORK} is not offered here" in (failed.error or "")
+    assert [path.name for path in loads] == [f"{NETWORK}.pth"]
