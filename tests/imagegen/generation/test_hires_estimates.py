@@ -199,6 +199,7 @@ REFUSALS = [
     ({"hires": "true", "hires_strength": "0"}, "hires_strength", "greater than 0"),
     ({"prompt": "a lamp <lora:nope>"}, "prompt", "nope"),
     ({"lora": f"{RECIPE}:9"}, "lora", "[-4, 4]"),
+    ({"model": "nope"}, "model", "nope"),  # the model, whose preset the estimate follows
 ]
 
 
