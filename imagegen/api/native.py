@@ -30,6 +30,7 @@ from imagegen.api.generate_body import FormOrJson
 from imagegen.api.protocol import admit
 from imagegen.api.schemas import (
     ApiIndex,
+    EstimateForm,
     EstimateOut,
     EstimateQuery,
     GenerateForm,
@@ -56,6 +57,7 @@ from imagegen.generation import events
 from imagegen.generation.images import ImageRecord
 from imagegen.generation.job_board import JobView
 from imagegen.generation.parameters import steps_running
+from imagegen.generation.prompt_tags import LoraTag
 from imagegen.generation.requests import (
     GenerationRequest,
 )
@@ -211,13 +213,17 @@ EDIT_PARTS = {
 }
 
 
-def generate_request_body() -> dict:
-    """The form's two encodings and the same fields as a JSON object, the images base64."""
-    body = form_request_body(GenerateForm, EDIT_PARTS, **{"async": ASYNC_FIELD})
+def generate_request_body(
+    schema: type[GenerateForm] = GenerateForm, parts: dict[str, str] = EDIT_PARTS
+) -> dict:
+    """The form's two encodings and the same fields as a JSON object, the images base64
+    (`parts`: none for an estimate, which reads no image and queues nothing)."""
+    flags = {"async": ASYNC_FIELD} if parts else {}
+    body = form_request_body(schema, parts, **flags)
     form = body["content"]["multipart/form-data"]["schema"]
     images = {
         name: {"type": "string", "description": f"base64 (a `data:` prefix allowed); {text}"}
-        for name, text in EDIT_PARTS.items()
+        for name, text in parts.items()
     }
     loras = {
         "type": "array",
@@ -300,11 +306,7 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     image, mask = generate_body.edit_inputs(request)
     form.check_edit_fields(editing=image is not None, masking=mask is not None)
     loras = [*form.lora_fields(), *generate_body.json_loras(request)]
-    chosen = services.with_model(current_backend(), form.to_request(), loras=loras)
-    if (hires := form.hires_asked()) is not None:
-        chosen = services.with_hires(
-            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
-        )
+    chosen = resolved_request(form, form.to_request(), loras=loras)
     if image is None:
         return chosen
     return services.edit_request(
@@ -314,18 +316,57 @@ def generation_request(request: HttpRequest, form: GenerateForm) -> GenerationRe
     )  # fmt: skip
 
 
+def resolved_request(
+    form: GenerateForm, asked: GenerationRequest, *, loras: list[LoraTag]
+) -> GenerationRequest:
+    """`asked` (the form's request) with its model, LoRAs (the prompt's tags, then `loras`)
+    and hires fix resolved and checked: what POST /generate queues and GET /generate/estimate
+    estimates, so that both count the same work (a LoRA's recipe, both passes)."""
+    chosen = services.with_model(current_backend(), asked, loras=loras)
+    if (hires := form.hires_asked()) is not None:
+        chosen = services.with_hires(
+            current_backend(), chosen, asked=hires, fields=services.NATIVE_FIELDS
+        )
+    return chosen
+
+
 @router.get(
     "/generate/estimate",
     auth=token_required(),
-    response={200: EstimateOut, **errors(400)},
+    response={200: EstimateOut, **errors(400, 409, 503)},
     summary="How long a generation would take now, and whether a synchronous one is refused",
 )
 def generate_estimate(request: HttpRequest, query: Query[EstimateQuery]):
+    estimated = resolved_request(query, query.to_request(), loras=query.lora_fields())
+    return estimate_answer(estimated, count=query.n or 1)
+
+
+ESTIMATE_READS_NO_IMAGE = "an estimate reads no image: send `image_size` (WIDTHxHEIGHT) instead"
+
+
+@router.post(
+    "/generate/estimate",
+    auth=token_required(),
+    response={200: EstimateOut, **errors(400, 409, 413, 503)},
+    summary="The same for a body as POST /generate takes it (form or JSON: a `hires` object, "
+    "`loras`); `async` is ignored, an image refused",
+    openapi_extra={"requestBody": generate_request_body(EstimateForm, {})},
+)
+def generate_estimate_of_body(request: HttpRequest, form: Annotated[EstimateForm, FormOrJson(...)]):
+    names, files = generate_body.sent_names(request)
+    unknown = EstimateForm.unknown_fields(names, []) + [
+        {"loc": ("form", name), "msg": ESTIMATE_READS_NO_IMAGE, "type": "extra"} for name in files
+    ]
+    if unknown:
+        raise ValidationError(unknown)
+    loras = [*form.lora_fields(), *generate_body.json_loras(request)]
+    estimated = resolved_request(form, form.to_request(), loras=loras)
+    return estimate_answer(estimated, count=form.n or 1)
+
+
+def estimate_answer(estimated: GenerationRequest, *, count: int) -> EstimateOut:
     verdict = selectors.generation_estimate(
-        current_backend(),
-        request=query.to_request(),
-        count=query.n or 1,
-        timeout=settings.GEN_SYNC_TIMEOUT,
+        current_backend(), request=estimated, count=count, timeout=settings.GEN_SYNC_TIMEOUT
     )
     return EstimateOut.of(verdict)
 

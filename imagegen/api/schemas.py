@@ -392,23 +392,15 @@ def _image_size_schema(schema: dict[str, Any]) -> None:
     schema["pattern"] = IMAGE_SIZE
 
 
-class EstimateQuery(Schema):
-    """GET /generate/estimate: the fields of POST /generate that decide how long it takes,
-    with its rules (a value out of bounds is a 400 naming it), and the images of a request."""
+class EstimateForm(GenerateForm):
+    """POST /generate/estimate's body: POST /generate's fields with its rules (a value out of
+    bounds is a 400 naming it), resolved as /generate resolves them (the model, its LoRAs and
+    their recipe, the hires fix), and the images of a request; an edit by the size of its
+    input."""
 
-    steps: OptionalSteps = None
-    guidance: OptionalGuidance = None
-    scheduler: Annotated[
-        str | None,
-        BeforeValidator(_blank_is_absent),
-        AfterValidator(lambda value: value and scheduler_for_input(value.strip())),
-    ] = Field(default=None, json_schema_extra=_scheduler_schema, description="as POST /generate")
-    size: Annotated[
-        str | None, BeforeValidator(_blank_is_absent), AfterValidator(lambda v: v and check_size(v))
-    ] = Field(
-        default=None, json_schema_extra=_size_schema, description="as POST /generate; default "
-        "the model's native size"
-    )  # fmt: skip
+    prompt: Annotated[str, Field(max_length=PROMPT_MAX)] = Field(
+        default="", description="as POST /generate; only its <lora:...> tags change the work"
+    )
     n: Annotated[Annotated[int, Field(ge=1), AtMost("GEN_MAX_N"), Integer] | None, *Optional] = (
         Field(default=None, description="images of one request (OpenAI's n); default 1")
     )
@@ -429,25 +421,38 @@ class EstimateQuery(Schema):
     )
 
     def to_request(self) -> GenerationRequest:
-        """The request it estimates; an edit's with no input image (an estimate reads none)."""
+        """The request it estimates, before its model, LoRAs and hires fix are resolved
+        (imagegen.api.native.resolved_request); an edit's with no input image (an estimate
+        reads none)."""
         if self.strength is not None and self.image_size is None:
             raise FieldError("strength", ESTIMATE_EDIT_ONLY)
-        size = parse_size(self.size) if self.size else None
-        edit = None
-        if self.image_size is not None:  # what an edit runs: imagegen.services.edit_request
-            low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
-            size = size or working_size(parse_size(self.image_size), low=low, high=high)
-            edit = EditRequest(
-                source=NO_INPUT, strength=edit_settings(strength=self.strength).strength
-            )
-        return GenerationRequest(
-            prompt="",
-            steps=self.steps,
-            guidance=self.guidance,
-            scheduler=self.scheduler,
-            size=size,
-            edit=edit,
-        )
+        self.check_edit_fields(editing=self.image_size is not None)
+        request = super().to_request()
+        if self.image_size is None:
+            return request
+        # What an edit runs: imagegen.services.edit_request.
+        low, high = settings.GEN_MIN_SIDE, settings.GEN_MAX_SIDE
+        size = request.size or working_size(parse_size(self.image_size), low=low, high=high)
+        edit = EditRequest(source=NO_INPUT, strength=edit_settings(strength=self.strength).strength)
+        return request.model_copy(update={"size": size, "edit": edit})
+
+
+# Free text a query line (8190 bytes at most, config/gunicorn.py) has no room for at its
+# bounds: GET /generate/estimate reads them when they fit, POST's body is where they belong.
+FREE_TEXT = ("prompt", "negative_prompt", "lora", "webhook_url", "hires_prompt",
+             "hires_negative_prompt")  # fmt: skip
+
+
+def _without_free_text(schema: dict[str, Any]) -> None:
+    for name in FREE_TEXT:
+        schema["properties"][name]["include_in_schema"] = False  # Ninja leaves it out
+
+
+class EstimateQuery(EstimateForm):
+    """GET /generate/estimate: the same fields in the query, its document listing those a query
+    line always has room for (FREE_TEXT is POST's)."""
+
+    model_config = ConfigDict(json_schema_extra=_without_free_text)
 
 
 def _tenths(seconds: float) -> float:

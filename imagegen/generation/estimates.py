@@ -17,6 +17,7 @@ from imagegen.generation.images import ImageRecord
 from imagegen.generation.parameters import steps_run, steps_running
 from imagegen.generation.presets import NO_GUIDANCE
 from imagegen.generation.requests import EditRequest, GenerationRequest
+from imagegen.generation.upscale_request import UpscaleRequest, network_pixels
 
 Size = tuple[int, int]
 KEPT = 3  # images kept per size
@@ -199,10 +200,26 @@ def upscale_cost(request: GenerationRequest) -> Cost:
     )  # fmt: skip
 
 
+def hires_upscale(request: GenerationRequest) -> GenerationRequest | None:
+    """The upscale job that does what a hires fix's network does (its first pass's picture to
+    the target): what POST /upscale would queue for it. None for a latent mode or a filter."""
+    hires, first = request.hires, request.size
+    if hires is None or hires.path is None or first is None:
+        return None
+    scale = hires.size[0] / first[0]  # as the hires fix asks its upscaler (hires_render)
+    upscale = UpscaleRequest(
+        source=NO_INPUT, upscaler=hires.upscaler, scale=scale, width=hires.size[0],
+        height=hires.size[1], source_width=first[0], source_height=first[1],
+        network_pixels=network_pixels(first, scale),
+    )  # fmt: skip
+    return GenerationRequest(prompt="", upscale=upscale)
+
+
 def hires_cost(measurements: Measurements, request: GenerationRequest) -> Cost | None:
     """A hires fix's three phases as one image: the first pass at its size, the second at the
     target as an edit of it (its input's encode counted, so an upscaler's decode and encode
-    are), its steps those it runs; the per-step figure is their mean, so steps left count."""
+    are), its steps those it runs; the per-step figure is their mean, so steps left count. A
+    network's own time is its upscale job's estimate (upscale_cost): one rule for both."""
     hires = request.hires
     if hires is None or request.steps is None:
         return None
@@ -216,14 +233,16 @@ def hires_cost(measurements: Measurements, request: GenerationRequest) -> Cost |
     if first is None or second is None:
         return None
     denoise = first.steps * first.step_seconds + second.steps * second.step_seconds
-    # An upscaler's picture is decoded and encoded again; its own time is not counted.
+    # An upscaler's picture is decoded and encoded again; a filter's own time is not counted.
     image_encode = max(0.0, second.encode_seconds - first.encode_seconds)
+    upscale = hires_upscale(request)
+    network = 0.0 if upscale is None else upscale_cost(upscale).seconds
     return Cost(
         steps=first.steps + second.steps,
         encode_seconds=first.encode_seconds,
         step_seconds=denoise / (first.steps + second.steps),
         decode_seconds=second.decode_seconds
-        + (0.0 if hires.latent else first.decode_seconds + image_encode),
+        + (0.0 if hires.latent else first.decode_seconds + image_encode + network),
         size=hires.size,
         basis=second.basis,
         counted=first.counted,

@@ -142,7 +142,8 @@ def _run(
             report.phase("first pass")
             budget = (upscaling.budget() if upscaling is not None
                       else tile_budget(0, weights_bytes(pipe.components.values())))  # fmt: skip
-            hires = HiresRun(parameters.hires, loader.source.model_dir, report.phase, budget)
+            offered = None if upscaling is None else upscaling.offered
+            hires = HiresRun(parameters.hires, offered, report.phase, budget)
         denoise_started = time.monotonic()
         device = "cpu" if request.force_cpu else loader.device
         previewer = Previewer(pipe, previews, partial_steps(request.partial_images, steps))

@@ -5,11 +5,9 @@ The second pass is the img2img pipeline made of the loaded one's components (no 
 copied). A latent mode resizes the first pass's latents and hands them to it as they are; an
 upscaler gets the decoded picture and its result is encoded again."""
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagegen.generation.hires import LATENT_MODES, Hires, second_pass_schedule
 from imagegen.generation.images import GenerationParameters
@@ -18,17 +16,18 @@ from imagegen.generation.schedulers import scheduler_applied
 from imagegen.model import prompt_cache
 from imagegen.model.edit_pipelines import edit_pipeline
 
-_networks: dict[Path, Any] = {}  # the last upscaler network loaded, by its file
-_networks_lock = threading.Lock()
+if TYPE_CHECKING:
+    from imagegen.model.upscalers.offered import OfferedUpscalers
 
 
 @dataclass(frozen=True)
 class HiresRun:
-    """A job's hires fix: its settings (steps resolved), where its upscaler's file lies, where
-    its phases are told, and its upscaler's tile budget (imagegen.generation.upscale's rule)."""
+    """A job's hires fix: its settings (steps resolved), the offered upscalers whose loaded
+    networks POST /upscale's jobs share (None: a filter or a latent mode only), where its phases
+    are told, and its upscaler's tile budget (imagegen.generation.upscale's rule)."""
 
     hires: Hires
-    model_dir: Path
+    upscalers: "OfferedUpscalers | None"
     phase: Callable[[str], None]
     tile_budget_bytes: int
 
@@ -92,16 +91,13 @@ class HiresRun:
         )  # fmt: skip
 
     def _upscaler(self) -> Any:
-        from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST, load_model_upscaler
+        from imagegen.model.upscalers.upscaler import LANCZOS, NEAREST
 
         for kind in (LANCZOS, NEAREST):
             if kind.name == self.hires.upscaler:
                 return kind
-        if self.hires.path is None:
-            raise ValueError(f"the upscaler {self.hires.upscaler} has no file")
-        path = self.model_dir / self.hires.path
-        with _networks_lock:
-            if path not in _networks:
-                _networks.clear()  # one network kept: the next job most likely asks the same
-                _networks[path] = load_model_upscaler(path, name=self.hires.upscaler)
-            return _networks[path]
+        if self.upscalers is None:
+            raise ValueError(
+                f"the upscaler {self.hires.upscaler} is not offered here (this process's UPSCALERS)"
+            )
+        return self.upscalers.find(self.hires.upscaler, field_name="hires_upscaler")

@@ -19,6 +19,8 @@ GUESS_NETWORK_FLOPS_PER_PIXEL = 36e6
 GUESS_FLOPS_PER_SECOND = 1e11
 # Pillow's filters: seconds per output megapixel (Lanczos on the development VM, rounded up).
 FILTER_SECONDS_PER_MEGAPIXEL = 0.05
+GUESSED_NETWORK_SCALE = 4  # the estimate's guess before the network's file is read
+MAX_PASSES = 3  # as imagegen.model.upscalers.upscaler runs a network
 
 
 class UpscaleRequest(BaseModel):
@@ -78,3 +80,16 @@ def upscale_inputs(upscale: UpscaleRequest | UpscaleParameters | None) -> set[st
     if isinstance(upscale, UpscaleRequest):
         return {upscale.source}
     return {upscale.source_sha256}
+
+
+def network_pixels(source: tuple[int, int], scale: float) -> int:
+    """The pixels a 4x network's passes take in to enlarge `source` by `scale` (the estimate's
+    guess)."""
+    pixels, total, reached = source[0] * source[1], 0, 1
+    for _ in range(MAX_PASSES):
+        total += pixels
+        reached *= GUESSED_NETWORK_SCALE
+        if reached >= scale:
+            break
+        pixels *= GUESSED_NETWORK_SCALE**2
+    return total

@@ -12,14 +12,13 @@ from imagegen.backend import Backend
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.upscale_request import UpscaleRequest
+from imagegen.generation.upscale_request import network_pixels as _network_pixels
 from imagegen.model.upscalers.offered import FILTER_NAMES, UnknownUpscaler
 
 # A1111's "None" upscaler resizes with Lanczos (its UpscalerNone returns the image and the
 # resize to the size asked is Lanczos); webuiapi sends it by default.
 A1111_NONE = "None"
 LANCZOS = FILTER_NAMES[0]
-GUESSED_NETWORK_SCALE = 4  # the estimate's guess before the network's file is read
-MAX_PASSES = 3  # as imagegen.model.upscalers.upscaler runs a network
 
 # The refusals' words, the same whatever was sent (clients and the schema fuzzer match them).
 NO_SOURCE = "send an image to upscale, or a stored image's image_id"
@@ -187,15 +186,3 @@ def _size(
 def _scaled(source: tuple[int, int], scale: float) -> tuple[int, int]:
     """As the upscaler rounds (imagegen.model.upscalers.upscaler.target_size)."""
     return max(1, round(source[0] * scale)), max(1, round(source[1] * scale))
-
-
-def _network_pixels(source: tuple[int, int], scale: float) -> int:
-    """The pixels a 4x network's passes take in (the estimate's guess)."""
-    pixels, total, reached = source[0] * source[1], 0, 1
-    for _ in range(MAX_PASSES):
-        total += pixels
-        reached *= GUESSED_NETWORK_SCALE
-        if reached >= scale:
-            break
-        pixels *= GUESSED_NETWORK_SCALE**2
-    return total

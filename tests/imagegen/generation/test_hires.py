@@ -309,7 +309,7 @@ def test_a_cancel_stops_the_job_in_each_phase(app, tmp_path, phase, last_step, u
     store = ImageStore(tmp_path)
     outcome = run_job(
         job_id="j", loader=app.backend.loader, store=store, request=request,
-        queued_seconds=0, load_timeout=60, report=report,
+        queued_seconds=0, load_timeout=60, report=report, upscaling=app.backend.jobs.upscaling,
     )  # fmt: skip
     assert outcome.state is JobState.CANCELLED, outcome
     # Of 2 + 2 steps: none in the first pass; the second stopped before its first step ended.
@@ -330,7 +330,7 @@ def test_the_phases_come_in_order(app, tmp_path, upscaler):
     report = StopAt("never")
     outcome = run_job(
         job_id="j", loader=app.backend.loader, store=ImageStore(tmp_path), request=request,
-        queued_seconds=0, load_timeout=60, report=report,
+        queued_seconds=0, load_timeout=60, report=report, upscaling=app.backend.jobs.upscaling,
     )  # fmt: skip
     assert outcome.state is JobState.SUCCEEDED, outcome
     assert report.phases == ["denoising", "first pass", "upscaling", "second pass", "saving"]
