@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import kombu.pools
 import redis
 
 from tests.support.processes import ROOT, free_port
@@ -230,11 +231,13 @@ def _broker_of_its_own(url: str, timeout_ms: int) -> Iterator[None]:
 
     def fresh(broker_url: str, options: dict) -> None:
         # Its broker connections and producers, made again at the next send (what Celery
-        # does in a forked child: Celery._after_fork).
+        # does in a forked child: Celery._after_fork), kombu's pools by connection included
+        # (a block on the URL of an earlier one would be given that one's closed pool).
         pool = app.__dict__.get("_pool")
         if pool is not None:
             pool.force_close_all()
         app._after_fork()
+        kombu.pools.reset()
         app.conf.broker_url, app.conf.broker_transport_options = broker_url, options
 
     before = (app.conf.broker_url, dict(app.conf.broker_transport_options))

@@ -2,23 +2,39 @@
 with a password and the recipe keeps its data in a folder of its own; and a Redis other
 machines reach, configured by the docs' lines (a user of its own, the default user off, TLS
 only), carries a web replica (its routes served in this process) and a worker process that
-pull the model and make an image."""
+pull the model and make an image. The same stack, with INPAINT_MODEL_ID, holds the inpainting
+checkpoint in distributed mode: the worker inpaints on the checkpoint's UNet and says so,
+keeps the pixels beyond the mask, and goes back to the base UNet for img2img (the rules in
+detail, in process: tests/imagegen/model/test_inpaint_checkpoint.py)."""
 
 import os
 import re
 import secrets
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 import requests
 
+from tests.imagegen.generation.test_edits import (
+    assert_kept_beyond_the_edge_and_repainted,
+    mask_image,
+    png,
+    source_image,
+)
 from tests.support.commands import settings_of
 from tests.support.distributed import REDIS_SERVER, Stack, replica_here
 from tests.support.local_hub import LocalHub
-from tests.support.model_service import model_service_env, pull_until_ready
+from tests.support.model_service import (
+    PULL_TIMEOUT,
+    SD_INPAINT_REPO,
+    model_service_env,
+    pull_until_ready,
+)
 from tests.support.processes import ROOT, free_port
 
 DOC = (ROOT / "docs" / "distributed.md").read_text()
@@ -140,27 +156,70 @@ class DocsRedis:
             self.process.wait(20)
 
 
-def test_a_redis_with_the_docs_user_and_tls_carries_the_service(
-    hub_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    server = DocsRedis(tmp_path)
+@dataclass
+class DocsStack:
+    """The docs' Redis, a worker process on it and a share the model was pulled onto."""
+
+    server: DocsRedis
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def docs_stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsStack]:
+    work = tmp_path_factory.mktemp("docs-redis")
+    server = DocsRedis(work)
     # The CA trusted as the docs say (SSL_CERT_FILE), here and in the processes started.
-    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca))
-    with LocalHub(hub_root) as hub:
-        stack = Stack(model_service_env(hub.url, tmp_path / "share", tmp_path), tmp_path)
+    with pytest.MonkeyPatch.context() as patch, LocalHub(hub_root) as hub:
+        patch.setenv("SSL_CERT_FILE", str(server.ca))
+        env = {
+            **model_service_env(hub.url, work / "share", work),
+            "INPAINT_MODEL_ID": SD_INPAINT_REPO,
+        }
+        stack = Stack(env, work)
         stack.redis = server  # type: ignore[assignment]
         stack.env["JOB_BROKER_URL"] = server.url
         with stack:
             stack.start(replicas=0, workers=1)  # the stack starts its Redis: this one
             with replica_here(**stack.env) as app:
-                pull_until_ready(app, timeout=180)
-                made = requests.post(
-                    app.url("/generate"), data={"prompt": "a lighthouse", "size": "64x64"},
-                    timeout=120,
-                )  # fmt: skip
-                assert made.status_code == 200, made.text
-                assert made.headers["Content-Type"] == "image/png"
-            # Without the user: refused; the plain-text port is off.
-            anonymous = server.url.replace(server.url.split("@")[0] + "@", "rediss://")
-            with pytest.raises(redis.AuthenticationError):
-                redis.Redis.from_url(anonymous, socket_timeout=5).ping()
+                status = pull_until_ready(app, timeout=PULL_TIMEOUT["distributed"])
+                assert status["inpaint"]["model_id"] == SD_INPAINT_REPO
+            yield DocsStack(server, stack.env)
+
+
+def test_a_redis_with_the_docs_user_and_tls_carries_the_service(docs_stack: DocsStack):
+    server = docs_stack.server
+    with replica_here(**docs_stack.env) as app:
+        made = requests.post(
+            app.url("/generate"), data={"prompt": "a lighthouse", "size": "64x64"}, timeout=120
+        )
+        assert made.status_code == 200, made.text
+        assert made.headers["Content-Type"] == "image/png"
+    # Without the user: refused; the plain-text port is off.
+    anonymous = server.url.replace(server.url.split("@")[0] + "@", "rediss://")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(anonymous, socket_timeout=5).ping()
+
+
+def edit(url: str, *, mask: bool) -> requests.Response:
+    files = {"image": ("in.png", png(source_image()), "image/png")}
+    if mask:
+        files["mask"] = ("mask.png", png(mask_image()), "image/png")
+    fields = {"prompt": "a red door", "seed": "4", "steps": "3", "strength": "1"}
+    return requests.post(f"{url}/generate", data=fields, files=files, timeout=120)
+
+
+def test_a_worker_inpaints_on_the_checkpoints_unet_and_img2img_on_the_base(docs_stack: DocsStack):
+    with replica_here(**docs_stack.env) as replica:
+        url = replica.url("")
+        answer = edit(url, mask=True)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["X-Inpaint-Model"] == SD_INPAINT_REPO
+        image_id = answer.headers["X-Image-Id"]
+        record = requests.get(f"{url}/images/{image_id}", timeout=10).json()
+        inpaint_model = record["parameters"]["edit"]["inpaint_model"]
+        assert inpaint_model["model_id"] == SD_INPAINT_REPO
+        assert_kept_beyond_the_edge_and_repainted(answer.content)
+
+        plain = edit(url, mask=False)
+        assert plain.status_code == 200, plain.text
+        assert "X-Inpaint-Model" not in plain.headers

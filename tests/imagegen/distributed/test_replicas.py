@@ -2,15 +2,16 @@
 different ports (A and B) and two Celery worker processes, on the tiny pipeline. Any replica
 answers for any job; the queue and its bound are shared; a killed worker's job runs again on
 the other worker (found with nobody looking; what a client waiting on a job that loses two
-workers is answered: tests/imagegen/distributed/test_lost_worker_answer.py); the workers
-started in its place wait for a pull, or load from the share with WARM_START, and a web
-replica started again loads no model; Redis can stop and start again under the service, for
-longer than the heartbeat's TTL too, or freeze."""
+workers is answered: tests/imagegen/distributed/test_lost_worker_answer.py); a worker started
+with WARM_START loads from the share (the module's second worker), one started in a killed
+one's place waits for a pull, and a web replica started again loads no model; Redis can stop
+and start again under the service, for longer than the heartbeat's TTL too, or freeze."""
 
 import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,10 +51,10 @@ def stack(replica_hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> It
         "JOB_HEARTBEAT_TTL": str(TTL),
         "JOB_STORE_TIMEOUT_MS": str(int(STORE_TIMEOUT * 1000)),
         "GEN_SYNC_TIMEOUT": str(SYNC_TIMEOUT),
-        "GEN_SYNC_REFUSE_FACTOR": "0",  # the joined protocol request is long on purpose
+        "GEN_SYNC_REFUSE_FACTOR": "0",  # the joined protocol request waits behind long jobs
     }
     with Stack(env, work, persistent=True) as running:
-        running.start(replicas=2, workers=2)
+        running.start(replicas=2, workers=1)
         yield running
 
 
@@ -68,9 +69,47 @@ def pulled(stack: Stack) -> Stack:
     return stack
 
 
+@dataclass
+class WarmStart:
+    """What was seen of the module's second worker, started with WARM_START once the first
+    had pulled the model: its states until ready, the hub's requests meanwhile, torch mapped."""
+
+    states: list[str]
+    became_ready: bool
+    hub_requests: list
+    maps_torch: bool
+
+
 @pytest.fixture(scope="module")
-def ready(stack: Stack) -> Stack:
-    return pulled(stack)
+def ready(stack: Stack, replica_hub: LocalHub) -> Stack:
+    """The model pulled by the first worker; the second, started with WARM_START on the warm
+    share, loads it by itself (what it did: test_a_worker_started_warm_loads_from_the_share)."""
+    pulled(stack)
+    replica_hub.reset_log()
+    warm = stack.add_worker(1, WARM_START="1")
+    states = []
+    deadline = time.monotonic() + 180
+    while (state := {w["name"]: w["state"] for w in listed_workers(stack.apps[1])}).get(
+        warm.name
+    ) != "ready":
+        states.append(state.get(warm.name))
+        if states[-1] not in (None, "not_started", "loading") or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    stack.warm_start = WarmStart(
+        states, state.get(warm.name) == "ready", list(replica_hub.requests),
+        maps_torch(warm.process.pid),
+    )  # fmt: skip
+    return stack
+
+
+def test_a_worker_started_warm_loads_from_the_share(ready):
+    """WARM_START: a worker started on a share that holds the model loads it by itself, from
+    the share alone, without any pull."""
+    seen: WarmStart = ready.warm_start
+    assert set(seen.states) <= {None, "not_started", "loading"}, seen.states
+    assert seen.hub_requests == []  # from the share alone, without any pull
+    assert seen.became_ready and seen.maps_torch
 
 
 @pytest.fixture
@@ -190,12 +229,24 @@ PROTOCOLS = {
 }
 
 
+def both_workers_busy(a, b) -> list[str]:
+    """Two long jobs, one running on each worker: a job submitted now waits, queued."""
+    taken = [submit(a, **LONG)["id"], submit(b, **LONG)["id"]]
+    deadline = time.monotonic() + 120
+    while sorted(busy_workers(a).values()) != sorted(taken):
+        assert time.monotonic() < deadline, busy_workers(a)
+        time.sleep(0.05)
+    return taken
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_an_identical_protocol_request_on_b_joins_the_job_it_queued_on_a(ready, a, b, protocol):
     """A client's retry that the ingress sends to another replica gets the same image from
-    the same job, as it would from the replica that took the first attempt."""
+    the same job, as it would from the replica that took the first attempt. The job waits
+    queued behind both workers' long jobs until the retry has joined it, so its own run is
+    short."""
     path, fields, images = PROTOCOLS[protocol]
-    body = {"prompt": f"one {protocol} job for both", "steps": 400, "seed": 3, **fields}
+    body = {"prompt": f"one {protocol} job for both", "steps": 2, "seed": 3, **fields}
     answers: dict[str, requests.Response | Exception] = {}
 
     def ask(name: str, app) -> None:
@@ -204,16 +255,25 @@ def test_an_identical_protocol_request_on_b_joins_the_job_it_queued_on_a(ready, 
         except Exception as error:  # reported by the assertion below, not lost with the thread
             answers[name] = error
 
+    blocking = both_workers_busy(a, b)
     first = threading.Thread(target=ask, args=("a", a))
     first.start()
     deadline = time.monotonic() + 60
-    while not (found := jobs_for(b, body["prompt"])) or found[0]["state"] != "running":
+    while not (found := jobs_for(b, body["prompt"])) or found[0]["state"] != "queued":
         assert time.monotonic() < deadline, found
         time.sleep(0.02)
-    (registered,) = ready.redis.client().keys("imagegen:run:*")
-    assert SYNC_TIMEOUT < ready.redis.client().ttl(registered) <= SYNC_TIMEOUT + 60
+    client = ready.redis.client()
+    (registered,) = client.keys("imagegen:run:*")
+    assert SYNC_TIMEOUT < client.ttl(registered) <= SYNC_TIMEOUT + 60
+    token = client.hget(registered, "token").decode()
     twin = threading.Thread(target=ask, args=("b", b))
     twin.start()
+    while client.get(f"imagegen:run-waiters:{token}") != b"2":  # the twin joined
+        assert time.monotonic() < deadline and twin.is_alive(), answers
+        time.sleep(0.02)
+    assert job(b, found[0]["id"])["state"] == "queued"  # joined before it ran
+    for job_id in blocking:
+        requests.delete(a.url(f"/jobs/{job_id}"))
     first.join(120)
     twin.join(120)
     assert all(isinstance(r, requests.Response) for r in answers.values()), answers
@@ -276,27 +336,13 @@ def a_new_worker_waits_for_a_pull(ready: Stack, a, late: WorkerProcess) -> None:
     assert requests.post(a.url("/model/pull")).status_code == 200  # every worker is ready
 
 
-def a_warm_worker_loads_from_the_share(b, warm: WorkerProcess, hub: LocalHub) -> None:
-    """WARM_START: a worker started on a share that holds the model loads it by itself, from
-    the share alone, without any pull."""
-    deadline = time.monotonic() + 300
-    while (state := {w["name"]: w["state"] for w in listed_workers(b)}).get(warm.name) != "ready":
-        assert state.get(warm.name) in (None, "not_started", "loading"), state
-        assert time.monotonic() < deadline, state
-        time.sleep(0.1)
-    assert hub.requests == []  # from the share alone, without any pull
-    assert maps_torch(warm.process.pid)
-
-
 def unfinished_ids(ready: Stack) -> list[str]:
     return [i.decode() for i in ready.redis.client().lrange("imagegen:unfinished", 0, -1)]
 
 
-def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(
-    ready, replica_hub, a
-):
+def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(ready, a):
     # Killed at its first step: a short job is long enough, and its second run is short.
-    taken = submit(a, prompt="outlives its first worker", steps="250", size="64x64", seed="8")
+    taken = submit(a, prompt="outlives its first worker", steps="120", size="64x64", seed="8")
     first = kill_its_worker(ready, taken["id"])
     killed = time.monotonic()
     # From here no replica reads the job: only the live worker's sweep can find it.
@@ -311,16 +357,9 @@ def test_a_killed_workers_job_runs_again_on_the_other_found_with_nobody_looking(
     images = ImageStore(ready.work / "images").page(limit=500)
     assert [i.parameters.prompt for i in images].count("outlives its first worker") == 1
     assert job(a, taken["id"])["image_url"] == f"/images/{json.loads(final['image'])['id']}.png"
-    # Workers started in its place: one warm, one waiting for a pull; then the module's two
-    # workers again, ready, for the next tests.
-    replica_hub.reset_log()
-    warm, late = ready.launch_worker(40, WARM_START="1"), ready.launch_worker(41)
-    for worker in (warm, late):
-        worker.wait_ready()
-    a_warm_worker_loads_from_the_share(a, warm, replica_hub)
-    a_new_worker_waits_for_a_pull(ready, a, late)
-    late.stop()
-    ready.workers.remove(late)
+    # A worker started in its place waits for a pull; then the module has two workers again,
+    # ready, for the next tests.
+    a_new_worker_waits_for_a_pull(ready, a, ready.add_worker(40))
 
 
 def maps_torch(pid: int) -> bool:
@@ -336,7 +375,8 @@ def test_a_redis_restart_longer_than_the_ttl_fails_no_running_job(ready, a, b):
     again by themselves."""
     before = submit(a, prompt="kept", steps="3", size="64x64", seed="1")
     done = wait_until(b, before["id"], finished)
-    taken = submit(a, prompt="outlives a redis restart", steps="400", size="64x64", seed="6")
+    # Long enough to step on through the outage (its writes fail at once meanwhile).
+    taken = submit(a, prompt="outlives a redis restart", steps="300", size="64x64", seed="6")
     wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 1)
     ready.redis.stop()
     stopped_at = time.monotonic()
@@ -353,6 +393,12 @@ def test_a_redis_restart_longer_than_the_ttl_fails_no_running_job(ready, a, b):
         time.sleep(max(0.0, TTL + 2 - (time.monotonic() - stopped_at)))
     finally:
         ready.redis.start()
+    # A step written after the restart: it went on through the outage, and still runs.
+    first = int(stored(ready, taken["id"])["step"])
+    back = stored_until(
+        ready, taken["id"], lambda j: j["state"] != "running" or int(j["step"]) > first, 60
+    )
+    assert back["state"] == "running", back
     final = wait_until(b, taken["id"], finished, timeout=180)
     assert final["state"] == "succeeded", final
     assert len(stored(ready, taken["id"])["attempts"]) == 1  # never judged lost
@@ -368,7 +414,9 @@ def test_a_freeze_past_the_ttl_and_the_bound_fails_nothing_and_every_replica_ans
     bound, /health at once on the replica holding more job requests than it has threads,
     /model/status 200 with what it last saw; after the thaw the job goes on and succeeds,
     run once, and both replicas take work again."""
-    taken = submit(a, prompt="outlives a frozen redis", steps="400", size="64x64", seed="9")
+    # Each progress write waits for its call budget while Redis is frozen: a job of a few
+    # seconds outlives the freeze.
+    taken = submit(a, prompt="outlives a frozen redis", steps="120", size="64x64", seed="9")
     wait_until(b, taken["id"], lambda j: j["progress"]["step"] >= 1)
     threads = int(ready.env.get("GUNICORN_THREADS", "16"))
     answers: list[tuple[requests.Response, float]] = []
@@ -389,6 +437,7 @@ def test_a_freeze_past_the_ttl_and_the_bound_fails_nothing_and_every_replica_ans
         for thread in crowd:
             thread.join()
         time.sleep(max(0.0, TTL + 2 - (time.monotonic() - frozen_at)))
+    assert stored(ready, taken["id"])["state"] == "running"  # the freeze came while it ran
     assert all(r.status_code == 200 and seconds < 1.0 for r, seconds in health), health
     assert len(answers) == 2 * threads
     for response, seconds in answers:
