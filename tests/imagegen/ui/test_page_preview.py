@@ -14,8 +14,8 @@ from playwright.sync_api import expect
 
 from tests.imagegen.ui.conftest import WAIT_MS, app_env, screenshot
 from tests.imagegen.ui.test_page import cancel_unfinished, fill, jobs, open_ui, queued
-from tests.support.distributed import replica_here
 from tests.support.in_process import Served
+from tests.support.stack_replica import stack_replica_here
 
 PROMPT = "a picture forming"
 
@@ -26,7 +26,7 @@ def app(request: pytest.FixtureRequest) -> Iterator[Served]:
         yield request.getfixturevalue("ui_app")
         return
     stack = request.getfixturevalue("shared_stack")
-    with replica_here(**{**stack.env, **app_env()}) as replica:
+    with stack_replica_here(stack, **app_env()) as replica:
         yield replica
 
 

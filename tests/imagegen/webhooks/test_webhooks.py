@@ -138,7 +138,7 @@ def test_two_web_replicas_send_each_event_once(
     event and each try to one of them, even to a receiver slow enough that both replicas look
     for due deliveries while a try is under way."""
     stack = request.getfixturevalue("shared_stack")
-    receiver.delay = 2.0
+    receiver.delay = 1.0  # two of each replica's looks (TICK) while a try is under way
     with stack.replica(tmp_path / "web-b.log", **ENV) as other:
         receiver.start()
         jobs = [
@@ -148,7 +148,7 @@ def test_two_web_replicas_send_each_event_once(
         for job_id in jobs:
             ended(app, job_id)
         events = receiver.wait_for(4, timeout=60)
-        time.sleep(3)  # none more comes
+        time.sleep(2)  # none more comes: four looks of each replica after the last
     assert sorted(event["data"]["id"] for event in events) == sorted(jobs)
     assert len(receiver.deliveries()) == 4  # each sent once, by one replica
 
