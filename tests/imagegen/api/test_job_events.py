@@ -24,7 +24,7 @@ from tests.support.processes import AppServer
 from tests.support.sse import Event, open_stream
 
 STREAMS_MAX = 2
-STREAM_SECONDS = 2  # each stream's life: a few steps and previews (one a second) even when loaded
+STREAM_SECONDS = 3
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
 FINAL = {"succeeded", "failed", "cancelled"}
 
