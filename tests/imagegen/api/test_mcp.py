@@ -32,15 +32,22 @@ from imagegen.api.mcp import WAIT_FALSE
 from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.requests import GenerationRequest
-from tests.support.loaders import ready_loader, serve
+from imagegen.model.loader import ModelLoader
+from tests.support.loaders import pulled_loader, serve
 from tests.support.mcp_client import run_async
 
 TOOLS = {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}
 
 
+@pytest.fixture(scope="module")
+def loader(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelLoader:
+    """The tiny model pulled and loaded once for the module: no test changes its state."""
+    return pulled_loader(hub_root, tmp_path_factory.mktemp("mcp"))
+
+
 @pytest.fixture
-def queue(hub, share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
-    loader = ready_loader(hub, share, tmp_path / "cache")
+def queue(loader: ModelLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobQueue:
+    """A queue and images of the test's own on the module's model."""
     return serve(loader, tmp_path / "images", monkeypatch)
 
 

@@ -1,32 +1,32 @@
 """The Queue panel's live preview in a real browser against the app (tiny pipeline), in both
-job modes (in process: served here; distributed: a web replica on the session's shared Redis
-and worker, where the worker writes the previews to Redis): a running job shows the picture
-forming in its place and the time left (its remaining steps at the pace measured so far, as
-the API's eta_seconds); a cancelled job keeps its last preview, captioned "Cancelled at step
-n"."""
+job modes (in process: served here; distributed: a web replica served here too, on the
+session's shared Redis and worker, where the worker writes the previews to Redis): a running
+job shows the picture forming in its place and the time left (its remaining steps at the pace
+measured so far, as the API's eta_seconds); a cancelled job keeps its last preview, captioned
+"Cancelled at step n"."""
 
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.imagegen.ui.conftest import WAIT_MS, app_env, screenshot
 from tests.imagegen.ui.test_page import cancel_unfinished, fill, jobs, open_ui, queued
-from tests.support.processes import AppServer
+from tests.support.in_process import Served
+from tests.support.stack_replica import stack_replica_here
 
 PROMPT = "a picture forming"
 
 
 @pytest.fixture(params=["in-process", "distributed"])
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppServer]:
+def app(request: pytest.FixtureRequest) -> Iterator[Served]:
     if request.param == "in-process":
         yield request.getfixturevalue("ui_app")
         return
     stack = request.getfixturevalue("shared_stack")
-    with stack.replica(tmp_path / "web.log", **app_env()) as replica:
+    with stack_replica_here(stack, **app_env()) as replica:
         yield replica
 
 

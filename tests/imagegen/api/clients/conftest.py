@@ -14,7 +14,8 @@ mode, one smoke per protocol: test_gunicorn_smoke.py.
 Tests marked `both_modes` run in distributed mode too (Redis and a worker behind the token
 app): one smoke per protocol, and each protocol path that reads or changes the job board or
 the shared runs (progress, interrupt and skip, a joined retry, image links from the shared
-store), against a web replica under gunicorn on the session's shared Redis and worker. What
+store), against web replicas on the session's shared Redis and worker: the token app's under
+gunicorn, the open app's served here (tests/support/stack_replica.py). What
 the job mode changes beneath them has its own tests in both modes
 (tests/imagegen/generation/test_jobs.py, tests/imagegen/api/test_job_events.py,
 tests/imagegen/distributed/); a protocol's parsing and answers are the same code in either mode."""
@@ -33,6 +34,7 @@ from tests.support.in_process_app import LoopbackApp, in_process_app
 from tests.support.local_hub import LocalHub
 from tests.support.model_service import MODES, PULL_TIMEOUT, model_service_env, wait_for_state
 from tests.support.processes import AppServer
+from tests.support.stack_replica import stack_replica_here
 
 TOKEN = "protocol-test-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -72,9 +74,15 @@ def token_replica(tmp_path_factory: pytest.TempPathFactory, shared_stack) -> Ite
         yield app
 
 
-@pytest.fixture(scope="package")
-def open_replica(tmp_path_factory: pytest.TempPathFactory, shared_stack) -> Iterator[AppServer]:
-    with shared_stack.replica(tmp_path_factory.mktemp("open-app") / "web.log", **OPEN_ENV) as app:
+@pytest.fixture
+def open_replica(shared_stack) -> Iterator[LoopbackApp]:
+    """The open app in distributed mode: a web replica served here on the session's shared
+    stack (tests/support/stack_replica.py), for one test (the token app's replica is the
+    one under gunicorn)."""
+    with (
+        stack_replica_here(shared_stack, **OPEN_ENV) as app,
+        override_settings(**OPEN_SETTINGS),
+    ):
         yield app
 
 
