@@ -139,13 +139,7 @@ def test_a_network_upscaler_adds_its_upscale_jobs_estimate(app):
     asked = {**FIRST, "hires": "true"}
     lanczos = estimate(app, **asked, hires_upscaler="Lanczos")
     network = estimate(app, **asked, hires_upscaler=NETWORK)
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 64), "teal").save(buffer, format="PNG")
-    upscaled = requests.post(
-        app.url("/upscale"), data={"upscaler": NETWORK, "scale": "2"},
-        files={"image": ("first.png", buffer.getvalue(), "image/png")}, timeout=120,
-    )  # fmt: skip
-    assert upscaled.status_code == 200, upscaled.text
+    upscaled = upscale_by_network(app, "teal")
     job = app.backend.jobs.lookup(upscaled.headers["X-Job-Id"])
     upscale_estimate = image_cost(app.backend.jobs.timings.measurements(), job.parameters)
     assert upscale_estimate is not None and upscale_estimate.seconds > 1  # 36 MFLOP a pixel
@@ -219,9 +213,23 @@ def test_bad_hires_or_lora_input_is_the_400_of_generate(app, fields, name, rule)
 # --- the network: one cache with POST /upscale, tiles by UPSCALE_TILE_MEMORY ---------------
 
 
-def test_hires_and_post_upscale_load_the_network_once(app, monkeypatch):
+def upscale_by_network(app, colour: str) -> requests.Response:
+    """A 64x64 picture of `colour` doubled by the tiny network through POST /upscale."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), colour).save(buffer, format="PNG")
+    upscaled = requests.post(
+        app.url("/upscale"), data={"upscaler": NETWORK, "scale": "2"},
+        files={"image": ("a.png", buffer.getvalue(), "image/png")}, timeout=120,
+    )  # fmt: skip
+    assert upscaled.status_code == 200, upscaled.text
+    return upscaled
+
+
+@pytest.fixture
+def network_loads(app, monkeypatch) -> list[Path]:
+    """The upscaler files loaded from here on, the offered upscalers' cache emptied first."""
     monkeypatch.setattr(app.backend.upscalers, "_loaded", {})  # nothing loaded yet
-    loads = []
+    loads: list[Path] = []
     load = upscaler_module.load_model_upscaler
 
     def counted(path: Path, **kwargs: Any) -> Any:
@@ -229,14 +237,13 @@ def test_hires_and_post_upscale_load_the_network_once(app, monkeypatch):
         return load(path, **kwargs)
 
     monkeypatch.setattr(upscaler_module, "load_model_upscaler", counted)
+    return loads
+
+
+def test_hires_and_post_upscale_load_the_network_once(app, network_loads):
+    loads = network_loads
     made_job(app, **FIRST, hires="true", hires_upscaler=NETWORK)
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 64), "olive").save(buffer, format="PNG")
-    upscaled = requests.post(
-        app.url("/upscale"), data={"upscaler": NETWORK, "scale": "2"},
-        files={"image": ("a.png", buffer.getvalue(), "image/png")}, timeout=120,
-    )  # fmt: skip
-    assert upscaled.status_code == 200, upscaled.text
+    upscale_by_network(app, "olive")
     made_job(app, **FIRST, hires="true", hires_upscaler=NETWORK, hires_scale="1.5")
     assert [path.name for path in loads] == [f"{NETWORK}.pth"]
 
@@ -298,22 +305,14 @@ def test_a_hires_networks_tiles_follow_upscale_tile_memory(app, tmp_path):
 
 
 def test_distributed_a_worker_runs_a_hires_network_from_its_own_offered_upscalers(
-    app, tmp_path, redis_server: RedisServer, monkeypatch
+    app, tmp_path, redis_server: RedisServer, network_loads
 ):
     """A worker's runtime as `manage.py run_worker` makes it (solo_worker: its jobs on a real
     redis-server), on this module's loaded model: the hires fix's network is the worker's
     offered one, loaded once with its upscale jobs'; a worker offering none fails the job
     saying so."""
     offered = app.backend.upscalers
-    monkeypatch.setattr(offered, "_loaded", {})  # nothing loaded yet
-    loads = []
-    load = upscaler_module.load_model_upscaler
-
-    def counted(path: Path, **kwargs: Any) -> Any:
-        loads.append(path)
-        return load(path, **kwargs)
-
-    monkeypatch.setattr(upscaler_module, "load_model_upscaler", counted)
+    loads = network_loads
     hires = Hires(upscaler=NETWORK, path=NETWORK_PATH, scale=2, size=(128, 128), steps=1)
     request = with_defaults(
         GenerationRequest(prompt="distributed", size=(64, 64), steps=1, seed=1, hires=hires),
