@@ -33,10 +33,15 @@ Run it alone on the machine, under the lock the full-size benches share:
 
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/hires_bench.py        # SDXL, ~25 min
     flock /tmp/fullsize-bench.lock .venv/bin/python bench/hires_bench.py --model sd15
+    flock /tmp/fullsize-bench.lock .venv/bin/python bench/hires_bench.py --rounds 2  # ~50 min
     .venv/bin/python bench/hires_bench.py --quick   # the tests' tiny SD 64 -> 128, in process
 
 `--model sd15` runs SD 1.5 with its LCM-LoRA (MODEL_ADAPTERS; the preset's 4 steps, guidance
 1, LCM) and the full decoder: its 20-step defaults at 1024 take too long here.
+
+`--rounds N` runs the service's child and plain's child in turn N times (service, plain,
+service, plain, ...), so that a load arriving on a shared machine falls on both sides rather
+than on one; each ratio is the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -127,6 +132,7 @@ class Run:
     batch: int
     load: str  # the machine's load average when the request started
     peak_rss_bytes: int = 0  # the child's, through its requests
+    round: int = 1  # which of --rounds (service then plain in each)
     png: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -379,7 +385,9 @@ def run_as_child(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure_side(side: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def measure_side(
+    side: str, args: argparse.Namespace, work: Path, round_number: int = 1
+) -> dict[str, Any]:
     (work / side).mkdir(parents=True, exist_ok=True)
     if args.quick:  # in process: the smoke run starts no process
         result = measure(side, args, work)
@@ -395,6 +403,7 @@ def measure_side(side: str, args: argparse.Namespace, work: Path) -> dict[str, A
     runs = [Run(**r) for r in result.pop("runs")]
     for run in runs:
         run.peak_rss_bytes = result["peak_rss_bytes"]
+        run.round = round_number
         print_run(run)
     print(f"  {side}: loaded in {result['load_seconds']:.1f} s", flush=True)
     return {"runs": runs, **result}
@@ -412,7 +421,7 @@ def print_run(run: Run) -> None:
         f"  {run.side:<7} {run.variant:<6} {run.size[0]}x{run.size[1]}: {run.seconds:.1f} s | "
         f"UNet {describe_calls(run)} = {run.unet_total:.1f} s (batch {run.batch}) | rest "
         f"{run.seconds - run.unet_total:.1f} s | peak RSS {run.peak_rss_bytes / GIB:.2f} GiB | "
-        f"load {run.load}",
+        f"load {run.load} | round {run.round}",
         flush=True,
     )
 
@@ -447,6 +456,24 @@ def checked(service: dict[str, Any], plain: dict[str, Any], recipe: Recipe) -> N
         raise RuntimeError(f"the service ran {service['adapters']}, not {wanted}")
 
 
+def round_result(service: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """One round's seconds by side and variant, its ratios and its pictures' differences."""
+    runs = {(r.side, r.variant): r for r in service["runs"] + plain["runs"]}
+    seconds = {f"{side}_{variant}": run.seconds for (side, variant), run in runs.items()}
+    ratios = {
+        "hires_service_vs_plain": ratio(seconds["service_hires"], seconds["plain_hires"]),
+        "direct_service_vs_plain": ratio(seconds["service_direct"], seconds["plain_direct"]),
+        "service_hires_vs_direct": ratio(seconds["service_hires"], seconds["service_direct"]),
+        "plain_hires_vs_direct": ratio(seconds["plain_hires"], seconds["plain_direct"]),
+    }
+    differences = {
+        variant: image_difference(runs[("service", variant)].png, runs[("plain", variant)].png)
+        for variant in VARIANTS
+    }
+    return {"service": service, "plain": plain, "seconds": seconds, "ratios": ratios,
+            "differences": differences}  # fmt: skip
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -462,12 +489,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="the tests' tiny SD, 64 -> 128, in process, 1 thread"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="service and plain in turn this many times; ratios are the rounds' medians (1)",
+    )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="run even if memory looks short")
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "WORK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.model, args.threads = "tiny", 1
+    if args.rounds < 1:
+        parser.error(f"--rounds: at least 1, not {args.rounds}")
     args.variants = args.variants.split(",")
     if sorted(args.variants) != sorted(VARIANTS):
         parser.error(f"--variants: {','.join(VARIANTS)} in some order")
@@ -493,41 +526,46 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     work = scratch_dir("hires-bench-")
+    rounds = []
     try:
         if not args.quick:
             common.check_memory(int(1.3 * fp32) + 2 * GIB, args.force)
             primed = common.prime_size(int(1.5 * fp32))
             print(f"  primed {primed / GIB:.1f} GiB in {common.prime_memory(primed):.1f} s")
-        service = measure_side("service", args, work)
-        plain = measure_side("plain", args, work)
-        checked(service, plain, recipe)
-        differences = {
-            s.variant: image_difference(s.png, p.png)
-            for s in service["runs"]
-            for p in plain["runs"]
-            if s.variant == p.variant
-        }
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"round {number} of {args.rounds}: load {common.load_average()}", flush=True)
+            round_work = work / f"round-{number}"
+            service = measure_side("service", args, round_work, number)
+            plain = measure_side("plain", args, round_work, number)
+            checked(service, plain, recipe)
+            rounds.append(round_result(service, plain))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    runs = {(r.side, r.variant): r for r in service["runs"] + plain["runs"]}
-    seconds = {f"{side}_{variant}": run.seconds for (side, variant), run in runs.items()}
-    ratios = {
-        "hires_service_vs_plain": ratio(seconds["service_hires"], seconds["plain_hires"]),
-        "direct_service_vs_plain": ratio(seconds["service_direct"], seconds["plain_direct"]),
-        "service_hires_vs_direct": ratio(seconds["service_hires"], seconds["service_direct"]),
-        "plain_hires_vs_direct": ratio(seconds["plain_hires"], seconds["plain_direct"]),
-    }
+    first_service, first_plain = rounds[0]["service"], rounds[0]["plain"]
+    all_runs = [r for each in rounds for r in each["service"]["runs"] + each["plain"]["runs"]]
+    ratios = {key: common.median([each["ratios"][key] for each in rounds])
+              for key in rounds[0]["ratios"]}  # fmt: skip
+    seconds = {key: common.median([each["seconds"][key] for each in rounds])
+               for key in rounds[0]["seconds"]}  # fmt: skip
+    differences = {variant: max(each["differences"][variant] for each in rounds)
+                   for variant in VARIANTS}  # fmt: skip
     label = {"hires": f"{recipe.side} -> {recipe.target} (Latent)", "direct": "directly"}
     common.print_table(
-        [("side", 8), ("variant", 7), ("image", 9), ("s", 7), ("vs plain", 8),
+        [("round", 5), ("side", 8), ("variant", 7), ("image", 9), ("s", 7), ("vs plain", 8),
          ("UNet s", 7), ("rest s", 7), ("peak GiB", 8), ("load", 14), ("UNet calls", 0)],
-        [[r.side, r.variant, f"{r.size[0]}x{r.size[1]}", f"{r.seconds:.1f}",
-          fmt_ratio(ratio(r.seconds, runs[("plain", r.variant)].seconds)),
+        [[str(r.round), r.side, r.variant, f"{r.size[0]}x{r.size[1]}", f"{r.seconds:.1f}",
+          fmt_ratio(rounds[r.round - 1]["ratios"][f"{r.variant}_service_vs_plain"]
+                    if r.side == "service" else 1.0),
           f"{r.unet_total:.1f}", f"{r.seconds - r.unet_total:.1f}",
           f"{r.peak_rss_bytes / GIB:.2f}", r.load.split()[0],
           f"{describe_calls(r)}, {label[r.variant]}"]
-         for r in runs.values()],
+         for r in all_runs],
     )  # fmt: skip
+    spread = ""
+    if args.rounds > 1:
+        each = ", ".join(fmt_ratio(r["ratios"]["hires_service_vs_plain"]) for r in rounds)
+        spread = f"; medians of {args.rounds} rounds (hires service / plain: {each})"
     summary = (
         f"summary: {recipe.model} hires fix {recipe.side}->{recipe.target}, {args.threads} "
         f"threads: service {seconds['service_hires']:.1f} s = "
@@ -536,20 +574,23 @@ def run(args: argparse.Namespace) -> int:
         f"{fmt_ratio(ratios['direct_service_vs_plain'])} plain ({seconds['plain_direct']:.1f} "
         f"s); hires / direct {fmt_ratio(ratios['service_hires_vs_direct'])} (service), "
         f"{fmt_ratio(ratios['plain_hires_vs_direct'])} (plain); mean pixel difference "
-        f"{differences['hires']:.2f} and {differences['direct']:.2f} of 255"
+        f"{differences['hires']:.2f} and {differences['direct']:.2f} of 255{spread}"
     )
     document = {
         "config": {
             "model": recipe.model, "recipe": recipe.label, "side": recipe.side,
             "target": recipe.target, "strength": STRENGTH, "upscaler": "Latent",
             "threads": args.threads, "quick": args.quick, "seed": SEED,
-            "variants": args.variants, "fp32_bytes": fp32,
+            "variants": args.variants, "fp32_bytes": fp32, "rounds": args.rounds,
         },
-        "runs": [asdict(r) for r in runs.values()],
-        "load_seconds": {"service": service["load_seconds"], "plain": plain["load_seconds"]},
-        "service": {k: service[k] for k in ("adapters", "model_id", "decoder")},
+        "runs": [asdict(r) for r in all_runs],
+        "load_seconds": {"service": first_service["load_seconds"],
+                         "plain": first_plain["load_seconds"]},
+        "service": {k: first_service[k] for k in ("adapters", "model_id", "decoder")},
         "image_difference": differences,
         "ratios": ratios,
+        "rounds": [{k: each[k] for k in ("seconds", "ratios", "differences")}
+                   for each in rounds],
     }  # fmt: skip
     common.finish(f"hires_{recipe.model}", machine, document, summary, args.json)
     return 0

@@ -53,3 +53,34 @@ def test_plain_diffusers_asks_img2img_for_the_timesteps_that_run_the_same_steps(
     assert second_pass_timesteps(4, 1.0) == 4
     for steps in range(1, 30):  # what the service schedules for its second pass
         assert second_pass_timesteps(steps, 0.7) == second_pass_schedule(steps, 0.7)
+
+
+def test_rounds_alternate_the_sides_and_the_ratios_are_the_rounds_medians(tmp_path: Path):
+    out = tmp_path / "hires.json"
+    assert main(["--quick", "--rounds", "3", "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["config"]["rounds"] == 3
+    # Each round has all four requests: service's child, then plain's.
+    assert [(r["round"], r["side"]) for r in document["runs"]] == [
+        (number, side) for number in (1, 2, 3) for side in ("service",) * 2 + ("plain",) * 2
+    ]
+    assert len(document["rounds"]) == 3
+    for key, value in document["ratios"].items():
+        each = sorted(r["ratios"][key] for r in document["rounds"])
+        assert value == pytest.approx(each[1])
+    for number, each in enumerate(document["rounds"], start=1):
+        seconds = {
+            f"{r['side']}_{r['variant']}": r["seconds"]
+            for r in document["runs"]
+            if r["round"] == number
+        }
+        assert each["seconds"] == pytest.approx(seconds)
+        assert each["ratios"]["hires_service_vs_plain"] == pytest.approx(
+            seconds["service_hires"] / seconds["plain_hires"]
+        )
+
+
+def test_rounds_below_one_are_refused_naming_the_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["--quick", "--rounds", "0"])
+    assert "--rounds: at least 1, not 0" in capsys.readouterr().err
