@@ -379,6 +379,7 @@ class GenerateForm(Schema):
 IMAGE_SIZE = r"^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$"  # an input image's, as a client read it
 NO_INPUT = "0" * 64  # the input of an edit estimated: a valid sha256 that names no image read
 ESTIMATE_EDIT_ONLY = "applies to an edit only: send `image_size` too"
+ESTIMATE_TXT2IMG_ONLY = "applies to text-to-image only: send no `image_size`"
 
 
 def image_size(value: str) -> str:
@@ -426,6 +427,8 @@ class EstimateForm(GenerateForm):
         reads none)."""
         if self.strength is not None and self.image_size is None:
             raise FieldError("strength", ESTIMATE_EDIT_ONLY)
+        if self.hires and self.image_size is not None:
+            raise FieldError("hires", ESTIMATE_TXT2IMG_ONLY)
         self.check_edit_fields(editing=self.image_size is not None)
         request = super().to_request()
         if self.image_size is None:

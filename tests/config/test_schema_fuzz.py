@@ -46,7 +46,13 @@ from core.text import is_blank as text_is_blank
 from imagegen.api.a1111 import SAMPLER_RULE, Txt2ImgIn, batch_limit
 from imagegen.api.openai import MASK_NEEDS_ALPHA, ONE_PER_STREAM, repaint_mask
 from imagegen.api.protocol import NOT_BASE64
-from imagegen.api.schemas import ESTIMATE_EDIT_ONLY, HIRES_ONLY, NUMBER_TOO_LONG, parse_size
+from imagegen.api.schemas import (
+    ESTIMATE_EDIT_ONLY,
+    ESTIMATE_TXT2IMG_ONLY,
+    HIRES_ONLY,
+    NUMBER_TOO_LONG,
+    parse_size,
+)
 from imagegen.api.schemas import HIRES_FIELDS as SCHEMA_HIRES_FIELDS
 from imagegen.generation.edit_inputs import MARKS_NOTHING, NOT_AN_IMAGE
 from imagegen.generation.hires import (
@@ -500,6 +506,12 @@ def is_blank_id(case: Case, field: str) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
+def estimates_an_edit(case: Case, _field: str) -> bool:
+    """An estimate is an edit's when it sends its input's size (blank is absent)."""
+    size = sent(case, "image_size")
+    return isinstance(size, str) and not text_is_blank(size)
+
+
 @dataclass(frozen=True)
 class Allowed:
     why: str  # why refusing a schema-valid request with this message is right
@@ -613,6 +625,10 @@ ALLOWED_REFUSALS = {
     ("denoising_strength", STRENGTH_RULE): Allowed(
         "as hr_scale: A1111 clients send txt2img's denoising_strength with the fix off",
         hires_strength_refused,
+    ),
+    ("hires", ESTIMATE_TXT2IMG_ONLY): Allowed(
+        "as TXT2IMG_ONLY: an estimate's edit is marked by its `image_size`",
+        estimates_an_edit,
     ),
     ("hires", TXT2IMG_ONLY): Allowed(
         "the hires fix is text-to-image's: refused with an `image` rather than ignored, which "
@@ -960,6 +976,8 @@ _PNG64 = base64.b64encode(_png("RGB")).decode()  # 8x8
             SimpleNamespace(body=None, query=None, path_parameters={"todo_id": "\x1fa"}),
             False,
         ),
+        (estimates_an_edit, "hires", _sent(hires="true", image_size="64x64"), True),
+        (estimates_an_edit, "hires", _sent(hires="true", image_size=" "), False),
         (hires_field_without_hires, "hires_steps", _sent({"hires_steps": "3"}), True),
         (
             hires_field_without_hires,

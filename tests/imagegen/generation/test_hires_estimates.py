@@ -210,6 +210,15 @@ def test_bad_hires_or_lora_input_is_the_400_of_generate(app, fields, name, rule)
     assert len(app.backend.jobs.recent(1000)) == before
 
 
+def test_an_edits_estimate_refuses_the_hires_fix_naming_its_image_size(app):
+    """An estimate's edit is marked by its input's size: the hires fix is text-to-image's."""
+    sent = {**FIRST, "hires": "true", "image_size": "64x64"}
+    refused = requests.get(app.url("/generate/estimate"), params=sent, timeout=30)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert "hires" in message and "send no `image_size`" in message, message
+
+
 # --- the network: one cache with POST /upscale, tiles by UPSCALE_TILE_MEMORY ---------------
 
 
