@@ -169,8 +169,7 @@ def without_absent_fields(model: Any, handler: Any, optional: tuple[str, ...] = 
     data = handler(model)
     if isinstance(data, dict):
         for name in ("edit", *optional):
-            value = getattr(model, name, None)
-            if value is None or (name != "edit" and not value):
+            if not getattr(model, name, None):  # a set edit, a model, is always true
                 data.pop(name, None)
     return data
 

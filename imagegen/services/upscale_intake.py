@@ -11,8 +11,7 @@ from imagegen import selectors
 from imagegen.backend import Backend
 from imagegen.generation.edit_inputs import INPUT_PIXELS_FACTOR, read_image
 from imagegen.generation.requests import GenerationRequest
-from imagegen.generation.upscale_request import UpscaleRequest
-from imagegen.generation.upscale_request import network_pixels as _network_pixels
+from imagegen.generation.upscale_request import UpscaleRequest, network_pixels
 from imagegen.model.upscalers.offered import FILTER_NAMES, UnknownUpscaler
 
 # A1111's "None" upscaler resizes with Lanczos (its UpscalerNone returns the image and the
@@ -107,7 +106,7 @@ def upscale_request(
         source=backend.images.save_input(data), source_image=source_image, upscaler=name,
         scale=factor, width=size[0], height=size[1], source_width=picture.width,
         source_height=picture.height,
-        network_pixels=_network_pixels(picture.size, factor) if network else 0,
+        network_pixels=network_pixels(picture.size, factor) if network else 0,
         upscaler_2=second, upscaler_2_visibility=upscaler_2_visibility if second else 0.0,
     )  # fmt: skip
     return GenerationRequest(prompt="", upscale=upscale)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from imagegen.generation.requests import GenerationRequest
 from imagegen.generation.upscale import AUTO_TILE_MIN, Upscaling, tile_budget
-from imagegen.generation.upscale_request import UpscaleRequest
+from imagegen.generation.upscale_request import UpscaleRequest, network_pixels
 from imagegen.model.memory import memory_limit
 from imagegen.model.upscalers.tiles import bytes_per_pixel
 from imagegen.model.upscalers.upscaler import load_model_upscaler
@@ -210,7 +210,7 @@ def test_the_estimate_is_the_documented_guess(app):
             height=size[1] * scale,
             source_width=size[0],
             source_height=size[1],
-            network_pixels=upscale_intake._network_pixels(size, scale) if name != "Lanczos" else 0,
+            network_pixels=network_pixels(size, scale) if name != "Lanczos" else 0,
         )
         found = jobs.estimate(GenerationRequest(prompt="", upscale=upscale))
         assert found is not None and found.image_seconds == pytest.approx(seconds, rel=0.01)
