@@ -7,6 +7,10 @@ token: tests/imagegen/api/clients/test_mcp.py."""
 import base64
 import contextlib
 import io
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,14 +31,16 @@ from PIL import Image
 from core.asgi_bridge import LifespanFailed
 from core.errors import ServiceError
 from imagegen import backend
-from imagegen.api import mcp, places
-from imagegen.api.mcp import WAIT_FALSE
+from imagegen.api import mcp_tools, places
+from imagegen.api.mcp import PATH
+from imagegen.api.mcp_tools import WAIT_FALSE
 from imagegen.errors import SyncWaitersBusy
 from imagegen.generation.jobs import JobQueue
 from imagegen.generation.requests import GenerationRequest
 from imagegen.model.loader import ModelLoader
 from tests.support.loaders import pulled_loader, serve
 from tests.support.mcp_client import run_async
+from tests.support.processes import ROOT
 
 TOOLS = {"generate_image", "edit_image", "list_models", "get_job", "cancel_job"}
 
@@ -311,14 +317,14 @@ def test_a_waited_edit_past_gen_sync_timeout_leaves_no_input_stored(queue, setti
 
 
 def test_the_bridge_is_made_once_by_threads_asking_at_once(monkeypatch):
-    monkeypatch.setattr(mcp, "_made", None)
+    monkeypatch.setattr(mcp_tools, "_made", None)
     before = threading.active_count()
     barrier = threading.Barrier(6)
     made: list[Any] = []
 
     def ask() -> None:
         barrier.wait()
-        made.append(mcp.bridge())
+        made.append(mcp_tools.bridge(PATH))
 
     askers = [threading.Thread(target=ask) for _ in range(6)]
     for asker in askers:
@@ -342,13 +348,48 @@ def test_a_failed_bridge_start_fails_each_request_alike_without_a_new_thread(mon
         def streamable_http_app(self, **_: Any) -> _FailingApp:
             return _FailingApp()
 
-    monkeypatch.setattr(mcp, "_made", None)
-    monkeypatch.setattr(mcp, "build_server", Server)
+    monkeypatch.setattr(mcp_tools, "_made", None)
+    monkeypatch.setattr(mcp_tools, "build_server", Server)
     before = threading.active_count()
     for _ in range(3):
         with pytest.raises(LifespanFailed, match="no start"):
-            mcp.bridge()
+            mcp_tools.bridge(PATH)
     deadline = time.monotonic() + 10  # the failed start's loop thread ends
     while threading.active_count() > before:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+# A web process's first requests, then its first MCP call, each followed by whether the MCP SDK
+# and the tools are imported by then.
+FIRST_REQUESTS_THEN_MCP = """
+import json, sys
+import django
+django.setup()
+from django.test import Client
+client = Client()
+seen = []
+for path in ("/health", "/todos", "/sdapi/v1/sd-models"):
+    client.get(path)
+    seen.append("mcp" in sys.modules or "imagegen.api.mcp_tools" in sys.modules)
+answer = client.post("/mcp", data='{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+                     content_type="application/json",
+                     HTTP_ACCEPT="application/json, text/event-stream")
+seen.append("mcp" in sys.modules and "imagegen.api.mcp_tools" in sys.modules)
+print(json.dumps([answer.status_code, seen]))
+"""
+
+
+def test_a_web_process_imports_the_mcp_sdk_only_with_its_first_mcp_call(tmp_path):
+    """The SDK and its types are a third of a web process's imports before its first answer:
+    every replica, worker and command start paid them for a route most never serve."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "SECRET_KEY": "t",
+           "ALLOWED_HOSTS": "testserver", "MODEL_DIR": str(tmp_path / "share"),
+           "PRELOAD_MODEL_CODE": "0"}  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_REQUESTS_THEN_MCP],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    status, seen = json.loads(run.stdout.splitlines()[-1])
+    assert status == 200 and seen == [False, False, False, True], run.stdout
