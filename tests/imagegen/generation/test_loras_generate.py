@@ -208,6 +208,19 @@ def test_distributed_a_pull_brings_the_loras_and_a_worker_runs_a_tag_for_its_ima
         ran = job_of(app, fielded)["parameters"]
         assert (ran["preset"], ran["steps"]) == ("hyper-sd-8step", 8)
         assert ran["loras"][0]["weight"] == 0.5
+        # The replica's estimate resolves the request as its /generate does: the recipe's steps
+        # from the field and from the tag, and the hires fix's two passes at its target size.
+        assert estimate_of(app, prompt=prompt, lora="hyper8:0.5", size="64x64")["steps"] == 8
+        assert estimate_of(app, prompt=f"{prompt} <lora:hyper8>", size="64x64")["steps"] == 8
+        hires = estimate_of(app, prompt=prompt, size="64x64", steps="2", hires="true",
+                            hires_steps="3")  # fmt: skip
+        assert (hires["size"], hires["steps"]) == ("128x128", 5)
+
+
+def estimate_of(app: Any, **fields: str) -> dict:
+    answer = requests.get(app.url("/generate/estimate"), params=fields, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
 
 
 # --- the native form's `lora` fields and JSON's `loras` ---------------------------------------
