@@ -1,6 +1,7 @@
 """./scripts/test's two xdist workers take whole groups (--dist loadgroup): each module is one
 group, and each package whose tests share package-scoped apps is one, so no module or package
-fixture starts on both workers (tests/conftest.py)."""
+fixture starts on both workers (tests/conftest.py); the groups that use the session's distributed
+stack are one group, so one worker starts it."""
 
 from types import SimpleNamespace
 
@@ -8,7 +9,7 @@ import pytest
 
 from tests.conftest import PACKAGE_GROUPS
 from tests.support.processes import ROOT, AppServer
-from tests.support.xdist_schedule import group_of_test
+from tests.support.xdist_schedule import SHARED_STACK_GROUP, group_of_test, uses_shared_stack
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -22,10 +23,27 @@ def test_every_collected_test_is_in_its_modules_group_or_its_shared_packages(req
     for item in items:
         module = item.path.relative_to(ROOT).as_posix()
         shared = [p for p in PACKAGE_GROUPS if module.startswith(p + "/")]
-        assert group_of(item) == (shared[0] if shared else module), item.nodeid
+        own = shared[0] if shared else module
+        expected = SHARED_STACK_GROUP if uses_shared_stack(own) else own
+        assert group_of(item) == expected, item.nodeid
         # The scheduler's reading of the test's id (pytest-xdist's own reading of the marker
         # no longer groups anything under pytest 9: it saw each test as a group of its own).
         assert group_of_test(item.nodeid) == group_of(item), item.nodeid
+
+
+def test_the_groups_on_the_shared_stack_run_as_one_and_the_others_apart():
+    """Each worker that runs a group on the stack starts one (a Redis, a worker, a pull): one
+    group puts them all on one worker. A module that never names it keeps its own group."""
+    on_stack = [
+        "tests/imagegen/api/test_generate.py",
+        "tests/imagegen/ui/test_page.py",
+        "tests/imagegen/api/clients/test_openai_sdk.py",
+        "tests/apikeys/test_key_scopes.py",
+    ]
+    for module in on_stack:
+        assert group_of_test(f"{module}::test_x") == SHARED_STACK_GROUP, module
+    alone = "tests/todos/test_round_trips.py"
+    assert group_of_test(f"{alone}::test_x") == alone
 
 
 def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_path, settings):

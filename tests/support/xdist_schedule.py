@@ -8,7 +8,9 @@ the seconds it took in the last run here (pytest's cache) or in group_seconds.js
 file (a fresh clone), and a worker is given one only when its last test is all it has left (it
 waits for the next before running it: pytest needs the next test to tear fixtures down)."""
 
+import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,26 @@ from xdist.workermanage import WorkerController
 # Packages whose tests share package-scoped fixtures (an app pulled once for the package).
 PACKAGE_GROUPS = ("tests/imagegen/api/clients", "tests/imagegen/ui")
 
+# The groups that use the session's distributed stack (tests/conftest.py `shared_stack`: a
+# Redis, a worker that imports torch and a pulled model, about 20 s to start) run as one group,
+# so one worker starts it, not each. A group uses it where its source names one of these.
+SHARED_STACK_GROUP = "the shared distributed stack"
+SHARED_STACK_WORDS = re.compile(r"\bshared_stack\b|\bready_in_mode\(|\bready_in_either_mode\(")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def uses_shared_stack(group: str) -> bool:
+    path = ROOT / group
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+    return any(SHARED_STACK_WORDS.search(file.read_text(encoding="utf-8")) for file in files)
+
 
 def group_of_module(module: str) -> str:
-    """A test module's group: its package's where that is one of PACKAGE_GROUPS, else its own."""
-    return next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
+    """A test module's group: its package's where that is one of PACKAGE_GROUPS, else its own;
+    the shared stack's where that group uses the stack."""
+    group = next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
+    return SHARED_STACK_GROUP if uses_shared_stack(group) else group
 
 
 def group_of_test(nodeid: str) -> str:
