@@ -13,11 +13,12 @@ service's loader (imagegen.model.upscalers.upscaler.load_model_upscaler); it ups
 seeded noise picture. Each variant runs in a fresh child process, so each peak is its own:
 
 - one_pass: the network called once on the whole picture (the baseline);
-- resident: ModelUpscaler.upscale at 4x with the tile budget given (--budget: 2 GiB, the
-  service's auto rule on this machine: the smaller of 2 GiB and an eighth of the memory) and
-  a diffusion model loaded first (--resident, full-size random SD 1.5 in fp32), then the same
+- resident: ModelUpscaler.upscale at 4x, then the PNG encoding a job does, with a diffusion
+  model loaded first (--resident, full-size random SD 1.5 in fp32) at the tile budget given
+  (--budget: by default `auto`, the service's rule: a tenth of the resident models' fp32
+  weights less the picture's buffers, imagegen.generation.upscale.tile_budget), then the same
   at the budget that keeps the peak within --resident-target (1.1x) of the model's resident
-  size (the process's RSS with it loaded) plus the upscaler's;
+  size (the process's RSS with it loaded) plus the upscaler's (unless --no-target);
 - service: the first of those with no model loaded (--quick, where --resident is not given).
 
 One pass of a 1024x1024 picture needs about 14 GB of activations (13.3 KB an input pixel);
@@ -53,6 +54,7 @@ FULL = {"features": 64, "growth": 32, "blocks": 23}  # ESRGAN's and Real-ESRGAN'
 QUICK = {"features": 8, "growth": 4, "blocks": 2}
 MIB = 2**20
 RESIDENT = ROOT / "bench" / ".cache" / "hub" / "bench" / "sd15-random"
+AUTO = -2  # the budget: the service's automatic rule (TARGET = -1: the peak target's)
 HEADROOM = 4 * GIB  # left free beside a one pass, for the other work on the machine
 
 
@@ -97,15 +99,18 @@ def picture(size: int) -> Any:
     return np.random.default_rng(SEED).integers(0, 256, (size, size, 3), dtype=np.uint8)
 
 
-def load_resident(model: Path) -> int:
+def load_resident(model: Path) -> tuple[int, int]:
     """A diffusion pipeline loaded in fp32 as the service holds one; the process's RSS then
-    (the model's resident size: its weights and the runtime that runs them)."""
+    (the model's resident size: its weights and the runtime that runs them) and its fp32
+    weights (what the service's automatic budget is a share of)."""
     import torch
     from diffusers import DiffusionPipeline
 
+    from imagegen.model.memory import weights_bytes
+
     pipe = DiffusionPipeline.from_pretrained(model, variant="fp16", dtype=torch.float32)
     load_resident.pipe = pipe  # type: ignore[attr-defined]  # held for the run
-    return common.proc_status_bytes("VmRSS")
+    return common.proc_status_bytes("VmRSS"), weights_bytes(pipe.components.values())
 
 
 def measure(
@@ -113,18 +118,21 @@ def measure(
 ) -> dict[str, Any]:
     """One variant in this process; the upscaled pixels are saved to `out` (.npy). A budget
     of -1 (resident only) is the one that keeps the peak within --resident-target of the
-    model's resident size plus the upscaler's."""
+    model's resident size plus the upscaler's; AUTO, the service's rule for the model loaded."""
+    import io
+
     import numpy as np
     import torch
     from PIL import Image
 
+    from imagegen.generation.upscale import held_bytes, tile_budget
     from imagegen.model.upscalers.tiles import plan_tiles, run_one_pass
     from imagegen.model.upscalers.upscaler import load_model_upscaler
 
     torch.set_num_threads(args.threads)
-    resident = 0
+    resident = resident_weights = 0
     if variant == "resident" and args.resident is not None:
-        resident = load_resident(args.resident)
+        resident, resident_weights = load_resident(args.resident)
     upscaler = load_model_upscaler(args.weights)  # the service's loader, the file as people have
     net = upscaler.net
     pixels = picture(size)
@@ -132,12 +140,15 @@ def measure(
     with torch.inference_mode():  # warm the kernels on a small piece
         net(torch.rand(1, 3, 16, 16))
     rss_before = common.proc_status_bytes("VmRSS")
-    if budget < 0:  # what the target leaves for the tiles beside what is resident now
+    if budget == AUTO:  # what the service gives an upscale beside this model
+        scaled = (size * net.shape.scale, size * net.shape.scale)
+        budget = tile_budget(0, resident_weights, held_bytes([upscaler], (size, size), scaled))
+    elif budget < 0:  # what the target leaves for the tiles beside what is resident now
         budget = int(args.resident_target * (resident + weights)) - rss_before
     if variant == "one_pass":
         side, tiles, computed = size, 1, size * size
     else:
-        side = upscaler._side(size, size, budget)
+        side = upscaler._side(size, size, budget)  # the service's tile_count
         plan = plan_tiles(width=size, height=size, side=side, margin=upscaler.margin)
         tiles = len(plan)
         computed = sum((t.run_bottom - t.run_top) * (t.run_right - t.run_left) for t in plan)
@@ -146,12 +157,16 @@ def measure(
     started = time.perf_counter()
     if variant == "one_pass":
         result = run_one_pass(net, pixels)
-    else:
-        result = np.asarray(
-            upscaler.upscale(Image.fromarray(pixels), scale=net.shape.scale, budget_bytes=budget)
+        seconds = time.perf_counter() - started
+    else:  # as a job: the upscale, then its PNG (inside the peak, outside the seconds)
+        image = upscaler.upscale(
+            Image.fromarray(pixels), scale=net.shape.scale, budget_bytes=budget
         )
-    seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        image.save(io.BytesIO(), format="PNG")
     peaks = peak.stop()
+    if variant != "one_pass":
+        result = np.asarray(image)
     np.save(out, result)
     return {
         "budget_bytes": 0 if variant == "one_pass" else budget,
@@ -227,8 +242,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--compare-size", type=int, default=512, help="the side when --size does not fit (512)"
     )
     parser.add_argument(
-        "--budget", type=int, default=2 * GIB, help="tile memory budget, bytes (2 GiB)"
-    )
+        "--budget", type=budget_bytes, default=None,
+        help="tile memory budget, bytes, or auto: the service's rule (auto; 10 MiB with --quick)",
+    )  # fmt: skip
     parser.add_argument(
         "--margin", type=int, help="tile margin, input pixels (the service's default)"
     )
@@ -250,15 +266,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--one-pass-last", action="store_true", help="the one pass after the tiled runs"
     )
+    parser.add_argument(
+        "--target", action=argparse.BooleanOptionalAction, default=True,
+        help="also the run at the budget the peak target leaves, beside a resident model (yes)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="where to write results")
     parser.add_argument("--weights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--child", nargs=4, metavar=("VARIANT", "SIZE", "BUDGET", "OUT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
+    if args.budget is None:
+        args.budget = 10 * MIB if args.quick else AUTO  # quick: 96x96 in nine tiles
     if args.quick:
         args.size, args.compare_size, args.threads = 96, 96, 1
-        args.budget = min(args.budget, 10 * MIB)  # the tiny network's 96x96 in nine tiles
     elif args.resident is None:
         args.resident = RESIDENT
     if args.margin is None:
@@ -266,6 +287,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
         args.margin = DEFAULT_MARGIN
     return args
+
+
+def budget_bytes(text: str) -> int:
+    """--budget: bytes, or `auto` (AUTO)."""
+    return AUTO if text == "auto" else int(text)
+
+
+def budget_text(budget: int) -> str:
+    return "auto (the service's rule)" if budget == AUTO else f"{budget / MIB:.0f} MiB"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -277,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         f"network: RRDBNet x4, {sizes['blocks']} blocks, {sizes['features']} features, "
         f"{sizes['growth']} growth, random weights in Real-ESRGAN's layout | {size}x{size}"
         f"{'' if size == args.size else f' (one pass at {args.size} does not fit)'}"
-        f" | budget {args.budget / MIB:.0f} MiB, margin {args.margin} | resident: "
+        f" | budget {budget_text(args.budget)}, margin {args.margin} | resident: "
         f"{args.resident or 'none'}{' | quick, in process' if args.quick else ''}",
         flush=True,
     )  # fmt: skip
@@ -297,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         # (the time is the same; the peak is the one that counts), then at the target's budget.
         served = "resident" if args.resident is not None else "service"
         plan = [("one_pass", 0), (served, args.budget)]
-        if args.resident is not None:
+        if args.resident is not None and args.target:
             plan.append(("resident", -1))
         if args.one_pass_last:  # the other order, to see what the load's drift did
             plan = plan[1:] + plan[:1]
@@ -336,7 +366,8 @@ def run(args: argparse.Namespace) -> int:
     )
     document = {
         "config": {
-            "size": args.size, "compared_at": size, "budget_bytes": args.budget,
+            "size": args.size, "compared_at": size,
+            "budget_bytes": "auto" if args.budget == AUTO else args.budget,
             "margin": args.margin, "threads": args.threads, "quick": args.quick,
             "seed": SEED, "network": sizes, "resident": str(args.resident or ""),
             "resident_target": args.resident_target,

@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from imagegen.model.upscalers.offered import OfferedUpscalers
     from imagegen.model.upscalers.upscaler import Upscaler
 
-# UPSCALE_TILE_MEMORY=0 (auto): a tile's activations get a tenth of the model weights in
-# memory beside them, so an upscale's peak stays near 1.1x of the resident models and the
-# upscaler (docs/performance.md, "Upscaling": 1.10x measured beside SD 1.5), within these
-# bounds. With no model in memory, the room a model would take: an eighth of the limit.
+# UPSCALE_TILE_MEMORY=0 (auto): an upscale gets a tenth of the model weights in memory beside
+# them, its picture's buffers and its tiles' activations together, so its peak stays within
+# 1.1x of the resident models and the upscaler (docs/performance.md, "Upscaling"), within
+# these bounds. With no model in memory, the room a model would take: an eighth of the limit.
 AUTO_SHARE = 10
 AUTO_TILE_MIN = 256 * 2**20
 AUTO_TILE_MAX = 2 * 2**30
@@ -53,20 +53,37 @@ class Upscaling:
     configured_bytes: int
     resident_bytes: Callable[[], int] = lambda: 0
 
-    def budget(self) -> int:
-        """The tiles' budget in bytes for an upscale starting now."""
-        return tile_budget(self.configured_bytes, self.resident_bytes())
+    def budget(self, held_bytes: int = 0) -> int:
+        """The tiles' budget in bytes for an upscale starting now whose picture's buffers take
+        `held_bytes` (out of an automatic share only)."""
+        return tile_budget(self.configured_bytes, self.resident_bytes(), held_bytes)
 
 
-def tile_budget(configured: int, resident_bytes: int) -> int:
-    """UPSCALE_TILE_MEMORY, or with 0 a tenth of `resident_bytes` within AUTO_TILE_MIN and
-    AUTO_TILE_MAX (no model resident: an eighth of the memory limit, at most AUTO_TILE_MAX)."""
+def tile_budget(configured: int, resident_bytes: int, held_bytes: int = 0) -> int:
+    """UPSCALE_TILE_MEMORY, or with 0 a share: a tenth of `resident_bytes` within AUTO_TILE_MIN
+    and AUTO_TILE_MAX (no model resident: an eighth of the memory limit, at most AUTO_TILE_MAX),
+    less `held_bytes`, the picture's buffers, which the share covers as well (a 1024x1024
+    picture at 4x holds 67 MiB), but never below AUTO_TILE_MIN (or the share, when smaller)."""
     if configured > 0:
         return configured
-    if resident_bytes <= 0:
+    if resident_bytes > 0:
+        share = min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, resident_bytes // AUTO_SHARE))
+    else:
         limit = memory_limit()
-        return AUTO_TILE_MAX if limit is None else min(AUTO_TILE_MAX, limit // 8)
-    return min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, resident_bytes // AUTO_SHARE))
+        share = AUTO_TILE_MAX if limit is None else min(AUTO_TILE_MAX, limit // 8)
+    return max(min(share, AUTO_TILE_MIN), share - held_bytes)
+
+
+def held_bytes(upscalers: "list[Upscaler]", size: tuple[int, int], target: tuple[int, int]) -> int:
+    """What the networks among `upscalers` hold for a `size` picture enlarged to `target`
+    beside their tiles, added up (a second upscaler runs while the first's result is held)."""
+    from imagegen.model.upscalers.upscaler import ModelUpscaler
+
+    return sum(
+        upscaler.picture_bytes(size, target)
+        for upscaler in upscalers
+        if isinstance(upscaler, ModelUpscaler)
+    )
 
 
 def tile_count(upscaler: "Upscaler", size: tuple[int, int], upscale: UpscaleRequest,
@@ -103,7 +120,7 @@ def run_upscale(
         upscalers.append(upscaling.offered.find(upscale.upscaler_2))
     source = Image.open(io.BytesIO(store.read_input(upscale.source)))
     source.load()
-    budget = upscaling.budget()
+    budget = upscaling.budget(held_bytes(upscalers, source.size, (upscale.width, upscale.height)))
     counts = [tile_count(u, source.size, upscale, budget) for u in upscalers]
     tiles = sum(counts)
     report.denoising(tiles)

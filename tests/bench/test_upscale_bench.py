@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.upscale_bench import main
+from imagegen.generation.upscale import AUTO_TILE_MIN
 from tests.bench.harness import check_run
 from tests.support.model_service import SD_REPO
 
@@ -52,3 +53,18 @@ def test_beside_a_resident_model_the_target_sizes_the_budget(tmp_path: Path, hub
         - targeted["rss_before_bytes"]
     )
     assert len(document["ratios"]["resident_peak_over_model_plus_upscaler"]) == 2
+
+
+def test_the_automatic_budget_is_the_services_rule_beside_the_model(tmp_path: Path, hub_root: Path):
+    """--budget auto sizes the tiles as the service does: a tenth of the resident model's fp32
+    weights less the picture's buffers, at least AUTO_TILE_MIN (the tiny model's tenth is
+    less, so the floor: the 96x96 picture in one tile); --no-target skips the target's run."""
+    out = tmp_path / "upscale.json"
+    argv = ["--quick", "--budget", "auto", "--no-target", "--resident", str(hub_root / SD_REPO)]
+    assert main([*argv, "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["config"]["budget_bytes"] == "auto"
+    assert [r["variant"] for r in document["runs"]] == ["one_pass", "resident"]
+    served = document["runs"][1]
+    assert served["budget_bytes"] == AUTO_TILE_MIN and served["tiles"] == 1
+    assert served["peak_during_bytes"] > served["resident_model_bytes"] > 0

@@ -17,6 +17,8 @@ whole network's activations at once: after the last 2x stage a tile holds a few
 64 features, 4x) at 3.3 such maps plus the dense blocks' buffers; the estimate counts four
 of each, so it stays above what runs."""
 
+import ctypes
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +34,11 @@ MAPS_AT_OUTPUT = 4  # feature maps alive at once at the last stage's resolution 
 MAPS_IN_BODY = 4  # dense-block buffers alive at once at the body's resolution
 MIN_TILE = 32  # the smallest tile side (input pixels) worth its margins
 DEFAULT_MARGIN = 16  # input pixels around each tile by default (Real-ESRGAN pads 10, A1111 8)
+# What a pass holds for its picture beside the tiles, per input pixel: the caller's decoded
+# image (Pillow keeps RGB in 4 bytes), its uint8 copy (3) and its float tensor (12); per
+# output pixel, the uint8 output (3).
+HELD_PER_INPUT_PIXEL = 4 + 3 + 12
+HELD_PER_OUTPUT_PIXEL = 3
 
 Check = Callable[[], None]
 Progress = Callable[[int, int], None]
@@ -44,6 +51,13 @@ def bytes_per_pixel(shape: RRDBShape) -> int:
     at_output = MAPS_AT_OUTPUT * shape.features * 4**shape.upsamples
     in_body = MAPS_IN_BODY * (shape.features + 4 * shape.growth)
     return math.ceil(FLOAT_BYTES * (at_output + in_body) / shape.unshuffle**2)
+
+
+def picture_bytes(*, width: int, height: int, scale: int) -> int:
+    """The bytes a pass over a width x height input holds for its picture while its tiles run:
+    a budget for the whole upscale leaves the tiles this much less."""
+    pixels = width * height
+    return HELD_PER_INPUT_PIXEL * pixels + HELD_PER_OUTPUT_PIXEL * pixels * scale**2
 
 
 def tile_side(*, budget_bytes: int, width: int, height: int, shape: RRDBShape, margin: int) -> int:
@@ -154,9 +168,28 @@ def run_tiled(
                                         tile.bottom * scale, tile.right * scale)  # fmt: skip
             out[top:bottom, left:right] = to_pixels(kept)
         del result, kept
+        release_freed_memory()
         if progress is not None:
             progress(done + 1, len(tiles))
     return out[: height * scale, : width * scale]
+
+
+def release_freed_memory() -> None:
+    """Hands the C heap's free pages back to the system between tiles (glibc's malloc_trim;
+    nothing where the C library has none). A tile's mid-sized activations land in the heap,
+    and what they free there stays resident otherwise: measured (dev, 2026-11-29) at 30 MiB
+    of a 1024x1024 picture's RSS after 12 tiles of the full-size x4 network."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def _round_up(value: int, factor: int) -> int:

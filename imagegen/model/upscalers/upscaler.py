@@ -22,6 +22,7 @@ from imagegen.model.upscalers.tiles import (
     DEFAULT_MARGIN,
     Check,
     Progress,
+    picture_bytes,
     plan_tiles,
     run_tiled,
     tile_side,
@@ -140,6 +141,14 @@ class ModelUpscaler:
             width, height = width * factor, height * factor
             sizes.append((width, height))
         return sizes
+
+    def picture_bytes(self, start: tuple[int, int], size: tuple[int, int]) -> int:
+        """What the upscale of a `start` picture to `size` holds for the picture beside its
+        tiles, in its largest pass (tiles.picture_bytes)."""
+        return max(
+            picture_bytes(width=width, height=height, scale=self.scale)
+            for width, height in self.passes(start, size)
+        )
 
     def _side(self, width: int, height: int, budget_bytes: int) -> int:
         return tile_side(
