@@ -1,6 +1,7 @@
 """Real parts for the tests: a SecantusDB server, the app under gunicorn, a tiny diffusers
 model served by a local hub."""
 
+import gc
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +24,14 @@ from tests.support.model_service import (
     model_service_env,
     pull_until_ready,
 )
-from tests.support.processes import ROOT, AppServer, free_port
+from tests.support.processes import AppServer, free_port
 from tests.support.tiny_model import build_tiny_pipeline
-from tests.support.xdist_schedule import PACKAGE_GROUPS, GroupSeconds, group_of_module
+from tests.support.xdist_schedule import (
+    PACKAGE_GROUPS,
+    GroupSeconds,
+    check_stack_user,
+    group_of_test,
+)
 
 __all__ = ["PACKAGE_GROUPS"]
 
@@ -38,14 +44,30 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(GroupSeconds(), "group_seconds")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (torch, diffusers, transformers, every test module: millions of
+    objects) lives as long as the process: frozen out of the collector's sight, so each full
+    collection (the job board's after a failed or cancelled job, and Python's own) walks only
+    what the tests made, not all of it (0.5 s each, 114 CPU s of a run of the suite, before)."""
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """./scripts/test runs two pytest-xdist workers (--dist loadgroup): each module, or each
-    package of PACKAGE_GROUPS, runs whole on one worker, so its module- or package-scoped
-    fixtures (an app under gunicorn, a pulled model) start once, not once per worker. The
-    scheduler (tests/support/xdist_schedule.py) groups by the same rule; the marker says it."""
+    """./scripts/test runs pytest-xdist workers (--dist loadgroup): each module, or each
+    package of PACKAGE_GROUPS, runs on one worker, so its module- or package-scoped fixtures
+    (an app under gunicorn, a pulled model) start once, not once per worker; its tests on the
+    session's distributed stack run on the stack's worker. The scheduler
+    (tests/support/xdist_schedule.py) groups by the same rule; the marker says it."""
     for item in items:
-        group = group_of_module(item.path.relative_to(ROOT).as_posix())
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(group_of_test(item.nodeid)))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asks for the shared stack by name runs on its worker (check_stack_user);
+    the fixtures that start it only in distributed mode check through stack_of."""
+    if "shared_stack" in getattr(item, "fixturenames", ()):
+        check_stack_user(item.nodeid)
 
 
 @pytest.fixture(scope="session")
@@ -127,12 +149,16 @@ def start_app(tmp_path: Path, model_env: dict[str, str]) -> Iterator[Callable[..
 
 
 @pytest.fixture(scope="session")
-def shared_stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def shared_stack(
+    request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     """Distributed mode for the modules that run their routes in both modes: one Redis, one
     worker and the tiny SD model pulled onto one share, started once; each module adds a web
-    replica of its own settings (tests/support/model_service.py `ready_in_mode`)."""
+    replica of its own settings (tests/support/model_service.py `ready_in_mode`). The test
+    that starts it must be one the scheduler sends to the stack's worker."""
     from tests.support.distributed import Stack
 
+    check_stack_user(request._pyfuncitem.nodeid)
     work = tmp_path_factory.mktemp("shared-stack")
     with (
         LocalHub(hub_root) as hub,

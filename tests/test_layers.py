@@ -128,7 +128,7 @@ def test_the_test_command_type_checks_and_ends_with_the_slowest_tests():
     """README: ./scripts/test runs mypy (failing on its report) and prints the 25 slowest."""
     script = (ROOT / "scripts" / "test").read_text()
     assert 'if ! report="$(mypy 2>&1)"; then echo "$report" >&2; exit 1; fi' in script
-    command = 'exec python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"'
+    command = 'exec python -m pytest -n "${TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"'
     assert command in script
 
 

@@ -1,15 +1,21 @@
-"""./scripts/test's two xdist workers take whole groups (--dist loadgroup): each module is one
+"""./scripts/test's xdist workers take whole groups (--dist loadgroup): each module is one
 group, and each package whose tests share package-scoped apps is one, so no module or package
-fixture starts on both workers (tests/conftest.py); the groups that use the session's distributed
-stack are one group, so one worker starts it."""
+fixture starts on two workers (tests/conftest.py); the tests that run on the session's
+distributed stack are one group, so one worker starts it."""
 
+import gc
 from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import PACKAGE_GROUPS
 from tests.support.processes import ROOT, AppServer
-from tests.support.xdist_schedule import SHARED_STACK_GROUP, group_of_test, uses_shared_stack
+from tests.support.xdist_schedule import (
+    SHARED_STACK_GROUP,
+    check_stack_user,
+    group_of_test,
+    uses_shared_stack,
+)
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -24,26 +30,53 @@ def test_every_collected_test_is_in_its_modules_group_or_its_shared_packages(req
         module = item.path.relative_to(ROOT).as_posix()
         shared = [p for p in PACKAGE_GROUPS if module.startswith(p + "/")]
         own = shared[0] if shared else module
-        expected = SHARED_STACK_GROUP if uses_shared_stack(own) else own
+        callspec = getattr(item, "callspec", None)
+        modes = callspec.params.values() if callspec else ()
+        distributed = "distributed" in modes or "distributed" in item.originalname.split("_")
+        expected = SHARED_STACK_GROUP if uses_shared_stack(own) and distributed else own
         assert group_of(item) == expected, item.nodeid
         # The scheduler's reading of the test's id (pytest-xdist's own reading of the marker
         # no longer groups anything under pytest 9: it saw each test as a group of its own).
         assert group_of_test(item.nodeid) == group_of(item), item.nodeid
 
 
-def test_the_groups_on_the_shared_stack_run_as_one_and_the_others_apart():
-    """Each worker that runs a group on the stack starts one (a Redis, a worker, a pull): one
-    group puts them all on one worker. A module that never names it keeps its own group."""
-    on_stack = [
-        "tests/imagegen/api/test_generate.py",
-        "tests/imagegen/ui/test_page.py",
-        "tests/imagegen/api/clients/test_openai_sdk.py",
-        "tests/apikeys/test_key_scopes.py",
-    ]
-    for module in on_stack:
-        assert group_of_test(f"{module}::test_x") == SHARED_STACK_GROUP, module
+def test_the_tests_on_the_shared_stack_run_as_one_and_the_others_apart():
+    """Each worker that runs a test on the stack starts one (a Redis, a worker, a pull): one
+    group puts them all on one worker. The same modules' in-process tests keep their own group,
+    so they run beside the stack on another worker; a module that never names it keeps its own."""
+    on_stack = {
+        "tests/imagegen/api/test_generate.py::test_x[distributed]": (
+            "tests/imagegen/api/test_generate.py"
+        ),
+        "tests/imagegen/ui/test_page_preview.py::test_x[distributed]": "tests/imagegen/ui",
+        "tests/imagegen/api/clients/test_openai_sdk.py::test_x[4-distributed]": (
+            "tests/imagegen/api/clients"
+        ),
+        "tests/apikeys/test_key_scopes.py::test_in_distributed_mode_x": (
+            "tests/apikeys/test_key_scopes.py"
+        ),
+    }
+    for nodeid, own in on_stack.items():
+        assert group_of_test(nodeid) == SHARED_STACK_GROUP, nodeid
+        in_process = nodeid.replace("distributed", "in-process")
+        assert group_of_test(in_process) == own, in_process
+    assert group_of_test("tests/imagegen/api/test_generate.py::test_undistributed_x") == (
+        "tests/imagegen/api/test_generate.py"
+    )
     alone = "tests/todos/test_round_trips.py"
-    assert group_of_test(f"{alone}::test_x") == alone
+    assert group_of_test(f"{alone}::test_x[distributed]") == alone
+
+
+def test_a_test_that_starts_the_stack_apart_from_its_group_is_stopped_naming_the_rule():
+    check_stack_user("tests/imagegen/api/test_generate.py::test_x[distributed]")
+    with pytest.raises(pytest.UsageError, match='do not say "distributed"'):
+        check_stack_user("tests/imagegen/api/test_generate.py::test_x[in-process]")
+
+
+def test_what_collection_imported_is_frozen_out_of_the_collectors_sight():
+    """tests/conftest.py freezes it after collection, so each full collection (the job board's
+    after a failed or cancelled job, Python's own) walks only what the tests made since."""
+    assert gc.get_freeze_count() > 200_000
 
 
 def test_the_suites_generations_run_on_one_thread_at_the_tests_own_priority(tmp_path, settings):

@@ -27,6 +27,7 @@ from tests.support.key_database import connected_database, in_one_minute
 from tests.support.mcp_client import call_tool
 from tests.support.model_service import MODES
 from tests.support.processes import AppServer
+from tests.support.xdist_schedule import stack_of
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def apps(
     }
     work = tmp_path_factory.mktemp(f"keys-{request.param}")
     if request.param == "distributed":  # the session's stack, its model pulled already
-        stack = request.getfixturevalue("shared_stack")
+        stack = stack_of(request)
         with (
             stack.replica(work / "web-1.log", **env) as one,
             stack.replica(work / "web-2.log", **env) as two,

@@ -21,6 +21,7 @@ from tests.support.mcp_client import call_tool
 from tests.support.model_service import MODES
 from tests.support.processes import AppServer
 from tests.support.sse import open_stream
+from tests.support.xdist_schedule import stack_of
 
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64", "async": "1"}
 
@@ -56,7 +57,7 @@ def app(
     }
     work = tmp_path_factory.mktemp(f"key-shares-{request.param}")
     if request.param == "distributed":  # the session's stack, its model pulled already
-        with request.getfixturevalue("shared_stack").replica(work / "web.log", **env) as web:
+        with stack_of(request).replica(work / "web.log", **env) as web:
             yield web
         return
     # In process: this process's app on a loopback port, its MongoEngine on the module's

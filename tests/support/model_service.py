@@ -10,6 +10,7 @@ import requests
 
 from tests.support.local_hub import LocalHub
 from tests.support.processes import AppServer
+from tests.support.xdist_schedule import stack_of
 
 SD_REPO = "testorg/tiny-sd"
 SDXL_REPO = "testorg/tiny-sdxl"
@@ -84,6 +85,6 @@ def ready_in_mode(
         with ready_app(hub_root, work, **env) as app:
             yield app
         return
-    stack = request.getfixturevalue("shared_stack")
+    stack = stack_of(request)
     with stack.replica(work / "web.log", **env) as app:
         yield app

@@ -20,11 +20,16 @@ from xdist.workermanage import WorkerController
 # Packages whose tests share package-scoped fixtures (an app pulled once for the package).
 PACKAGE_GROUPS = ("tests/imagegen/api/clients", "tests/imagegen/ui")
 
-# The groups that use the session's distributed stack (tests/conftest.py `shared_stack`: a
-# Redis, a worker that imports torch and a pulled model, about 20 s to start) run as one group,
-# so one worker starts it, not each. A group uses it where its source names one of these.
+# The tests that run on the session's distributed stack (tests/conftest.py `shared_stack`: a
+# Redis, a worker that imports torch and a pulled model, about 20 s to start) are one group, so
+# one worker starts it, not each. A module or package uses it where its source names one of
+# SHARED_STACK_WORDS; of its tests, those whose name or parameters say "distributed" run on it
+# (the mode parameter's id), and the rest stay in their own group, beside it on another worker.
 SHARED_STACK_GROUP = "the shared distributed stack"
-SHARED_STACK_WORDS = re.compile(r"\bshared_stack\b|\bready_in_mode\(|\bready_in_either_mode\(")
+SHARED_STACK_WORDS = re.compile(
+    r"\bshared_stack\b|\bstack_of\(|\bready_in_mode\(|\bready_in_either_mode\("
+)
+DISTRIBUTED_WORD = re.compile(r"(?:^|[_\[\-])distributed(?:$|[_\]\-])")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,17 +40,38 @@ def uses_shared_stack(group: str) -> bool:
     return any(SHARED_STACK_WORDS.search(file.read_text(encoding="utf-8")) for file in files)
 
 
-def group_of_module(module: str) -> str:
-    """A test module's group: its package's where that is one of PACKAGE_GROUPS, else its own;
-    the shared stack's where that group uses the stack."""
-    group = next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
-    return SHARED_STACK_GROUP if uses_shared_stack(group) else group
+def own_group(module: str) -> str:
+    """A test module's group apart from the stack: its package's where that is one of
+    PACKAGE_GROUPS, else its own."""
+    return next((p for p in PACKAGE_GROUPS if module.startswith(p + "/")), module)
 
 
 def group_of_test(nodeid: str) -> str:
     """The group the scheduler gives a test, from its id. xdist's own reading of the marker
     renames the test, which pytest 9 no longer lets it do: each test would be a group."""
-    return group_of_module(nodeid.split("::", 1)[0])
+    module, _, name = nodeid.partition("::")
+    group = own_group(module)
+    if uses_shared_stack(group) and DISTRIBUTED_WORD.search(name):
+        return SHARED_STACK_GROUP
+    return group
+
+
+def check_stack_user(nodeid: str) -> None:
+    """A test that starts the shared stack where the scheduler did not send it would start a
+    second stack on another worker: its name or parameters must say "distributed"."""
+    if group_of_test(nodeid) != SHARED_STACK_GROUP:
+        raise pytest.UsageError(
+            f"{nodeid} uses the shared distributed stack, but its name and parameters do not "
+            'say "distributed", so the scheduler runs it apart from the stack '
+            "(tests/support/xdist_schedule.py)"
+        )
+
+
+def stack_of(request: pytest.FixtureRequest):
+    """The session's shared stack for a fixture that starts it only in distributed mode,
+    checked against the test that asked (check_stack_user) each time, not only at its start."""
+    check_stack_user(request._pyfuncitem.nodeid)
+    return request.getfixturevalue("shared_stack")
 
 
 SECONDS_FILE = Path(__file__).with_name("group_seconds.json")

@@ -40,7 +40,7 @@ def png(image: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_synchronous_upscale_is_run_by_the_celery_worker(app):
+def test_distributed_a_synchronous_upscale_is_run_by_the_celery_worker(app):
     source = picture((30, 20))
     response = requests.post(
         app.url("/upscale"), data={"scale": "2"},
@@ -55,7 +55,7 @@ def test_a_synchronous_upscale_is_run_by_the_celery_worker(app):
     assert job["state"] == "succeeded" and job["parameters"]["upscale"]["upscaler"] == "Lanczos"
 
 
-def test_an_async_upscale_is_a_job_with_its_record(app):
+def test_distributed_an_async_upscale_is_a_job_with_its_record(app):
     response = requests.post(
         app.url("/upscale"), data={"upscaler": "nearest", "width": "45", "async": "true"},
         files={"image": ("in.png", png(picture((15, 10), seed=1)), "image/png")}, timeout=60,
@@ -75,7 +75,7 @@ def test_an_async_upscale_is_a_job_with_its_record(app):
     assert parameters["upscale"]["upscaler_scale"] is None
 
 
-def test_webuiapi_extra_single_image_through_the_replica(app):
+def test_distributed_webuiapi_extra_single_image_through_the_replica(app):
     source = picture((12, 12), seed=2)
     api = webuiapi.WebUIApi(baseurl=app.url("/sdapi/v1"))
     [image] = api.extra_single_image(source, upscaler_1="Nearest", upscaling_resize=3).images

@@ -7,7 +7,7 @@ the pull reached it, and has run the jobs of every module that used it since."""
 from tests.support.distributed import Stack
 
 
-def test_a_workers_progress_bars_are_not_logged_as_warnings(shared_stack: Stack):
+def test_a_distributed_workers_progress_bars_are_not_logged_as_warnings(shared_stack: Stack):
     (worker,) = shared_stack.workers
     log = worker.log().decode(errors="replace")
     assert "Loading pipeline components" in log, log  # the load's bar, written as it was

@@ -18,6 +18,7 @@ from imagegen.model import malloc_arena
 from tests.support.malloc_heaps import heaps_in, thread_heaps
 from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import ROOT, AppServer
+from tests.support.xdist_schedule import stack_of
 
 # Four threads that each allocate 1 MiB eight times and hold it while the maps are read: a
 # thread's first malloc gives it an arena (and its first heap), whatever the block's size.
@@ -75,7 +76,7 @@ def generating_pid(request: pytest.FixtureRequest, mode: str, app: AppServer) ->
         master = app.process.pid
         (child,) = Path(f"/proc/{master}/task/{master}/children").read_text().split()
         return int(child)
-    (worker,) = request.getfixturevalue("shared_stack").workers
+    (worker,) = stack_of(request).workers
     return worker.process.pid
 
 

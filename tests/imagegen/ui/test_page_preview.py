@@ -16,6 +16,7 @@ from tests.imagegen.ui.conftest import WAIT_MS, app_env, screenshot
 from tests.imagegen.ui.test_page import cancel_unfinished, fill, jobs, open_ui, queued
 from tests.support.in_process import Served
 from tests.support.stack_replica import stack_replica_here
+from tests.support.xdist_schedule import stack_of
 
 PROMPT = "a picture forming"
 
@@ -25,7 +26,7 @@ def app(request: pytest.FixtureRequest) -> Iterator[Served]:
     if request.param == "in-process":
         yield request.getfixturevalue("ui_app")
         return
-    stack = request.getfixturevalue("shared_stack")
+    stack = stack_of(request)
     with stack_replica_here(stack, **app_env()) as replica:
         yield replica
 

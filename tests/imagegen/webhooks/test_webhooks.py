@@ -19,6 +19,7 @@ from tests.support.jobs import finished, wait_until
 from tests.support.model_service import MODES, ready_in_mode
 from tests.support.processes import AppServer
 from tests.support.webhook_receiver import Receiver
+from tests.support.xdist_schedule import stack_of
 
 SECRET = "whsec_" + base64.b64encode(b"receiver-test-secret-32-bytes-ok").decode()
 LONG = {"prompt": "a long one", "steps": "400", "size": "64x64"}
@@ -137,7 +138,7 @@ def test_two_web_replicas_send_each_event_once(
     """Distributed mode: every replica notices ended jobs and sends, and the outbox hands each
     event and each try to one of them, even to a receiver slow enough that both replicas look
     for due deliveries while a try is under way."""
-    stack = request.getfixturevalue("shared_stack")
+    stack = stack_of(request)
     receiver.delay = 1.0  # two of each replica's looks (TICK) while a try is under way
     with stack.replica(tmp_path / "web-b.log", **ENV) as other:
         receiver.start()
