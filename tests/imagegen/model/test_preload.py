@@ -40,6 +40,22 @@ def imports_of_preload_then_load(hub_root) -> tuple[list[str], list[str]]:
     return preloaded, loaded
 
 
+# One process started as a worker: the preload (which freezes), then a model loaded and dropped.
+FREEZE_THEN_LOAD = """
+import gc, json, sys, weakref
+from pathlib import Path
+from imagegen.model.pipeline import load_pipeline
+from imagegen.model.preload import import_loading_code
+import_loading_code()
+walked, frozen = len(gc.get_objects()), gc.get_freeze_count()
+pipeline = load_pipeline(Path(sys.argv[1]), variant="fp16", device="cpu")
+unet = weakref.ref(pipeline.unet)
+del pipeline
+gc.collect()
+print(json.dumps([walked, frozen, unet() is None]))
+"""
+
+
 def heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if m.startswith(HEAVY)]
 
@@ -59,3 +75,15 @@ def test_a_service_with_the_preload_on_pulls_and_generates(start_app):
     pull_until_ready(app)
     response = requests.post(app.url("/generate"), data={"prompt": "a boat", "seed": "1"})
     assert response.status_code == 200 and response.content.startswith(b"\x89PNG")
+
+
+def test_what_the_start_imported_is_frozen_and_a_model_loaded_after_it_is_still_freed(hub_root):
+    """A full collection (after a cancelled job, a freed model) walks what came after the
+    start, not its imports; a model loaded later is not frozen: dropped, it is collected."""
+    run = subprocess.run(
+        [sys.executable, "-c", FREEZE_THEN_LOAD, str(hub_root / SD_REPO)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    walked, frozen, freed = json.loads(run.stdout.splitlines()[-1])
+    assert frozen > 200_000 and walked * 20 < frozen, (walked, frozen)
+    assert freed
