@@ -85,14 +85,14 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         print(
             f"  {side}: a full collection walks {row['objects_walked']:,.0f} objects in "
-            f"{row['collection_seconds'] * 1000:.2f} ms of CPU (median of {len(runs)})",
+            f"{row['collection_seconds'] * 1000:.3f} ms of CPU (median of {len(runs)})",
             flush=True,
         )
     service, unfrozen = rows
     summary = (
         f"summary: a started worker's full collection: "
-        f"{service['collection_seconds'] * 1000:.2f} ms against "
-        f"{unfrozen['collection_seconds'] * 1000:.2f} ms unfrozen "
+        f"{service['collection_seconds'] * 1000:.3f} ms against "
+        f"{unfrozen['collection_seconds'] * 1000:.3f} ms unfrozen "
         f"({fmt_ratio(ratio(service['collection_seconds'], unfrozen['collection_seconds']))}), "
         f"{service['objects_walked']:,.0f} objects walked against "
         f"{unfrozen['objects_walked']:,.0f}"
