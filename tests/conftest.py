@@ -149,16 +149,13 @@ def start_app(tmp_path: Path, model_env: dict[str, str]) -> Iterator[Callable[..
 
 
 @pytest.fixture(scope="session")
-def shared_stack(
-    request: pytest.FixtureRequest, hub_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
+def shared_stack(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Distributed mode for the modules that run their routes in both modes: one Redis, one
     worker and the tiny SD model pulled onto one share, started once; each module adds a web
-    replica of its own settings (tests/support/model_service.py `ready_in_mode`). The test
-    that starts it must be one the scheduler sends to the stack's worker."""
+    replica of its own settings (tests/support/model_service.py `ready_in_mode`). Who asks
+    for it is checked where they ask (pytest_runtest_setup, stack_of)."""
     from tests.support.distributed import Stack
 
-    check_stack_user(request._pyfuncitem.nodeid)
     work = tmp_path_factory.mktemp("shared-stack")
     with (
         LocalHub(hub_root) as hub,

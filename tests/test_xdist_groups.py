@@ -4,16 +4,18 @@ fixture starts on two workers (tests/conftest.py); the tests that run on the ses
 distributed stack are one group, so one worker starts it."""
 
 import gc
+import re
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import PACKAGE_GROUPS
+from tests.conftest import PACKAGE_GROUPS, pytest_runtest_setup
 from tests.support.processes import ROOT, AppServer
 from tests.support.xdist_schedule import (
     SHARED_STACK_GROUP,
     check_stack_user,
     group_of_test,
+    stack_of,
     uses_shared_stack,
 )
 
@@ -71,6 +73,25 @@ def test_a_test_that_starts_the_stack_apart_from_its_group_is_stopped_naming_the
     check_stack_user("tests/imagegen/api/test_generate.py::test_x[distributed]")
     with pytest.raises(pytest.UsageError, match='do not say "distributed"'):
         check_stack_user("tests/imagegen/api/test_generate.py::test_x[in-process]")
+
+
+def test_both_ways_to_the_stack_check_the_test_that_asks_before_it_starts():
+    """By name (the fixture in the test's closure: conftest's setup hook) and through stack_of
+    (a fixture that starts it only in distributed mode)."""
+    apart = "tests/imagegen/api/test_generate.py::test_x[in-process]"
+    on_stack = "tests/imagegen/api/test_generate.py::test_x[distributed]"
+    pytest_runtest_setup(SimpleNamespace(nodeid=on_stack, fixturenames=["shared_stack"]))
+    pytest_runtest_setup(SimpleNamespace(nodeid=apart, fixturenames=["app"]))
+    with pytest.raises(pytest.UsageError, match=re.escape(apart)):
+        pytest_runtest_setup(SimpleNamespace(nodeid=apart, fixturenames=["shared_stack"]))
+    asked: list[str] = []
+    request = SimpleNamespace(getfixturevalue=asked.append)
+    request._pyfuncitem = SimpleNamespace(nodeid=on_stack)
+    stack_of(request)
+    request._pyfuncitem = SimpleNamespace(nodeid=apart)
+    with pytest.raises(pytest.UsageError, match=re.escape(apart)):
+        stack_of(request)
+    assert asked == ["shared_stack"]  # not started for the test run apart
 
 
 def test_what_collection_imported_is_frozen_out_of_the_collectors_sight():

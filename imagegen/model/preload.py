@@ -31,12 +31,12 @@ def import_loading_code() -> float:
         for name in names:
             getattr(module, name)
     seconds = time.perf_counter() - started
-    freeze_what_start_made()
-    log.info("model-loading code imported in %.1f s", seconds)
+    frozen = freeze_what_start_made()
+    log.info("model-loading code imported in %.1f s; %d objects frozen", seconds, frozen)
     return seconds
 
 
-def freeze_what_start_made() -> None:
+def freeze_what_start_made() -> int:
     """What the start imported lives as long as the process (about 480,000 objects), yet each
     full collection walks it with the GIL held: the job board's after every cancelled or
     failed job, a freed model's, and Python's own. Frozen, they walk only what came after
@@ -44,3 +44,4 @@ def freeze_what_start_made() -> None:
     freeing the model must still collect."""
     gc.collect()
     gc.freeze()
+    return gc.get_freeze_count()

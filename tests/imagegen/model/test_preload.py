@@ -2,13 +2,18 @@
 nothing: imports hold the GIL for up to 200 ms each and stalled /health during loads."""
 
 import json
+import re
 import subprocess
 import sys
 
 import requests
 
+from tests.support.distributed import WorkerProcess
 from tests.support.model_service import SD_REPO, SDXL_REPO, pull_until_ready
 from tests.support.processes import ROOT
+
+# The preload's log line: what the start made, frozen (imagegen/model/preload.py).
+FROZEN = re.compile(rb"model-loading code imported in [0-9.]+ s; ([0-9]+) objects frozen")
 
 # Packages whose import during a load stalled /health (bench/overhead_bench.py).
 HEAVY = ("sympy", "accelerate", "transformers", "torch._dynamo", "diffusers.pipelines",
@@ -56,6 +61,12 @@ print(json.dumps([walked, frozen, unet() is None]))
 """
 
 
+def frozen_in(log: bytes) -> int:
+    found = FROZEN.search(log)
+    assert found, log[-2000:]
+    return int(found.group(1))
+
+
 def heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if m.startswith(HEAVY)]
 
@@ -71,7 +82,8 @@ def test_after_the_preload_a_load_of_sd_or_sdxl_imports_no_heavy_module(hub_root
 
 def test_a_service_with_the_preload_on_pulls_and_generates(start_app):
     app = start_app(PRELOAD_MODEL_CODE="1")
-    assert "model-loading code imported in" in app.log_tail(200)
+    # In process: the web process imported the loading code and froze what its start made.
+    assert frozen_in(app.log_tail(200).encode()) > 200_000
     pull_until_ready(app)
     response = requests.post(app.url("/generate"), data={"prompt": "a boat", "seed": "1"})
     assert response.status_code == 200 and response.content.startswith(b"\x89PNG")
@@ -87,3 +99,15 @@ def test_what_the_start_imported_is_frozen_and_a_model_loaded_after_it_is_still_
     walked, frozen, freed = json.loads(run.stdout.splitlines()[-1])
     assert frozen > 200_000 and walked * 20 < frozen, (walked, frozen)
     assert freed
+
+
+def test_a_distributed_worker_with_the_preload_on_freezes_its_start_before_taking_jobs(
+    redis_server, model_env, tmp_path
+):
+    env = {**model_env, "JOB_BROKER_URL": redis_server.url, "PRELOAD_MODEL_CODE": "1"}
+    worker = WorkerProcess(env, tmp_path / "worker.log", "w-preload")
+    try:
+        worker.start(timeout=120)
+        assert frozen_in(worker.log()) > 200_000
+    finally:
+        worker.stop()
