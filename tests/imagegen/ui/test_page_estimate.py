@@ -69,6 +69,52 @@ def test_the_estimate_follows_the_queue_ended_jobs_are_no_longer_ahead(new_page,
     expect(estimate).not_to_contain_text("for the jobs ahead", timeout=WAIT_MS)
 
 
+def test_jobs_ahead_that_end_before_the_pages_first_queue_listing_leave_no_count(new_page, ui_app):
+    """The estimate counted two jobs ahead, and they ended before the page's first listing of
+    the queue answered (held here until then, as a slow answer would be): that listing, though
+    it shows nothing the page had seen under way, asks the estimate again."""
+    measured = {"prompt": "measured for the held listing", "size": "64x64", "steps": "2"}
+    assert requests.post(ui_app.url("/generate"), data=measured, timeout=120).status_code == 200
+    long = {"prompt": "a long job, ended unseen", "size": "512x512", "steps": "500",
+            "async": "true"}  # fmt: skip
+    ahead = [requests.post(ui_app.url("/generate"), data=long, timeout=60) for _ in range(2)]
+    assert all(job.status_code == 202 for job in ahead), [job.text for job in ahead]
+    held: list = []
+    released = False
+
+    def hold(route) -> None:  # the listings until released; later ones pass at once
+        if released:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page = new_page()
+    page.route("**/jobs?unfinished=*", hold)
+    try:
+        page.goto(ui_app.url("/ui/"))
+        estimate = page.locator("#estimate")
+        expect(estimate).to_contain_text("for the jobs ahead", timeout=WAIT_MS)
+    finally:
+        for job in ahead:
+            requests.delete(ui_app.url(f"/jobs/{job.json()['id']}"), timeout=60)
+    for _ in range(300):  # the page's first listing, asked at its load, held since
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the page asked for no listing"
+    for job in ahead:  # ended, not only asked to stop: the held listing will show neither
+        url = ui_app.url(f"/jobs/{job.json()['id']}")
+        for _ in range(600):
+            if requests.get(url, timeout=60).json()["state"] == "cancelled":
+                break
+            page.wait_for_timeout(100)
+    assert requests.get(ui_app.url("/jobs?unfinished=true"), timeout=60).json() == []
+    released = True
+    for route in held:
+        route.continue_()
+    expect(estimate).not_to_contain_text("for the jobs ahead", timeout=30_000)
+
+
 def test_an_edit_is_estimated_at_its_images_size_and_its_strengths_steps(new_page, ui_app):
     """256x192 at strength 0.5 of 8 steps: 4 steps at 256x192 (the size left empty), what
     GET /generate/estimate says of that edit, its input's encode included."""

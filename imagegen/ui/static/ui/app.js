@@ -332,8 +332,9 @@
   document.addEventListener("imagegen:edit-changed", estimateSoon);
 
   // The jobs ahead count: asked again whenever the jobs under way change (one ended, one
-  // was queued, one moved up), so no figure of a queue that has emptied stays.
-  let queueSeen = "";
+  // was queued, one moved up), so no figure of a queue that has emptied stays. Null until the
+  // first listing: the estimate asked at the start may count jobs that ended before it.
+  let queueSeen = null;
   function estimateAfterQueue() {
     const seen = [...queue.values()]
       .filter((job) => !FINAL.has(job.state))
